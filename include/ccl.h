@@ -1,0 +1,191 @@
+/*
+ * libccl: collective communication for processes that train models together.
+ *
+ * The one public header. Every call returns a ccl_status_t: CCL_OK (0) on
+ * success, CCL_INPROGRESS (1) from ccl_test while an operation runs, and a
+ * negative value on failure. ccl_comm_last_error() says what failed and why.
+ *
+ * Argument order follows NCCL (buffers, count, dtype, op, root, comm), with
+ * snake_case names and no CUDA stream: a blocking call returns when the
+ * buffers may be reused; an _async twin returns a request at once.
+ */
+#ifndef CCL_H
+#define CCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CCL_VERSION_MAJOR 0
+#define CCL_VERSION_MINOR 1
+#define CCL_VERSION_PATCH 0
+#define CCL_VERSION_CODE (CCL_VERSION_MAJOR * 10000 + CCL_VERSION_MINOR * 100 + CCL_VERSION_PATCH)
+
+#if defined(__GNUC__)
+#define CCL_API __attribute__((visibility("default")))
+#define CCL_NODISCARD __attribute__((warn_unused_result))
+#else
+#define CCL_API
+#define CCL_NODISCARD
+#endif
+
+/* Status codes, one list (X-macro): name, value, description. */
+#define CCL_STATUS_LIST(X)                                                             \
+    X(CCL_OK, 0, "success")                                                            \
+    X(CCL_INPROGRESS, 1, "operation in progress")                                      \
+    X(CCL_ERR_INVALID_ARGUMENT, -1, "invalid argument")                                \
+    X(CCL_ERR_INVALID_USAGE, -2, "invalid usage")                                      \
+    X(CCL_ERR_SYSTEM, -3, "system call failed")                                        \
+    X(CCL_ERR_REMOTE, -4, "a remote rank failed or disconnected")                      \
+    X(CCL_ERR_TIMEOUT, -5, "operation timed out")                                      \
+    X(CCL_ERR_ABORTED, -6, "communicator aborted")                                     \
+    X(CCL_ERR_UNSUPPORTED, -7, "unsupported")                                          \
+    X(CCL_ERR_NO_MEMORY, -8, "out of memory")                                          \
+    X(CCL_ERR_INTERNAL, -9, "internal error")
+
+typedef enum {
+#define CCL_STATUS_ENUM_(name, value, text) name = value,
+    CCL_STATUS_LIST(CCL_STATUS_ENUM_)
+#undef CCL_STATUS_ENUM_
+} ccl_status_t;
+
+typedef enum {
+    CCL_INT8 = 0,
+    CCL_UINT8 = 1,
+    CCL_INT32 = 2,
+    CCL_UINT32 = 3,
+    CCL_INT64 = 4,
+    CCL_UINT64 = 5,
+    CCL_FLOAT16 = 6,
+    CCL_BFLOAT16 = 7,
+    CCL_FLOAT32 = 8,
+    CCL_FLOAT64 = 9,
+    CCL_NUM_DTYPES = 10
+} ccl_dtype_t;
+
+/* CCL_AVG is the sum divided by the number of ranks, computed in the element
+ * type; on integers it truncates toward zero. */
+typedef enum { CCL_SUM = 0, CCL_PROD = 1, CCL_MAX = 2, CCL_MIN = 3, CCL_AVG = 4, CCL_NUM_OPS = 5 } ccl_op_t;
+
+#define CCL_UNIQUE_ID_BYTES 128
+/* Made by ccl_get_unique_id on one process and handed to every rank out of
+ * band (a file, an MPI broadcast, a key-value store). Plain bytes: copy it. */
+typedef struct {
+    char internal[CCL_UNIQUE_ID_BYTES];
+} ccl_unique_id_t;
+
+typedef struct ccl_comm ccl_comm_t;
+typedef struct ccl_request ccl_request_t;
+
+/* ---- status and version ---- */
+CCL_API const char *ccl_status_string(ccl_status_t status);
+/* The last error on this communicator, as a sentence ("" when none). */
+CCL_API const char *ccl_comm_last_error(const ccl_comm_t *comm);
+CCL_API int ccl_version(void);
+CCL_API size_t ccl_dtype_size(ccl_dtype_t dtype);
+CCL_API const char *ccl_dtype_name(ccl_dtype_t dtype);
+CCL_API const char *ccl_op_name(ccl_op_t op);
+
+/* ---- communicators ---- */
+/* Starts a rendezvous point in this process (a listening socket and a thread
+ * that lives until every rank has joined or CCL_TIMEOUT passes). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id);
+/* Collective over nranks processes: each calls it with its own rank. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
+                                                      int rank);
+/* Rank, size and root address from the launcher's environment: CCL_RANK,
+ * CCL_WORLD_SIZE, CCL_ROOT_ADDR (host:port); else torchrun's RANK,
+ * WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else Slurm's SLURM_PROCID,
+ * SLURM_NTASKS; else Open MPI's OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE
+ * (the root address then comes from CCL_ROOT_ADDR or MASTER_ADDR/PORT). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_env(ccl_comm_t **comm);
+/* Collective over comm: ranks with the same color form a new communicator,
+ * ordered by key then by parent rank. color < 0 (CCL_SPLIT_NOCOLOR) gives
+ * *newcomm = NULL. */
+#define CCL_SPLIT_NOCOLOR (-1)
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_comm_t **newcomm);
+/* Waits for queued operations, then frees everything. */
+CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm);
+/* Thread-safe: every pending and later call on comm returns CCL_ERR_ABORTED,
+ * and the other ranks are told. Still call ccl_comm_destroy afterwards. */
+CCL_API ccl_status_t ccl_comm_abort(ccl_comm_t *comm);
+CCL_API ccl_status_t ccl_comm_rank(const ccl_comm_t *comm, int *rank);
+CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
+
+/* ---- collectives (blocking) ---- */
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                                  ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm);
+/* sendbuf holds nranks * recvcount elements; in place: recvbuf ==
+ * sendbuf + rank * recvcount elements. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                                      ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm);
+/* recvbuf holds nranks * sendcount elements; in place: sendbuf ==
+ * recvbuf + rank * sendcount elements. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                                  ccl_dtype_t dtype, ccl_comm_t *comm);
+/* sendbuf is read on root only (it may be NULL elsewhere). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                                 ccl_dtype_t dtype, int root, ccl_comm_t *comm);
+/* recvbuf is written on root only (it may be NULL elsewhere). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_reduce(const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype,
+                                              ccl_op_t op, int root, ccl_comm_t *comm);
+/* Block p of sendbuf (count_per_peer elements) goes to rank p; block p of
+ * recvbuf comes from rank p. Not in place. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all(const void *sendbuf, void *recvbuf, size_t count_per_peer,
+                                                  ccl_dtype_t dtype, ccl_comm_t *comm);
+CCL_API CCL_NODISCARD ccl_status_t ccl_barrier(ccl_comm_t *comm);
+
+/* ---- point to point ---- */
+CCL_API CCL_NODISCARD ccl_status_t ccl_send(const void *buf, size_t count, ccl_dtype_t dtype, int peer,
+                                            ccl_comm_t *comm);
+CCL_API CCL_NODISCARD ccl_status_t ccl_recv(void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm);
+
+/* ---- groups ----
+ * Calls between ccl_group_start and ccl_group_end (on this thread) are only
+ * recorded; ccl_group_end runs them so that all of them progress together
+ * (sends and receives to many peers at once, in any order), waits for the
+ * blocking ones and returns the first error. Groups nest; the outermost end
+ * runs them. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_group_start(void);
+CCL_API CCL_NODISCARD ccl_status_t ccl_group_end(void);
+
+/* ---- non-blocking twins ----
+ * Each returns at once with *req set; the operation progresses on the
+ * communicator's progress thread while the caller computes. Requests on one
+ * communicator complete in issue order. The buffers belong to the library
+ * until the request completes. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_reduce_async(const void *sendbuf, void *recvbuf, size_t count,
+                                                        ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm,
+                                                        ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_reduce_scatter_async(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                                            ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm,
+                                                            ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_gather_async(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                                        ccl_dtype_t dtype, ccl_comm_t *comm, ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_broadcast_async(const void *sendbuf, void *recvbuf, size_t count,
+                                                       ccl_dtype_t dtype, int root, ccl_comm_t *comm,
+                                                       ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_reduce_async(const void *sendbuf, void *recvbuf, size_t count,
+                                                    ccl_dtype_t dtype, ccl_op_t op, int root, ccl_comm_t *comm,
+                                                    ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all_async(const void *sendbuf, void *recvbuf, size_t count_per_peer,
+                                                        ccl_dtype_t dtype, ccl_comm_t *comm, ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_barrier_async(ccl_comm_t *comm, ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_send_async(const void *buf, size_t count, ccl_dtype_t dtype, int peer,
+                                                  ccl_comm_t *comm, ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_dtype_t dtype, int peer,
+                                                  ccl_comm_t *comm, ccl_request_t **req);
+
+/* *done = 1 once the request finished; returns its status then (CCL_OK or an
+ * error), CCL_INPROGRESS before. The request stays valid until ccl_wait. */
+CCL_API ccl_status_t ccl_test(ccl_request_t *req, int *done);
+/* Waits for the request, frees it and returns its status. */
+CCL_API ccl_status_t ccl_wait(ccl_request_t *req);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CCL_H */

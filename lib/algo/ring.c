@@ -1,0 +1,205 @@
+/*
+ * Ring collectives. Positions on the ring come from the planner
+ * (comm->ring); block b of a reduce-scatter or all-gather belongs to the
+ * rank at ring position b, so every rank ends with its own block whatever
+ * the ring order.
+ *
+ * Data is processed in rounds: round j moves slice j (at most
+ * slice_elems elements) of every block through all 2(N-1) steps. Steps only
+ * wait for the slots they need, so consecutive rounds overlap in the FIFOs:
+ * that is the pipeline. Each slice of the result is reduced in one fixed
+ * order (ring order starting after its owner), the same on every run.
+ */
+#include <string.h>
+
+#include "algo/algo.h"
+
+struct blocks {
+    size_t stride[2]; /* block stride in sendbuf [0] and recvbuf [1], elements */
+    size_t base, extra; /* all_reduce: near-equal split: base + (b < extra) */
+    int uneven;
+};
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static size_t block_len(const struct blocks *B, size_t count, int b) {
+    return B->uneven ? B->base + ((size_t)b < B->extra) : count;
+}
+
+/* Element offset of block b (ring position) in buffer i. */
+static size_t block_off(const struct blocks *B, int b, int i) {
+    if (B->uneven) return (size_t)b * B->base + ((size_t)b < B->extra ? (size_t)b : B->extra);
+    return (size_t)b * B->stride[i];
+}
+
+struct ring {
+    struct ccl_comm *comm;
+    const struct ccl__coll_args *a;
+    struct ccl__prims p;
+    struct blocks B;
+    size_t blen_count; /* per-block count when even */
+    int n, pos;
+    int div;
+};
+
+static const char *at(const void *buf, size_t elems, size_t esize) { return (const char *)buf + elems * esize; }
+
+/* Slice j of the block at ring position q: [*off, *off + *n) within the block. */
+static size_t slice_n(struct ring *R, int q, size_t j) {
+    size_t len = block_len(&R->B, R->blen_count, R->comm->ring[mod(q, R->n)]);
+    size_t start = j * R->p.slice_elems;
+    return start >= len ? 0 : (len - start < R->p.slice_elems ? len - start : R->p.slice_elems);
+}
+
+static const char *sblk(struct ring *R, int q, size_t j) {
+    int b = R->comm->ring[mod(q, R->n)];
+    return at(R->a->sendbuf, block_off(&R->B, b, 0) + j * R->p.slice_elems, R->p.esize);
+}
+
+static char *rblk(struct ring *R, int q, size_t j) {
+    int b = R->comm->ring[mod(q, R->n)];
+    return (char *)at(R->a->recvbuf, block_off(&R->B, b, 1) + j * R->p.slice_elems, R->p.esize);
+}
+
+enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
+
+
+static ccl_status_t round_rs(struct ring *R, size_t j, int then_ag) {
+    int P = R->pos, N = R->n;
+    size_t n;
+    if ((n = slice_n(R, P - 1, j))) CCL_CHECK(ccl__prims_send(&R->p, sblk(R, P - 1, j), n));
+    for (int k = 1; k <= N - 2; k++)
+        if ((n = slice_n(R, P - 1 - k, j))) CCL_CHECK(ccl__prims_recv_reduce_send(&R->p, sblk(R, P - 1 - k, j), n));
+    if (!(n = slice_n(R, P, j))) return CCL_OK;
+    /* reduce_scatter's output is the rank's own recvbuf, not a block of it */
+    char *dst = then_ag ? rblk(R, P, j) : (char *)at(R->a->recvbuf, j * R->p.slice_elems, R->p.esize);
+    if (then_ag) return ccl__prims_recv_reduce_copy_send(&R->p, sblk(R, P, j), dst, n, R->div);
+    return ccl__prims_recv_reduce_copy(&R->p, sblk(R, P, j), dst, n, R->div);
+}
+
+static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
+    int P = R->pos, N = R->n;
+    size_t n;
+    if (!first_step_done && (n = slice_n(R, P, j)))
+        CCL_CHECK(ccl__prims_copy_send(&R->p, at(R->a->sendbuf, j * R->p.slice_elems, R->p.esize), rblk(R, P, j), n));
+    for (int k = 1; k <= N - 2; k++)
+        if ((n = slice_n(R, P - k, j))) CCL_CHECK(ccl__prims_recv_copy_send(&R->p, rblk(R, P - k, j), n));
+    if ((n = slice_n(R, P + 1, j))) CCL_CHECK(ccl__prims_recv(&R->p, rblk(R, P + 1, j), n));
+    return CCL_OK;
+}
+
+static ccl_status_t run_ring(struct ccl_comm *comm, const struct ccl__coll_args *a, enum phase ph) {
+    struct ring R = {.comm = comm, .a = a, .n = comm->nranks, .pos = comm->ring_pos};
+    R.div = a->id.op == CCL_AVG ? comm->nranks : 0;
+    int prev = comm->ring[mod(R.pos - 1, R.n)], next = comm->ring[mod(R.pos + 1, R.n)];
+    ccl__prims_init(&R.p, comm, prev, next, &a->id);
+    size_t maxlen;
+    if (ph == RS_THEN_AG) {
+        R.B.uneven = 1;
+        R.B.base = a->id.count / (size_t)R.n;
+        R.B.extra = a->id.count % (size_t)R.n;
+        maxlen = R.B.base + (R.B.extra != 0);
+    } else {
+        /* reduce_scatter: sendbuf has N blocks of count; all_gather: recvbuf does */
+        R.blen_count = a->id.count;
+        R.B.stride[0] = R.B.stride[1] = a->id.count;
+        maxlen = a->id.count;
+    }
+    size_t rounds = (maxlen + R.p.slice_elems - 1) / R.p.slice_elems;
+    for (size_t j = 0; j < rounds; j++) {
+        if (ph != AG_ONLY) CCL_CHECK(round_rs(&R, j, ph == RS_THEN_AG));
+        if (ph != RS_ONLY) CCL_CHECK(round_ag(&R, j, ph == RS_THEN_AG));
+    }
+    return ccl__prims_flush(&R.p);
+}
+
+static void local_copy(const struct ccl__coll_args *a, size_t count) {
+    if (a->sendbuf != a->recvbuf && count) memcpy(a->recvbuf, a->sendbuf, count * ccl_dtype_size(a->id.dtype));
+}
+
+ccl_status_t ccl__ring_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    if (a->id.count == 0) return CCL_OK;
+    if (comm->nranks == 1) {
+        local_copy(a, a->id.count);
+        return CCL_OK;
+    }
+    return run_ring(comm, a, RS_THEN_AG);
+}
+
+ccl_status_t ccl__ring_reduce_scatter(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    if (a->id.count == 0) return CCL_OK;
+    if (comm->nranks == 1) {
+        local_copy(a, a->id.count);
+        return CCL_OK;
+    }
+    return run_ring(comm, a, RS_ONLY);
+}
+
+ccl_status_t ccl__ring_all_gather(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    if (a->id.count == 0) return CCL_OK;
+    if (comm->nranks == 1) {
+        local_copy(a, a->id.count);
+        return CCL_OK;
+    }
+    return run_ring(comm, a, AG_ONLY);
+}
+
+/* A chain along the ring from `first` (no receive) to `last` (no send). */
+static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a, int reduce) {
+    int N = comm->nranks, P = comm->ring_pos;
+    int root_pos = 0;
+    while (comm->ring[root_pos] != a->id.root) root_pos++;
+    /* broadcast flows root -> root+1 -> ...; reduce flows root+1 -> ... -> root */
+    int first = reduce ? mod(root_pos + 1, N) : root_pos, last = mod(first - 1, N);
+    int prev = P == first ? -1 : comm->ring[mod(P - 1, N)];
+    int next = P == last ? -1 : comm->ring[mod(P + 1, N)];
+    struct ccl__prims p;
+    ccl__prims_init(&p, comm, prev, next, &a->id);
+    size_t es = p.esize, count = a->id.count;
+    int div = a->id.op == CCL_AVG && reduce ? N : 0;
+    for (size_t off = 0; off < count; off += p.slice_elems) {
+        size_t n = count - off < p.slice_elems ? count - off : p.slice_elems;
+        const char *src = a->sendbuf ? at(a->sendbuf, off, es) : NULL;
+        char *dst = a->recvbuf ? (char *)at(a->recvbuf, off, es) : NULL;
+        ccl_status_t st;
+        if (reduce)
+            st = P == first ? ccl__prims_send(&p, src, n)
+                 : P == last ? ccl__prims_recv_reduce_copy(&p, src, dst, n, div)
+                             : ccl__prims_recv_reduce_send(&p, src, n);
+        else
+            st = P == first ? ccl__prims_copy_send(&p, src, dst, n)
+                 : P == last ? ccl__prims_recv(&p, dst, n)
+                             : ccl__prims_recv_copy_send(&p, dst, n);
+        CCL_CHECK(st);
+    }
+    return ccl__prims_flush(&p);
+}
+
+ccl_status_t ccl__ring_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    if (a->id.count == 0) return CCL_OK;
+    if (comm->nranks == 1) {
+        local_copy(a, a->id.count);
+        return CCL_OK;
+    }
+    return chain(comm, a, 0);
+}
+
+ccl_status_t ccl__ring_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    if (a->id.count == 0) return CCL_OK;
+    if (comm->nranks == 1) {
+        local_copy(a, a->id.count);
+        return CCL_OK;
+    }
+    return chain(comm, a, 1);
+}
+
+ccl_status_t ccl__ring_barrier(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    uint8_t in = 0, out = 0;
+    struct ccl__coll_args one = *a;
+    one.id.count = 1;
+    one.id.dtype = CCL_UINT8;
+    one.id.op = CCL_SUM;
+    one.sendbuf = &in;
+    one.recvbuf = &out;
+    return comm->nranks == 1 ? CCL_OK : run_ring(comm, &one, RS_THEN_AG);
+}

@@ -1,0 +1,98 @@
+/* A batch: the calls of one communicator that run as one operation (a
+ * single call, or everything a group recorded for that communicator). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/log.h"
+#include "plan/plan.h"
+
+struct batch_op {
+    struct ccl__op base;
+    struct ccl__call *calls;
+    int n;
+    struct ccl__p2p_xfer *xfers;
+    int nxfers;
+};
+
+/* Point-to-point transfers first, all together (so a group's sends and
+ * receives can never deadlock on each other), then collectives in issue
+ * order (every rank issues those in the same order). */
+static ccl_status_t batch_run(struct ccl__op *base) {
+    struct batch_op *b = (struct batch_op *)base;
+    struct ccl_comm *comm = base->comm;
+    if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, b->n == 1 ? "send/recv" : "group"));
+    for (int i = 0; i < b->n; i++) {
+        if (b->calls[i].is_p2p) continue;
+        const struct ccl__coll_args *a = &b->calls[i].coll;
+        ccl__algo_fn fn = ccl__plan_algo(comm, a);
+        if (!fn) return ccl__set_error(comm, CCL_ERR_INTERNAL, "no algorithm for operation kind %d", a->id.kind);
+        ccl_status_t st = fn(comm, a);
+        if (st < 0) return st;
+    }
+    return CCL_OK;
+}
+
+static void batch_release(struct ccl__op *base) {
+    struct batch_op *b = (struct batch_op *)base;
+    free(b->calls);
+    free(b->xfers);
+    free(b->base.reqs);
+    free(b);
+}
+
+ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
+                               int inline_ok) {
+    struct batch_op *b = calloc(1, sizeof(*b));
+    if (!b) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory queueing an operation");
+    b->calls = malloc(sizeof(*calls) * (size_t)n);
+    b->xfers = malloc(sizeof(*b->xfers) * (size_t)n);
+    b->base.reqs = malloc(sizeof(*b->base.reqs) * (size_t)(n + 1));
+    if (!b->calls || !b->xfers || !b->base.reqs) {
+        batch_release(&b->base);
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory queueing an operation");
+    }
+    memcpy(b->calls, calls, sizeof(*calls) * (size_t)n);
+    b->n = n;
+    for (int i = 0; i < n; i++) {
+        if (calls[i].is_p2p) b->xfers[b->nxfers++] = calls[i].xfer;
+        if (calls[i].req) b->base.reqs[b->base.nreqs++] = calls[i].req;
+    }
+    if (blocking_req) b->base.reqs[b->base.nreqs++] = blocking_req;
+    b->base.comm = comm;
+    b->base.run = batch_run;
+    b->base.release = batch_release;
+    ccl__exec_submit(comm, &b->base, inline_ok && blocking_req != NULL);
+    return CCL_OK;
+}
+
+ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
+    struct ccl_comm *comm = call->comm;
+    ccl_status_t st = ccl__comm_health(comm);
+    if (st < 0) return st;
+    struct ccl_request *req = NULL;
+    if (req_out) {
+        req = malloc(sizeof(*req));
+        if (!req) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory for a request");
+        ccl__request_init(req, comm, 1);
+    }
+    call->req = req;
+    if (!call->is_p2p) call->coll.id.seq = comm->coll_seq++;
+    if (ccl__group_open()) {
+        st = ccl__group_record(call);
+    } else if (req) {
+        st = ccl__submit_batch(comm, call, 1, NULL, 0);
+    } else {
+        struct ccl_request local;
+        ccl__request_init(&local, comm, 0);
+        st = ccl__submit_batch(comm, call, 1, &local, 1);
+        if (st == CCL_OK) st = ccl__request_wait(&local);
+        return st;
+    }
+    if (st < 0) {
+        free(req);
+        return st;
+    }
+    *req_out = req;
+    return CCL_OK;
+}

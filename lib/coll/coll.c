@@ -1,0 +1,131 @@
+/* The public collective and point-to-point calls and their async twins:
+ * check the communicator and arguments, then issue. */
+#include <stdlib.h>
+
+#include "coll/coll.h"
+
+static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype, ccl_op_t op,
+                         int root, ccl_comm_t *comm, ccl_request_t **req, const char *what) {
+    CCL_CHECK(ccl__check_comm(comm, what));
+    struct ccl__call call = {.comm = comm};
+    call.coll = (struct ccl__coll_args){
+        .id = {.kind = kind, .count = count, .dtype = dtype, .op = op, .root = root},
+        .sendbuf = sendbuf,
+        .recvbuf = recvbuf,
+    };
+    if (req) *req = NULL;
+    CCL_CHECK(ccl__check_coll(comm, &call.coll, what));
+    return ccl__issue(&call, req);
+}
+
+static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
+                        ccl_request_t **req, const char *what) {
+    CCL_CHECK(ccl__check_comm(comm, what));
+    CCL_CHECK(ccl__check_p2p(comm, buf, count, dtype, peer, what));
+    if (req) *req = NULL;
+    struct ccl__call call = {.comm = comm, .is_p2p = 1};
+    call.xfer = (struct ccl__p2p_xfer){.peer = peer, .is_send = is_send, .buf = buf, .count = count, .dtype = dtype};
+    return ccl__issue(&call, req);
+}
+
+/* The async twins receive a non-NULL req pointer or fail. */
+#define REQ_CHECK(comm, req, what)                                                                        \
+    do {                                                                                                  \
+        CCL_CHECK(ccl__check_comm(comm, what));                                                           \
+        if (!(req)) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: req is NULL", what);       \
+    } while (0)
+
+CCL_API ccl_status_t ccl_all_reduce(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
+                                    ccl_comm_t *comm) {
+    return coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, NULL, "all_reduce");
+}
+CCL_API ccl_status_t ccl_all_reduce_async(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
+                                          ccl_comm_t *comm, ccl_request_t **req) {
+    REQ_CHECK(comm, req, "all_reduce");
+    return coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, req, "all_reduce");
+}
+
+CCL_API ccl_status_t ccl_reduce_scatter(const void *s, void *r, size_t recvcount, ccl_dtype_t dt, ccl_op_t op,
+                                        ccl_comm_t *comm) {
+    return coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, NULL, "reduce_scatter");
+}
+CCL_API ccl_status_t ccl_reduce_scatter_async(const void *s, void *r, size_t recvcount, ccl_dtype_t dt, ccl_op_t op,
+                                              ccl_comm_t *comm, ccl_request_t **req) {
+    REQ_CHECK(comm, req, "reduce_scatter");
+    return coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, req, "reduce_scatter");
+}
+
+CCL_API ccl_status_t ccl_all_gather(const void *s, void *r, size_t sendcount, ccl_dtype_t dt, ccl_comm_t *comm) {
+    return coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, NULL, "all_gather");
+}
+CCL_API ccl_status_t ccl_all_gather_async(const void *s, void *r, size_t sendcount, ccl_dtype_t dt, ccl_comm_t *comm,
+                                          ccl_request_t **req) {
+    REQ_CHECK(comm, req, "all_gather");
+    return coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, req, "all_gather");
+}
+
+CCL_API ccl_status_t ccl_broadcast(const void *s, void *r, size_t count, ccl_dtype_t dt, int root, ccl_comm_t *comm) {
+    return coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, NULL, "broadcast");
+}
+CCL_API ccl_status_t ccl_broadcast_async(const void *s, void *r, size_t count, ccl_dtype_t dt, int root,
+                                         ccl_comm_t *comm, ccl_request_t **req) {
+    REQ_CHECK(comm, req, "broadcast");
+    return coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, req, "broadcast");
+}
+
+CCL_API ccl_status_t ccl_reduce(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op, int root,
+                                ccl_comm_t *comm) {
+    return coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, NULL, "reduce");
+}
+CCL_API ccl_status_t ccl_reduce_async(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op, int root,
+                                      ccl_comm_t *comm, ccl_request_t **req) {
+    REQ_CHECK(comm, req, "reduce");
+    return coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, req, "reduce");
+}
+
+CCL_API ccl_status_t ccl_all_to_all(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_comm_t *comm) {
+    return coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, NULL, "all_to_all");
+}
+CCL_API ccl_status_t ccl_all_to_all_async(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_comm_t *comm,
+                                          ccl_request_t **req) {
+    REQ_CHECK(comm, req, "all_to_all");
+    return coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, req, "all_to_all");
+}
+
+CCL_API ccl_status_t ccl_barrier(ccl_comm_t *comm) {
+    return coll(CCL__K_BARRIER, NULL, NULL, 0, CCL_UINT8, CCL_SUM, -1, comm, NULL, "barrier");
+}
+CCL_API ccl_status_t ccl_barrier_async(ccl_comm_t *comm, ccl_request_t **req) {
+    REQ_CHECK(comm, req, "barrier");
+    return coll(CCL__K_BARRIER, NULL, NULL, 0, CCL_UINT8, CCL_SUM, -1, comm, req, "barrier");
+}
+
+CCL_API ccl_status_t ccl_send(const void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm) {
+    return p2p(1, (void *)buf, count, dt, peer, comm, NULL, "send");
+}
+CCL_API ccl_status_t ccl_send_async(const void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
+                                    ccl_request_t **req) {
+    REQ_CHECK(comm, req, "send");
+    return p2p(1, (void *)buf, count, dt, peer, comm, req, "send");
+}
+CCL_API ccl_status_t ccl_recv(void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm) {
+    return p2p(0, buf, count, dt, peer, comm, NULL, "recv");
+}
+CCL_API ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
+                                    ccl_request_t **req) {
+    REQ_CHECK(comm, req, "recv");
+    return p2p(0, buf, count, dt, peer, comm, req, "recv");
+}
+
+CCL_API ccl_status_t ccl_test(ccl_request_t *req, int *done) {
+    if (!req || !done) return CCL_ERR_INVALID_ARGUMENT;
+    *done = atomic_load_explicit(&req->done, memory_order_acquire);
+    return *done ? req->status : CCL_INPROGRESS;
+}
+
+CCL_API ccl_status_t ccl_wait(ccl_request_t *req) {
+    if (!req) return CCL_ERR_INVALID_ARGUMENT;
+    ccl_status_t st = ccl__request_wait(req);
+    if (req->heap) free(req);
+    return st;
+}

@@ -1,0 +1,41 @@
+/*
+ * The API layer's shared pieces: argument checks, turning a call into an
+ * operation, and issuing it (now, queued, or recorded into a group).
+ */
+#ifndef CCL_COLL_H
+#define CCL_COLL_H
+
+#include "algo/algo.h"
+#include "core/comm.h"
+#include "core/exec.h"
+#include "prims/prims.h"
+
+/* NULL or unknown comm -> status (and message for a known one). */
+ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what);
+/* Validates a collective call; sets the comm's last error on failure. */
+ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what);
+ccl_status_t ccl__check_p2p(struct ccl_comm *comm, const void *buf, size_t count, ccl_dtype_t dtype, int peer,
+                            const char *what);
+
+/* One recorded call: a collective, or a send/recv. */
+struct ccl__call {
+    struct ccl_comm *comm;
+    int is_p2p;
+    struct ccl__coll_args coll;
+    struct ccl__p2p_xfer xfer;
+    struct ccl_request *req; /* the user's async request, or NULL */
+};
+
+/* Issue a validated call: recorded if a group is open on this thread,
+ * else run. With req_out, returns at once with a request. */
+ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out);
+
+/* Groups (group.c). */
+int ccl__group_open(void);
+ccl_status_t ccl__group_record(const struct ccl__call *call);
+/* Runs a batch of calls of one communicator as one operation. */
+/* With inline_ok, an idle communicator runs it in this thread. */
+ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
+                               int inline_ok);
+
+#endif

@@ -1,0 +1,90 @@
+/* ccl_group_start/end: calls in between are recorded per thread and run
+ * together at the outermost end, one batch per communicator. */
+#include <stdlib.h>
+
+#include "coll/coll.h"
+
+static _Thread_local int group_depth;
+static _Thread_local struct ccl__call *group_calls;
+static _Thread_local int group_n, group_cap;
+
+int ccl__group_open(void) { return group_depth > 0; }
+
+ccl_status_t ccl__group_record(const struct ccl__call *call) {
+    if (group_n == group_cap) {
+        int cap = group_cap ? group_cap * 2 : 16;
+        struct ccl__call *grown = realloc(group_calls, sizeof(*grown) * (size_t)cap);
+        if (!grown) return ccl__set_error(call->comm, CCL_ERR_NO_MEMORY, "group: out of memory recording a call");
+        group_calls = grown;
+        group_cap = cap;
+    }
+    group_calls[group_n++] = *call;
+    return CCL_OK;
+}
+
+CCL_API ccl_status_t ccl_group_start(void) {
+    group_depth++;
+    return CCL_OK;
+}
+
+/* Submit one batch per communicator (all before waiting on any, so groups
+ * spanning communicators progress together), then wait for the batches
+ * that hold blocking calls. */
+static ccl_status_t run_group(struct ccl__call *calls, int n) {
+    ccl_status_t first = CCL_OK;
+    struct ccl_request *waits = calloc((size_t)n, sizeof(*waits));
+    int *done = calloc((size_t)n, sizeof(int));
+    struct ccl__call *batch = malloc(sizeof(*batch) * (size_t)n);
+    int nwaits = 0, ncomms = 0;
+    if (!waits || !done || !batch) {
+        first = CCL_ERR_NO_MEMORY;
+        goto out;
+    }
+    /* Inline execution would finish one communicator's batch before the
+     * next is queued: only safe when the group has one communicator. */
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++) seen = calls[k].comm == calls[i].comm;
+        ncomms += !seen;
+    }
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        struct ccl_comm *comm = calls[i].comm;
+        int m = 0, blocking = 0;
+        for (int k = i; k < n; k++)
+            if (!done[k] && calls[k].comm == comm) {
+                batch[m++] = calls[k];
+                blocking |= calls[k].req == NULL;
+                done[k] = 1;
+            }
+        struct ccl_request *w = NULL;
+        if (blocking) {
+            w = &waits[nwaits++];
+            ccl__request_init(w, comm, 0);
+        }
+        ccl_status_t st = ccl__submit_batch(comm, batch, m, w, ncomms == 1);
+        if (st < 0) {
+            if (w) nwaits--;
+            if (first == CCL_OK) first = st;
+        }
+    }
+    for (int i = 0; i < nwaits; i++) {
+        ccl_status_t st = ccl__request_wait(&waits[i]);
+        if (st < 0 && first == CCL_OK) first = st;
+    }
+out:
+    free(waits);
+    free(done);
+    free(batch);
+    return first;
+}
+
+CCL_API ccl_status_t ccl_group_end(void) {
+    if (group_depth == 0) return CCL_ERR_INVALID_USAGE;
+    if (--group_depth > 0) return CCL_OK;
+    ccl_status_t st = group_n ? run_group(group_calls, group_n) : CCL_OK;
+    free(group_calls);
+    group_calls = NULL;
+    group_n = group_cap = 0;
+    return st;
+}

@@ -1,0 +1,38 @@
+/* Bootstrap wire messages, shared by the root (boot_root.c) and the ranks
+ * (bootstrap.c). Fixed sizes; all ranks share one ABI. */
+#ifndef CCL_BOOT_PROTO_H
+#define CCL_BOOT_PROTO_H
+
+#include <stdint.h>
+
+#include "core/comm.h"
+
+#define CCL__BOOT_MAGIC 0x42434c43u /* "CLCB" */
+#define CCL__BOOT_VERSION 1
+#define CCL__BOOT_HELLO_S 10.0      /* a connection must say hello this fast */
+
+struct ccl__boot_hello {
+    uint32_t magic;
+    uint32_t version;
+    uint8_t secret[CCL__SECRET_BYTES];
+    int32_t nranks;
+    int32_t rank;
+};
+
+/* Root -> rank after everyone's info arrived (followed by nranks infos when
+ * status is CCL_OK). */
+struct ccl__boot_table_hdr {
+    int32_t status;
+    int32_t nranks;
+    uint64_t comm_id;
+    char msg[256];
+};
+
+/* Rank -> root and root -> rank in each set-up round. */
+struct ccl__boot_round_msg {
+    int32_t status;
+    int32_t rank; /* in the reply: the first rank that failed, -1 if none */
+    double root_time; /* in the reply: the root's clock when it answered */
+};
+
+#endif

@@ -1,0 +1,238 @@
+/*
+ * The bootstrap root: a thread that gathers every rank's info, hands the
+ * table back, then serves the set-up rounds and exits. Strangers (wrong
+ * secret, garbage, silence) are logged and dropped; they never stop or
+ * crash the root.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/boot_proto.h"
+#include "core/bootstrap.h"
+#include "core/log.h"
+#include "core/peer.h"
+
+#define JOIN_BYTES (sizeof(struct ccl__boot_hello) + sizeof(struct ccl__peer_info))
+
+struct pending {
+    int fd;
+    double hello_deadline;
+    size_t got;
+    uint8_t buf[JOIN_BYTES];
+    char addr[64];
+};
+
+struct root {
+    int lfd;
+    uint8_t secret[CCL__SECRET_BYTES];
+    double timeout_s;
+    double deadline;
+    int nranks;               /* from the first valid hello, 0 before */
+    int joined;
+    int *fds;                 /* [nranks] */
+    struct ccl__peer_info *infos;
+    struct pending *pend;
+    int npend, cap_pend;
+};
+
+static void drop(struct root *r, int i, const char *why) {
+    CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
+    close(r->pend[i].fd);
+    r->pend[i] = r->pend[--r->npend];
+}
+
+static void refuse(struct root *r, int i, int32_t status, const char *fmt, int a, int b) {
+    struct ccl__boot_table_hdr h = {.status = status};
+    snprintf(h.msg, sizeof(h.msg), fmt, a, b);
+    ccl__sock_send_all(r->pend[i].fd, &h, sizeof(h), ccl__now() + 1.0);
+    drop(r, i, h.msg);
+}
+
+/* A complete hello+info arrived on pending connection i: adopt or refuse. */
+static void adopt(struct root *r, int i) {
+    struct ccl__boot_hello h;
+    memcpy(&h, r->pend[i].buf, sizeof(h));
+    if (h.nranks <= 0 || h.rank < 0 || h.rank >= h.nranks) {
+        refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "rank %d is out of range for %d ranks", h.rank, h.nranks);
+        return;
+    }
+    if (r->nranks == 0) {
+        r->nranks = h.nranks;
+        r->fds = malloc(sizeof(int) * (size_t)h.nranks);
+        r->infos = calloc((size_t)h.nranks, sizeof(*r->infos));
+        if (!r->fds || !r->infos) {
+            refuse(r, i, CCL_ERR_NO_MEMORY, "bootstrap root out of memory (%d ranks)%.0d", h.nranks, 0);
+            r->nranks = 0;
+            return;
+        }
+        for (int k = 0; k < h.nranks; k++) r->fds[k] = -1;
+    }
+    if (h.nranks != r->nranks) {
+        refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "nranks %d differs from the %d given by the first rank", h.nranks,
+               r->nranks);
+        return;
+    }
+    if (r->fds[h.rank] >= 0) {
+        refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "rank %d joined twice (of %d ranks)", h.rank, r->nranks);
+        return;
+    }
+    r->fds[h.rank] = r->pend[i].fd;
+    memcpy(&r->infos[h.rank], r->pend[i].buf + sizeof(h), sizeof(struct ccl__peer_info));
+    r->joined++;
+    CCL_TRACE(CCL__SUB_BOOT, -1, "bootstrap root: rank %d of %d joined from %s", h.rank, h.nranks, r->pend[i].addr);
+    r->pend[i] = r->pend[--r->npend];
+}
+
+/* Read what pending connection i has; validate the hello as soon as it is
+ * complete so a stranger is dropped before it can send more. */
+static void feed(struct root *r, int i) {
+    struct pending *p = &r->pend[i];
+    ssize_t n = read(p->fd, p->buf + p->got, JOIN_BYTES - p->got);
+    if (n == 0) return drop(r, i, "closed before joining");
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) return;
+        return drop(r, i, strerror(errno));
+    }
+    size_t before = p->got;
+    p->got += (size_t)n;
+    if (before < sizeof(struct ccl__boot_hello) && p->got >= sizeof(struct ccl__boot_hello)) {
+        struct ccl__boot_hello h;
+        memcpy(&h, p->buf, sizeof(h));
+        if (h.magic != CCL__BOOT_MAGIC) return drop(r, i, "not a libccl bootstrap hello");
+        if (h.version != CCL__BOOT_VERSION) return drop(r, i, "bootstrap protocol version differs");
+        if (!ccl__secret_equal(h.secret, r->secret, CCL__SECRET_BYTES)) return drop(r, i, "wrong secret");
+        p->hello_deadline = r->deadline; /* proven: it may take its time for the info */
+    }
+    if (p->got == JOIN_BYTES) adopt(r, i);
+}
+
+static int accept_one(struct root *r) {
+    int fd;
+    if (ccl__sock_accept(r->lfd, ccl__now(), &fd) != CCL_OK) return 0;
+    if (r->npend == r->cap_pend) {
+        int cap = r->cap_pend ? r->cap_pend * 2 : 16;
+        struct pending *grown = realloc(r->pend, sizeof(*grown) * (size_t)cap);
+        if (!grown) {
+            close(fd);
+            return 0;
+        }
+        r->pend = grown;
+        r->cap_pend = cap;
+    }
+    ccl__sock_nonblock(fd);
+    struct pending *p = &r->pend[r->npend++];
+    p->fd = fd;
+    p->got = 0;
+    p->hello_deadline = ccl__now() + CCL__BOOT_HELLO_S;
+    union ccl__sa peer;
+    socklen_t len = sizeof(peer);
+    if (getpeername(fd, &peer.sa, &len) == 0) ccl__sa_str(&peer, p->addr, sizeof(p->addr));
+    else snprintf(p->addr, sizeof(p->addr), "?");
+    return 1;
+}
+
+static ccl_status_t gather(struct root *r) {
+    while (r->nranks == 0 || r->joined < r->nranks) {
+        double now = ccl__now();
+        if (now > r->deadline) return CCL_ERR_TIMEOUT;
+        for (int i = r->npend - 1; i >= 0; i--)
+            if (now > r->pend[i].hello_deadline) drop(r, i, "said nothing in time");
+        struct pollfd fds[1 + 256];
+        int n = 0;
+        fds[n++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+        for (int i = 0; i < r->npend && n < 257; i++) fds[n++] = (struct pollfd){.fd = r->pend[i].fd, .events = POLLIN};
+        if (poll(fds, (nfds_t)n, 100) <= 0) continue;
+        /* Pending entries move when one is dropped: walk backwards. */
+        for (int i = n - 1; i >= 1; i--)
+            if (fds[i].revents && i - 1 < r->npend && r->pend[i - 1].fd == fds[i].fd) feed(r, i - 1);
+        if (fds[0].revents & POLLIN) accept_one(r);
+    }
+    return CCL_OK;
+}
+
+static void send_tables(struct root *r) {
+    struct ccl__boot_table_hdr h = {.status = CCL_OK, .nranks = r->nranks};
+    if (getrandom(&h.comm_id, sizeof(h.comm_id), 0) != sizeof(h.comm_id)) h.comm_id = (uint64_t)getpid() << 32;
+    double dl = ccl__now() + r->timeout_s;
+    for (int k = 0; k < r->nranks; k++) {
+        if (ccl__sock_send_all(r->fds[k], &h, sizeof(h), dl) == CCL_OK)
+            ccl__sock_send_all(r->fds[k], r->infos, sizeof(*r->infos) * (size_t)r->nranks, dl);
+    }
+}
+
+/* One round: every rank's status in, the first failure (or OK) out to all.
+ * A rank whose connection dies counts as failed with CCL_ERR_REMOTE. */
+static int serve_round(struct root *r) {
+    struct ccl__boot_round_msg out = {.status = CCL_OK, .rank = -1};
+    for (int k = 0; k < r->nranks; k++) {
+        struct ccl__boot_round_msg in;
+        if (r->fds[k] < 0) continue;
+        ccl_status_t st = ccl__sock_recv_all(r->fds[k], &in, sizeof(in), ccl__now() + r->timeout_s);
+        if (st != CCL_OK) in = (struct ccl__boot_round_msg){.status = CCL_ERR_REMOTE, .rank = k};
+        if (in.status != CCL_OK && out.status == CCL_OK) out = (struct ccl__boot_round_msg){in.status, k, 0};
+        if (st != CCL_OK) {
+            close(r->fds[k]);
+            r->fds[k] = -1;
+        }
+    }
+    out.root_time = ccl__now();
+    for (int k = 0; k < r->nranks; k++)
+        if (r->fds[k] >= 0) ccl__sock_send_all(r->fds[k], &out, sizeof(out), ccl__now() + r->timeout_s);
+    return out.status == CCL_OK;
+}
+
+static void *root_main(void *arg) {
+    struct root *r = arg;
+    ccl_status_t st = gather(r);
+    if (st == CCL_OK) {
+        send_tables(r);
+        for (int round = 0; round < CCL__BOOT_ROUNDS && serve_round(r); round++) {
+        }
+    } else {
+        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: gave up after %.0f s with %d of %d ranks joined", r->timeout_s,
+                 r->joined, r->nranks);
+    }
+    for (int k = 0; k < r->nranks; k++)
+        if (r->fds[k] >= 0) close(r->fds[k]);
+    for (int i = 0; i < r->npend; i++) close(r->pend[i].fd);
+    close(r->lfd);
+    free(r->fds);
+    free(r->infos);
+    free(r->pend);
+    free(r);
+    return NULL;
+}
+
+ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s) {
+    struct root *r = calloc(1, sizeof(*r));
+    if (!r) return CCL_ERR_NO_MEMORY;
+    ccl_status_t st = ccl__sock_listen(addr, &r->lfd);
+    if (st != CCL_OK) {
+        free(r);
+        return st;
+    }
+    memcpy(r->secret, secret, CCL__SECRET_BYTES);
+    r->timeout_s = timeout_s;
+    r->deadline = ccl__now() + timeout_s;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, root_main, r);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        close(r->lfd);
+        free(r);
+        return CCL_ERR_SYSTEM;
+    }
+    char s[64];
+    ccl__sa_str(addr, s, sizeof(s));
+    CCL_INFO(CCL__SUB_BOOT, -1, "bootstrap root listening on %s", s);
+    return CCL_OK;
+}

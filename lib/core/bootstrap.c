@@ -1,0 +1,85 @@
+/* The rank's side of bootstrap: join the root, exchange infos, rounds. */
+#include "core/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/boot_proto.h"
+#include "core/log.h"
+
+ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s) {
+    memset(uid, 0, sizeof(*uid));
+    uid->magic = CCL__UID_MAGIC;
+    if (getrandom(uid->secret, sizeof(uid->secret), 0) != (ssize_t)sizeof(uid->secret)) return CCL_ERR_SYSTEM;
+    CCL_CHECK(ccl__sa_local(ifname, &uid->root));
+    return ccl__boot_root_start(&uid->root, uid->secret, timeout_s);
+}
+
+ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_id *uid, int *root_fd) {
+    char where[64];
+    ccl__sa_str(&uid->root, where, sizeof(where));
+    int fd;
+    ccl_status_t st = ccl__sock_connect(&uid->root, ccl__now() + comm->params.timeout_s, &fd);
+    if (st != CCL_OK)
+        return ccl__set_error(comm, st, "init: cannot reach the bootstrap root at %s within %g s", where,
+                              comm->params.timeout_s);
+    union ccl__sa self;
+    socklen_t len = sizeof(self);
+    if (getsockname(fd, &self.sa, &len) != 0) {
+        close(fd);
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "init: getsockname failed");
+    }
+    const void *ip = self.sa.sa_family == AF_INET6 ? (const void *)&self.in6.sin6_addr : (const void *)&self.in.sin_addr;
+    inet_ntop(self.sa.sa_family, ip, comm->boot_addr, sizeof(comm->boot_addr));
+    struct ccl__boot_hello h = {.magic = CCL__BOOT_MAGIC, .version = CCL__BOOT_VERSION, .nranks = comm->nranks,
+                                .rank = comm->rank};
+    memcpy(h.secret, uid->secret, sizeof(h.secret));
+    st = ccl__sock_send_all(fd, &h, sizeof(h), ccl__now() + comm->params.timeout_s);
+    if (st != CCL_OK) {
+        close(fd);
+        return ccl__set_error(comm, st, "init: sending hello to the bootstrap root at %s failed", where);
+    }
+    *root_fd = fd;
+    return CCL_OK;
+}
+
+ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const struct ccl__peer_info *self) {
+    double dl = ccl__now() + comm->params.timeout_s;
+    ccl_status_t st = ccl__sock_send_all(root_fd, self, sizeof(*self), dl);
+    if (st != CCL_OK) return ccl__set_error(comm, st, "init: sending peer info to the bootstrap root failed");
+    struct ccl__boot_table_hdr h;
+    st = ccl__sock_recv_all(root_fd, &h, sizeof(h), dl);
+    if (st == CCL_ERR_REMOTE)
+        return ccl__set_error(comm, st, "init: the bootstrap root closed the connection (wrong unique id or "
+                                        "secret, or the root gave up waiting for other ranks)");
+    if (st == CCL_ERR_TIMEOUT)
+        return ccl__set_error(comm, st, "init: not every one of the %d ranks joined within %g s (CCL_TIMEOUT)",
+                              comm->nranks, comm->params.timeout_s);
+    if (st != CCL_OK) return ccl__set_error(comm, st, "init: reading the peer table failed");
+    h.msg[sizeof(h.msg) - 1] = 0;
+    if (h.status != CCL_OK) return ccl__set_error(comm, (ccl_status_t)h.status, "init: %s", h.msg);
+    if (h.nranks != comm->nranks)
+        return ccl__set_error(comm, CCL_ERR_INTERNAL, "init: root sent %d infos for %d ranks", h.nranks, comm->nranks);
+    comm->peers = calloc((size_t)comm->nranks, sizeof(*comm->peers));
+    if (!comm->peers) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory for the peer table");
+    st = ccl__sock_recv_all(root_fd, comm->peers, sizeof(*comm->peers) * (size_t)comm->nranks, dl);
+    if (st != CCL_OK) return ccl__set_error(comm, st, "init: reading the peer table failed");
+    comm->comm_id = h.comm_id;
+    return CCL_OK;
+}
+
+ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mine) {
+    struct ccl__boot_round_msg m = {.status = mine, .rank = comm->rank};
+    double dl = ccl__now() + comm->params.timeout_s;
+    ccl_status_t st = ccl__sock_send_all(root_fd, &m, sizeof(m), dl);
+    if (st == CCL_OK) st = ccl__sock_recv_all(root_fd, &m, sizeof(m), dl);
+    if (st != CCL_OK) return ccl__set_error(comm, st, "init: lost the bootstrap root during set-up");
+    if (m.status != CCL_OK && mine == CCL_OK)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "init: rank %d failed during set-up (%s)", m.rank,
+                              ccl_status_string((ccl_status_t)m.status));
+    return (ccl_status_t)m.status;
+}

@@ -1,0 +1,51 @@
+/*
+ * Bootstrap: how ranks find each other. ccl_get_unique_id starts a root (a
+ * listening socket and a thread) and packs its address and a random secret
+ * into the unique id. Every rank connects to the root, proves it knows the
+ * secret and sends its peer info; the root answers with everyone's. After
+ * that the root serves barriers ("rounds") until set-up is finished, then
+ * goes away: data connections are made peer to peer by the transports.
+ */
+#ifndef CCL_BOOTSTRAP_H
+#define CCL_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ccl.h"
+#include "core/comm.h"
+#include "core/socket.h"
+
+#define CCL__UID_MAGIC 0x31444943u /* "CID1" */
+
+/* The layout behind ccl_unique_id_t (fits in CCL_UNIQUE_ID_BYTES). */
+struct ccl__unique_id {
+    uint32_t magic;
+    uint32_t flags;
+    union ccl__sa root;                    /* where the root listens */
+    uint8_t secret[CCL__SECRET_BYTES];     /* random, never printed */
+};
+
+/* How many set-up rounds the root serves after the peer-info exchange. */
+#define CCL__BOOT_ROUNDS 3
+
+/* Start a root listening on *addr (port 0 picks one) with this secret; it
+ * serves one communicator and exits (on success, failure or timeout). */
+ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s);
+
+/* Fill a unique id: secret from getrandom, root on this host. */
+ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s);
+
+/* Join, step 1: connect to the root and prove the secret. Sets
+ * comm->boot_addr to the numeric IP this host used to reach the root, the
+ * address other ranks can reach this one at. */
+ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_id *uid, int *root_fd);
+/* Join, step 2: send this rank's info, receive everyone's into comm->peers
+ * (allocated here) and comm->comm_id. The connection stays open for rounds. */
+ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const struct ccl__peer_info *self);
+/* A barrier through the root that also carries a status: every rank sends
+ * its status; all get CCL_OK only if every rank sent CCL_OK, otherwise the
+ * first failure (and which rank) comes back to all. */
+ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mine);
+
+#endif

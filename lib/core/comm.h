@@ -1,0 +1,103 @@
+/*
+ * The communicator: what every layer shares about one group of ranks.
+ * Fields are grouped by the layer that owns them; a layer reads lower
+ * layers' fields and writes only its own.
+ */
+#ifndef CCL_COMM_H
+#define CCL_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ccl.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "core/peer.h"
+#include "core/wake.h"
+
+#define CCL__COMM_MAGIC 0x43434c43u /* "CCLC" */
+#define CCL__SECRET_BYTES 32
+#define CCL__ERR_BYTES 512
+
+struct ccl__conn;
+struct ccl__exec;
+
+enum ccl__comm_state { CCL__COMM_OK = 0, CCL__COMM_FAILED = 1 };
+
+struct ccl_comm {
+    uint32_t magic;
+    int rank;
+    int nranks;
+    uint64_t comm_id;                   /* random, same on every rank */
+    uint8_t secret[CCL__SECRET_BYTES];  /* proves membership on every connection */
+    struct ccl__params params;          /* snapshot taken at init */
+    struct ccl__peer_info *peers;       /* [nranks], from bootstrap */
+
+    /* transports */
+    void *tstate[CCL__MAX_TRANSPORTS];  /* per-transport private state */
+    struct ccl__conn **conns;           /* [nranks], full duplex; NULL for self */
+
+    /* planner output */
+    int *ring;                          /* [nranks]: ring position -> rank */
+    int ring_pos;                       /* this rank's position in ring */
+    const char *algo_name;
+
+    /* waking and failure */
+    struct ccl__wake_words local_wake;  /* used until shm provides shared words */
+    struct ccl__wake_words *wake;       /* where peers ring us */
+    int event_fd;                       /* wakes poll() waiters on local abort */
+    _Atomic int aborted;                /* ccl_comm_abort was called */
+    _Atomic int state;                  /* enum ccl__comm_state */
+    _Atomic int failed_status;          /* first error that failed the comm */
+    /* Set by the layer that owns the transports: tells every peer we failed
+     * (core cannot call transports: layers point down only). */
+    void (*on_fail)(struct ccl_comm *comm, ccl_status_t st);
+    pthread_mutex_t err_lock;
+    char last_error[CCL__ERR_BYTES];
+
+    /* execution (core/exec.c) */
+    struct ccl__exec *exec;
+    uint32_t coll_seq;                  /* collectives issued, same on every rank */
+    uint32_t *send_seq;                 /* [nranks] p2p messages sent to each peer */
+    uint32_t *recv_seq;                 /* [nranks] p2p messages received from each */
+
+    /* bootstrap (core/bootstrap.c) */
+    char boot_addr[64];                 /* address peers can reach us at */
+};
+
+/* Record a sentence for ccl_comm_last_error and return st. Thread-safe. */
+ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Mark the communicator failed with st (first failure wins), record the
+ * message, tell every peer through the transports. Returns st. */
+ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st);
+
+/* CCL_OK, or the status that failed/aborted the communicator. */
+static inline ccl_status_t ccl__comm_health(struct ccl_comm *comm) {
+    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed)) return CCL_ERR_ABORTED;
+    if (atomic_load_explicit(&comm->state, memory_order_acquire) != CCL__COMM_OK)
+        return (ccl_status_t)atomic_load(&comm->failed_status);
+    return CCL_OK;
+}
+
+/* Live-communicator registry: lets every entry point refuse a destroyed or
+ * foreign pointer with CCL_ERR_INVALID_USAGE instead of crashing. */
+ccl_status_t ccl__registry_add(struct ccl_comm *comm);
+void ccl__registry_remove(struct ccl_comm *comm);
+int ccl__registry_has(const struct ccl_comm *comm);
+
+/* Propagate a status from a call, logging where it failed (NCCL's NCCLCHECK). */
+#define CCL_CHECK(call)                                                                         \
+    do {                                                                                        \
+        ccl_status_t ccl_check_st_ = (call);                                                    \
+        if (ccl_check_st_ < 0) {                                                                \
+            CCL_TRACE(CCL__SUB_ALL, -1, "%s:%d %s -> %s", __FILE__, __LINE__, #call,            \
+                      ccl_status_string(ccl_check_st_));                                        \
+            return ccl_check_st_;                                                               \
+        }                                                                                       \
+    } while (0)
+
+#endif

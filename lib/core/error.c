@@ -1,0 +1,92 @@
+/* Per-communicator error state, failure propagation and the registry of
+ * live communicators. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/log.h"
+
+ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *fmt, ...) {
+    char msg[CCL__ERR_BYTES];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (!comm) {
+        CCL_WARN(CCL__SUB_ALL, -1, "%s", msg);
+        return st;
+    }
+    pthread_mutex_lock(&comm->err_lock);
+    memcpy(comm->last_error, msg, sizeof(msg));
+    pthread_mutex_unlock(&comm->err_lock);
+    CCL_INFO(CCL__SUB_ALL, comm->rank, "error (%s): %s", ccl_status_string(st), msg);
+    return st;
+}
+
+ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st) {
+    int expected = CCL__COMM_OK;
+    if (!atomic_compare_exchange_strong(&comm->state, &expected, CCL__COMM_FAILED)) return st;
+    atomic_store(&comm->failed_status, st);
+    pthread_mutex_lock(&comm->err_lock);
+    CCL_WARN(CCL__SUB_ALL, comm->rank, "communicator failed (%s): %s", ccl_status_string(st), comm->last_error);
+    pthread_mutex_unlock(&comm->err_lock);
+    if (comm->on_fail) comm->on_fail(comm, st);
+    return st;
+}
+
+CCL_API const char *ccl_comm_last_error(const ccl_comm_t *comm) {
+    if (!comm) return "communicator is NULL";
+    if (!ccl__registry_has(comm)) return "not a live communicator (destroyed or never created)";
+    /* The string is only ever replaced whole, under the lock; returning the
+     * buffer is what NCCL's ncclGetLastError does too. */
+    return comm->last_error;
+}
+
+/* The registry: a small mutex-protected array. It is the one piece of
+ * process-wide mutable state besides logging and params, and it is what
+ * lets a call on a destroyed communicator fail cleanly. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct ccl_comm **registry;
+static size_t registry_len, registry_cap;
+
+ccl_status_t ccl__registry_add(struct ccl_comm *comm) {
+    pthread_mutex_lock(&registry_lock);
+    if (registry_len == registry_cap) {
+        size_t cap = registry_cap ? registry_cap * 2 : 16;
+        const struct ccl_comm **grown = realloc(registry, cap * sizeof(*grown));
+        if (!grown) {
+            pthread_mutex_unlock(&registry_lock);
+            return CCL_ERR_NO_MEMORY;
+        }
+        registry = grown;
+        registry_cap = cap;
+    }
+    registry[registry_len++] = comm;
+    pthread_mutex_unlock(&registry_lock);
+    return CCL_OK;
+}
+
+void ccl__registry_remove(struct ccl_comm *comm) {
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len; i++)
+        if (registry[i] == comm) {
+            registry[i] = registry[--registry_len];
+            break;
+        }
+    if (registry_len == 0) {
+        free(registry);
+        registry = NULL;
+        registry_cap = 0;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+int ccl__registry_has(const struct ccl_comm *comm) {
+    int found = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len && !found; i++) found = registry[i] == comm;
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}

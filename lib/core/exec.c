@@ -1,0 +1,145 @@
+/* The per-communicator queue and progress thread. */
+#include "core/exec.h"
+
+#include <stdlib.h>
+
+#include "core/log.h"
+
+struct ccl__exec {
+    pthread_mutex_t lock;
+    pthread_cond_t work;  /* queue gained an op, or runner became free, or stop */
+    pthread_cond_t done;  /* some request completed */
+    struct ccl__op *head, *tail;
+    int busy;             /* an op is running (thread or inline) */
+    int stop;
+    int thread_started;
+    pthread_t thread;
+};
+
+ccl_status_t ccl__exec_create(struct ccl_comm *comm) {
+    struct ccl__exec *e = calloc(1, sizeof(*e));
+    if (!e) return CCL_ERR_NO_MEMORY;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->done, NULL);
+    comm->exec = e;
+    return CCL_OK;
+}
+
+void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm, int heap) {
+    atomic_init(&req->done, 0);
+    req->status = CCL_OK;
+    req->exec = comm->exec;
+    req->heap = heap;
+}
+
+/* Called with the lock held. */
+static void complete(struct ccl__exec *e, struct ccl__op *op, ccl_status_t st) {
+    for (int i = 0; i < op->nreqs; i++) {
+        op->reqs[i]->status = st;
+        atomic_store_explicit(&op->reqs[i]->done, 1, memory_order_release);
+    }
+    pthread_cond_broadcast(&e->done);
+}
+
+static void run_op(struct ccl__exec *e, struct ccl__op *op) {
+    ccl_status_t health = ccl__comm_health(op->comm);
+    ccl_status_t st = health < 0 ? health : op->run(op);
+    pthread_mutex_lock(&e->lock);
+    complete(e, op, st);
+    e->busy = 0;
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->lock);
+    op->release(op);
+}
+
+static void *progress_main(void *arg) {
+    struct ccl__exec *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!e->stop && (!e->head || e->busy)) pthread_cond_wait(&e->work, &e->lock);
+        if (!e->head || e->busy) {
+            if (e->stop && !e->busy) break;
+            continue;
+        }
+        struct ccl__op *op = e->head;
+        e->head = op->next;
+        if (!e->head) e->tail = NULL;
+        e->busy = 1;
+        pthread_mutex_unlock(&e->lock);
+        run_op(e, op);
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok) {
+    struct ccl__exec *e = comm->exec;
+    op->next = NULL;
+    pthread_mutex_lock(&e->lock);
+    if (inline_ok && !e->busy && !e->head) {
+        e->busy = 1;
+        pthread_mutex_unlock(&e->lock);
+        run_op(e, op);
+        return;
+    }
+    if (e->tail) e->tail->next = op;
+    else e->head = op;
+    e->tail = op;
+    if (!e->thread_started) {
+        if (pthread_create(&e->thread, NULL, progress_main, e) == 0) {
+            e->thread_started = 1;
+        } else {
+            /* No thread: run the queue here, in order, rather than never. */
+            CCL_WARN(CCL__SUB_INIT, comm->rank, "cannot start a progress thread; running operations inline");
+            while (e->head && !e->busy) {
+                struct ccl__op *first = e->head;
+                e->head = first->next;
+                if (!e->head) e->tail = NULL;
+                e->busy = 1;
+                pthread_mutex_unlock(&e->lock);
+                run_op(e, first);
+                pthread_mutex_lock(&e->lock);
+            }
+        }
+    }
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->lock);
+}
+
+ccl_status_t ccl__request_wait(struct ccl_request *req) {
+    if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
+        struct ccl__exec *e = req->exec;
+        pthread_mutex_lock(&e->lock);
+        while (!atomic_load_explicit(&req->done, memory_order_acquire)) pthread_cond_wait(&e->done, &e->lock);
+        pthread_mutex_unlock(&e->lock);
+    }
+    return req->status;
+}
+
+void ccl__exec_kick(struct ccl_comm *comm) {
+    struct ccl__exec *e = comm->exec;
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void ccl__exec_destroy(struct ccl_comm *comm) {
+    struct ccl__exec *e = comm->exec;
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->work);
+    int started = e->thread_started;
+    /* Without a thread, wait for an inline runner to finish. */
+    while (!started && e->busy) pthread_cond_wait(&e->done, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    if (started) pthread_join(e->thread, NULL);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->done);
+    free(e);
+    comm->exec = NULL;
+}

@@ -1,0 +1,51 @@
+/*
+ * Executing operations in issue order. Each communicator has a queue and a
+ * progress thread (started on first use) that runs queued operations while
+ * the caller computes. A blocking call on an idle communicator runs inline
+ * in the caller's thread instead, saving a thread hand-off, which keeps the
+ * small-message latency of blocking calls low. Only one thread at a time
+ * runs a communicator's operations, so the data path needs no locks.
+ */
+#ifndef CCL_EXEC_H
+#define CCL_EXEC_H
+
+#include <stdatomic.h>
+
+#include "core/comm.h"
+
+struct ccl__op;
+typedef ccl_status_t (*ccl__op_run_fn)(struct ccl__op *op);
+
+/* Completion state of one operation as the user sees it. */
+struct ccl_request {
+    _Atomic int done;
+    ccl_status_t status;
+    struct ccl__exec *exec;
+    int heap; /* allocated for the user (async), freed by ccl_wait */
+};
+
+/* An operation; the layer above defines what it carries (it embeds this as
+ * the first member and provides run and release). */
+struct ccl__op {
+    struct ccl__op *next;
+    struct ccl_comm *comm;
+    ccl__op_run_fn run;
+    void (*release)(struct ccl__op *op);
+    struct ccl_request **reqs; /* completed together when the op finishes */
+    int nreqs;
+};
+
+ccl_status_t ccl__exec_create(struct ccl_comm *comm);
+/* Runs what is queued, stops the thread, frees. */
+void ccl__exec_destroy(struct ccl_comm *comm);
+
+void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm, int heap);
+/* Queue op (its reqs complete when it finishes). With inline_ok, an idle
+ * communicator runs it right here. Takes ownership of op. */
+void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok);
+/* Blocks until req is done; returns its status. Does not free it. */
+ccl_status_t ccl__request_wait(struct ccl_request *req);
+/* Wake the progress thread and any waiter (after an abort). */
+void ccl__exec_kick(struct ccl_comm *comm);
+
+#endif

@@ -1,0 +1,92 @@
+/* Logging with a one-compare fast path; configured once from CCL_DEBUG*. */
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+int ccl__log_level_cached = CCL__LOG_WARN;
+unsigned ccl__log_subsys_mask = CCL__SUB_ALL;
+
+static FILE *log_file;
+static char log_host[64] = "?";
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} subsys_names[] = {
+    {"INIT", CCL__SUB_INIT}, {"BOOT", CCL__SUB_BOOT}, {"NET", CCL__SUB_NET},   {"SHM", CCL__SUB_SHM},
+    {"COLL", CCL__SUB_COLL}, {"P2P", CCL__SUB_P2P},   {"PLAN", CCL__SUB_PLAN}, {"ENV", CCL__SUB_ENV},
+    {"ALL", CCL__SUB_ALL},
+};
+
+static unsigned parse_subsys(const char *spec) {
+    int exclude = spec[0] == '^';
+    unsigned mask = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", spec + exclude);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+            if (strcasecmp(tok, subsys_names[i].name) == 0) mask |= subsys_names[i].bit;
+    return exclude ? ~mask : mask;
+}
+
+static const char *subsys_name(unsigned bit) {
+    for (size_t i = 0; i + 1 < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+        if (subsys_names[i].bit == bit) return subsys_names[i].name;
+    return "ALL";
+}
+
+/* "%h" -> host, "%p" -> pid, so each process of a job gets its own file. */
+static void open_log_file(const char *pattern) {
+    char path[512];
+    size_t o = 0;
+    for (const char *p = pattern; *p && o + 32 < sizeof(path); p++) {
+        if (p[0] == '%' && p[1] == 'h') o += (size_t)snprintf(path + o, sizeof(path) - o, "%s", log_host), p++;
+        else if (p[0] == '%' && p[1] == 'p') o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)getpid()), p++;
+        else path[o++] = *p;
+    }
+    path[o] = 0;
+    log_file = fopen(path, "a");
+    if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+}
+
+static void log_setup(void) {
+    gethostname(log_host, sizeof(log_host) - 1);
+    const char *lvl = getenv("CCL_DEBUG");
+    if (lvl && *lvl) {
+        if (!strcasecmp(lvl, "NONE")) ccl__log_level_cached = CCL__LOG_NONE;
+        else if (!strcasecmp(lvl, "WARN")) ccl__log_level_cached = CCL__LOG_WARN;
+        else if (!strcasecmp(lvl, "INFO")) ccl__log_level_cached = CCL__LOG_INFO;
+        else if (!strcasecmp(lvl, "TRACE")) ccl__log_level_cached = CCL__LOG_TRACE;
+    }
+    const char *sub = getenv("CCL_DEBUG_SUBSYS");
+    if (sub && *sub) ccl__log_subsys_mask = parse_subsys(sub);
+    const char *file = getenv("CCL_DEBUG_FILE");
+    if (file && *file) open_log_file(file);
+}
+
+void ccl__log_init(void) { pthread_once(&log_once, log_setup); }
+
+void ccl__log(int level, unsigned subsys, int rank, const char *fmt, ...) {
+    static const char *const level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    char who[16];
+    if (rank >= 0) snprintf(who, sizeof(who), "%d", rank);
+    else snprintf(who, sizeof(who), "-");
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    /* One fprintf per line so lines from threads do not interleave. */
+    fprintf(log_file ? log_file : stderr, "%s:%d:%s [%ld.%06ld] CCL %s %s: %s\n", log_host, (int)getpid(), who,
+            (long)tv.tv_sec, (long)tv.tv_usec, level_names[level], subsys_name(subsys), msg);
+}

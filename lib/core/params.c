@@ -1,0 +1,100 @@
+/* Every environment knob in one table, read once per process. */
+#include "core/params.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+static const struct ccl__param_doc docs[] = {
+    {"CCL_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
+    {"CCL_DEBUG_SUBSYS", "ALL", "comma list of INIT,BOOT,NET,SHM,COLL,P2P,PLAN,ENV (^X excludes)"},
+    {"CCL_DEBUG_FILE", "", "log to this file instead of stderr (%h host, %p pid)"},
+    {"CCL_TIMEOUT", "300", "seconds a wait may go without progress before CCL_ERR_TIMEOUT"},
+    {"CCL_TRANSPORT", "", "force one transport for every peer: shm or tcp"},
+    {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default hostname+boot id)"},
+    {"CCL_SOCKET_IFNAME", "", "network interface for sockets (default: first non-loopback)"},
+    {"CCL_SHM_SLOT_BYTES", "131072", "bytes per shared-memory FIFO slot (a pipeline chunk)"},
+    {"CCL_TCP_SLOT_BYTES", "524288", "bytes per TCP staging slot (a pipeline chunk)"},
+    {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
+    {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping"},
+    {"CCL_ALGO", "", "force an algorithm: ring"},
+    {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
+    {"CCL_SECRET", "", "job secret (hex) for ccl_comm_init_env; cclrun sets it"},
+};
+
+const struct ccl__param_doc *ccl__params_docs(size_t *n) {
+    *n = sizeof(docs) / sizeof(docs[0]);
+    return docs;
+}
+
+static struct ccl__params params;
+static pthread_once_t params_once = PTHREAD_ONCE_INIT;
+
+static const char *env_or(const char *name, const char *def) {
+    const char *v = getenv(name);
+    return v && *v ? v : def;
+}
+
+static long env_long(const char *name, long def, long lo, long hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    long x = strtol(v, &end, 0);
+    if (*end == 'k' || *end == 'K') x <<= 10, end++;
+    else if (*end == 'm' || *end == 'M') x <<= 20, end++;
+    if (*end || x < lo || x > hi) {
+        CCL_WARN(CCL__SUB_ENV, -1, "ignoring %s=%s (want %ld..%ld); using %ld", name, v, lo, hi, def);
+        return def;
+    }
+    return x;
+}
+
+static void copy_str(char *dst, size_t n, const char *src) {
+    snprintf(dst, n, "%s", src);
+}
+
+/* Hostname plus the kernel's boot id: distinct for two machines (or two
+ * boots) that share a hostname, equal for every process of one machine. */
+static void default_host_id(char *dst, size_t n) {
+    char host[64] = "unknown";
+    gethostname(host, sizeof(host) - 1);
+    char boot[40] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f)) boot[0] = 0;
+        fclose(f);
+        boot[strcspn(boot, "\n")] = 0;
+    }
+    snprintf(dst, n, "%.30s:%.32s", host, boot);
+}
+
+static void params_load(void) {
+    ccl__log_init();
+    const char *t = getenv("CCL_TIMEOUT");
+    double timeout = t && *t ? strtod(t, NULL) : 300.0;
+    if (!(timeout > 0)) {
+        CCL_WARN(CCL__SUB_ENV, -1, "ignoring CCL_TIMEOUT=%s (want seconds > 0); using 300", t);
+        timeout = 300.0;
+    }
+    params.timeout_s = timeout;
+    copy_str(params.transport, sizeof(params.transport), env_or("CCL_TRANSPORT", ""));
+    const char *hid = getenv("CCL_HOST_ID");
+    if (hid && *hid) copy_str(params.host_id, sizeof(params.host_id), hid);
+    else default_host_id(params.host_id, sizeof(params.host_id));
+    copy_str(params.ifname, sizeof(params.ifname), env_or("CCL_SOCKET_IFNAME", ""));
+    params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
+    params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
+    params.slots = (int)env_long("CCL_SLOTS", 8, 2, 64);
+    params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
+    copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
+    copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
+}
+
+const struct ccl__params *ccl__params_get(void) {
+    pthread_once(&params_once, params_load);
+    return &params;
+}

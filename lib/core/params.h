@@ -1,0 +1,36 @@
+/*
+ * Environment knobs, declared in one place (params.c) with their defaults.
+ * Read once per process; a communicator copies what it needs at init so a
+ * later setenv does not change a running communicator.
+ */
+#ifndef CCL_PARAMS_H
+#define CCL_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ccl__params {
+    double timeout_s;         /* CCL_TIMEOUT: longest wait without progress */
+    char transport[16];       /* CCL_TRANSPORT: "" (auto), "shm", "tcp" */
+    char host_id[64];         /* CCL_HOST_ID or hostname + boot id */
+    char ifname[32];          /* CCL_SOCKET_IFNAME: interface for sockets */
+    size_t shm_slot_bytes;    /* CCL_SHM_SLOT_BYTES */
+    size_t tcp_slot_bytes;    /* CCL_TCP_SLOT_BYTES */
+    int slots;                /* CCL_SLOTS: slots per connection direction */
+    int spin_us;              /* CCL_SPIN_US: busy-wait before yielding */
+    char algo[16];            /* CCL_ALGO: "" (planner's choice) or "ring" */
+    char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */
+};
+
+/* The process-wide values (parsed once, thread-safe). */
+const struct ccl__params *ccl__params_get(void);
+
+/* Table of knobs for docs and CCL_DEBUG=INFO: name, default, meaning. */
+struct ccl__param_doc {
+    const char *name;
+    const char *def;
+    const char *help;
+};
+const struct ccl__param_doc *ccl__params_docs(size_t *n);
+
+#endif

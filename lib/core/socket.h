@@ -1,0 +1,51 @@
+/*
+ * Socket helpers with deadlines, shared by bootstrap and the TCP transport.
+ * Deadlines are absolute ccl__now() seconds; every blocking helper gives up
+ * with CCL_ERR_TIMEOUT when one passes.
+ */
+#ifndef CCL_SOCKET_H
+#define CCL_SOCKET_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "ccl.h"
+
+/* An IPv4 or IPv6 address; 28 bytes, fits a peer blob. */
+union ccl__sa {
+    struct sockaddr sa;
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+};
+
+/* Monotonic clock in seconds. */
+double ccl__now(void);
+
+socklen_t ccl__sa_len(const union ccl__sa *a);
+/* "host:port", "[v6addr]:port"; host may be a name. */
+ccl_status_t ccl__sa_parse(const char *hostport, union ccl__sa *out);
+/* "1.2.3.4:5" or "[::1]:5" */
+void ccl__sa_str(const union ccl__sa *a, char *buf, size_t n);
+/* An address of this host other ranks can reach: the interface named
+ * ifname if set, else the first up non-loopback IPv4, else 127.0.0.1.
+ * Port 0. */
+ccl_status_t ccl__sa_local(const char *ifname, union ccl__sa *out);
+
+/* Bind and listen on *addr (port 0 picks one); *addr gets the real port. */
+ccl_status_t ccl__sock_listen(union ccl__sa *addr, int *fd);
+/* Connects, retrying refused connections until the deadline (the listener
+ * may not exist yet). */
+ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *fd);
+/* Accepts one connection; CCL_ERR_TIMEOUT at the deadline. */
+ccl_status_t ccl__sock_accept(int lfd, double deadline, int *fd);
+ccl_status_t ccl__sock_send_all(int fd, const void *buf, size_t n, double deadline);
+/* CCL_ERR_REMOTE if the peer closed the connection. */
+ccl_status_t ccl__sock_recv_all(int fd, void *buf, size_t n, double deadline);
+void ccl__sock_nonblock(int fd);
+void ccl__sock_nodelay(int fd);
+
+/* Constant-time comparison for secrets. */
+int ccl__secret_equal(const void *a, const void *b, size_t n);
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * How a rank that waits for data or space is woken, and how failures reach
+ * it. The words live in this rank's shared-memory segment when the shm
+ * transport is up (peers ring them across processes) and in the
+ * communicator otherwise. Futex calls are never "private" for that reason.
+ */
+#ifndef CCL_WAKE_H
+#define CCL_WAKE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct ccl__wake_words {
+    _Alignas(64) _Atomic uint32_t bell;     /* bumped by anyone who may unblock us */
+    _Atomic uint32_t sleeping;              /* 1 while we sleep on bell */
+    _Alignas(64) _Atomic int32_t fail_rank; /* rank + 1 of a peer that failed, 0 none */
+    _Atomic int32_t fail_status;            /* its status */
+};
+
+/* Bump a (possibly remote) rank's bell and wake it if it sleeps. */
+void ccl__wake_ring(struct ccl__wake_words *w);
+/* Tell a (possibly remote) rank that `rank` failed with `status`. */
+void ccl__wake_fail(struct ccl__wake_words *w, int rank, int status);
+
+#endif

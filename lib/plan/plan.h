@@ -1,0 +1,30 @@
+/*
+ * The planner: the one place that knows both transports and algorithms.
+ * From the peer table (hosts, hwloc summaries, transports each rank has) it
+ * picks a transport per peer and the ring order, and per call the
+ * algorithm. CCL_DEBUG=INFO (subsystem PLAN) explains each choice.
+ */
+#ifndef CCL_PLAN_H
+#define CCL_PLAN_H
+
+#include <stdint.h>
+
+#include "algo/algo.h"
+#include "core/comm.h"
+#include "transports/transport.h"
+
+/* hwloc summary of where this process runs: NUMA node and usable cores. */
+void ccl__plan_local_topology(struct ccl__peer_info *self);
+
+/* use[t][p] = 1 when transport t connects this rank to peer p. */
+ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_TRANSPORTS]);
+
+/* Ring order: ranks of one host next to each other (one host crossing per
+ * host on the ring), hosts in order of their lowest rank. */
+ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
+
+typedef ccl_status_t (*ccl__algo_fn)(struct ccl_comm *comm, const struct ccl__coll_args *a);
+/* The algorithm for one call. */
+ccl__algo_fn ccl__plan_algo(struct ccl_comm *comm, const struct ccl__coll_args *a);
+
+#endif

@@ -1,0 +1,136 @@
+/* Spin, then yield, then sleep; with deadlines and failure checks. */
+#include "prims/wait.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/socket.h"
+#include "transports/transport.h"
+
+#define YIELD_S 200e-6        /* after spinning, yield this long before sleeping */
+#define LIVENESS_PERIOD_S 0.1 /* how often a sleeping waiter checks its peers */
+#define MAX_POLLFDS 64
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void ccl__waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl__conn *const *conns, int nconns,
+                      const char *what) {
+    w->comm = comm;
+    w->conns = conns;
+    w->nconns = nconns;
+    w->armed_bell = 0;
+    w->idle_rounds = 0;
+    w->idle_since = ccl__now();
+    w->next_check = w->idle_since + LIVENESS_PERIOD_S;
+    w->what = what;
+}
+
+void ccl__waiter_arm(struct ccl__waiter *w) { w->armed_bell = atomic_load(&w->comm->wake->bell); }
+
+void ccl__waiter_progress(struct ccl__waiter *w) {
+    if (w->idle_rounds) {
+        w->idle_rounds = 0;
+        w->idle_since = ccl__now();
+    }
+}
+
+static ccl_status_t timeout_error(struct ccl__waiter *w, double idle) {
+    char peers[128] = "";
+    size_t o = 0;
+    for (int i = 0; i < w->nconns && o + 12 < sizeof(peers); i++)
+        if (w->conns[i]) o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "", w->conns[i]->peer);
+    ccl__set_error(w->comm, CCL_ERR_TIMEOUT, "%s: no progress for %.1f s (CCL_TIMEOUT=%g) waiting on rank(s) %s",
+                   w->what, idle, w->comm->params.timeout_s, o ? peers : "-");
+    return ccl__comm_fail(w->comm, CCL_ERR_TIMEOUT);
+}
+
+static ccl_status_t check_failures(struct ccl__waiter *w) {
+    struct ccl_comm *comm = w->comm;
+    ccl_status_t st = ccl__comm_health(comm);
+    if (st < 0) return st;
+    int32_t who = atomic_load(&comm->wake->fail_rank);
+    if (who) {
+        int32_t why = atomic_load(&comm->wake->fail_status);
+        ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", w->what, who - 1,
+                       ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE));
+        return ccl__comm_fail(comm, CCL_ERR_REMOTE);
+    }
+    return CCL_OK;
+}
+
+static void futex_sleep(struct ccl__waiter *w, double max_s) {
+    struct ccl__wake_words *wk = w->comm->wake;
+    atomic_store(&wk->sleeping, 1);
+    if (atomic_load(&wk->bell) == w->armed_bell) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(max_s * 1e9)};
+        syscall(SYS_futex, &wk->bell, FUTEX_WAIT, w->armed_bell, &ts, NULL, 0);
+    }
+    atomic_store(&wk->sleeping, 0);
+}
+
+/* Sleep until a connection's descriptor, the bell or the abort event fires.
+ * Shared-memory connections have no descriptor: when any takes part, sleep
+ * on the bell and poll sockets only briefly in between. */
+static void sleep_once(struct ccl__waiter *w, double left) {
+    struct pollfd fds[MAX_POLLFDS];
+    int n = 0, fdless = 0;
+    for (int i = 0; i < w->nconns; i++) {
+        struct ccl__conn *c = w->conns[i];
+        if (!c) continue;
+        short ev = 0;
+        int fd = c->t->wait_fd(c, &ev);
+        if (fd < 0) fdless = 1;
+        else if (ev && n < MAX_POLLFDS - 1) fds[n++] = (struct pollfd){.fd = fd, .events = ev};
+    }
+    double cap = left < 0.05 ? (left > 0 ? left : 0) : 0.05;
+    if (n == 0) {
+        futex_sleep(w, cap);
+        return;
+    }
+    if (w->comm->event_fd >= 0) fds[n++] = (struct pollfd){.fd = w->comm->event_fd, .events = POLLIN};
+    if (fdless) {
+        if (poll(fds, (nfds_t)n, 0) > 0) return;
+        futex_sleep(w, cap < 200e-6 ? cap : 200e-6);
+        return;
+    }
+    poll(fds, (nfds_t)n, (int)(cap * 1000) + 1);
+}
+
+ccl_status_t ccl__waiter_idle(struct ccl__waiter *w) {
+    ccl_status_t st = check_failures(w);
+    if (st < 0) return st;
+    if (w->idle_rounds++ == 0) w->idle_since = ccl__now();
+    double spin_s = w->comm->params.spin_us * 1e-6;
+    double now = ccl__now(), idle = now - w->idle_since;
+    if (idle < spin_s) {
+        for (int i = 0; i < 16; i++) cpu_relax();
+        return CCL_OK;
+    }
+    if (idle > w->comm->params.timeout_s) return timeout_error(w, idle);
+    if (now >= w->next_check) {
+        w->next_check = now + LIVENESS_PERIOD_S;
+        for (int i = 0; i < w->nconns; i++) {
+            struct ccl__conn *c = w->conns[i];
+            if (c && (st = c->t->check_peer(c)) < 0) return ccl__comm_fail(w->comm, st);
+        }
+    }
+    if (idle < spin_s + YIELD_S) {
+        sched_yield();
+        return CCL_OK;
+    }
+    sleep_once(w, w->comm->params.timeout_s - idle);
+    return CCL_OK;
+}

@@ -1,0 +1,88 @@
+/*
+ * The transport interface. A transport moves slots of bytes between two
+ * ranks; it knows nothing of collectives. Each direction of a connection is
+ * a FIFO of `slots` slots of `slot_bytes` each, with a small header per slot
+ * (struct ccl__slot_meta) that lets the receiver check that both sides are
+ * running the same operation.
+ *
+ * Adding a transport: a folder under transports/, a `const struct
+ * ccl__transport`, and one line in registry.c.
+ */
+#ifndef CCL_TRANSPORT_H
+#define CCL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ccl.h"
+#include "core/comm.h"
+#include "core/peer.h"
+
+enum ccl__transport_id { CCL__TRANSPORT_SHM = 0, CCL__TRANSPORT_TCP = 1, CCL__NUM_TRANSPORTS = 2 };
+
+enum ccl__transport_caps {
+    CCL__CAP_SAME_HOST_ONLY = 1u << 0, /* connects ranks on one machine only */
+    CCL__CAP_CROSS_HOST = 1u << 1,     /* connects ranks on different machines */
+    CCL__CAP_POLLABLE = 1u << 2,       /* waiting can poll() a file descriptor */
+};
+
+/* Which operation a slot belongs to; compared on receipt. */
+struct ccl__slot_meta {
+    uint32_t bytes;  /* payload bytes in this slot (<= slot_bytes) */
+    uint16_t kind;   /* enum ccl__op_kind (prims/prims.h) */
+    uint8_t dtype;
+    uint8_t op;
+    uint32_t seq;    /* collective number, or p2p message number for the pair */
+    int32_t root;
+    uint64_t count;  /* the call's count argument */
+};
+
+/* Common head of every connection; transports extend it. */
+struct ccl__conn {
+    const struct ccl__transport *t;
+    struct ccl_comm *comm;
+    int peer;
+    size_t slot_bytes;
+};
+
+struct ccl__transport {
+    const char *name;
+    enum ccl__transport_id id;
+    unsigned caps;
+    /* Score > 0 if this transport can connect a and b (higher wins); 0 if not. */
+    int (*can_connect)(const struct ccl__peer_info *a, const struct ccl__peer_info *b);
+
+    /* Set-up, in four phases separated by bootstrap exchanges/barriers:
+     * local_init before the peer table exists (fill our blob), setup after it
+     * (create what peers will attach to; use[p] != 0 marks peers this
+     * transport serves), connect after every rank's setup (fill conns[p]),
+     * setup_done after every rank connected (drop names, listeners). */
+    ccl_status_t (*local_init)(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]);
+    ccl_status_t (*setup)(struct ccl_comm *comm, const uint8_t *use);
+    ccl_status_t (*connect)(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns);
+    ccl_status_t (*setup_done)(struct ccl_comm *comm);
+    /* Frees every connection and the state; safe after a failed set-up. */
+    void (*teardown)(struct ccl_comm *comm);
+
+    /* Data path. Non-blocking: CCL_INPROGRESS means "not now, wait". */
+    ccl_status_t (*send_acquire)(struct ccl__conn *c, void **buf);
+    ccl_status_t (*send_commit)(struct ccl__conn *c, const struct ccl__slot_meta *m);
+    ccl_status_t (*recv_acquire)(struct ccl__conn *c, const void **buf, struct ccl__slot_meta *m);
+    ccl_status_t (*recv_release)(struct ccl__conn *c);
+    /* Moves staged bytes (stream transports); *moved != 0 if anything moved. */
+    ccl_status_t (*progress)(struct ccl__conn *c, int *moved);
+    /* 1 when every committed slot has left this process. */
+    int (*flushed)(struct ccl__conn *c);
+    /* A descriptor to poll() while waiting, with events; -1 if none. */
+    int (*wait_fd)(struct ccl__conn *c, short *events);
+    /* CCL_OK, or CCL_ERR_REMOTE with the error set when the peer is gone. */
+    ccl_status_t (*check_peer)(struct ccl__conn *c);
+    /* This rank failed: make every peer of this transport notice quickly. */
+    void (*poison)(struct ccl_comm *comm, int status);
+};
+
+/* Registry: every transport compiled in, indexed by id. */
+extern const struct ccl__transport *const ccl__transports[CCL__NUM_TRANSPORTS];
+const struct ccl__transport *ccl__transport_by_name(const char *name);
+
+#endif
