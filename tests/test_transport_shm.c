@@ -1,0 +1,776 @@
+/* ctest: TIMEOUT 180 */
+/*
+ * White-box test of the shared-memory transport. Ranks are forked processes
+ * with hand-built communicators; they exchange peer infos and barriers
+ * through pipes made before the fork and drive the transport's phases
+ * directly, the way the library does at init. Children never call Check:
+ * they count failures (EXPECT) and exit with the count.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/params.h"
+#include "harness.h"
+#include "transports/shm/shm.h"
+#include "transports/transport.h"
+
+#define MAX_RANKS 3
+#define RANK_ALARM_S 60
+#define STALL_S 30.0
+#define SECRET_BYTE 0x5a
+
+static const struct ccl__transport *const shm = &ccl__transport_shm;
+
+/* ---- ranks as processes ---- */
+
+struct rank_ctx {
+    int rank, nranks;
+    int rd[MAX_RANKS]; /* pipe from rank i */
+    int wr[MAX_RANKS]; /* pipe to rank j */
+    const char *prefix;
+    const void *arg;
+    struct harness_tally t;
+};
+
+typedef void (*rank_body_fn)(struct rank_ctx *c);
+
+static int write_all(int fd, const void *buf, size_t n) {
+    for (const char *p = buf; n;) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t n) {
+    for (char *p = buf; n;) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* A peer that died closes its pipes: stop here rather than hang. */
+static void peer_gone(struct rank_ctx *c, int peer) {
+    harness_fail(&c->t, __FILE__, __LINE__, "rank %d's pipe closed early", peer);
+    _exit(c->t.fails > 100 ? 100 : c->t.fails);
+}
+
+static void barrier(struct rank_ctx *c) {
+    char b = 'b';
+    for (int j = 0; j < c->nranks; j++)
+        if (j != c->rank && write_all(c->wr[j], &b, 1) != 0) peer_gone(c, j);
+    for (int i = 0; i < c->nranks; i++)
+        if (i != c->rank && read_all(c->rd[i], &b, 1) != 0) peer_gone(c, i);
+}
+
+static void allgather_info(struct rank_ctx *c, const struct ccl__peer_info *mine, struct ccl__peer_info *all) {
+    for (int j = 0; j < c->nranks; j++)
+        if (j != c->rank && write_all(c->wr[j], mine, sizeof(*mine)) != 0) peer_gone(c, j);
+    for (int i = 0; i < c->nranks; i++) {
+        if (i == c->rank)
+            all[i] = *mine;
+        else if (read_all(c->rd[i], &all[i], sizeof(all[i])) != 0)
+            peer_gone(c, i);
+    }
+}
+
+/* A failed run must not leave its segments for the next one. */
+static void remove_segments(const char *prefix) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    char name[300];
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            snprintf(name, sizeof(name), "/%s", e->d_name);
+            shm_unlink(name);
+        }
+    closedir(d);
+}
+
+enum reap { REAP_IN_RANK_ORDER, REAP_ANY_ORDER };
+
+/* Forks nranks ranks running body, waits for them, and asserts that each
+ * exited 0 and that no segment with this run's prefix is left. */
+static void run_ranks(int nranks, const char *tag, rank_body_fn body, const void *arg, enum reap reap) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "shmt%d-%s", (int)getpid(), tag);
+    int pipes[MAX_RANKS][MAX_RANKS][2];
+    for (int i = 0; i < nranks; i++)
+        for (int j = 0; j < nranks; j++)
+            if (i != j) ck_assert_int_eq(pipe(pipes[i][j]), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid[MAX_RANKS];
+    for (int r = 0; r < nranks; r++) {
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] > 0) continue;
+        struct rank_ctx c = {.rank = r, .nranks = nranks, .prefix = prefix, .arg = arg, .t = {.rank = r}};
+        for (int i = 0; i < nranks; i++)
+            for (int j = 0; j < nranks; j++) {
+                if (i == j) continue;
+                if (j == r) c.rd[i] = pipes[i][j][0]; else close(pipes[i][j][0]);
+                if (i == r) c.wr[j] = pipes[i][j][1]; else close(pipes[i][j][1]);
+            }
+        alarm(RANK_ALARM_S);
+        signal(SIGPIPE, SIG_IGN); /* a dead peer's pipe: EPIPE, reported */
+        body(&c);
+        /* exit, not _exit: LeakSanitizer checks each rank. */
+        exit(c.t.fails > 100 ? 100 : c.t.fails);
+    }
+    for (int i = 0; i < nranks; i++)
+        for (int j = 0; j < nranks; j++)
+            if (i != j) close(pipes[i][j][0]), close(pipes[i][j][1]);
+
+    int status[MAX_RANKS];
+    for (int n = 0; n < nranks; n++) {
+        if (reap == REAP_IN_RANK_ORDER) {
+            ck_assert_int_eq(waitpid(pid[n], &status[n], 0), pid[n]);
+            continue;
+        }
+        int st;
+        pid_t got = waitpid(-1, &st, 0);
+        for (int r = 0; r < nranks; r++)
+            if (got == pid[r]) status[r] = st;
+    }
+    int left = harness_shm_count(prefix);
+    if (left) remove_segments(prefix);
+    for (int r = 0; r < nranks; r++) {
+        int st = status[r];
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d of %d %s %d", tag, r, nranks,
+                      WIFEXITED(st) ? "had failures:" : "died of signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+    ck_assert_msg(left == 0, "%d /dev/shm entries named %s* left behind", left, prefix);
+}
+
+/* ---- a hand-built communicator ---- */
+
+static struct ccl_comm *comm_new(const struct rank_ctx *c, uint64_t comm_id, int slots, size_t slot_bytes) {
+    struct ccl_comm *comm = calloc(1, sizeof(*comm));
+    if (!comm) abort();
+    comm->magic = CCL__COMM_MAGIC;
+    comm->rank = c->rank;
+    comm->nranks = c->nranks;
+    comm->comm_id = comm_id;
+    memset(comm->secret, SECRET_BYTE, sizeof(comm->secret));
+    comm->params = *ccl__params_get();
+    snprintf(comm->params.shm_prefix, sizeof(comm->params.shm_prefix), "%s", c->prefix);
+    comm->params.slots = slots;
+    comm->params.shm_slot_bytes = slot_bytes;
+    comm->peers = calloc((size_t)c->nranks, sizeof(*comm->peers));
+    comm->conns = calloc((size_t)c->nranks, sizeof(*comm->conns));
+    if (!comm->peers || !comm->conns) abort();
+    comm->wake = &comm->local_wake;
+    comm->event_fd = -1;
+    pthread_mutex_init(&comm->err_lock, NULL);
+    return comm;
+}
+
+static void comm_free(struct ccl_comm *comm) {
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm->peers);
+    free(comm->conns);
+    free(comm);
+}
+
+/* local_init, the info exchange, setup: returns setup's status. */
+static ccl_status_t up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+    struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .numa_node = -1, .ncores = 1};
+    snprintf(me.host_id, sizeof(me.host_id), "%s", comm->params.host_id);
+    gethostname(me.hostname, sizeof(me.hostname) - 1);
+    me.transport_mask = 1u << CCL__TRANSPORT_SHM;
+    EXPECT_OK(&c->t, shm->local_init(comm, me.blob[CCL__TRANSPORT_SHM]));
+    allgather_info(c, &me, comm->peers);
+    return shm->setup(comm, use);
+}
+
+/* Every phase up to setup_done, each followed by a barrier as in the
+ * library. Rank 0 checks /dev/shm on the way. */
+static void bring_up(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+    EXPECT_OK(&c->t, up_to_setup(c, comm, use));
+    barrier(c);
+    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == c->nranks, "one segment per rank");
+    EXPECT_OK(&c->t, shm->connect(comm, use, comm->conns));
+    barrier(c);
+    EXPECT_OK(&c->t, shm->setup_done(comm));
+    barrier(c);
+    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == 0, "segments are unlinked after setup_done");
+    for (int p = 0; p < c->nranks; p++)
+        EXPECT(&c->t, (comm->conns[p] != NULL) == (p != c->rank && use[p]), "conns[%d] set iff used", p);
+}
+
+static void all_but_self(const struct rank_ctx *c, uint8_t *use) {
+    for (int p = 0; p < c->nranks; p++) use[p] = p != c->rank;
+}
+
+/* ---- slot contents ---- */
+
+static uint32_t msg_bytes(int src, int dst, int i, uint32_t slot) {
+    switch (i % 8) {
+    case 0: return 0;
+    case 1: return slot;
+    case 2: return 1;
+    case 3: return slot - 1;
+    default: break;
+    }
+    uint32_t h = (uint32_t)(src + 1) * 73856093u ^ (uint32_t)(dst + 1) * 19349663u ^ (uint32_t)i * 83492791u;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return h % (slot + 1);
+}
+
+static void fill(uint8_t *p, uint32_t n, int src, int dst, int i) {
+    uint32_t x = (uint32_t)(src + 1) * 2654435761u ^ (uint32_t)(dst + 1) * 40503u ^ (uint32_t)i * 2246822519u;
+    for (uint32_t k = 0; k < n; k++) {
+        x = x * 1664525u + 1013904223u;
+        p[k] = (uint8_t)(x >> 24);
+    }
+}
+
+static struct ccl__slot_meta msg_meta(int src, int dst, int i, uint32_t slot) {
+    uint32_t n = msg_bytes(src, dst, i, slot);
+    return (struct ccl__slot_meta){
+        .bytes = n, .kind = 3, .dtype = (uint8_t)dst, .op = (uint8_t)src, .seq = (uint32_t)i, .root = src,
+        .count = (uint64_t)n * 3 + 1};
+}
+
+static void send_msg(struct rank_ctx *c, struct ccl__conn *cn, void *buf, int dst, int i) {
+    struct ccl__slot_meta m = msg_meta(c->rank, dst, i, (uint32_t)cn->slot_bytes);
+    fill(buf, m.bytes, c->rank, dst, i);
+    EXPECT_OK(&c->t, shm->send_commit(cn, &m));
+}
+
+/* Checks a received slot against what src's message i must hold. */
+static int check_msg(struct rank_ctx *c, const void *buf, const struct ccl__slot_meta *m, int src, int i,
+                     uint8_t *scratch, size_t slot) {
+    struct ccl__slot_meta want = msg_meta(src, c->rank, i, (uint32_t)slot);
+    if (memcmp(m, &want, sizeof(want)) != 0) {
+        EXPECT(&c->t, 0, "slot %d from rank %d: meta seq %u bytes %u root %d, expected seq %u bytes %u root %d", i,
+               src, m->seq, m->bytes, m->root, want.seq, want.bytes, want.root);
+        return 0;
+    }
+    EXPECT(&c->t, ((uintptr_t)buf & 63) == 0, "slot buffer %p is 64-byte aligned", buf);
+    fill(scratch, want.bytes, src, c->rank, i);
+    if (memcmp(buf, scratch, want.bytes) != 0) {
+        uint32_t k = 0;
+        while (((const uint8_t *)buf)[k] == scratch[k]) k++;
+        EXPECT(&c->t, 0, "slot %d from rank %d (%u bytes) differs at byte %u", i, src, want.bytes, k);
+        return 0;
+    }
+    return 1;
+}
+
+/* Messages [first, last) both ways with every used peer at once. */
+static void stream(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use, int first, int last) {
+    int sent[MAX_RANKS], got[MAX_RANKS];
+    size_t slot = comm->params.shm_slot_bytes;
+    uint8_t *scratch = malloc(slot + 1);
+    if (!scratch) abort();
+    for (int p = 0; p < c->nranks; p++) sent[p] = got[p] = first;
+    double stalled_since = harness_now();
+    for (;;) {
+        int busy = 0, moved = 0;
+        for (int p = 0; p < c->nranks; p++) {
+            if (p == c->rank || !use[p]) continue;
+            struct ccl__conn *cn = comm->conns[p];
+            if (sent[p] < last) {
+                busy = 1;
+                void *buf;
+                ccl_status_t st = shm->send_acquire(cn, &buf);
+                if (st == CCL_OK) {
+                    send_msg(c, cn, buf, p, sent[p]++);
+                    moved = 1;
+                } else if (st != CCL_INPROGRESS) {
+                    EXPECT(&c->t, 0, "send_acquire to %d: %s", p, ccl_status_string(st));
+                    goto out;
+                }
+            }
+            if (got[p] < last) {
+                busy = 1;
+                const void *buf;
+                struct ccl__slot_meta m;
+                ccl_status_t st = shm->recv_acquire(cn, &buf, &m);
+                if (st == CCL_OK) {
+                    if (!check_msg(c, buf, &m, p, got[p], scratch, slot)) goto out;
+                    EXPECT_OK(&c->t, shm->recv_release(cn));
+                    got[p]++;
+                    moved = 1;
+                } else if (st != CCL_INPROGRESS) {
+                    EXPECT(&c->t, 0, "recv_acquire from %d: %s (%s)", p, ccl_status_string(st), comm->last_error);
+                    goto out;
+                }
+            }
+        }
+        if (!busy) break;
+        if (moved) {
+            stalled_since = harness_now();
+        } else if (harness_now() - stalled_since > STALL_S) {
+            EXPECT(&c->t, 0, "stream stalled");
+            goto out;
+        } else {
+            sched_yield();
+        }
+    }
+out:
+    free(scratch);
+}
+
+/* Sends `depth` slots to every peer without receiving: the FIFOs must take
+ * exactly that many. Then receives them and checks a repeated acquire
+ * returns the same slot. Messages [0, depth). */
+static void fill_to_depth(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+    int depth = comm->params.slots;
+    size_t slot = comm->params.shm_slot_bytes;
+    uint8_t *scratch = malloc(slot + 1);
+    if (!scratch) abort();
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank || !use[p]) continue;
+        for (int i = 0; i < depth; i++) {
+            void *buf = NULL;
+            if (EXPECT_OK(&c->t, shm->send_acquire(comm->conns[p], &buf)) != CCL_OK) break;
+            send_msg(c, comm->conns[p], buf, p, i);
+        }
+        void *buf;
+        EXPECT_STATUS(&c->t, CCL_INPROGRESS, shm->send_acquire(comm->conns[p], &buf));
+    }
+    barrier(c);
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank || !use[p]) continue;
+        struct ccl__conn *cn = comm->conns[p];
+        for (int i = 0; i < depth; i++) {
+            const void *b1, *b2;
+            struct ccl__slot_meta m1, m2;
+            if (EXPECT_OK(&c->t, shm->recv_acquire(cn, &b1, &m1)) != CCL_OK) break;
+            EXPECT_OK(&c->t, shm->recv_acquire(cn, &b2, &m2));
+            EXPECT(&c->t, b1 == b2 && m1.seq == m2.seq, "a repeated recv_acquire returns the same slot");
+            check_msg(c, b1, &m1, p, i, scratch, slot);
+            EXPECT_OK(&c->t, shm->recv_release(cn));
+        }
+        const void *b;
+        struct ccl__slot_meta m;
+        EXPECT_STATUS(&c->t, CCL_INPROGRESS, shm->recv_acquire(cn, &b, &m));
+        int moved = -1;
+        short events = 99;
+        EXPECT_OK(&c->t, shm->progress(cn, &moved));
+        EXPECT(&c->t, moved == 0, "progress moves nothing");
+        EXPECT(&c->t, shm->flushed(cn) == 1, "always flushed");
+        EXPECT(&c->t, shm->wait_fd(cn, &events) == -1, "no descriptor to poll");
+        EXPECT(&c->t, cn->t == shm && cn->peer == p && cn->comm == comm && cn->slot_bytes == slot, "conn head");
+    }
+    barrier(c); /* nobody streams before everyone saw its FIFOs empty */
+    free(scratch);
+}
+
+/* ---- bodies ---- */
+
+struct stream_spec {
+    int slots;
+    size_t slot_bytes;
+    int messages;
+    uint8_t use[MAX_RANKS][MAX_RANKS]; /* all zero: every pair */
+};
+
+static void body_stream(struct rank_ctx *c) {
+    const struct stream_spec *s = c->arg;
+    struct ccl_comm *comm = comm_new(c, 0x1234abcd, s->slots, s->slot_bytes);
+    uint8_t use[MAX_RANKS] = {0};
+    int any = 0;
+    for (int p = 0; p < c->nranks; p++) any |= s->use[c->rank][p];
+    if (any) memcpy(use, s->use[c->rank], sizeof(use)); else all_but_self(c, use);
+
+    bring_up(c, comm, use);
+    EXPECT(&c->t, comm->wake != &comm->local_wake, "comm->wake points into the segment");
+    uint32_t bell0 = atomic_load(&comm->wake->bell);
+    if (c->t.fails == 0) fill_to_depth(c, comm, use);
+    if (c->t.fails == 0) stream(c, comm, use, s->slots, s->messages);
+    EXPECT(&c->t, atomic_load(&comm->wake->bell) != bell0, "peers rang this rank's bell");
+    barrier(c);
+    shm->teardown(comm);
+    EXPECT(&c->t, comm->wake == &comm->local_wake, "teardown restores the private wake words");
+    EXPECT(&c->t, comm->tstate[CCL__TRANSPORT_SHM] == NULL, "teardown clears the state");
+    comm_free(comm);
+}
+
+/* Sleeps on this rank's bell as the library's waiter does (armed before
+ * the barrier, so a ring that comes first is not lost) and checks that a
+ * peer's action rang it. */
+static void sleep_until_rung(struct rank_ctx *c, struct ccl_comm *comm, const char *why) {
+    uint32_t armed = atomic_load(&comm->wake->bell);
+    atomic_store(&comm->wake->sleeping, 1);
+    barrier(c);
+    double t0 = harness_now();
+    struct timespec ts = {.tv_sec = 10};
+    long r = syscall(SYS_futex, &comm->wake->bell, FUTEX_WAIT, armed, &ts, NULL, 0);
+    int err = errno;
+    atomic_store(&comm->wake->sleeping, 0);
+    EXPECT(&c->t, r == 0 || err == EAGAIN, "%s: futex wait ended by a wake, not %s", why, strerror(err));
+    EXPECT(&c->t, harness_now() - t0 < 5, "%s: woken promptly", why);
+    EXPECT(&c->t, atomic_load(&comm->wake->bell) != armed, "%s: bell bumped", why);
+}
+
+static void body_futex_wake(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c, 77, 2, 4096);
+    uint8_t use[MAX_RANKS];
+    all_but_self(c, use);
+    bring_up(c, comm, use);
+    struct ccl__conn *cn = comm->conns[1 - c->rank];
+    void *sbuf;
+    const void *rbuf;
+    struct ccl__slot_meta m = {.bytes = 0};
+    if (c->rank == 0) {
+        /* A commit wakes the receiver. */
+        sleep_until_rung(c, comm, "data");
+        EXPECT_OK(&c->t, shm->recv_acquire(cn, &rbuf, &m));
+        EXPECT(&c->t, m.seq == 42, "got the slot");
+        EXPECT_OK(&c->t, shm->recv_release(cn));
+        /* A release wakes a sender waiting for room. */
+        for (int i = 0; i < comm->params.slots; i++) {
+            EXPECT_OK(&c->t, shm->send_acquire(cn, &sbuf));
+            EXPECT_OK(&c->t, shm->send_commit(cn, &m));
+        }
+        EXPECT_STATUS(&c->t, CCL_INPROGRESS, shm->send_acquire(cn, &sbuf));
+        sleep_until_rung(c, comm, "room");
+        EXPECT_OK(&c->t, shm->send_acquire(cn, &sbuf));
+    } else {
+        barrier(c);
+        usleep(100 * 1000); /* let rank 0 fall asleep */
+        EXPECT_OK(&c->t, shm->send_acquire(cn, &sbuf));
+        m.seq = 42;
+        EXPECT_OK(&c->t, shm->send_commit(cn, &m));
+        barrier(c);
+        usleep(100 * 1000);
+        EXPECT_OK(&c->t, shm->recv_acquire(cn, &rbuf, &m));
+        EXPECT_OK(&c->t, shm->recv_release(cn));
+    }
+    barrier(c);
+    shm->teardown(comm);
+    comm_free(comm);
+}
+
+static void body_poison(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c, 99, 2, 4096);
+    uint8_t use[MAX_RANKS];
+    all_but_self(c, use);
+    bring_up(c, comm, use);
+    int culprit = c->nranks - 1;
+    if (c->rank == culprit) shm->poison(comm, CCL_ERR_SYSTEM);
+    barrier(c);
+    int want = c->rank == culprit ? 0 : culprit + 1;
+    EXPECT(&c->t, atomic_load(&comm->wake->fail_rank) == want, "fail_rank %d, expected %d",
+           atomic_load(&comm->wake->fail_rank), want);
+    if (want) EXPECT(&c->t, atomic_load(&comm->wake->fail_status) == CCL_ERR_SYSTEM, "fail_status");
+    barrier(c);
+    shm->teardown(comm);
+    EXPECT(&c->t, atomic_load(&comm->local_wake.fail_rank) == want, "the failure survives teardown");
+    comm_free(comm);
+}
+
+static void body_check_peer(struct rank_ctx *c) {
+    const enum reap *reap = c->arg;
+    struct ccl_comm *comm = comm_new(c, 5, 2, 4096);
+    uint8_t use[MAX_RANKS];
+    all_but_self(c, use);
+    bring_up(c, comm, use);
+    int other = 1 - c->rank;
+    EXPECT_OK(&c->t, shm->check_peer(comm->conns[other]));
+    barrier(c);
+    if (c->rank == 1) _exit(c->t.fails); /* a crash: no teardown */
+
+    pid_t dead = comm->peers[1].pid;
+    if (*reap == REAP_ANY_ORDER) /* the parent reaps it: wait until the pid is gone */
+        for (double t0 = harness_now(); kill(dead, 0) == 0 && harness_now() - t0 < 10;) usleep(1000);
+    ccl_status_t st = CCL_OK;
+    for (double t0 = harness_now(); st == CCL_OK && harness_now() - t0 < 3;) {
+        st = shm->check_peer(comm->conns[1]);
+        if (st == CCL_OK) usleep(1000);
+    }
+    EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, st);
+    char want[64];
+    snprintf(want, sizeof(want), "rank 1 (pid %d on ", (int)dead);
+    EXPECT(&c->t, strstr(comm->last_error, want) && strstr(comm->last_error, "exited"), "message: %s",
+           comm->last_error);
+    /* Unreaped, the pid still exists: only the segment lock tells. */
+    if (*reap == REAP_IN_RANK_ORDER)
+        EXPECT(&c->t, strstr(comm->last_error, "left the communicator"), "message: %s", comm->last_error);
+    else
+        EXPECT(&c->t, !strstr(comm->last_error, "left the communicator"), "message: %s", comm->last_error);
+    shm->teardown(comm);
+    comm_free(comm);
+}
+
+enum failure {
+    FAIL_ASYMMETRIC_USE, /* 3 ranks: rank 2 does not use shm with rank 0, which does */
+    FAIL_PEER_NO_SETUP,  /* rank 1 stops after local_init */
+    FAIL_OTHER_COMM,     /* rank 1 belongs to another communicator */
+    FAIL_GEOMETRY,       /* rank 1 has a different CCL_SLOTS */
+    FAIL_NO_CONNECT,     /* everyone tears down right after setup */
+};
+
+static const struct {
+    enum failure f;
+    int nranks;
+    const char *tag;
+    ccl_status_t st; /* what rank 0's connect returns (the culprit's too, if it connects) */
+    const char *text;
+} failures[] = {
+    {FAIL_ASYMMETRIC_USE, 3, "fa", CCL_ERR_INTERNAL, "no FIFO"},
+    {FAIL_PEER_NO_SETUP, 2, "fn", CCL_ERR_REMOTE, "does not exist"},
+    {FAIL_OTHER_COMM, 2, "fo", CCL_ERR_REMOTE, "another communicator"},
+    {FAIL_GEOMETRY, 2, "fg", CCL_ERR_INVALID_USAGE, "CCL_SLOTS"},
+    {FAIL_NO_CONNECT, 2, "fc", CCL_OK, NULL},
+};
+
+static void body_failure(struct rank_ctx *c) {
+    const __typeof__(failures[0]) *w = c->arg;
+    int culprit = c->rank == c->nranks - 1;
+    struct ccl_comm *comm =
+        comm_new(c, culprit && w->f == FAIL_OTHER_COMM ? 2 : 1, culprit && w->f == FAIL_GEOMETRY ? 3 : 4, 4096);
+    uint8_t use[MAX_RANKS];
+    all_but_self(c, use);
+    if (culprit && w->f == FAIL_ASYMMETRIC_USE) use[0] = 0;
+
+    if (culprit && w->f == FAIL_PEER_NO_SETUP) {
+        struct ccl__peer_info me = {.rank = c->rank, .pid = getpid()};
+        EXPECT_OK(&c->t, shm->local_init(comm, me.blob[CCL__TRANSPORT_SHM]));
+        allgather_info(c, &me, comm->peers);
+        shm->teardown(comm);
+        barrier(c); /* the others' setup */
+        barrier(c); /* their connect */
+        barrier(c); /* their teardown */
+        comm_free(comm);
+        return;
+    }
+    EXPECT_OK(&c->t, up_to_setup(c, comm, use));
+    barrier(c);
+    if (w->f == FAIL_NO_CONNECT) {
+        if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == c->nranks, "every segment exists");
+    } else {
+        int fails = c->rank == 0 || (culprit && w->f != FAIL_ASYMMETRIC_USE);
+        ccl_status_t want = fails ? w->st : CCL_OK;
+        EXPECT_STATUS(&c->t, want, shm->connect(comm, use, comm->conns));
+        if (fails) {
+            EXPECT(&c->t, strstr(comm->last_error, w->text), "message \"%s\" mentions \"%s\"", comm->last_error,
+                   w->text);
+            for (int p = 0; p < c->nranks; p++)
+                EXPECT(&c->t, comm->conns[p] == NULL, "no connection handed out after a failed connect");
+        }
+    }
+    barrier(c);
+    shm->teardown(comm);
+    barrier(c);
+    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == 0, "teardown removed every segment");
+    comm_free(comm);
+}
+
+/* ---- tests ---- */
+
+START_TEST(stream_two_ranks) {
+    /* 4000 is not a multiple of 64: slots are padded apart. */
+    static const struct stream_spec s = {.slots = 4, .slot_bytes = 4000, .messages = 3000};
+    run_ranks(2, "st2", body_stream, &s, REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+START_TEST(stream_three_ranks) {
+    static const struct stream_spec s = {.slots = 3, .slot_bytes = 9000, .messages = 2000};
+    run_ranks(3, "st3", body_stream, &s, REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+START_TEST(stream_three_ranks_partial) {
+    /* Ranks 0 and 2 do not use shm with each other: no FIFO between them. */
+    static const struct stream_spec s = {
+        .slots = 2, .slot_bytes = 64 << 10, .messages = 300, .use = {{0, 1, 0}, {1, 0, 1}, {0, 1, 0}}};
+    run_ranks(3, "stp", body_stream, &s, REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+START_TEST(futex_wake_crosses_processes) { run_ranks(2, "fut", body_futex_wake, NULL, REAP_IN_RANK_ORDER); }
+END_TEST
+
+START_TEST(poison_reaches_every_peer) { run_ranks(3, "poi", body_poison, NULL, REAP_IN_RANK_ORDER); }
+END_TEST
+
+START_TEST(check_peer_sees_zombie) {
+    static const enum reap r = REAP_IN_RANK_ORDER;
+    run_ranks(2, "cpz", body_check_peer, &r, r);
+}
+END_TEST
+
+START_TEST(check_peer_sees_reaped_pid) {
+    static const enum reap r = REAP_ANY_ORDER;
+    run_ranks(2, "cpr", body_check_peer, &r, r);
+}
+END_TEST
+
+START_TEST(failed_setups_leave_nothing) {
+    run_ranks(failures[_i].nranks, failures[_i].tag, body_failure, &failures[_i], REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+/* In-process tests: one "rank" of a two-rank communicator. */
+static struct ccl_comm *solo_comm(const char *prefix) {
+    const struct rank_ctx c = {.rank = 0, .nranks = 2, .prefix = prefix};
+    return comm_new(&c, 1, 4, 4096);
+}
+
+START_TEST(segment_names) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "shmt%d-nm", (int)getpid());
+    struct ccl_comm *a = solo_comm(prefix), *b = solo_comm(prefix);
+    uint8_t ba[CCL__TRANSPORT_BLOB_BYTES], bb[CCL__TRANSPORT_BLOB_BYTES];
+    ck_assert_int_eq(shm->local_init(a, ba), CCL_OK);
+    ck_assert_int_eq(shm->local_init(b, bb), CCL_OK);
+    const char *na = (const char *)ba;
+    size_t plen = strlen(prefix);
+    ck_assert_uint_eq(strlen(na), 1 + plen + 1 + 32);
+    ck_assert(na[0] == '/' && strncmp(na + 1, prefix, plen) == 0 && na[1 + plen] == '-');
+    ck_assert_uint_eq(strspn(na + plen + 2, "0123456789abcdef"), 32);
+    ck_assert_str_ne(na, (const char *)bb);
+    ck_assert_int_eq(harness_shm_count(prefix), 0); /* local_init creates nothing */
+    shm->teardown(a);
+    shm->teardown(b);
+    shm->teardown(b); /* twice is harmless */
+    ck_assert_ptr_null(a->tstate[CCL__TRANSPORT_SHM]);
+
+    struct ccl_comm *d = solo_comm("");
+    ck_assert_int_eq(shm->local_init(d, ba), CCL_OK);
+    ck_assert_int_eq(strncmp(na, "/ccl-", 5), 0);
+    shm->teardown(d);
+
+    struct ccl_comm *bad = solo_comm("a/b");
+    ck_assert_int_eq(shm->local_init(bad, ba), CCL_ERR_INVALID_USAGE);
+    ck_assert_ptr_nonnull(strstr(bad->last_error, "CCL_SHM_PREFIX"));
+    shm->teardown(bad);
+    comm_free(a);
+    comm_free(b);
+    comm_free(d);
+    comm_free(bad);
+}
+END_TEST
+
+START_TEST(teardown_after_setup_unlinks) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "shmt%d-td", (int)getpid());
+    struct ccl_comm *comm = solo_comm(prefix);
+    uint8_t blob[CCL__TRANSPORT_BLOB_BYTES];
+    const uint8_t use[2] = {0, 1};
+    ck_assert_int_eq(shm->local_init(comm, blob), CCL_OK);
+    ck_assert_int_eq(shm->setup(comm, use), CCL_OK);
+    ck_assert_int_eq(harness_shm_count(prefix), 1);
+    ck_assert_ptr_ne(comm->wake, &comm->local_wake);
+    shm->teardown(comm);
+    ck_assert_int_eq(harness_shm_count(prefix), 0);
+    ck_assert_ptr_eq(comm->wake, &comm->local_wake);
+    comm_free(comm);
+}
+END_TEST
+
+START_TEST(serving_nobody_creates_nothing) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "shmt%d-no", (int)getpid());
+    struct ccl_comm *comm = solo_comm(prefix);
+    uint8_t blob[CCL__TRANSPORT_BLOB_BYTES];
+    struct ccl__conn *conns[2] = {NULL, NULL};
+    const uint8_t use[2] = {0, 0};
+    ck_assert_int_eq(shm->local_init(comm, blob), CCL_OK);
+    ck_assert_int_eq(shm->setup(comm, use), CCL_OK);
+    ck_assert_int_eq(harness_shm_count(prefix), 0);
+    ck_assert_ptr_eq(comm->wake, &comm->local_wake);
+    ck_assert_int_eq(shm->connect(comm, use, conns), CCL_OK);
+    ck_assert(conns[0] == NULL && conns[1] == NULL);
+    ck_assert_int_eq(shm->setup_done(comm), CCL_OK);
+    shm->poison(comm, CCL_ERR_REMOTE); /* no peers: nothing to do */
+    shm->teardown(comm);
+    comm_free(comm);
+}
+END_TEST
+
+START_TEST(impossible_geometry_is_refused) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "shmt%d-ge", (int)getpid());
+    struct ccl_comm *comm = solo_comm(prefix);
+    comm->params.shm_slot_bytes = (size_t)1 << 40;
+    uint8_t blob[CCL__TRANSPORT_BLOB_BYTES];
+    const uint8_t use[2] = {0, 1};
+    ck_assert_int_eq(shm->local_init(comm, blob), CCL_OK);
+    ck_assert_int_eq(shm->setup(comm, use), CCL_ERR_INVALID_USAGE);
+    ck_assert_ptr_nonnull(strstr(comm->last_error, "CCL_SHM_SLOT_BYTES"));
+    shm->teardown(comm);
+    ck_assert_int_eq(harness_shm_count(prefix), 0);
+    comm_free(comm);
+}
+END_TEST
+
+START_TEST(can_connect_same_host_only) {
+    struct ccl__peer_info a = {.transport_mask = 1u << CCL__TRANSPORT_SHM}, b = a;
+    snprintf(a.host_id, sizeof(a.host_id), "hostA-boot1");
+    snprintf(b.host_id, sizeof(b.host_id), "hostA-boot1");
+    ck_assert_int_eq(shm->can_connect(&a, &b), 10);
+    snprintf(b.host_id, sizeof(b.host_id), "hostB-boot1");
+    ck_assert_int_eq(shm->can_connect(&a, &b), 0);
+    b = a;
+    b.transport_mask = 1u << CCL__TRANSPORT_TCP;
+    ck_assert_int_eq(shm->can_connect(&a, &b), 0);
+    ck_assert_int_eq(shm->can_connect(&b, &a), 0);
+}
+END_TEST
+
+START_TEST(ops_table_is_complete) {
+    ck_assert_str_eq(shm->name, "shm");
+    ck_assert_int_eq(shm->id, CCL__TRANSPORT_SHM);
+    ck_assert_uint_eq(shm->caps, CCL__CAP_SAME_HOST_ONLY);
+    ck_assert(shm->can_connect && shm->local_init && shm->setup && shm->connect && shm->setup_done &&
+              shm->teardown && shm->send_acquire && shm->send_commit && shm->recv_acquire && shm->recv_release &&
+              shm->progress && shm->flushed && shm->wait_fd && shm->check_peer && shm->poison);
+}
+END_TEST
+
+static Suite *shm_suite(void) {
+    Suite *s = suite_create("transport_shm");
+    TCase *local = tcase_create("local");
+    tcase_add_test(local, ops_table_is_complete);
+    tcase_add_test(local, can_connect_same_host_only);
+    tcase_add_test(local, segment_names);
+    tcase_add_test(local, teardown_after_setup_unlinks);
+    tcase_add_test(local, serving_nobody_creates_nothing);
+    tcase_add_test(local, impossible_geometry_is_refused);
+    suite_add_tcase(s, local);
+
+    TCase *ranks = tcase_create("ranks");
+    tcase_set_timeout(ranks, 90); /* sanitizers on two cores */
+    tcase_add_test(ranks, stream_two_ranks);
+    tcase_add_test(ranks, stream_three_ranks);
+    tcase_add_test(ranks, stream_three_ranks_partial);
+    tcase_add_test(ranks, futex_wake_crosses_processes);
+    tcase_add_test(ranks, poison_reaches_every_peer);
+    tcase_add_test(ranks, check_peer_sees_zombie);
+    tcase_add_test(ranks, check_peer_sees_reaped_pid);
+    tcase_add_loop_test(ranks, failed_setups_leave_nothing, 0, (int)(sizeof(failures) / sizeof(failures[0])));
+    suite_add_tcase(s, ranks);
+    return s;
+}
+
+int main(void) { return harness_main(shm_suite()); }

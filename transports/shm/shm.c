@@ -1,0 +1,138 @@
+/* The shared-memory transport's data path, liveness check and ops table
+ * (set-up is in shm_setup.c; the layout is described in shm.h).
+ *
+ * Each FIFO is single-producer single-consumer: the sender alone writes
+ * head and the slots, the receiver alone writes tail. Release/acquire on
+ * the counters orders the slot contents, so no lock is needed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "transports/shm/shm.h"
+
+static inline struct ccl__shm_conn *shm_conn(struct ccl__conn *c) { return (struct ccl__shm_conn *)c; }
+
+static inline void end_advance(struct ccl__shm_end *e) {
+    e->pos++;
+    e->idx = e->idx + 1 == e->depth ? 0 : e->idx + 1;
+}
+
+static ccl_status_t shm_send_acquire(struct ccl__conn *c, void **buf) {
+    struct ccl__shm_end *e = &shm_conn(c)->send;
+    if (e->pos - e->seen >= e->depth) {
+        /* Acquire: the receiver's reads of the slot we are about to reuse
+         * happen before our writes to it. */
+        e->seen = atomic_load_explicit(&e->ctrl->tail, memory_order_acquire);
+        if (e->pos - e->seen >= e->depth) return CCL_INPROGRESS;
+    }
+    *buf = e->data + (size_t)e->idx * e->stride;
+    return CCL_OK;
+}
+
+static ccl_status_t shm_send_commit(struct ccl__conn *c, const struct ccl__slot_meta *m) {
+    struct ccl__shm_conn *s = shm_conn(c);
+    struct ccl__shm_end *e = &s->send;
+    if (m->bytes > c->slot_bytes)
+        return ccl__set_error(c->comm, CCL_ERR_INTERNAL, "shm: commit of %u bytes into a %zu-byte slot to rank %d",
+                              m->bytes, c->slot_bytes, c->peer);
+    e->meta[e->idx].m = *m;
+    end_advance(e);
+    atomic_store_explicit(&e->ctrl->head, e->pos, memory_order_release);
+    ccl__wake_ring(s->peer_wake);
+    return CCL_OK;
+}
+
+static ccl_status_t shm_recv_acquire(struct ccl__conn *c, const void **buf, struct ccl__slot_meta *m) {
+    struct ccl__shm_end *e = &shm_conn(c)->recv;
+    if (e->seen == e->pos) {
+        e->seen = atomic_load_explicit(&e->ctrl->head, memory_order_acquire);
+        if (e->seen == e->pos) return CCL_INPROGRESS;
+        if (e->seen - e->pos > e->depth)
+            return ccl__set_error(c->comm, CCL_ERR_REMOTE, "shm: rank %d's FIFO to rank %d is corrupt (head %llu, tail %llu)",
+                                  c->peer, c->comm->rank, (unsigned long long)e->seen, (unsigned long long)e->pos);
+    }
+    *m = e->meta[e->idx].m;
+    if (m->bytes > c->slot_bytes)
+        return ccl__set_error(c->comm, CCL_ERR_REMOTE, "shm: rank %d sent a slot of %u bytes (slots hold %zu)",
+                              c->peer, m->bytes, c->slot_bytes);
+    *buf = e->data + (size_t)e->idx * e->stride;
+    return CCL_OK;
+}
+
+static ccl_status_t shm_recv_release(struct ccl__conn *c) {
+    struct ccl__shm_conn *s = shm_conn(c);
+    struct ccl__shm_end *e = &s->recv;
+    end_advance(e);
+    atomic_store_explicit(&e->ctrl->tail, e->pos, memory_order_release);
+    ccl__wake_ring(s->peer_wake); /* the sender may be waiting for room */
+    return CCL_OK;
+}
+
+static ccl_status_t shm_progress(struct ccl__conn *c, int *moved) {
+    (void)c;
+    *moved = 0; /* a commit is already in the peer's memory */
+    return CCL_OK;
+}
+
+static int shm_flushed(struct ccl__conn *c) {
+    (void)c;
+    return 1;
+}
+
+static int shm_wait_fd(struct ccl__conn *c, short *events) {
+    (void)c;
+    *events = 0;
+    return -1;
+}
+
+/* The peer holds a lock on its segment while it lives (shm_setup.c). A free
+ * lock means it is gone even if its pid still exists (an unreaped zombie,
+ * or a reused pid). */
+static int liveness_lock_free(int fd) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    return fd >= 0 && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
+}
+
+static ccl_status_t shm_check_peer(struct ccl__conn *c) {
+    struct ccl_comm *comm = c->comm;
+    const struct ccl__peer_info *pi = &comm->peers[c->peer];
+    int hn = (int)sizeof(pi->hostname);
+    if (pi->pid > 0 && kill(pi->pid, 0) != 0 && errno == ESRCH)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited", c->peer, pi->pid, hn,
+                              pi->hostname);
+    if (liveness_lock_free(shm_conn(c)->peer_fd))
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited or left the communicator",
+                              c->peer, pi->pid, hn, pi->hostname);
+    return CCL_OK;
+}
+
+static int shm_can_connect(const struct ccl__peer_info *a, const struct ccl__peer_info *b) {
+    const uint32_t bit = 1u << CCL__TRANSPORT_SHM;
+    if (!(a->transport_mask & bit) || !(b->transport_mask & bit)) return 0;
+    if (!a->host_id[0] || strncmp(a->host_id, b->host_id, sizeof(a->host_id)) != 0) return 0;
+    return 10;
+}
+
+const struct ccl__transport ccl__transport_shm = {
+    .name = "shm",
+    .id = CCL__TRANSPORT_SHM,
+    .caps = CCL__CAP_SAME_HOST_ONLY,
+    .can_connect = shm_can_connect,
+    .local_init = ccl__shm_local_init,
+    .setup = ccl__shm_setup,
+    .connect = ccl__shm_connect,
+    .setup_done = ccl__shm_setup_done,
+    .teardown = ccl__shm_teardown,
+    .send_acquire = shm_send_acquire,
+    .send_commit = shm_send_commit,
+    .recv_acquire = shm_recv_acquire,
+    .recv_release = shm_recv_release,
+    .progress = shm_progress,
+    .flushed = shm_flushed,
+    .wait_fd = shm_wait_fd,
+    .check_peer = shm_check_peer,
+    .poison = ccl__shm_poison,
+};

@@ -1,0 +1,74 @@
+/*
+ * The shared-memory transport: ranks on one host exchange slots through
+ * FIFOs in POSIX shared memory, with no system call on the data path except
+ * a futex wake when the peer sleeps.
+ *
+ * Each rank owns one segment "/<CCL_SHM_PREFIX>-<32 random hex>":
+ *
+ *   header  magic, comm id, secret, geometry, this rank's wake words,
+ *           fifo_offset[nranks] (0: that sender has no FIFO here)
+ *   FIFO p  one per peer p that uses shm with this rank: the direction p -> us
+ *
+ * so a rank receives in its own segment and sends into the receiver's. The
+ * wake words in the header are where peers ring this rank (comm->wake points
+ * at them once set up). The name is unlinked in setup_done, after every peer
+ * has attached, so a crash later leaves nothing in /dev/shm.
+ */
+#ifndef CCL_TRANSPORT_SHM_H
+#define CCL_TRANSPORT_SHM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/wake.h"
+#include "transports/transport.h"
+
+extern const struct ccl__transport ccl__transport_shm;
+
+/* ---- private to transports/shm (and its white-box test) ---- */
+
+/* Counters of one FIFO; each is written by one side only and sits on its
+ * own cache line so the two sides do not steal the line from each other. */
+struct ccl__shm_fifo_ctrl {
+    _Alignas(64) _Atomic uint64_t head; /* slots committed, written by the sender */
+    _Alignas(64) _Atomic uint64_t tail; /* slots released, written by the receiver */
+};
+
+/* One slot's meta on its own line: the sender fills slot i+1 while the
+ * receiver reads slot i. */
+struct ccl__shm_meta_line {
+    _Alignas(64) struct ccl__slot_meta m;
+};
+
+/* One end of a FIFO. `pos` is this end's own counter (head for the sender,
+ * tail for the receiver); `seen` caches the other end's, so the shared line
+ * is only read again when the cache says full (sender) or empty (receiver). */
+struct ccl__shm_end {
+    struct ccl__shm_fifo_ctrl *ctrl;
+    struct ccl__shm_meta_line *meta;
+    uint8_t *data;
+    size_t stride; /* bytes between slots: slot_bytes rounded up to 64 */
+    uint32_t depth;
+    uint32_t idx;  /* pos % depth */
+    uint64_t pos;
+    uint64_t seen;
+};
+
+struct ccl__shm_conn {
+    struct ccl__conn base;
+    struct ccl__shm_end send; /* in the peer's segment */
+    struct ccl__shm_end recv; /* in ours */
+    struct ccl__wake_words *peer_wake;
+    int peer_fd; /* the peer's segment, to probe its liveness lock; -1: don't */
+};
+
+/* Set-up phases, poison and teardown (shm_setup.c). */
+ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]);
+ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use);
+ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns);
+ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm);
+void ccl__shm_teardown(struct ccl_comm *comm);
+void ccl__shm_poison(struct ccl_comm *comm, int status);
+
+#endif

@@ -1,0 +1,347 @@
+/* The shared-memory transport's set-up, teardown and poison (see shm.h for
+ * the segment layout). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/log.h"
+#include "transports/shm/shm.h"
+
+#define SHM_MAGIC 0x31306d68736c6363ull /* "cclshm01" in memory */
+#define SHM_PAGE 4096u
+#define SHM_RANDOM_BYTES 16
+
+struct shm_header {
+    uint64_t magic;
+    uint64_t comm_id;
+    uint8_t secret[CCL__SECRET_BYTES];
+    int32_t owner;
+    int32_t nranks;
+    uint32_t slots;
+    uint32_t liveness_lock; /* 1: the owner holds the lock peers probe */
+    uint64_t slot_bytes;
+    uint64_t bytes; /* the whole segment */
+    struct ccl__wake_words wake;
+    uint64_t fifo_offset[]; /* [nranks] */
+};
+
+/* A peer's segment as mapped here. `wake` is published last (release) so
+ * that poison, which may run on another thread, sees a complete mapping. */
+struct shm_peer_map {
+    void *base;
+    size_t bytes;
+    int fd;
+    uint8_t *send_fifo; /* our FIFO to that peer, inside its segment */
+    _Atomic(struct ccl__wake_words *) wake;
+};
+
+struct shm_state {
+    char name[CCL__TRANSPORT_BLOB_BYTES];
+    int fd;    /* our segment; holds the lock that tells peers we are alive */
+    int named; /* our name exists in /dev/shm: unlink it at teardown */
+    struct shm_header *hdr;
+    size_t bytes;
+    struct shm_peer_map *peers;   /* [nranks] */
+    struct ccl__shm_conn **conns; /* [nranks], owned here */
+};
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
+
+static size_t header_bytes(int nranks) {
+    return align_up(sizeof(struct shm_header) + (size_t)nranks * sizeof(uint64_t), SHM_PAGE);
+}
+
+static size_t meta_area_bytes(uint32_t depth) {
+    return align_up(sizeof(struct ccl__shm_fifo_ctrl) + (size_t)depth * sizeof(struct ccl__shm_meta_line), SHM_PAGE);
+}
+
+/* Bytes of one FIFO, 0 if the geometry overflows. */
+static size_t fifo_bytes(uint32_t depth, uint64_t slot_bytes) {
+    if (slot_bytes > UINT32_MAX) return 0;
+    size_t data;
+    if (__builtin_mul_overflow((size_t)depth, align_up((size_t)slot_bytes, 64), &data)) return 0;
+    size_t total = meta_area_bytes(depth) + data;
+    if (total < data || total > SIZE_MAX - SHM_PAGE) return 0;
+    return align_up(total, SHM_PAGE);
+}
+
+static void end_init(struct ccl__shm_end *e, uint8_t *fifo, uint32_t depth, uint64_t slot_bytes) {
+    memset(e, 0, sizeof(*e));
+    e->ctrl = (struct ccl__shm_fifo_ctrl *)fifo;
+    e->meta = (struct ccl__shm_meta_line *)(fifo + sizeof(struct ccl__shm_fifo_ctrl));
+    e->data = fifo + meta_area_bytes(depth);
+    e->stride = align_up((size_t)slot_bytes, 64);
+    e->depth = depth;
+}
+
+static ccl_status_t sys_error(struct ccl_comm *comm, const char *what, const char *name) {
+    int err = errno;
+    return ccl__set_error(comm, err == ENOMEM ? CCL_ERR_NO_MEMORY : CCL_ERR_SYSTEM, "shm: %s %s: %s", what, name,
+                          strerror(err));
+}
+
+ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]) {
+    const char *prefix = comm->params.shm_prefix[0] ? comm->params.shm_prefix : "ccl";
+    if (strchr(prefix, '/'))
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: CCL_SHM_PREFIX \"%s\" must not contain '/'", prefix);
+
+    uint8_t rnd[SHM_RANDOM_BYTES];
+    size_t got = 0;
+    while (got < sizeof(rnd)) {
+        ssize_t n = getrandom(rnd + got, sizeof(rnd) - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return sys_error(comm, "getrandom for", "a segment name");
+        got += (size_t)n;
+    }
+
+    if (comm->tstate[CCL__TRANSPORT_SHM])
+        return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: local_init called twice");
+    struct shm_state *st = calloc(1, sizeof(*st));
+    if (!st) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "shm: out of memory");
+    st->fd = -1;
+    int len = snprintf(st->name, sizeof(st->name), "/%s-", prefix);
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        len += snprintf(st->name + len, sizeof(st->name) - (size_t)len, "%02x", rnd[i]);
+    comm->tstate[CCL__TRANSPORT_SHM] = st;
+
+    memset(blob, 0, CCL__TRANSPORT_BLOB_BYTES);
+    memcpy(blob, st->name, (size_t)len + 1);
+    return CCL_OK;
+}
+
+/* Hold a lock for as long as this process lives: a peer that finds it free
+ * knows we are gone, even while we are an unreaped zombie or our pid has
+ * been reused. Best effort: without it peers still have kill(pid, 0). */
+static int hold_liveness_lock(struct ccl_comm *comm, int fd) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return 1;
+    CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: no liveness lock (%s); peers rely on the pid", strerror(errno));
+    return 0;
+}
+
+static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, size_t bytes) {
+    st->fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (st->fd < 0) return sys_error(comm, "cannot create segment", st->name);
+    st->named = 1;
+    /* 0600 whatever the umask: only this user's processes may attach. */
+    if (fchmod(st->fd, 0600) != 0) return sys_error(comm, "fchmod", st->name);
+    if (ftruncate(st->fd, (off_t)bytes) != 0) return sys_error(comm, "ftruncate", st->name);
+    /* Reserve the pages now: a full /dev/shm must fail here with a message,
+     * not later with SIGBUS in the middle of a collective. */
+    int err = posix_fallocate(st->fd, 0, (off_t)bytes);
+    if (err == ENOSPC)
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY,
+                              "shm: /dev/shm has no room for %zu bytes (%d slots of %zu bytes per peer); "
+                              "enlarge /dev/shm or lower CCL_SLOTS / CCL_SHM_SLOT_BYTES",
+                              bytes, comm->params.slots, comm->params.shm_slot_bytes);
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+        errno = err;
+        return sys_error(comm, "posix_fallocate", st->name);
+    }
+    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, st->fd, 0);
+    if (base == MAP_FAILED) return sys_error(comm, "mmap", st->name);
+    st->hdr = base;
+    st->bytes = bytes;
+    st->hdr->liveness_lock = (uint32_t)hold_liveness_lock(comm, st->fd);
+    return CCL_OK;
+}
+
+ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
+    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    if (!st || st->peers) return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: setup out of order");
+    int n = comm->nranks;
+    if (comm->params.slots < 1 || comm->params.shm_slot_bytes < 1 || comm->params.shm_slot_bytes > UINT32_MAX)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: bad geometry: CCL_SLOTS=%d CCL_SHM_SLOT_BYTES=%zu",
+                              comm->params.slots, comm->params.shm_slot_bytes);
+    uint32_t depth = (uint32_t)comm->params.slots;
+    uint64_t slot_bytes = comm->params.shm_slot_bytes;
+    size_t one_fifo = fifo_bytes(depth, slot_bytes);
+
+    st->peers = calloc((size_t)n, sizeof(*st->peers));
+    st->conns = calloc((size_t)n, sizeof(*st->conns));
+    if (!st->peers || !st->conns) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "shm: out of memory");
+    for (int p = 0; p < n; p++) st->peers[p].fd = -1;
+
+    size_t bytes = header_bytes(n);
+    int nfifos = 0;
+    for (int p = 0; p < n; p++) nfifos += p != comm->rank && use[p];
+    /* Serving nobody, a rank needs no segment (nor a usable /dev/shm). */
+    if (nfifos == 0) return CCL_OK;
+    if (one_fifo == 0 || one_fifo > (SIZE_MAX - bytes) / (size_t)nfifos)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: %d FIFOs of %u x %llu bytes do not fit in memory",
+                              nfifos, depth, (unsigned long long)slot_bytes);
+    bytes += (size_t)nfifos * one_fifo;
+
+    ccl_status_t s = create_segment(comm, st, bytes);
+    if (s != CCL_OK) return s;
+
+    struct shm_header *h = st->hdr;
+    h->comm_id = comm->comm_id;
+    memcpy(h->secret, comm->secret, sizeof(h->secret));
+    h->owner = comm->rank;
+    h->nranks = n;
+    h->slots = depth;
+    h->slot_bytes = slot_bytes;
+    h->bytes = bytes;
+    size_t off = header_bytes(n);
+    for (int p = 0; p < n; p++) {
+        h->fifo_offset[p] = (p != comm->rank && use[p]) ? off : 0;
+        if (h->fifo_offset[p]) off += one_fifo;
+    }
+    /* Carry over anything already recorded in the private words, then let
+     * peers ring us here. */
+    struct ccl__wake_words *lw = &comm->local_wake;
+    atomic_store(&h->wake.bell, atomic_load(&lw->bell));
+    atomic_store(&h->wake.fail_rank, atomic_load(&lw->fail_rank));
+    atomic_store(&h->wake.fail_status, atomic_load(&lw->fail_status));
+    h->magic = SHM_MAGIC;
+    comm->wake = &h->wake;
+    CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: segment %s, %zu bytes, %d FIFOs of %u x %llu bytes", st->name, bytes,
+             nfifos, depth, (unsigned long long)slot_bytes);
+    return CCL_OK;
+}
+
+/* Open and check rank p's segment; fills st->peers[p]. */
+static ccl_status_t attach_peer(struct ccl_comm *comm, struct shm_state *st, int p) {
+    const char *blob = (const char *)comm->peers[p].blob[CCL__TRANSPORT_SHM];
+    if (!memchr(blob, '\0', CCL__TRANSPORT_BLOB_BYTES) || blob[0] != '/' || strchr(blob + 1, '/'))
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d sent a malformed segment name", p);
+    struct shm_peer_map *pm = &st->peers[p];
+    pm->fd = shm_open(blob, O_RDWR | O_CLOEXEC, 0);
+    if (pm->fd < 0) {
+        if (errno == ENOENT)
+            return ccl__set_error(comm, CCL_ERR_REMOTE,
+                                  "shm: rank %d's segment %s does not exist (did its set-up fail?)", p, blob);
+        return sys_error(comm, "cannot open rank's segment", blob);
+    }
+    struct stat sb;
+    if (fstat(pm->fd, &sb) != 0) return sys_error(comm, "fstat", blob);
+    size_t min = header_bytes(comm->nranks);
+    if (sb.st_size < (off_t)min)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's segment %s is too small (%lld bytes)", p, blob,
+                              (long long)sb.st_size);
+    void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, pm->fd, 0);
+    if (base == MAP_FAILED) return sys_error(comm, "mmap", blob);
+    pm->base = base;
+    pm->bytes = (size_t)sb.st_size;
+
+    const struct shm_header *h = base;
+    if (h->magic != SHM_MAGIC || h->bytes != pm->bytes || h->owner != p)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: %s is not rank %d's segment (bad header)", blob, p);
+    if (h->comm_id != comm->comm_id || h->nranks != comm->nranks ||
+        memcmp(h->secret, comm->secret, sizeof(h->secret)) != 0)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's segment %s belongs to another communicator", p,
+                              blob);
+    if (h->slots != (uint32_t)comm->params.slots || h->slot_bytes != comm->params.shm_slot_bytes)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                              "shm: rank %d uses CCL_SLOTS=%u CCL_SHM_SLOT_BYTES=%llu but rank %d uses %d and %zu; "
+                              "set them alike on every rank",
+                              p, h->slots, (unsigned long long)h->slot_bytes, comm->rank, comm->params.slots,
+                              comm->params.shm_slot_bytes);
+    uint64_t off = h->fifo_offset[comm->rank];
+    if (off == 0)
+        return ccl__set_error(comm, CCL_ERR_INTERNAL,
+                              "shm: rank %d has no FIFO for rank %d (the ranks disagree on which peers use shm)", p,
+                              comm->rank);
+    size_t one_fifo = fifo_bytes(h->slots, h->slot_bytes);
+    if (off % SHM_PAGE || off > pm->bytes || pm->bytes - off < one_fifo)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's segment %s has a corrupt FIFO table", p, blob);
+    pm->send_fifo = (uint8_t *)base + off;
+    atomic_store_explicit(&pm->wake, (struct ccl__wake_words *)&((struct shm_header *)base)->wake,
+                          memory_order_release);
+    return CCL_OK;
+}
+
+ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns) {
+    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    if (!st || !st->peers) return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: connect before setup");
+    uint32_t depth = (uint32_t)comm->params.slots;
+    uint64_t slot_bytes = comm->params.shm_slot_bytes;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank || !use[p]) continue;
+        if (!st->hdr || st->hdr->fifo_offset[p] == 0)
+            return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: connect to rank %d, which setup did not include", p);
+        ccl_status_t s = attach_peer(comm, st, p);
+        if (s != CCL_OK) return s;
+        struct ccl__shm_conn *c = calloc(1, sizeof(*c));
+        if (!c) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "shm: out of memory");
+        st->conns[p] = c;
+        struct shm_header *ph = st->peers[p].base;
+        c->base.t = &ccl__transport_shm;
+        c->base.comm = comm;
+        c->base.peer = p;
+        c->base.slot_bytes = (size_t)slot_bytes;
+        end_init(&c->send, st->peers[p].send_fifo, depth, slot_bytes);
+        end_init(&c->recv, (uint8_t *)st->hdr + st->hdr->fifo_offset[p], depth, slot_bytes);
+        c->peer_wake = &ph->wake;
+        /* Probe only a lock the owner took: a free lock must mean "gone". */
+        c->peer_fd = ph->liveness_lock == 1 ? st->peers[p].fd : -1;
+    }
+    /* Hand out connections only once all succeeded; they stay owned here. */
+    for (int p = 0; p < comm->nranks; p++)
+        if (st->conns[p]) conns[p] = &st->conns[p]->base;
+    return CCL_OK;
+}
+
+ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm) {
+    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    if (!st || !st->named) return CCL_OK;
+    st->named = 0;
+    if (shm_unlink(st->name) != 0) {
+        if (errno == ENOENT) {
+            CCL_WARN(CCL__SUB_SHM, comm->rank, "shm: segment %s was removed by someone else", st->name);
+            return CCL_OK;
+        }
+        return sys_error(comm, "shm_unlink", st->name);
+    }
+    return CCL_OK;
+}
+
+void ccl__shm_poison(struct ccl_comm *comm, int status) {
+    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    if (!st || !st->peers) return;
+    for (int p = 0; p < comm->nranks; p++) {
+        struct ccl__wake_words *w = atomic_load_explicit(&st->peers[p].wake, memory_order_acquire);
+        if (w) ccl__wake_fail(w, comm->rank, status);
+    }
+}
+
+void ccl__shm_teardown(struct ccl_comm *comm) {
+    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    if (!st) return;
+    if (st->peers)
+        for (int p = 0; p < comm->nranks; p++) {
+            struct shm_peer_map *pm = &st->peers[p];
+            if (st->conns) free(st->conns[p]);
+            atomic_store(&pm->wake, NULL);
+            if (pm->base) munmap(pm->base, pm->bytes);
+            if (pm->fd >= 0) close(pm->fd);
+        }
+    if (st->hdr) {
+        /* Back to the private words, keeping any failure peers reported. */
+        if (comm->wake == &st->hdr->wake) {
+            struct ccl__wake_words *lw = &comm->local_wake;
+            atomic_store(&lw->fail_rank, atomic_load(&st->hdr->wake.fail_rank));
+            atomic_store(&lw->fail_status, atomic_load(&st->hdr->wake.fail_status));
+            atomic_store(&lw->bell, atomic_load(&st->hdr->wake.bell));
+            comm->wake = lw;
+        }
+        munmap(st->hdr, st->bytes);
+    }
+    if (st->fd >= 0) close(st->fd);
+    if (st->named && shm_unlink(st->name) != 0 && errno != ENOENT)
+        CCL_WARN(CCL__SUB_SHM, comm->rank, "shm: cannot remove %s: %s", st->name, strerror(errno));
+    free(st->peers);
+    free(st->conns);
+    free(st);
+    comm->tstate[CCL__TRANSPORT_SHM] = NULL;
+}
