@@ -1,0 +1,450 @@
+/*
+ * The reduction table: dst[i] = a[i] OP b[i] for every (dtype, op), plus the
+ * division that finishes CCL_AVG.
+ *
+ * Each kernel is one plain loop with no branch on dtype or op inside, so the
+ * compiler (this file is built with -O3) vectorises it. dst may equal a or b:
+ * every element is read before it is written and no element is read after
+ * its own write, so exact aliasing is safe, and GCC's runtime overlap check
+ * still takes the vector path when the distance is zero.
+ *
+ * Results must be bit-identical on every rank, including ranks on machines
+ * with and without AVX2/F16C, so the 16-bit float fast paths are the
+ * portable path's exact twins (tests/test_reduce.c checks both against one
+ * reference) and no kernel depends on how a compiler reassociates: each
+ * element is one operation.
+ */
+#include "reduce/reduce.h"
+
+#include <string.h>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define CCL_REDUCE_HAVE_X86_SIMD 1
+#include <immintrin.h>
+#endif
+
+/* ---- bit views ---- */
+
+static inline uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint64_t double_bits(double f) {
+    uint64_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline double bits_double(uint64_t u) {
+    double f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- float16 and bfloat16 conversions ----
+ * Written without branches (every case computed, one selected) so that the
+ * loops that call them can still be vectorised. Rounding is done on the
+ * integer encodings, so it is round-to-nearest-even whatever the FPU's
+ * rounding mode is, exactly like the F16C instruction with an explicit mode. */
+
+static inline float half_to_float_inline(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exponent = (h >> 10) & 0x1fu;
+    uint32_t mantissa = h & 0x3ffu;
+    /* Normal: rebias the exponent from 15 to 127. */
+    uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
+    /* Subnormal: mantissa * 2^-24, built as 2^-14 * (1 + mantissa/1024)
+     * minus 2^-14, both exact (zero falls out too). Every lane subtracts,
+     * the others 0, so the loop stays free of branches. */
+    uint32_t subnormal_plus_min = 0x38800000u | (mantissa << 13);
+    /* Infinity keeps its encoding; a NaN keeps its payload and comes back
+     * quiet, as the hardware conversion does. */
+    uint32_t special = 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
+    uint32_t magnitude = exponent == 0 ? subnormal_plus_min : exponent == 31 ? special : normal;
+    float offset = exponent == 0 ? 0x1p-14f : 0.0f;
+    return bits_float(sign | float_bits(bits_float(magnitude) - offset));
+}
+
+static inline uint16_t float_to_half_inline(float f) {
+    uint32_t x = float_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t abs_bits = x & 0x7fffffffu;
+    /* Normal: rebias, then round away the 13 low bits to nearest even. A
+     * carry out of the mantissa lands in the exponent, which is right. */
+    uint32_t rebiased = abs_bits - 0x38000000u;
+    uint32_t normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;
+    /* Subnormal: the full significand shifted right by 126 - exponent. The
+     * shift is clamped to [14, 25]: 25 already rounds every float below
+     * 2^-25 to zero, and a clamped shift keeps the unused lanes defined. */
+    int shift = 126 - (int)(abs_bits >> 23);
+    shift = shift < 14 ? 14 : shift > 25 ? 25 : shift;
+    uint32_t significand = (abs_bits & 0x7fffffu) | 0x800000u;
+    uint32_t subnormal =
+        (significand + ((1u << (shift - 1)) - 1u) + ((significand >> shift) & 1u)) >> shift;
+    /* NaN: keep the top payload bits, force quiet. */
+    uint32_t nan = 0x7e00u | ((abs_bits >> 13) & 0x3ffu);
+    uint32_t magnitude = abs_bits > 0x7f800000u   ? nan
+                         : abs_bits >= 0x477ff000u ? 0x7c00u /* >= 65520 rounds to inf */
+                         : abs_bits >= 0x38800000u ? normal  /* >= 2^-14 */
+                                                   : subnormal;
+    return (uint16_t)(sign | magnitude);
+}
+
+static inline float bf16_to_float_inline(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    uint32_t quiet = (x & 0x7fffffffu) > 0x7f800000u ? 0x00400000u : 0u;
+    return bits_float(x | quiet);
+}
+
+static inline uint16_t float_to_bf16_inline(float f) {
+    uint32_t x = float_bits(f);
+    /* Same exponent range as float32: only the low 16 bits are rounded away,
+     * and overflow to infinity and subnormals fall out of the carry. */
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t nan = (x >> 16) | 0x0040u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+float ccl__half_to_float(uint16_t h) { return half_to_float_inline(h); }
+uint16_t ccl__float_to_half(float f) { return float_to_half_inline(f); }
+float ccl__bf16_to_float(uint16_t h) { return bf16_to_float_inline(h); }
+uint16_t ccl__float_to_bf16(float f) { return float_to_bf16_inline(f); }
+
+/* ---- NaN results ----
+ * Which NaN comes out must not depend on which operand a compiler puts
+ * first, nor on the CPU's default NaN, or two ranks (or the SIMD and the
+ * portable path) could disagree in the bits. So wherever the library picks:
+ * the first NaN operand, made quiet, payload kept; a NaN made from numbers
+ * (inf - inf, 0 * inf) is the positive default quiet NaN. float32/float64
+ * SUM and PROD are the bare C operations and leave that to the hardware. */
+
+#define QUIET_NAN_F32 0x7fc00000u
+
+static inline float quiet_f32(float x) { return bits_float(float_bits(x) | 0x00400000u); }
+static inline double quiet_f64(double x) { return bits_double(double_bits(x) | 0x0008000000000000ull); }
+
+/* For results of 16-bit operands, whose widened values are quiet already. */
+static inline float pick_nan(float x, float y, float result) {
+    float made = result != result ? bits_float(QUIET_NAN_F32) : result;
+    return x != x ? x : y != y ? y : made;
+}
+
+/* ---- IEEE 754-2019 maximum / minimum ----
+ * Equal operands have identical encodings except +0 and -0, where AND of
+ * the encodings gives +0 (maximum) and OR gives -0 (minimum). Everything is
+ * computed, then selected, so the loops have no branch to stop vectorising. */
+
+static inline float max_f32(float x, float y) {
+    float equal = bits_float(float_bits(x) & float_bits(y));
+    float larger = x == y ? equal : x > y ? x : y;
+    return x != x ? quiet_f32(x) : y != y ? quiet_f32(y) : larger;
+}
+
+static inline float min_f32(float x, float y) {
+    float equal = bits_float(float_bits(x) | float_bits(y));
+    float smaller = x == y ? equal : x < y ? x : y;
+    return x != x ? quiet_f32(x) : y != y ? quiet_f32(y) : smaller;
+}
+
+static inline double max_f64(double x, double y) {
+    double equal = bits_double(double_bits(x) & double_bits(y));
+    double larger = x == y ? equal : x > y ? x : y;
+    return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : larger;
+}
+
+static inline double min_f64(double x, double y) {
+    double equal = bits_double(double_bits(x) | double_bits(y));
+    double smaller = x == y ? equal : x < y ? x : y;
+    return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : smaller;
+}
+
+/* ---- kernels ---- */
+
+#define DEFINE_REDUCE(name, T, EXPR)                                        \
+    static void name(void *dst, const void *a, const void *b, size_t n) {   \
+        T *d = dst;                                                         \
+        const T *pa = a;                                                    \
+        const T *pb = b;                                                    \
+        for (size_t i = 0; i < n; i++) {                                    \
+            T x = pa[i];                                                    \
+            T y = pb[i];                                                    \
+            d[i] = (EXPR);                                                  \
+        }                                                                   \
+    }
+
+/* SUM and PROD in the unsigned twin: wrap-around is defined there. Narrow
+ * types promote to int, where 255 * 255 cannot overflow either. */
+#define DEFINE_INT_KERNELS(tag, T, U)                        \
+    DEFINE_REDUCE(sum_##tag, T, (T)((U)x + (U)y))            \
+    DEFINE_REDUCE(prod_##tag, T, (T)((U)x * (U)y))           \
+    DEFINE_REDUCE(max_##tag, T, x > y ? x : y)               \
+    DEFINE_REDUCE(min_##tag, T, x < y ? x : y)
+
+DEFINE_INT_KERNELS(i8, int8_t, uint8_t)
+DEFINE_INT_KERNELS(u8, uint8_t, uint8_t)
+DEFINE_INT_KERNELS(i32, int32_t, uint32_t)
+DEFINE_INT_KERNELS(u32, uint32_t, uint32_t)
+DEFINE_INT_KERNELS(i64, int64_t, uint64_t)
+DEFINE_INT_KERNELS(u64, uint64_t, uint64_t)
+
+DEFINE_REDUCE(sum_f32, float, x + y)
+DEFINE_REDUCE(prod_f32, float, x * y)
+DEFINE_REDUCE(max_f32_kernel, float, max_f32(x, y))
+DEFINE_REDUCE(min_f32_kernel, float, min_f32(x, y))
+DEFINE_REDUCE(sum_f64, double, x + y)
+DEFINE_REDUCE(prod_f64, double, x * y)
+DEFINE_REDUCE(max_f64_kernel, double, max_f64(x, y))
+DEFINE_REDUCE(min_f64_kernel, double, min_f64(x, y))
+
+/* 16-bit floats: widen both inputs, one float32 operation, round once. */
+#define DEFINE_HALF_REDUCE(name, TO_FLOAT, FROM_FLOAT, FLOAT_EXPR)          \
+    static void name(void *dst, const void *a, const void *b, size_t n) {   \
+        uint16_t *d = dst;                                                  \
+        const uint16_t *pa = a;                                             \
+        const uint16_t *pb = b;                                             \
+        for (size_t i = 0; i < n; i++) {                                    \
+            float x = TO_FLOAT(pa[i]);                                      \
+            float y = TO_FLOAT(pb[i]);                                      \
+            d[i] = FROM_FLOAT(FLOAT_EXPR);                                  \
+        }                                                                   \
+    }
+
+#define DEFINE_HALF_KERNELS(tag, TO_FLOAT, FROM_FLOAT)                              \
+    DEFINE_HALF_REDUCE(sum_##tag, TO_FLOAT, FROM_FLOAT, pick_nan(x, y, x + y))      \
+    DEFINE_HALF_REDUCE(prod_##tag, TO_FLOAT, FROM_FLOAT, pick_nan(x, y, x * y))     \
+    DEFINE_HALF_REDUCE(max_##tag, TO_FLOAT, FROM_FLOAT, max_f32(x, y))              \
+    DEFINE_HALF_REDUCE(min_##tag, TO_FLOAT, FROM_FLOAT, min_f32(x, y))
+
+DEFINE_HALF_KERNELS(f16, half_to_float_inline, float_to_half_inline)
+DEFINE_HALF_KERNELS(bf16, bf16_to_float_inline, float_to_bf16_inline)
+
+#define KERNEL_ROW(sum, prod, max, min) \
+    { [CCL_SUM] = sum, [CCL_PROD] = prod, [CCL_MAX] = max, [CCL_MIN] = min, [CCL_AVG] = sum }
+
+/* CCL_AVG reduces as a sum; ccl__reduce_div finishes it. */
+static const ccl__reduce_fn reduce_table[CCL_NUM_DTYPES][CCL_NUM_OPS] = {
+    [CCL_INT8] = KERNEL_ROW(sum_i8, prod_i8, max_i8, min_i8),
+    [CCL_UINT8] = KERNEL_ROW(sum_u8, prod_u8, max_u8, min_u8),
+    [CCL_INT32] = KERNEL_ROW(sum_i32, prod_i32, max_i32, min_i32),
+    [CCL_UINT32] = KERNEL_ROW(sum_u32, prod_u32, max_u32, min_u32),
+    [CCL_INT64] = KERNEL_ROW(sum_i64, prod_i64, max_i64, min_i64),
+    [CCL_UINT64] = KERNEL_ROW(sum_u64, prod_u64, max_u64, min_u64),
+    [CCL_FLOAT16] = KERNEL_ROW(sum_f16, prod_f16, max_f16, min_f16),
+    [CCL_BFLOAT16] = KERNEL_ROW(sum_bf16, prod_bf16, max_bf16, min_bf16),
+    [CCL_FLOAT32] = KERNEL_ROW(sum_f32, prod_f32, max_f32_kernel, min_f32_kernel),
+    [CCL_FLOAT64] = KERNEL_ROW(sum_f64, prod_f64, max_f64_kernel, min_f64_kernel),
+};
+
+/* ---- division that finishes CCL_AVG ---- */
+
+typedef void (*div_fn)(void *buf, size_t n, int divisor);
+
+/* C's `/` in the element type (after the usual promotions) truncates
+ * toward zero, which is the contract for integers. */
+#define DEFINE_DIV(name, T, DIVISOR_T, TO_WORK, FROM_WORK)   \
+    static void name(void *buf, size_t n, int divisor) {     \
+        T *p = buf;                                          \
+        DIVISOR_T d = (DIVISOR_T)divisor;                    \
+        for (size_t i = 0; i < n; i++)                       \
+            p[i] = FROM_WORK(TO_WORK(p[i]) / d);             \
+    }
+
+#define AS_IS(v) (v)
+#define CAST_I8(v) ((int8_t)(v))
+#define CAST_U8(v) ((uint8_t)(v))
+
+DEFINE_DIV(div_i8, int8_t, int, AS_IS, CAST_I8)
+DEFINE_DIV(div_u8, uint8_t, int, AS_IS, CAST_U8)
+DEFINE_DIV(div_i32, int32_t, int32_t, AS_IS, AS_IS)
+DEFINE_DIV(div_u32, uint32_t, uint32_t, AS_IS, AS_IS)
+DEFINE_DIV(div_i64, int64_t, int64_t, AS_IS, AS_IS)
+DEFINE_DIV(div_u64, uint64_t, uint64_t, AS_IS, AS_IS)
+DEFINE_DIV(div_f32, float, float, AS_IS, AS_IS)
+DEFINE_DIV(div_f64, double, double, AS_IS, AS_IS)
+
+#define DEFINE_HALF_DIV(name, TO_FLOAT, FROM_FLOAT)            \
+    static void name(void *buf, size_t n, int divisor) {       \
+        uint16_t *p = buf;                                     \
+        float d = (float)divisor;                              \
+        for (size_t i = 0; i < n; i++) {                       \
+            float x = TO_FLOAT(p[i]);                          \
+            p[i] = FROM_FLOAT(pick_nan(x, x, x / d));          \
+        }                                                      \
+    }
+
+DEFINE_HALF_DIV(div_f16, half_to_float_inline, float_to_half_inline)
+DEFINE_HALF_DIV(div_bf16, bf16_to_float_inline, float_to_bf16_inline)
+
+static const div_fn div_table[CCL_NUM_DTYPES] = {
+    [CCL_INT8] = div_i8,       [CCL_UINT8] = div_u8,       [CCL_INT32] = div_i32, [CCL_UINT32] = div_u32,
+    [CCL_INT64] = div_i64,     [CCL_UINT64] = div_u64,     [CCL_FLOAT16] = div_f16,
+    [CCL_BFLOAT16] = div_bf16, [CCL_FLOAT32] = div_f32,    [CCL_FLOAT64] = div_f64,
+};
+
+/* ---- float16 and bfloat16 with AVX2 (and F16C) ----
+ * The portable kernels' steps (widen, one float32 operation, the same NaN
+ * and zero selections, round to nearest even) eight lanes at a time:
+ * float16 through the F16C converters, which are exact and quiet NaNs as
+ * the portable code does; bfloat16 through shifts, its NaNs quieted on the
+ * way out (the bit a quieting on the way in would have set). So every lane
+ * is bit-identical to the portable path. The tail goes through the same
+ * vector code on a padded copy. */
+#ifdef CCL_REDUCE_HAVE_X86_SIMD
+#define X86_SIMD_TARGET __attribute__((target("avx2,f16c")))
+
+X86_SIMD_TARGET static inline __m256 simd_is_nan(__m256 v) { return _mm256_cmp_ps(v, v, _CMP_UNORD_Q); }
+
+X86_SIMD_TARGET static inline int simd_none(__m256 mask) { return _mm256_testz_ps(mask, mask); }
+
+X86_SIMD_TARGET static inline __m256 simd_select_nan(__m256 x, __m256 y, __m256 result) {
+    __m256 made = _mm256_castsi256_ps(_mm256_set1_epi32((int)QUIET_NAN_F32));
+    __m256 r = _mm256_blendv_ps(result, made, simd_is_nan(result));
+    r = _mm256_blendv_ps(r, y, simd_is_nan(y));
+    return _mm256_blendv_ps(r, x, simd_is_nan(x));
+}
+
+/* For arithmetic, where a NaN operand always makes a NaN result: one test
+ * of the result lets the common case skip the selections. */
+X86_SIMD_TARGET static inline __m256 simd_pick_nan(__m256 x, __m256 y, __m256 result) {
+    return simd_none(simd_is_nan(result)) ? result : simd_select_nan(x, y, result);
+}
+
+/* maxps/minps are right for ordered, unequal lanes; fix up the rest. Their
+ * result is a number even with a NaN operand, so test the operands. */
+X86_SIMD_TARGET static inline __m256 simd_max(__m256 x, __m256 y) {
+    __m256 r = _mm256_max_ps(x, y);
+    r = _mm256_blendv_ps(r, _mm256_and_ps(x, y), _mm256_cmp_ps(x, y, _CMP_EQ_OQ));
+    __m256 unordered = _mm256_cmp_ps(x, y, _CMP_UNORD_Q);
+    return simd_none(unordered) ? r : simd_select_nan(x, y, r);
+}
+
+X86_SIMD_TARGET static inline __m256 simd_min(__m256 x, __m256 y) {
+    __m256 r = _mm256_min_ps(x, y);
+    r = _mm256_blendv_ps(r, _mm256_or_ps(x, y), _mm256_cmp_ps(x, y, _CMP_EQ_OQ));
+    __m256 unordered = _mm256_cmp_ps(x, y, _CMP_UNORD_Q);
+    return simd_none(unordered) ? r : simd_select_nan(x, y, r);
+}
+
+X86_SIMD_TARGET static inline __m256 half_load(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+X86_SIMD_TARGET static inline void half_store(uint16_t *p, __m256 v) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+X86_SIMD_TARGET static inline __m256 bf16_load(const uint16_t *p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+X86_SIMD_TARGET static inline void bf16_store(uint16_t *p, __m256 v) {
+    __m256i x = _mm256_castps_si256(v);
+    __m256i high = _mm256_srli_epi32(x, 16);
+    __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(high, _mm256_set1_epi32(1)));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
+    __m256 is_nan = simd_is_nan(v);
+    __m256i nan = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
+    __m256i r = simd_none(is_nan) ? rounded : _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(is_nan));
+    /* Every lane fits 16 bits, so the saturating pack is a plain narrowing;
+     * it works per 128-bit half, and the permute joins the halves. */
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+
+#define DEFINE_SIMD_REDUCE(name, LOAD, STORE, VEXPR)                                      \
+    X86_SIMD_TARGET static void name(void *dst, const void *a, const void *b, size_t n) { \
+        uint16_t *d = dst;                                                                \
+        const uint16_t *pa = a;                                                           \
+        const uint16_t *pb = b;                                                           \
+        size_t i = 0;                                                                     \
+        for (; i + 8 <= n; i += 8) {                                                      \
+            __m256 x = LOAD(pa + i);                                                      \
+            __m256 y = LOAD(pb + i);                                                      \
+            STORE(d + i, (VEXPR));                                                        \
+        }                                                                                 \
+        if (i < n) {                                                                      \
+            uint16_t ta[8] = {0}, tb[8] = {0}, td[8];                                     \
+            memcpy(ta, pa + i, (n - i) * sizeof *pa);                                     \
+            memcpy(tb, pb + i, (n - i) * sizeof *pb);                                     \
+            __m256 x = LOAD(ta);                                                          \
+            __m256 y = LOAD(tb);                                                          \
+            STORE(td, (VEXPR));                                                           \
+            memcpy(d + i, td, (n - i) * sizeof *d);                                       \
+        }                                                                                 \
+    }
+
+#define DEFINE_SIMD_KERNELS(tag, LOAD, STORE)                                                   \
+    DEFINE_SIMD_REDUCE(sum_##tag##_simd, LOAD, STORE, simd_pick_nan(x, y, _mm256_add_ps(x, y)))  \
+    DEFINE_SIMD_REDUCE(prod_##tag##_simd, LOAD, STORE, simd_pick_nan(x, y, _mm256_mul_ps(x, y))) \
+    DEFINE_SIMD_REDUCE(max_##tag##_simd, LOAD, STORE, simd_max(x, y))                            \
+    DEFINE_SIMD_REDUCE(min_##tag##_simd, LOAD, STORE, simd_min(x, y))                            \
+                                                                                                \
+    X86_SIMD_TARGET static void div_##tag##_simd(void *buf, size_t n, int divisor) {            \
+        uint16_t *p = buf;                                                                      \
+        __m256 d = _mm256_set1_ps((float)divisor);                                              \
+        size_t i = 0;                                                                           \
+        for (; i + 8 <= n; i += 8) {                                                            \
+            __m256 x = LOAD(p + i);                                                             \
+            STORE(p + i, simd_pick_nan(x, x, _mm256_div_ps(x, d)));                             \
+        }                                                                                       \
+        if (i < n) {                                                                            \
+            uint16_t t[8] = {0};                                                                \
+            memcpy(t, p + i, (n - i) * sizeof *p);                                              \
+            __m256 x = LOAD(t);                                                                 \
+            STORE(t, simd_pick_nan(x, x, _mm256_div_ps(x, d)));                                 \
+            memcpy(p + i, t, (n - i) * sizeof *p);                                              \
+        }                                                                                       \
+    }
+
+DEFINE_SIMD_KERNELS(f16, half_load, half_store)
+DEFINE_SIMD_KERNELS(bf16, bf16_load, bf16_store)
+
+static const ccl__reduce_fn simd_rows[CCL_NUM_DTYPES][CCL_NUM_OPS] = {
+    [CCL_FLOAT16] = KERNEL_ROW(sum_f16_simd, prod_f16_simd, max_f16_simd, min_f16_simd),
+    [CCL_BFLOAT16] = KERNEL_ROW(sum_bf16_simd, prod_bf16_simd, max_bf16_simd, min_bf16_simd),
+};
+static const div_fn simd_div[CCL_NUM_DTYPES] = {[CCL_FLOAT16] = div_f16_simd, [CCL_BFLOAT16] = div_bf16_simd};
+
+static int cpu_has_avx2_f16c(void) {
+    /* Cheap after the first call: the CPU model is cached by libgcc. */
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+
+static int use_simd(ccl_dtype_t dtype) {
+    return (dtype == CCL_FLOAT16 || dtype == CCL_BFLOAT16) && cpu_has_avx2_f16c();
+}
+#endif
+
+ccl__reduce_fn ccl__reduce_get(ccl_dtype_t dtype, ccl_op_t op) {
+    if ((unsigned)dtype >= CCL_NUM_DTYPES || (unsigned)op >= CCL_NUM_OPS)
+        return NULL;
+#ifdef CCL_REDUCE_HAVE_X86_SIMD
+    if (use_simd(dtype))
+        return simd_rows[dtype][op];
+#endif
+    return reduce_table[dtype][op];
+}
+
+void ccl__reduce_div(void *buf, size_t n, ccl_dtype_t dtype, int divisor) {
+    /* Zero or negative rank counts have no meaning here; refusing them
+     * avoids a trap on integer types. */
+    if ((unsigned)dtype >= CCL_NUM_DTYPES || divisor < 1)
+        return;
+#ifdef CCL_REDUCE_HAVE_X86_SIMD
+    if (use_simd(dtype)) {
+        simd_div[dtype](buf, n, divisor);
+        return;
+    }
+#endif
+    div_table[dtype](buf, n, divisor);
+}
