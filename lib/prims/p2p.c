@@ -117,7 +117,7 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
     }
     CCL_CHECK(match_self(comm, x, n, what));
     /* The distinct connections involved, for waiting and flushing. */
-    struct ccl__conn **conns = malloc(sizeof(*conns) * (size_t)(n ? n : 1));
+    struct ccl__conn **conns = malloc(sizeof(*conns) * (n > 0 ? (size_t)n : 1u));
     if (!conns) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", what);
     int nc = 0;
     for (int i = 0; i < n; i++) {
