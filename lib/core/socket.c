@@ -60,7 +60,7 @@ static ccl_status_t resolve_host(const char *host, int numeric_v6_only, union cc
     }
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
     hints.ai_family = numeric_v6_only ? AF_INET6 : AF_UNSPEC;
-    hints.ai_flags = numeric_v6_only ? AI_NUMERICHOST : AI_ADDRCONFIG;
+    hints.ai_flags = numeric_v6_only ? AI_NUMERICHOST : 0;
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0) {
@@ -256,6 +256,18 @@ static int connect_retryable(int err) {
            err == ENETUNREACH || err == EAGAIN || err == ECONNABORTED;
 }
 
+/* Retrying a port nobody listens on can end in TCP's simultaneous open
+ * with itself (the kernel picked the same port as the source): a socket
+ * that looks connected but talks to itself. */
+static int connected_to_self(int s) {
+    union ccl__sa me, peer;
+    socklen_t lm = sizeof(me), lp = sizeof(peer);
+    memset(&me, 0, sizeof(me));
+    memset(&peer, 0, sizeof(peer));
+    if (getsockname(s, &me.sa, &lm) != 0 || getpeername(s, &peer.sa, &lp) != 0) return 0;
+    return lm == lp && memcmp(&me, &peer, lm) == 0;
+}
+
 /* One attempt: 0 connected, else the errno (ETIMEDOUT at the deadline). */
 static int connect_once(const union ccl__sa *addr, double deadline, int *fd) {
     int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -270,6 +282,7 @@ static int connect_once(const union ccl__sa *addr, double deadline, int *fd) {
             else if (st != CCL_OK || getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = EIO;
         }
     }
+    if (!err && connected_to_self(s)) err = ECONNREFUSED;
     if (err) {
         close(s);
         return err;

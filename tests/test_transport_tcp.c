@@ -1,0 +1,780 @@
+/* ctest: TIMEOUT 180 */
+/*
+ * White-box test of the TCP transport. Two ranks are forked processes with
+ * hand-built communicators; they exchange peer infos and barriers through a
+ * socketpair made before the fork and drive the transport's phases the way
+ * the library does at init. Children never call Check: they count failures
+ * (EXPECT) and exit with the count. SIGPIPE keeps its default action (kill),
+ * so a write to a dead peer that raised it would fail the test.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/params.h"
+#include "core/socket.h"
+#include "harness.h"
+#include "transports/tcp/tcp.h"
+#include "transports/transport.h"
+
+#define RANK_ALARM_S 60
+#define RUN_DEADLINE_S 90.0
+#define COMM_ID 0x0123456789abcdefull
+#define SECRET_BYTE 0xa5
+
+static const struct ccl__transport *const tcp = &ccl__transport_tcp;
+
+/* ---- two ranks as processes ---- */
+
+struct rank_ctx {
+    int rank;
+    int chan; /* socketpair end to the other rank */
+    const void *arg;
+    struct harness_tally t;
+};
+
+typedef void (*rank_body_fn)(struct rank_ctx *c);
+
+static void peer_gone(struct rank_ctx *c) {
+    harness_fail(&c->t, __FILE__, __LINE__, "the other rank's channel closed early");
+    exit(c->t.fails > 100 ? 100 : c->t.fails);
+}
+
+static void chan_send(struct rank_ctx *c, const void *buf, size_t n) {
+    if (ccl__sock_send_all(c->chan, buf, n, ccl__now() + RANK_ALARM_S) != CCL_OK) peer_gone(c);
+}
+
+static void chan_recv(struct rank_ctx *c, void *buf, size_t n) {
+    if (ccl__sock_recv_all(c->chan, buf, n, ccl__now() + RANK_ALARM_S) != CCL_OK) peer_gone(c);
+}
+
+static void barrier(struct rank_ctx *c) {
+    char b = 'b';
+    chan_send(c, &b, 1);
+    chan_recv(c, &b, 1);
+}
+
+/* Forks rank 0 and rank 1, waits for both (killing both at the deadline)
+ * and asserts each exited 0, or died of SIGKILL where killed_mask says so. */
+static void run_pair(const char *tag, rank_body_fn body0, rank_body_fn body1, const void *arg, unsigned killed_mask) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    fflush(NULL);
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] > 0) continue;
+        close(sv[1 - r]);
+        struct rank_ctx c = {.rank = r, .chan = sv[r], .arg = arg, .t = {.rank = r}};
+        alarm(RANK_ALARM_S);
+        (r == 0 ? body0 : body1)(&c);
+        close(c.chan);
+        fflush(NULL);
+        exit(c.t.fails > 100 ? 100 : c.t.fails); /* exit: LeakSanitizer checks each rank */
+    }
+    close(sv[0]);
+    close(sv[1]);
+    int status[2] = {0, 0}, done[2] = {0, 0};
+    double deadline = ccl__now() + RUN_DEADLINE_S;
+    while (!(done[0] && done[1])) {
+        for (int r = 0; r < 2; r++)
+            if (!done[r] && waitpid(pid[r], &status[r], WNOHANG) == pid[r]) done[r] = 1;
+        if (ccl__now() > deadline) {
+            for (int r = 0; r < 2; r++)
+                if (!done[r]) kill(pid[r], SIGKILL), waitpid(pid[r], &status[r], 0);
+            ck_abort_msg("%s: ranks still running after %.0f s (rank 0 %s, rank 1 %s)", tag, RUN_DEADLINE_S,
+                         done[0] ? "done" : "hung", done[1] ? "done" : "hung");
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (int r = 0; r < 2; r++) {
+        int st = status[r];
+        if (killed_mask & (1u << r))
+            ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "%s: rank %d was to die of SIGKILL (0x%x)", tag,
+                          r, st);
+        else
+            ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d %s %d", tag, r,
+                          WIFEXITED(st) ? "had failures:" : "died of signal",
+                          WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+}
+
+/* ---- a hand-built communicator ---- */
+
+static struct ccl_comm *comm_new(int rank, size_t slot_bytes, int slots, double timeout_s) {
+    struct ccl_comm *comm = calloc(1, sizeof(*comm));
+    if (!comm) abort();
+    comm->magic = CCL__COMM_MAGIC;
+    comm->rank = rank;
+    comm->nranks = 2;
+    comm->comm_id = COMM_ID;
+    memset(comm->secret, SECRET_BYTE, sizeof(comm->secret));
+    comm->params = *ccl__params_get();
+    comm->params.tcp_slot_bytes = slot_bytes;
+    comm->params.slots = slots;
+    comm->params.timeout_s = timeout_s;
+    comm->peers = calloc(2, sizeof(*comm->peers));
+    comm->conns = calloc(2, sizeof(*comm->conns));
+    if (!comm->peers || !comm->conns) abort();
+    comm->wake = &comm->local_wake;
+    comm->event_fd = -1;
+    snprintf(comm->boot_addr, sizeof(comm->boot_addr), "127.0.0.1");
+    pthread_mutex_init(&comm->err_lock, NULL);
+    return comm;
+}
+
+static void comm_free(struct ccl_comm *comm) {
+    tcp->teardown(comm);
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm->peers);
+    free(comm->conns);
+    free(comm);
+}
+
+static int error_says(struct ccl_comm *comm, const char *words) { return strstr(comm->last_error, words) != NULL; }
+
+/* local_init, the info exchange and setup, then a barrier. */
+static void up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, uint8_t *use) {
+    struct ccl__peer_info *me = &comm->peers[c->rank];
+    me->rank = c->rank;
+    me->pid = getpid();
+    snprintf(me->hostname, sizeof(me->hostname), "host-of-rank-%d", c->rank);
+    EXPECT_OK(&c->t, tcp->local_init(comm, me->blob[CCL__TRANSPORT_TCP]));
+    me->transport_mask = 1u << CCL__TRANSPORT_TCP;
+    chan_send(c, me, sizeof(*me));
+    chan_recv(c, &comm->peers[1 - c->rank], sizeof(*me));
+    use[c->rank] = 0;
+    use[1 - c->rank] = tcp->can_connect(&comm->peers[0], &comm->peers[1]) > 0;
+    EXPECT(&c->t, use[1 - c->rank], "both ranks have tcp");
+    EXPECT_OK(&c->t, tcp->setup(comm, use));
+    barrier(c);
+}
+
+/* connect, barrier, setup_done, barrier: the rest of the set-up. */
+static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+    EXPECT_OK(&c->t, tcp->connect(comm, use, comm->conns));
+    barrier(c);
+    EXPECT_OK(&c->t, tcp->setup_done(comm));
+    struct ccl__conn *cn = comm->conns[1 - c->rank];
+    EXPECT(&c->t, cn && cn->t == tcp && cn->comm == comm && cn->peer == 1 - c->rank, "conn to the peer");
+    EXPECT(&c->t, cn && cn->slot_bytes == comm->params.tcp_slot_bytes, "slot size from params");
+    EXPECT(&c->t, comm->conns[c->rank] == NULL, "no conn to self");
+}
+
+static struct ccl__conn *bring_up(struct rank_ctx *c, struct ccl_comm *comm) {
+    uint8_t use[2];
+    up_to_setup(c, comm, use);
+    finish_setup(c, comm, use);
+    if (c->t.fails) exit(c->t.fails > 100 ? 100 : c->t.fails);
+    return comm->conns[1 - c->rank];
+}
+
+/* ---- frame contents ---- */
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint32_t frame_bytes(int src, int i, uint32_t slot) {
+    switch (i % 8) {
+    case 0: return 0;
+    case 1: return slot;
+    case 2: return 1;
+    case 3: return slot - 1;
+    default: return (uint32_t)(mix(((uint64_t)src << 32) | (uint32_t)i) % (slot + 1u));
+    }
+}
+
+static struct ccl__slot_meta frame_meta(int src, int i, uint32_t slot) {
+    return (struct ccl__slot_meta){.bytes = frame_bytes(src, i, slot), .kind = (uint16_t)(i * 7 + src),
+                                   .dtype = (uint8_t)(i % 10), .op = (uint8_t)(i % 5), .seq = (uint32_t)i,
+                                   .root = src, .count = ((uint64_t)src << 48) ^ ((uint64_t)i * 1000003u)};
+}
+
+/* Every 8-byte word differs by position, frame and sender, so a misplaced,
+ * shifted or stale byte shows. */
+static void fill(uint8_t *p, uint32_t n, int src, int i) {
+    uint64_t seed = mix(((uint64_t)(src + 1) << 40) ^ (uint64_t)i);
+    uint32_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t v = seed + (uint64_t)k * 0x9e3779b97f4a7c15ull;
+        memcpy(p + k, &v, 8);
+    }
+    for (; k < n; k++) p[k] = (uint8_t)(seed >> (8 * (k % 8))) ^ (uint8_t)k;
+}
+
+struct pump {
+    int nsend, nrecv; /* frames to send and to receive */
+    int sent, received;
+    uint8_t *scratch; /* slot_bytes, to rebuild expected contents */
+};
+
+static void check_frame(struct rank_ctx *c, struct pump *p, const void *buf, const struct ccl__slot_meta *m,
+                        int src, size_t slot) {
+    struct ccl__slot_meta want = frame_meta(src, p->received, (uint32_t)slot);
+    if (memcmp(m, &want, sizeof(want)) != 0) {
+        EXPECT(&c->t, 0, "frame %d: meta seq %u bytes %u kind %u count %llu, expected seq %u bytes %u kind %u",
+               p->received, m->seq, m->bytes, m->kind, (unsigned long long)m->count, want.seq, want.bytes, want.kind);
+        return;
+    }
+    fill(p->scratch, want.bytes, src, p->received);
+    EXPECT(&c->t, memcmp(buf, p->scratch, want.bytes) == 0, "frame %d (%u bytes): payload differs", p->received,
+           want.bytes);
+}
+
+/* Sends and receives at once until both counts are done and everything is
+ * written, sleeping in poll() on wait_fd when nothing moves. Returns CCL_OK
+ * or the first failure the transport reported. */
+static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pump *p, double timeout_s) {
+    double deadline = ccl__now() + timeout_s;
+    uint32_t slot = (uint32_t)cn->slot_bytes;
+    ccl_status_t st;
+    while (p->sent < p->nsend || p->received < p->nrecv || !tcp->flushed(cn)) {
+        int moved = 0;
+        if (p->sent < p->nsend) {
+            void *buf;
+            st = tcp->send_acquire(cn, &buf);
+            if (st == CCL_OK) {
+                struct ccl__slot_meta m = frame_meta(c->rank, p->sent, slot);
+                fill(buf, m.bytes, c->rank, p->sent);
+                if ((st = tcp->send_commit(cn, &m)) < 0) return st;
+                p->sent++;
+                moved = 1;
+            } else if (st != CCL_INPROGRESS) {
+                return st;
+            }
+        }
+        if (p->received < p->nrecv) {
+            const void *buf;
+            struct ccl__slot_meta m;
+            st = tcp->recv_acquire(cn, &buf, &m);
+            if (st == CCL_OK) {
+                check_frame(c, p, buf, &m, cn->peer, slot);
+                EXPECT_OK(&c->t, tcp->recv_release(cn));
+                p->received++;
+                moved = 1;
+            } else if (st != CCL_INPROGRESS) {
+                return st;
+            }
+        }
+        int pm = 0;
+        if ((st = tcp->progress(cn, &pm)) < 0) return st;
+        if (moved || pm) continue;
+        if (ccl__now() > deadline) {
+            EXPECT(&c->t, 0, "stalled: sent %d of %d, received %d of %d", p->sent, p->nsend, p->received, p->nrecv);
+            return CCL_ERR_TIMEOUT;
+        }
+        struct pollfd pf = {.events = 0};
+        pf.fd = tcp->wait_fd(cn, &pf.events);
+        EXPECT(&c->t, pf.fd >= 0, "tcp has a descriptor to wait on");
+        poll(&pf, 1, 100);
+        if ((st = tcp->check_peer(cn)) < 0) return st;
+    }
+    return CCL_OK;
+}
+
+/* ---- streaming ---- */
+
+struct stream_cfg {
+    size_t slot_bytes;
+    int slots;
+    int frames;
+};
+
+static const struct stream_cfg stream_cfgs[] = {
+    {64 << 10, 4, 3000}, /* the common shape */
+    {4096, 1, 3000},     /* one slot: no read-ahead, no gathering */
+    {64, 3, 6000},       /* tiny slots: many frames per system call */
+    {1 << 20, 8, 300},   /* big slots: frames larger than socket buffers */
+};
+
+/* Both ranks stream at once; then rank 0 tears down and rank 1 checks that
+ * a goodbye is not a failure but a receive after it is. */
+static void stream_body(struct rank_ctx *c) {
+    const struct stream_cfg *cfg = c->arg;
+    struct ccl_comm *comm = comm_new(c->rank, cfg->slot_bytes, cfg->slots, 30);
+    struct ccl__conn *cn = bring_up(c, comm);
+    struct pump p = {.nsend = cfg->frames, .nrecv = cfg->frames, .scratch = malloc(cfg->slot_bytes)};
+    EXPECT_OK(&c->t, pump_run(c, cn, &p, 30));
+    EXPECT(&c->t, p.received == cfg->frames && p.sent == cfg->frames, "all frames through");
+    barrier(c);
+    EXPECT_OK(&c->t, tcp->check_peer(cn));
+    barrier(c); /* no goodbye may be in flight while the peer is checked */
+    char b = 'x';
+    if (c->rank == 0) {
+        comm_free(comm);
+        chan_send(c, &b, 1);
+    } else {
+        chan_recv(c, &b, 1);
+        struct pollfd pf = {.fd = -1};
+        pf.fd = tcp->wait_fd(cn, &pf.events);
+        EXPECT(&c->t, pf.events == POLLIN, "nothing queued, a slot free: wait for input only (events %#x)",
+               (unsigned)pf.events);
+        EXPECT(&c->t, poll(&pf, 1, 5000) == 1, "the goodbye arrives");
+        EXPECT_OK(&c->t, tcp->check_peer(cn));
+        const void *buf;
+        struct ccl__slot_meta m;
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->recv_acquire(cn, &buf, &m));
+        EXPECT(&c->t, error_says(comm, "rank 0 (host-of-rank-0) closed its connection"), "error: %s",
+               comm->last_error);
+        void *sbuf;
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->send_acquire(cn, &sbuf));
+        comm_free(comm);
+    }
+    free(p.scratch);
+}
+
+START_TEST(stream_both_ways) {
+    char tag[64];
+    snprintf(tag, sizeof(tag), "stream %zu bytes x %d slots", stream_cfgs[_i].slot_bytes, stream_cfgs[_i].slots);
+    run_pair(tag, stream_body, stream_body, &stream_cfgs[_i], 0);
+}
+END_TEST
+
+/* Rank 1 reads nothing for a while: rank 0's sends back up until
+ * send_acquire says INPROGRESS, with POLLOUT wanted; rank 1's slots fill
+ * and it stops wanting POLLIN. Then everything drains, intact. */
+static void backpressure_body(struct rank_ctx *c) {
+    const int slots = 4, frames = 2000; /* ~64 MB: more than socket buffers hold */
+    struct ccl_comm *comm = comm_new(c->rank, 64 << 10, slots, 30);
+    struct ccl__conn *cn = bring_up(c, comm);
+    struct pump p = {.scratch = malloc(64 << 10)};
+    char b = 'g';
+    struct pollfd pf = {.fd = -1};
+    if (c->rank == 0) {
+        void *buf;
+        ccl_status_t st = CCL_OK;
+        for (double end = ccl__now() + 10; p.sent < frames && ccl__now() < end;) {
+            if ((st = tcp->send_acquire(cn, &buf)) != CCL_OK) break;
+            struct ccl__slot_meta m = frame_meta(0, p.sent, 64 << 10);
+            fill(buf, m.bytes, 0, p.sent);
+            EXPECT_OK(&c->t, tcp->send_commit(cn, &m));
+            p.sent++;
+        }
+        EXPECT_STATUS(&c->t, CCL_INPROGRESS, st);
+        EXPECT(&c->t, p.sent < frames, "the socket took all %d frames", p.sent);
+        EXPECT(&c->t, !tcp->flushed(cn), "frames wait to be written");
+        pf.fd = tcp->wait_fd(cn, &pf.events);
+        EXPECT(&c->t, pf.events & POLLOUT, "waits for room to write");
+        chan_send(c, &b, 1);
+        p.nsend = frames;
+        EXPECT_OK(&c->t, pump_run(c, cn, &p, 30));
+    } else {
+        chan_recv(c, &b, 1);
+        /* Read ahead (without consuming) until every slot holds a frame. */
+        int moved = 0, moved_once = 0;
+        for (double end = ccl__now() + 5; ccl__now() < end;) {
+            EXPECT_OK(&c->t, tcp->progress(cn, &moved));
+            moved_once |= moved;
+            pf.fd = tcp->wait_fd(cn, &pf.events);
+            if (!(pf.events & POLLIN)) break;
+            poll(&pf, 1, 100);
+        }
+        EXPECT(&c->t, moved_once, "frames were waiting");
+        EXPECT(&c->t, !(pf.events & POLLIN), "all %d slots full: no reading wanted (events %#x)", slots,
+               (unsigned)pf.events);
+        p.nrecv = frames;
+        EXPECT_OK(&c->t, pump_run(c, cn, &p, 30));
+    }
+    barrier(c);
+    comm_free(comm);
+    free(p.scratch);
+}
+
+START_TEST(backpressure) { run_pair("backpressure", backpressure_body, backpressure_body, NULL, 0); }
+END_TEST
+
+/* ---- strangers at set-up ---- */
+
+static int stranger(struct rank_ctx *c, const union ccl__sa *at, const void *bytes, size_t n, int then_close) {
+    int fd = -1;
+    EXPECT_OK(&c->t, ccl__sock_connect(at, ccl__now() + 5, &fd));
+    if (fd >= 0 && n) EXPECT_OK(&c->t, ccl__sock_send_all(fd, bytes, n, ccl__now() + 5));
+    if (fd >= 0 && then_close) shutdown(fd, SHUT_WR);
+    return fd;
+}
+
+/* The acceptor must have closed fd: end-of-file (or a reset) soon. */
+static void expect_dropped(struct rank_ctx *c, int fd, const char *what) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    char b;
+    EXPECT(&c->t, poll(&pf, 1, 5000) == 1, "%s: still open", what);
+    ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
+    EXPECT(&c->t, r == 0 || (r < 0 && errno == ECONNRESET), "%s: read gave %zd (%s), not end-of-file", what, r,
+           r < 0 ? strerror(errno) : "data");
+    close(fd);
+}
+
+static void strangers_rank0(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
+    uint8_t use[2];
+    up_to_setup(c, comm, use);
+    double t0 = ccl__now();
+    finish_setup(c, comm, use);
+    double took = ccl__now() - t0;
+    EXPECT(&c->t, took < 3.0, "set-up took %.2f s: a silent stranger delayed it", took);
+    struct pump p = {.nsend = 100, .nrecv = 100, .scratch = malloc(4096)};
+    EXPECT_OK(&c->t, pump_run(c, comm->conns[1], &p, 20));
+    barrier(c);
+    comm_free(comm);
+    free(p.scratch);
+}
+
+static void strangers_rank1(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(1, 4096, 4, 30);
+    uint8_t use[2];
+    up_to_setup(c, comm, use);
+    union ccl__sa at;
+    memcpy(&at, comm->peers[0].blob[CCL__TRANSPORT_TCP], sizeof(at));
+    struct ccl__tcp_hello good = {.magic = CCL__TCP_HELLO_MAGIC, .version = CCL__TCP_HELLO_VERSION,
+                                  .comm_id = COMM_ID, .rank = 1};
+    memset(good.secret, SECRET_BYTE, sizeof(good.secret));
+    struct ccl__tcp_hello h;
+    uint8_t garbage[100];
+    memset(garbage, 0xab, sizeof(garbage));
+    struct {
+        const char *what;
+        int fd;
+    } s[9];
+    int n = 0;
+    h = good, h.secret[CCL__SECRET_BYTES - 1] ^= 1;
+    s[n].what = "wrong secret", s[n++].fd = stranger(c, &at, &h, sizeof(h), 0);
+    s[n].what = "garbage", s[n++].fd = stranger(c, &at, garbage, sizeof(garbage), 0);
+    s[n].what = "silent", s[n++].fd = stranger(c, &at, NULL, 0, 0);
+    h = good, h.comm_id ^= 1;
+    s[n].what = "wrong comm id", s[n++].fd = stranger(c, &at, &h, sizeof(h), 0);
+    h = good, h.rank = 7;
+    s[n].what = "rank out of range", s[n++].fd = stranger(c, &at, &h, sizeof(h), 0);
+    h = good, h.rank = 0;
+    s[n].what = "unexpected rank", s[n++].fd = stranger(c, &at, &h, sizeof(h), 0);
+    h = good, h.version = 99;
+    s[n].what = "wrong version", s[n++].fd = stranger(c, &at, &h, sizeof(h), 0);
+    s[n].what = "half a hello, then close", s[n++].fd = stranger(c, &at, &good, 20, 1);
+    s[n].what = "half a hello, then silence", s[n++].fd = stranger(c, &at, &good, 20, 0);
+    finish_setup(c, comm, use);
+    for (int i = 0; i < n; i++)
+        if (s[i].fd >= 0) expect_dropped(c, s[i].fd, s[i].what);
+    struct pump p = {.nsend = 100, .nrecv = 100, .scratch = malloc(4096)};
+    EXPECT_OK(&c->t, pump_run(c, comm->conns[0], &p, 20));
+    barrier(c);
+    comm_free(comm);
+    free(p.scratch);
+}
+
+START_TEST(strangers_dropped) { run_pair("strangers", strangers_rank0, strangers_rank1, NULL, 0); }
+END_TEST
+
+/* More silent strangers than rank 0 keeps places for: the oldest are
+ * evicted, so the real peer still gets in well before they would time out. */
+#define FLOOD 80
+
+static void flood_rank0(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
+    uint8_t use[2];
+    up_to_setup(c, comm, use);
+    double t0 = ccl__now();
+    finish_setup(c, comm, use);
+    double took = ccl__now() - t0;
+    EXPECT(&c->t, took < 3.0, "set-up took %.2f s behind %d silent strangers", took, FLOOD);
+    barrier(c);
+    comm_free(comm);
+}
+
+static void flood_rank1(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(1, 4096, 4, 30);
+    uint8_t use[2];
+    up_to_setup(c, comm, use);
+    union ccl__sa at;
+    memcpy(&at, comm->peers[0].blob[CCL__TRANSPORT_TCP], sizeof(at));
+    int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++) fds[i] = stranger(c, &at, NULL, 0, 0);
+    finish_setup(c, comm, use);
+    barrier(c);
+    for (int i = 0; i < FLOOD; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    comm_free(comm);
+}
+
+START_TEST(stranger_flood) { run_pair("stranger flood", flood_rank0, flood_rank1, NULL, 0); }
+END_TEST
+
+/* ---- failures ---- */
+
+/* Rank 1 sends frames bigger than rank 0's slots (its own slots are
+ * bigger): rank 0 must call that garbage, not overrun its buffer. */
+static void malformed_body(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c->rank, c->rank == 0 ? 4096 : 8192, 4, 30);
+    struct ccl__conn *cn = bring_up(c, comm);
+    char b = 'm';
+    if (c->rank == 1) {
+        void *buf;
+        EXPECT_OK(&c->t, tcp->send_acquire(cn, &buf));
+        memset(buf, 1, 8000);
+        struct ccl__slot_meta m = {.bytes = 8000, .seq = 1};
+        EXPECT_OK(&c->t, tcp->send_commit(cn, &m));
+        EXPECT(&c->t, tcp->flushed(cn), "one small frame is written at once");
+        chan_recv(c, &b, 1);
+    } else {
+        const void *buf;
+        struct ccl__slot_meta m;
+        ccl_status_t st = CCL_INPROGRESS;
+        for (double end = ccl__now() + 5; st == CCL_INPROGRESS && ccl__now() < end;)
+            st = tcp->recv_acquire(cn, &buf, &m);
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, st);
+        EXPECT(&c->t, error_says(comm, "malformed"), "error: %s", comm->last_error);
+        void *sbuf;
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->send_acquire(cn, &sbuf)); /* the failure sticks */
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->check_peer(cn));
+        chan_send(c, &b, 1);
+    }
+    comm_free(comm);
+}
+
+START_TEST(malformed_frame) { run_pair("malformed", malformed_body, malformed_body, NULL, 0); }
+END_TEST
+
+/* How rank 0 uses the connection while rank 1 dies of SIGKILL mid-stream:
+ * only receiving, only sending, or both. */
+struct kill_cfg {
+    int rank0_sends, rank0_receives;
+};
+static const struct kill_cfg kill_cfgs[] = {{0, 1}, {1, 0}, {1, 1}};
+
+static void killed_body(struct rank_ctx *c) {
+    const struct kill_cfg *k = c->arg;
+    struct ccl_comm *comm = comm_new(c->rank, 16 << 10, 4, 30);
+    struct ccl__conn *cn = bring_up(c, comm);
+    struct pump p = {.scratch = malloc(16 << 10)};
+    if (c->rank == 1) {
+        p.nsend = 200;
+        EXPECT_OK(&c->t, pump_run(c, cn, &p, 20));
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    p.nsend = k->rank0_sends ? 1 << 30 : 0;
+    p.nrecv = k->rank0_receives ? 1 << 30 : 0;
+    double t0 = ccl__now();
+    EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, pump_run(c, cn, &p, 20));
+    EXPECT(&c->t, ccl__now() - t0 < 10, "noticed the death after %.1f s", ccl__now() - t0);
+    EXPECT(&c->t, error_says(comm, "rank 1 (host-of-rank-1)"), "error: %s", comm->last_error);
+    EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->check_peer(cn));
+    int moved;
+    EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->progress(cn, &moved));
+    comm_free(comm);
+    free(p.scratch);
+}
+
+START_TEST(killed_peer) { run_pair("killed peer", killed_body, killed_body, &kill_cfgs[_i], 1u << 1); }
+END_TEST
+
+/* Rank 0 fails (its communicator is marked failed first, as ccl__comm_fail
+ * does) and poisons: rank 1, blocked on a receive, hears of it at once,
+ * and rank 0's own error message is not replaced by the hang-up. */
+static void poison_body(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c->rank, 16 << 10, 4, 30);
+    struct ccl__conn *cn = bring_up(c, comm);
+    double when;
+    if (c->rank == 0) {
+        atomic_store(&comm->failed_status, CCL_ERR_ABORTED);
+        atomic_store(&comm->state, CCL__COMM_FAILED);
+        snprintf(comm->last_error, sizeof(comm->last_error), "aborted by the test");
+        barrier(c);
+        when = ccl__now();
+        tcp->poison(comm, CCL_ERR_ABORTED);
+        chan_send(c, &when, sizeof(when));
+        int moved;
+        ccl_status_t st = CCL_OK;
+        for (int i = 0; i < 100 && st == CCL_OK; i++) st = tcp->progress(cn, &moved);
+        EXPECT(&c->t, st < 0, "own progress fails after poison");
+        EXPECT(&c->t, error_says(comm, "aborted by the test"), "message kept: %s", comm->last_error);
+        barrier(c);
+    } else {
+        struct pump p = {.nrecv = 1 << 30};
+        barrier(c);
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, pump_run(c, cn, &p, 20));
+        double now = ccl__now();
+        chan_recv(c, &when, sizeof(when));
+        EXPECT(&c->t, now - when < 2.0, "noticed the poison after %.2f s", now - when);
+        barrier(c);
+    }
+    comm_free(comm);
+}
+
+START_TEST(poison_wakes_peer) { run_pair("poison", poison_body, poison_body, NULL, 0); }
+END_TEST
+
+/* Rank 1 never connects: rank 0's accept gives up at CCL_TIMEOUT and says
+ * who is missing; both tear down without trouble (rank 1 never connected). */
+static void accept_timeout_body(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c->rank, 4096, 4, 0.5);
+    uint8_t use[2];
+    up_to_setup(c, comm, use);
+    char b = 't';
+    if (c->rank == 0) {
+        double t0 = ccl__now();
+        EXPECT_STATUS(&c->t, CCL_ERR_TIMEOUT, tcp->connect(comm, use, comm->conns));
+        double took = ccl__now() - t0;
+        EXPECT(&c->t, took >= 0.45 && took < 3.0, "gave up after %.2f s", took);
+        EXPECT(&c->t, error_says(comm, "rank(s) 1 never connected"), "error: %s", comm->last_error);
+        EXPECT(&c->t, comm->conns[1] == NULL, "no conn");
+        chan_send(c, &b, 1);
+    } else {
+        chan_recv(c, &b, 1);
+    }
+    comm_free(comm);
+}
+
+START_TEST(accept_timeout) { run_pair("accept timeout", accept_timeout_body, accept_timeout_body, NULL, 0); }
+END_TEST
+
+/* Rank 0's listener is gone before rank 1 connects: rank 1 retries the
+ * refused connection until CCL_TIMEOUT, then names rank 0. */
+static void dial_timeout_body(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c->rank, 4096, 4, 0.5);
+    uint8_t use[2];
+    up_to_setup(c, comm, use);
+    char b = 'd';
+    if (c->rank == 0) {
+        EXPECT_OK(&c->t, tcp->setup_done(comm));
+        chan_send(c, &b, 1);
+        chan_recv(c, &b, 1);
+    } else {
+        chan_recv(c, &b, 1);
+        double t0 = ccl__now();
+        EXPECT_STATUS(&c->t, CCL_ERR_TIMEOUT, tcp->connect(comm, use, comm->conns));
+        double took = ccl__now() - t0;
+        EXPECT(&c->t, took >= 0.45 && took < 3.0, "gave up after %.2f s", took);
+        EXPECT(&c->t, error_says(comm, "rank 0 (host-of-rank-0)"), "error: %s", comm->last_error);
+        chan_send(c, &b, 1);
+    }
+    comm_free(comm);
+}
+
+START_TEST(dial_timeout) { run_pair("dial timeout", dial_timeout_body, dial_timeout_body, NULL, 0); }
+END_TEST
+
+/* ---- in one process ---- */
+
+struct aborter {
+    struct ccl_comm *comm;
+    double delay_s;
+};
+
+static void *abort_later(void *arg) {
+    struct aborter *a = arg;
+    struct timespec ts = {0, (long)(a->delay_s * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(&a->comm->aborted, 1);
+    tcp->poison(a->comm, CCL_ERR_ABORTED);
+    return NULL;
+}
+
+/* ccl_comm_abort from another thread ends a set-up that waits for a peer. */
+START_TEST(abort_during_accept) {
+    struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
+    ck_assert_int_eq(tcp->local_init(comm, comm->peers[0].blob[CCL__TRANSPORT_TCP]), CCL_OK);
+    uint8_t use[2] = {0, 1};
+    ck_assert_int_eq(tcp->setup(comm, use), CCL_OK);
+    struct aborter a = {.comm = comm, .delay_s = 0.2};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, abort_later, &a), 0);
+    double t0 = ccl__now();
+    ck_assert_int_eq(tcp->connect(comm, use, comm->conns), CCL_ERR_ABORTED);
+    double took = ccl__now() - t0;
+    ck_assert_msg(took >= 0.15 && took < 2.0, "took %.2f s", took);
+    pthread_join(th, NULL);
+    comm_free(comm);
+}
+END_TEST
+
+START_TEST(local_init_and_teardown) {
+    /* The blob holds the listening address, on the bootstrap address. */
+    struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
+    uint8_t blob[CCL__TRANSPORT_BLOB_BYTES];
+    ck_assert_int_eq(tcp->local_init(comm, blob), CCL_OK);
+    union ccl__sa a;
+    memcpy(&a, blob, sizeof(a));
+    char s[80];
+    ccl__sa_str(&a, s, sizeof(s));
+    ck_assert_msg(strncmp(s, "127.0.0.1:", 10) == 0 && ntohs(a.in.sin_port) != 0, "blob address %s", s);
+    int fd;
+    ck_assert_int_eq(ccl__sock_connect(&a, ccl__now() + 5, &fd), CCL_OK);
+    close(fd);
+    ck_assert_int_eq(tcp->local_init(comm, blob), CCL_ERR_INTERNAL);
+    tcp->teardown(comm);
+    ck_assert_ptr_null(comm->tstate[CCL__TRANSPORT_TCP]);
+    tcp->teardown(comm); /* twice, and never set up: both harmless */
+    tcp->poison(comm, CCL_ERR_ABORTED);
+
+    /* An address that is not this host's: a status and a message. */
+    snprintf(comm->boot_addr, sizeof(comm->boot_addr), "192.0.2.1");
+    ck_assert_int_eq(tcp->local_init(comm, blob), CCL_ERR_SYSTEM);
+    ck_assert_msg(error_says(comm, "cannot listen on 192.0.2.1"), "error: %s", comm->last_error);
+    uint8_t use[2] = {0, 1};
+    ck_assert_int_eq(tcp->connect(comm, use, comm->conns), CCL_ERR_INTERNAL);
+    tcp->teardown(comm);
+
+    /* No bootstrap address: this host's own. */
+    comm->boot_addr[0] = 0;
+    ck_assert_int_eq(tcp->local_init(comm, blob), CCL_OK);
+    memcpy(&a, blob, sizeof(a));
+    ck_assert_int_eq(a.sa.sa_family, AF_INET);
+    comm_free(comm);
+}
+END_TEST
+
+START_TEST(can_connect_needs_both) {
+    struct ccl__peer_info a = {.transport_mask = 1u << CCL__TRANSPORT_TCP}, b = a;
+    ck_assert_int_eq(tcp->can_connect(&a, &b), 1);
+    b.transport_mask = 1u << CCL__TRANSPORT_SHM;
+    ck_assert_int_eq(tcp->can_connect(&a, &b), 0);
+    ck_assert_int_eq(tcp->can_connect(&b, &a), 0);
+    ck_assert_str_eq(tcp->name, "tcp");
+    ck_assert_int_eq(tcp->id, CCL__TRANSPORT_TCP);
+    ck_assert(tcp->caps & CCL__CAP_CROSS_HOST);
+    ck_assert(tcp->caps & CCL__CAP_POLLABLE);
+    ck_assert_ptr_eq(ccl__transport_by_name("tcp"), tcp);
+    ck_assert_ptr_eq(ccl__transports[CCL__TRANSPORT_TCP], tcp);
+}
+END_TEST
+
+static Suite *tcp_suite(void) {
+    Suite *s = suite_create("transport_tcp");
+    TCase *local = tcase_create("local");
+    tcase_add_test(local, can_connect_needs_both);
+    tcase_add_test(local, local_init_and_teardown);
+    tcase_add_test(local, abort_during_accept);
+    suite_add_tcase(s, local);
+    TCase *data = tcase_create("data");
+    tcase_add_loop_test(data, stream_both_ways, 0, (int)(sizeof(stream_cfgs) / sizeof(stream_cfgs[0])));
+    tcase_add_test(data, backpressure);
+    suite_add_tcase(s, data);
+    TCase *faults = tcase_create("faults");
+    tcase_add_test(faults, strangers_dropped);
+    tcase_add_test(faults, stranger_flood);
+    tcase_add_test(faults, malformed_frame);
+    tcase_add_loop_test(faults, killed_peer, 0, (int)(sizeof(kill_cfgs) / sizeof(kill_cfgs[0])));
+    tcase_add_test(faults, poison_wakes_peer);
+    tcase_add_test(faults, accept_timeout);
+    tcase_add_test(faults, dial_timeout);
+    suite_add_tcase(s, faults);
+    return s;
+}
+
+int main(void) { return harness_main(tcp_suite()); }

@@ -1,0 +1,427 @@
+/* The TCP transport's data path, liveness check and ops table (set-up is in
+ * tcp_setup.c; the framing is described in tcp.h).
+ *
+ * Everything here is non-blocking and moves as much as the socket takes in
+ * one system call: sends gather every staged frame into one sendmsg, reads
+ * scatter straight into the receive slots (the rest of the current frame
+ * plus the next frame's header; while frames are small, also a few KiB into
+ * the stash, so one call takes many frames), and a short read or write ends
+ * the loop because it means the kernel has nothing more for us right now. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/log.h"
+#include "transports/tcp/tcp.h"
+
+#define HDR_BYTES sizeof(struct ccl__slot_meta)
+/* Frames gathered into one sendmsg at most (two iovecs each). */
+#define MAX_GATHER 64
+
+static inline struct ccl__tcp_conn *tcp_conn(struct ccl__conn *c) { return (struct ccl__tcp_conn *)c; }
+
+static const char *peer_host(const struct ccl__tcp_conn *c) {
+    const struct ccl_comm *comm = c->base.comm;
+    return comm->peers ? comm->peers[c->base.peer].hostname : "?";
+}
+
+/* Records the first failure of this connection. When the communicator has
+ * already failed (poison shut our own sockets, or an abort), its message is
+ * the one worth keeping, so it is not overwritten. */
+static ccl_status_t conn_fail(struct ccl__tcp_conn *c, ccl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ccl_status_t conn_fail(struct ccl__tcp_conn *c, ccl_status_t st, const char *fmt, ...) {
+    if (c->failed) return c->failed;
+    c->failed = st;
+    struct ccl_comm *comm = c->base.comm;
+    if (ccl__comm_health(comm) < 0) return st;
+    char msg[CCL__ERR_BYTES];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    CCL_INFO(CCL__SUB_NET, comm->rank, "tcp: %s", msg);
+    return ccl__set_error(comm, st, "%s", msg);
+}
+
+static ccl_status_t fail_closed(struct ccl__tcp_conn *c) {
+    return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) closed its connection", c->base.peer, peer_host(c));
+}
+
+/* An error from send/recv other than EAGAIN/EINTR. */
+static ccl_status_t fail_io(struct ccl__tcp_conn *c, int err, const char *what) {
+    switch (err) {
+    case EPIPE:
+    case ECONNRESET:
+    case ENOTCONN:
+    case ESHUTDOWN: return fail_closed(c);
+    case ETIMEDOUT:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+        return conn_fail(c, CCL_ERR_REMOTE, "connection to rank %d (%.64s) failed: %s", c->base.peer, peer_host(c),
+                         strerror(err));
+    default:
+        return conn_fail(c, CCL_ERR_SYSTEM, "tcp %s to rank %d (%.64s): %s", what, c->base.peer, peer_host(c),
+                         strerror(err));
+    }
+}
+
+/* The peer said goodbye: it will read nothing more, so anything we still
+ * want to send can never arrive. */
+static ccl_status_t fail_if_peer_done(struct ccl__tcp_conn *c) {
+    return c->peer_done ? fail_closed(c) : CCL_OK;
+}
+
+/* ---- sending ---- */
+
+static void sent_bytes(struct ccl__tcp_conn *c, size_t n) {
+    while (n > 0) {
+        size_t frame = HDR_BYTES + c->send_meta[c->send_head].bytes;
+        size_t rest = frame - c->send_off;
+        if (n < rest) {
+            c->send_off += n;
+            return;
+        }
+        n -= rest;
+        c->send_off = 0;
+        c->send_head = c->send_head + 1 == c->nslots ? 0 : c->send_head + 1;
+        c->send_count--;
+    }
+}
+
+static ccl_status_t write_frames(struct ccl__tcp_conn *c, int *moved) {
+    struct iovec iov[2 * MAX_GATHER];
+    while (c->send_count > 0) {
+        int n = 0;
+        size_t want = 0, skip = c->send_off;
+        unsigned s = c->send_head;
+        for (unsigned i = 0; i < c->send_count && i < MAX_GATHER; i++) {
+            uint8_t *hdr = (uint8_t *)&c->send_meta[s];
+            uint8_t *payload = c->send_buf + (size_t)s * c->base.slot_bytes;
+            size_t hlen = HDR_BYTES, plen = c->send_meta[s].bytes;
+            if (skip >= HDR_BYTES) {
+                payload += skip - HDR_BYTES;
+                plen -= skip - HDR_BYTES;
+                hlen = 0;
+            } else {
+                hdr += skip;
+                hlen -= skip;
+            }
+            skip = 0;
+            if (hlen) iov[n++] = (struct iovec){.iov_base = hdr, .iov_len = hlen};
+            if (plen) iov[n++] = (struct iovec){.iov_base = payload, .iov_len = plen};
+            want += hlen + plen;
+            s = s + 1 == c->nslots ? 0 : s + 1;
+        }
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            *moved = 1;
+            sent_bytes(c, (size_t)w);
+            if ((size_t)w < want) return CCL_OK; /* the socket buffer is full */
+            continue;
+        }
+        int err = w < 0 ? errno : EAGAIN;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) return CCL_OK;
+        return fail_io(c, err, "send");
+    }
+    return CCL_OK;
+}
+
+static ccl_status_t tcp_send_acquire(struct ccl__conn *base, void **buf) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    if (c->failed) return c->failed;
+    ccl_status_t st = fail_if_peer_done(c);
+    if (st < 0) return st;
+    if (c->send_count == c->nslots) {
+        int moved = 0;
+        if ((st = write_frames(c, &moved)) < 0) return st;
+        if (c->send_count == c->nslots) return CCL_INPROGRESS;
+    }
+    unsigned s = (c->send_head + c->send_count) % c->nslots;
+    *buf = c->send_buf + (size_t)s * base->slot_bytes;
+    return CCL_OK;
+}
+
+static ccl_status_t tcp_send_commit(struct ccl__conn *base, const struct ccl__slot_meta *m) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    if (c->failed) return c->failed;
+    ccl_status_t st = fail_if_peer_done(c);
+    if (st < 0) return st;
+    if (c->send_count == c->nslots || m->bytes > base->slot_bytes)
+        return ccl__set_error(base->comm, CCL_ERR_INTERNAL,
+                              "tcp: commit of %u bytes to rank %d (%u of %u slots staged, slots hold %zu)", m->bytes,
+                              base->peer, c->send_count, c->nslots, base->slot_bytes);
+    unsigned s = (c->send_head + c->send_count) % c->nslots;
+    c->send_meta[s] = *m;
+    c->send_count++;
+    int moved = 0;
+    return write_frames(c, &moved);
+}
+
+/* ---- receiving ---- */
+
+static void frame_complete(struct ccl__tcp_conn *c, uint32_t bytes) {
+    c->recv_ready++;
+    c->recv_got = 0;
+    c->last_bytes = bytes;
+}
+
+/* Accounts n bytes that were placed, in order, where the filling frame (and
+ * the ones after it) expect them. */
+static ccl_status_t received_bytes(struct ccl__tcp_conn *c, size_t n) {
+    while (n > 0) {
+        unsigned f = (c->recv_head + c->recv_ready) % c->nslots;
+        const struct ccl__slot_meta *m = &c->recv_meta[f];
+        if (c->recv_got < HDR_BYTES) {
+            size_t take = HDR_BYTES - c->recv_got < n ? HDR_BYTES - c->recv_got : n;
+            c->recv_got += take;
+            n -= take;
+            if (c->recv_got < HDR_BYTES) return CCL_OK;
+            if (m->bytes == CCL__TCP_GOODBYE_BYTES) {
+                c->peer_done = 1;
+                c->recv_got = 0;
+                c->stash_len = c->stash_off = 0; /* nothing after a goodbye counts */
+                return CCL_OK;
+            }
+            if (m->bytes > c->base.slot_bytes)
+                return conn_fail(c, CCL_ERR_REMOTE,
+                                 "rank %d (%.64s) sent a malformed frame: %u payload bytes, slots hold %zu",
+                                 c->base.peer, peer_host(c), m->bytes, c->base.slot_bytes);
+            if (m->bytes == 0) frame_complete(c, 0);
+        } else {
+            size_t rest = HDR_BYTES + m->bytes - c->recv_got;
+            size_t take = rest < n ? rest : n;
+            c->recv_got += take;
+            n -= take;
+            if (take == rest) frame_complete(c, m->bytes);
+        }
+    }
+    return CCL_OK;
+}
+
+/* Where the next bytes of the stream belong: the rest of the filling
+ * frame's header, else the rest of its payload. */
+static struct iovec filling_part(struct ccl__tcp_conn *c) {
+    unsigned f = (c->recv_head + c->recv_ready) % c->nslots;
+    if (c->recv_got < HDR_BYTES)
+        return (struct iovec){.iov_base = (uint8_t *)&c->recv_meta[f] + c->recv_got,
+                              .iov_len = HDR_BYTES - c->recv_got};
+    size_t off = c->recv_got - HDR_BYTES;
+    return (struct iovec){.iov_base = c->recv_buf + (size_t)f * c->base.slot_bytes + off,
+                          .iov_len = c->recv_meta[f].bytes - off};
+}
+
+/* Copies stashed bytes into free slots; some stay only if the slots fill. */
+static ccl_status_t absorb_stash(struct ccl__tcp_conn *c) {
+    while (c->stash_off < c->stash_len && c->recv_ready < c->nslots && !c->peer_done && !c->failed) {
+        struct iovec to = filling_part(c);
+        size_t take = c->stash_len - c->stash_off;
+        if (take > to.iov_len) take = to.iov_len;
+        memcpy(to.iov_base, c->stash + c->stash_off, take);
+        c->stash_off += (uint32_t)take;
+        ccl_status_t st = received_bytes(c, take);
+        if (st < 0) return st;
+    }
+    if (c->stash_off == c->stash_len) c->stash_len = c->stash_off = 0;
+    return c->failed;
+}
+
+static ccl_status_t read_frames(struct ccl__tcp_conn *c, int *moved) {
+    int drained = 0;
+    for (;;) {
+        if (c->stash_len) {
+            ccl_status_t st = absorb_stash(c);
+            if (st < 0) return st;
+            if (c->stash_len) return CCL_OK; /* every slot is full */
+        }
+        if (c->failed) return c->failed;
+        if (drained || c->peer_done || c->recv_ready == c->nslots) return CCL_OK;
+        struct iovec iov[3];
+        int n = 0;
+        iov[n++] = filling_part(c);
+        /* Once the header is in, the next frame's header may follow the
+         * payload straight into its own slot's header. */
+        if (c->recv_got >= HDR_BYTES && c->recv_ready + 1 < c->nslots) {
+            unsigned f = (c->recv_head + c->recv_ready) % c->nslots;
+            unsigned next = f + 1 == c->nslots ? 0 : f + 1;
+            iov[n++] = (struct iovec){.iov_base = &c->recv_meta[next], .iov_len = HDR_BYTES};
+        }
+        size_t direct = 0;
+        for (int i = 0; i < n; i++) direct += iov[i].iov_len;
+        int stash = c->last_bytes < CCL__TCP_STASH_BYTES;
+        if (stash) iov[n++] = (struct iovec){.iov_base = c->stash, .iov_len = CCL__TCP_STASH_BYTES};
+        size_t want = direct + (stash ? CCL__TCP_STASH_BYTES : 0);
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t r = recvmsg(c->fd, &msg, MSG_DONTWAIT);
+        if (r > 0) {
+            *moved = 1;
+            size_t placed = (size_t)r < direct ? (size_t)r : direct;
+            if ((size_t)r > direct) c->stash_len = (uint32_t)((size_t)r - direct);
+            ccl_status_t st = received_bytes(c, placed);
+            if (st < 0) return st;
+            drained = (size_t)r < want; /* the kernel had no more for now */
+            continue;
+        }
+        if (r == 0) return fail_closed(c);
+        int err = errno;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) return CCL_OK;
+        return fail_io(c, err, "recv");
+    }
+}
+
+static ccl_status_t tcp_recv_acquire(struct ccl__conn *base, const void **buf, struct ccl__slot_meta *m) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    if (c->failed) return c->failed;
+    if (c->recv_ready == 0) {
+        int moved = 0;
+        ccl_status_t st = read_frames(c, &moved);
+        if (st < 0) return st;
+        if (c->recv_ready == 0) return c->peer_done ? fail_closed(c) : CCL_INPROGRESS;
+    }
+    *m = c->recv_meta[c->recv_head];
+    *buf = c->recv_buf + (size_t)c->recv_head * base->slot_bytes;
+    return CCL_OK;
+}
+
+static ccl_status_t tcp_recv_release(struct ccl__conn *base) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    if (c->recv_ready == 0)
+        return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "tcp: release with no slot acquired from rank %d",
+                              base->peer);
+    c->recv_head = c->recv_head + 1 == c->nslots ? 0 : c->recv_head + 1;
+    c->recv_ready--;
+    /* Stashed bytes may now fit: place them before anyone polls, since
+     * poll() cannot see them. */
+    return c->stash_len ? absorb_stash(c) : CCL_OK;
+}
+
+/* ---- progress and waiting ---- */
+
+static ccl_status_t tcp_progress(struct ccl__conn *base, int *moved) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    *moved = 0;
+    if (c->failed) return c->failed;
+    ccl_status_t st = CCL_OK;
+    if (c->send_count > 0 && ((st = fail_if_peer_done(c)) < 0 || (st = write_frames(c, moved)) < 0)) return st;
+    return read_frames(c, moved);
+}
+
+static int tcp_flushed(struct ccl__conn *base) { return tcp_conn(base)->send_count == 0; }
+
+static int tcp_wait_fd(struct ccl__conn *base, short *events) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    short ev = 0;
+    if (c->recv_ready < c->nslots && !c->peer_done) ev |= POLLIN;
+    if (c->send_count > 0) ev |= POLLOUT;
+    *events = ev;
+    return c->fd;
+}
+
+/* Called while a waiter is idle. A hang-up is only a failure once nothing
+ * the peer sent before it (possibly its goodbye) is left to read. */
+static ccl_status_t tcp_check_peer(struct ccl__conn *base) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    if (c->failed) return c->failed;
+    if (c->peer_done) return CCL_OK;
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))) return CCL_OK;
+    if (c->recv_ready < c->nslots) {
+        int moved = 0;
+        ccl_status_t st = read_frames(c, &moved);
+        if (st < 0 || c->peer_done) return st;
+    }
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return fail_closed(c);
+    int unread = 0;
+    if (ioctl(c->fd, FIONREAD, &unread) == 0 && unread == 0 && c->stash_len == 0) return fail_closed(c);
+    return CCL_OK; /* data (perhaps the goodbye) waits for a free slot */
+}
+
+/* ---- life cycle ---- */
+
+static void *alloc_slots(size_t bytes) {
+    void *p = NULL;
+    /* Page alignment gives the reduction kernels aligned payloads. */
+    return posix_memalign(&p, 4096, bytes ? bytes : 1) == 0 ? p : NULL;
+}
+
+ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct ccl__tcp_conn **out) {
+    *out = NULL;
+    size_t slot = comm->params.tcp_slot_bytes;
+    int depth = comm->params.slots;
+    if (slot == 0 || slot >= CCL__TCP_GOODBYE_BYTES || depth < 1 || (size_t)depth > SIZE_MAX / 2 / slot)
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "tcp: unusable slot geometry (%d slots of %zu bytes)",
+                              depth, slot);
+    struct ccl__tcp_conn *c = calloc(1, sizeof(*c));
+    if (!c) return CCL_ERR_NO_MEMORY;
+    c->base = (struct ccl__conn){.t = &ccl__transport_tcp, .comm = comm, .peer = peer, .slot_bytes = slot};
+    c->fd = fd;
+    c->nslots = (unsigned)depth;
+    c->send_buf = alloc_slots((size_t)depth * slot);
+    c->recv_buf = alloc_slots((size_t)depth * slot);
+    c->send_meta = calloc((size_t)depth, sizeof(*c->send_meta));
+    c->recv_meta = calloc((size_t)depth, sizeof(*c->recv_meta));
+    if (!c->send_buf || !c->recv_buf || !c->send_meta || !c->recv_meta) {
+        c->fd = -1; /* the caller still owns fd */
+        ccl__tcp_conn_free(c);
+        return CCL_ERR_NO_MEMORY;
+    }
+    ccl__sock_nonblock(fd);
+    ccl__sock_nodelay(fd);
+    /* SO_SNDBUF/SO_RCVBUF are left alone: setting them turns off the
+     * kernel's buffer autotuning, which grows past what we could ask for. */
+    *out = c;
+    return CCL_OK;
+}
+
+void ccl__tcp_conn_free(struct ccl__tcp_conn *c) {
+    if (!c) return;
+    if (c->fd >= 0) {
+        if (!c->failed && c->send_count == 0) {
+            struct ccl__slot_meta bye = {.bytes = CCL__TCP_GOODBYE_BYTES};
+            /* Best effort: a peer that misses it sees a plain hang-up. */
+            if (send(c->fd, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+                CCL_TRACE(CCL__SUB_NET, c->base.comm->rank, "tcp: goodbye to rank %d: %s", c->base.peer,
+                          strerror(errno));
+        }
+        close(c->fd);
+    }
+    free(c->send_buf);
+    free(c->recv_buf);
+    free(c->send_meta);
+    free(c->recv_meta);
+    free(c);
+}
+
+const struct ccl__transport ccl__transport_tcp = {
+    .name = "tcp",
+    .id = CCL__TRANSPORT_TCP,
+    .caps = CCL__CAP_CROSS_HOST | CCL__CAP_POLLABLE,
+    .can_connect = ccl__tcp_can_connect,
+    .local_init = ccl__tcp_local_init,
+    .setup = ccl__tcp_setup,
+    .connect = ccl__tcp_connect,
+    .setup_done = ccl__tcp_setup_done,
+    .teardown = ccl__tcp_teardown,
+    .send_acquire = tcp_send_acquire,
+    .send_commit = tcp_send_commit,
+    .recv_acquire = tcp_recv_acquire,
+    .recv_release = tcp_recv_release,
+    .progress = tcp_progress,
+    .flushed = tcp_flushed,
+    .wait_fd = tcp_wait_fd,
+    .check_peer = tcp_check_peer,
+    .poison = ccl__tcp_poison,
+};

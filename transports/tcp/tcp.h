@@ -1,0 +1,103 @@
+/*
+ * The TCP transport: one socket per pair of ranks, full duplex, for ranks
+ * on different hosts (or on one host when CCL_TRANSPORT=tcp).
+ *
+ * On the wire each slot is a frame: a struct ccl__slot_meta, then meta.bytes
+ * payload bytes. The sender stages up to `slots` frames and writes them with
+ * one sendmsg; the receiver reads ahead into up to `slots` receive slots, so
+ * the payload lands once in the slot the caller reads (no extra copy).
+ *
+ * Set-up: every rank listens on its bootstrap address (the blob carries a
+ * union ccl__sa), connects to each lower-ranked peer it uses and sends a
+ * hello proving it knows the communicator's secret, then accepts its
+ * higher-ranked peers. Connections that fail the hello are logged and
+ * dropped; they never make set-up fail or wait.
+ */
+#ifndef CCL_TRANSPORT_TCP_H
+#define CCL_TRANSPORT_TCP_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/socket.h"
+#include "transports/transport.h"
+
+extern const struct ccl__transport ccl__transport_tcp;
+
+/* ---- private to transports/tcp (and its white-box test) ---- */
+
+/* A frame header whose `bytes` holds this value is not a slot: the peer tore
+ * down cleanly and will send nothing more. A crash never sends it, which is
+ * how a hang-up after it is told apart from a failure. */
+#define CCL__TCP_GOODBYE_BYTES UINT32_MAX
+
+/* The first bytes on every connection, from the connecting (higher) rank. */
+#define CCL__TCP_HELLO_MAGIC 0x6f6c6548u /* "Helo" */
+#define CCL__TCP_HELLO_VERSION 1u
+struct ccl__tcp_hello {
+    uint32_t magic;
+    uint32_t version;
+    uint64_t comm_id;
+    int32_t rank;
+    uint32_t reserved;
+    uint8_t secret[CCL__SECRET_BYTES];
+};
+
+/* One recvmsg can take several small frames: what lies past the frame being
+ * filled goes to a stash of this size and is copied into its slots. A copy
+ * of a few KiB costs less than a system call per frame. */
+#define CCL__TCP_STASH_BYTES 4096
+
+struct ccl__tcp_conn {
+    struct ccl__conn base;
+    int fd;
+    unsigned nslots;
+    ccl_status_t failed; /* sticky: the first failure, CCL_OK while healthy */
+    int peer_done;       /* the peer's goodbye arrived: no more frames will come */
+
+    /* Frames committed and not yet fully written, oldest at send_head. */
+    uint8_t *send_buf; /* nslots * slot_bytes */
+    struct ccl__slot_meta *send_meta;
+    unsigned send_head, send_count;
+    size_t send_off; /* bytes of the oldest frame (header included) already written */
+
+    /* Complete frames, oldest at recv_head; the frame after them is filling. */
+    uint8_t *recv_buf;
+    struct ccl__slot_meta *recv_meta;
+    unsigned recv_head, recv_ready;
+    size_t recv_got;     /* bytes of the filling frame (header included) received */
+    uint32_t last_bytes; /* payload size of the last complete frame */
+
+    /* While frames are small, a read also takes up to CCL__TCP_STASH_BYTES
+     * past the frame being filled; they are copied into place from here.
+     * Bytes wait here only while every receive slot is full. */
+    uint32_t stash_len, stash_off;
+    uint8_t stash[CCL__TCP_STASH_BYTES];
+};
+
+/* Per-communicator state (comm->tstate[CCL__TRANSPORT_TCP]). The descriptors
+ * are atomic because poison may run on another thread (ccl_comm_abort)
+ * while set-up or the data path runs. */
+struct ccl__tcp_state {
+    int nranks;
+    _Atomic int listen_fd;
+    union ccl__sa addr;           /* where listen_fd listens */
+    struct ccl__tcp_conn **conns; /* [nranks], owned here */
+    _Atomic int *fds;             /* [nranks] conns[p]->fd, or -1 */
+};
+
+/* Data path (tcp.c). */
+ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct ccl__tcp_conn **out);
+/* Says goodbye when nothing is left to send, then closes and frees. */
+void ccl__tcp_conn_free(struct ccl__tcp_conn *c);
+
+/* Set-up phases, poison and teardown (tcp_setup.c). */
+int ccl__tcp_can_connect(const struct ccl__peer_info *a, const struct ccl__peer_info *b);
+ccl_status_t ccl__tcp_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]);
+ccl_status_t ccl__tcp_setup(struct ccl_comm *comm, const uint8_t *use);
+ccl_status_t ccl__tcp_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns);
+ccl_status_t ccl__tcp_setup_done(struct ccl_comm *comm);
+void ccl__tcp_teardown(struct ccl_comm *comm);
+void ccl__tcp_poison(struct ccl_comm *comm, int status);
+
+#endif
