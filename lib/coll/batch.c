@@ -93,6 +93,6 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
         free(req);
         return st;
     }
-    *req_out = req;
+    if (req_out) *req_out = req;
     return CCL_OK;
 }
