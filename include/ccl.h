@@ -114,6 +114,10 @@ CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm);
 CCL_API ccl_status_t ccl_comm_abort(ccl_comm_t *comm);
 CCL_API ccl_status_t ccl_comm_rank(const ccl_comm_t *comm, int *rank);
 CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
+/* How this rank is wired, as space-separated key=value pairs, e.g.
+ * "rank=0 ranks=4 hosts=2 transports=shm:1,tcp:2 ring=0,1,2,3 algo=ring"
+ * (transports: peers of this rank per transport). Truncated to n bytes. */
+CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n);
 
 /* ---- collectives (blocking) ---- */
 CCL_API CCL_NODISCARD ccl_status_t ccl_all_reduce(const void *sendbuf, void *recvbuf, size_t count,

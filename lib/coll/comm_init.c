@@ -170,16 +170,3 @@ CCL_API ccl_status_t ccl_comm_abort(ccl_comm_t *comm) {
     return CCL_OK;
 }
 
-CCL_API ccl_status_t ccl_comm_rank(const ccl_comm_t *comm, int *rank) {
-    CCL_CHECK(ccl__check_comm(comm, "comm_rank"));
-    if (!rank) return CCL_ERR_INVALID_ARGUMENT;
-    *rank = comm->rank;
-    return CCL_OK;
-}
-
-CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size) {
-    CCL_CHECK(ccl__check_comm(comm, "comm_size"));
-    if (!size) return CCL_ERR_INVALID_ARGUMENT;
-    *size = comm->nranks;
-    return CCL_OK;
-}

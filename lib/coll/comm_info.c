@@ -1,0 +1,50 @@
+/* Read-only questions about a communicator. */
+#include <stdio.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "transports/transport.h"
+
+CCL_API ccl_status_t ccl_comm_rank(const ccl_comm_t *comm, int *rank) {
+    CCL_CHECK(ccl__check_comm(comm, "comm_rank"));
+    if (!rank) return CCL_ERR_INVALID_ARGUMENT;
+    *rank = comm->rank;
+    return CCL_OK;
+}
+
+CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size) {
+    CCL_CHECK(ccl__check_comm(comm, "comm_size"));
+    if (!size) return CCL_ERR_INVALID_ARGUMENT;
+    *size = comm->nranks;
+    return CCL_OK;
+}
+
+static int count_hosts(const struct ccl_comm *comm) {
+    int hosts = 0;
+    for (int r = 0; r < comm->nranks; r++) {
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++) seen = strcmp(comm->peers[q].host_id, comm->peers[r].host_id) == 0;
+        hosts += !seen;
+    }
+    return hosts;
+}
+
+CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n) {
+    CCL_CHECK(ccl__check_comm(comm, "comm_describe"));
+    if (!buf || n == 0) return CCL_ERR_INVALID_ARGUMENT;
+    int per[CCL__NUM_TRANSPORTS] = {0};
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->conns[p]) per[comm->conns[p]->t->id]++;
+    char tr[64] = "", ring[256] = "";
+    size_t o = 0;
+    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++)
+        if (per[t]) o += (size_t)snprintf(tr + o, sizeof(tr) - o, "%s%s:%d", o ? "," : "", ccl__transports[t]->name, per[t]);
+    if (!o) snprintf(tr, sizeof(tr), "none");
+    o = 0;
+    for (int i = 0; i < comm->nranks && o + 12 < sizeof(ring); i++)
+        o += (size_t)snprintf(ring + o, sizeof(ring) - o, "%s%d", i ? "," : "", comm->ring[i]);
+    if (o + 12 >= sizeof(ring)) snprintf(ring + o, sizeof(ring) - o, ",...");
+    snprintf(buf, n, "rank=%d ranks=%d hosts=%d transports=%s ring=%s algo=%s", comm->rank, comm->nranks,
+             count_hosts(comm), tr, ring, comm->algo_name);
+    return CCL_OK;
+}
