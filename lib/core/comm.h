@@ -42,6 +42,7 @@ struct ccl_comm {
     /* planner output */
     int *ring;                          /* [nranks]: ring position -> rank */
     int ring_pos;                       /* this rank's position in ring */
+    size_t ring_chunk_bytes;            /* slice size every rank uses on the ring (smallest slot on it) */
     const char *algo_name;
 
     /* waking and failure */
@@ -49,8 +50,8 @@ struct ccl_comm {
     struct ccl__wake_words *wake;       /* where peers ring us */
     int event_fd;                       /* wakes poll() waiters on local abort */
     _Atomic int aborted;                /* ccl_comm_abort was called */
-    _Atomic int state;                  /* enum ccl__comm_state */
-    _Atomic int failed_status;          /* first error that failed the comm */
+    _Atomic int state;                  /* enum ccl__comm_state, FAILED once failed_status is set */
+    _Atomic int failed_status;          /* first error that failed the comm, CCL_OK while healthy */
     /* Set by the layer that owns the transports: tells every peer we failed
      * (core cannot call transports: layers point down only). */
     void (*on_fail)(struct ccl_comm *comm, ccl_status_t st);
@@ -78,9 +79,7 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st);
 /* CCL_OK, or the status that failed/aborted the communicator. */
 static inline ccl_status_t ccl__comm_health(struct ccl_comm *comm) {
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed)) return CCL_ERR_ABORTED;
-    if (atomic_load_explicit(&comm->state, memory_order_acquire) != CCL__COMM_OK)
-        return (ccl_status_t)atomic_load(&comm->failed_status);
-    return CCL_OK;
+    return (ccl_status_t)atomic_load_explicit(&comm->failed_status, memory_order_acquire);
 }
 
 /* Live-communicator registry: lets every entry point refuse a destroyed or

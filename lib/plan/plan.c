@@ -7,25 +7,34 @@
 
 #include "core/log.h"
 
-ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_TRANSPORTS]) {
-    const struct ccl__transport *forced = NULL;
-    if (comm->params.transport[0]) {
-        forced = ccl__transport_by_name(comm->params.transport);
-        if (!forced)
-            return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TRANSPORT=%s is not a transport (shm, tcp)",
-                                  comm->params.transport);
+/* The transport for the pair (a, b), or -1: the forced one if it can
+ * connect them, else the highest score. Every rank computes the same answer
+ * for every pair, which is what lets the ring agree on its chunk size. */
+static int choose(const struct ccl_comm *comm, const struct ccl__transport *forced, int a, int b) {
+    int best = -1, best_score = 0;
+    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++) {
+        const struct ccl__transport *tr = ccl__transports[t];
+        if (forced && tr != forced) continue;
+        int s = tr->can_connect(&comm->peers[a], &comm->peers[b]);
+        if (s > best_score) best = t, best_score = s;
     }
+    return best;
+}
+
+static const struct ccl__transport *forced_transport(const struct ccl_comm *comm) {
+    return comm->params.transport[0] ? ccl__transport_by_name(comm->params.transport) : NULL;
+}
+
+ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_TRANSPORTS]) {
+    const struct ccl__transport *forced = forced_transport(comm);
+    if (comm->params.transport[0] && !forced)
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TRANSPORT=%s is not a transport (shm, tcp)",
+                              comm->params.transport);
     const struct ccl__peer_info *me = &comm->peers[comm->rank];
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank) continue;
         const struct ccl__peer_info *peer = &comm->peers[p];
-        int best = -1, best_score = 0;
-        for (int t = 0; t < CCL__NUM_TRANSPORTS; t++) {
-            const struct ccl__transport *tr = ccl__transports[t];
-            if (forced && tr != forced) continue;
-            int s = tr->can_connect(me, peer);
-            if (s > best_score) best = t, best_score = s;
-        }
+        int best = choose(comm, forced, comm->rank, p);
         if (best < 0) {
             if (forced)
                 return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
@@ -39,6 +48,22 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_T
                  ccl__transports[best]->name);
     }
     return CCL_OK;
+}
+
+static size_t slot_bytes_of(const struct ccl_comm *comm, int t) {
+    return t == CCL__TRANSPORT_SHM ? comm->params.shm_slot_bytes : comm->params.tcp_slot_bytes;
+}
+
+/* Ring steps on different links must cut the data the same way: the chunk
+ * is the smallest slot of any link on the ring, the same on every rank. */
+static void plan_ring_chunk(struct ccl_comm *comm) {
+    const struct ccl__transport *forced = forced_transport(comm);
+    size_t chunk = SIZE_MAX;
+    for (int i = 0; i < comm->nranks && comm->nranks > 1; i++) {
+        int t = choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
+        if (t >= 0 && slot_bytes_of(comm, t) < chunk) chunk = slot_bytes_of(comm, t);
+    }
+    comm->ring_chunk_bytes = chunk == SIZE_MAX ? comm->params.shm_slot_bytes : chunk;
 }
 
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
@@ -59,12 +84,14 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     free(placed);
     for (int i = 0; i < n; i++)
         if (comm->ring[i] == comm->rank) comm->ring_pos = i;
+    plan_ring_chunk(comm);
     if (CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_PLAN) && comm->rank == 0) {
         char line[512];
         size_t o = 0;
         for (int i = 0; i < n && o + 16 < sizeof(line); i++)
             o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d", i ? " -> " : "", comm->ring[i]);
-        CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: %s%s", line, o + 16 >= sizeof(line) ? " ..." : "");
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: %s%s, chunk %zu bytes", line, o + 16 >= sizeof(line) ? " ..." : "",
+                 comm->ring_chunk_bytes);
     }
     return CCL_OK;
 }

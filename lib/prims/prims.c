@@ -22,10 +22,12 @@ void ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, int prev, int 
     p->id = *id;
     p->esize = ccl_dtype_size(id->dtype);
     p->reduce = (unsigned)id->op < CCL_NUM_OPS ? ccl__reduce_get(id->dtype, id->op) : NULL;
-    size_t slot = SIZE_MAX;
+    /* The ring's chunk, not this rank's own links: every rank must cut the
+     * data identically. It never exceeds a slot of any link on the ring. */
+    size_t slot = comm->ring_chunk_bytes;
     for (int i = 0; i < 2; i++)
         if (p->conns[i]) slot = min_sz(slot, p->conns[i]->slot_bytes);
-    p->slice_elems = slot == SIZE_MAX ? SIZE_MAX : slot / p->esize;
+    p->slice_elems = slot / p->esize;
     snprintf(p->what, sizeof(p->what), "%s #%u", ccl__op_kind_name(id->kind), id->seq);
 }
 

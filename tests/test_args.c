@@ -1,0 +1,385 @@
+/* ctest: TIMEOUT 300 */
+/*
+ * Bad arguments. On a working communicator every bad call must return
+ * CCL_ERR_INVALID_ARGUMENT or CCL_ERR_INVALID_USAGE, leave a sentence in
+ * ccl_comm_last_error, write no buffer, and leave the communicator working
+ * (a correct all_reduce follows every group of bad calls). Every rank makes
+ * the same bad calls, so none of them may communicate. Also: init with bad
+ * arguments, status strings, calls on a destroyed or foreign communicator,
+ * an unbalanced ccl_group_end, and counts that differ between ranks.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "ref.h"
+
+#define BUF_ELEMS 64
+
+struct state {
+    ccl_comm_t *comm;
+    int rank, nranks;
+    float in[BUF_ELEMS * 8], out[BUF_ELEMS * 8];
+    float in_saved[BUF_ELEMS * 8], out_saved[BUF_ELEMS * 8];
+};
+
+static void arm(struct state *s) {
+    for (size_t i = 0; i < sizeof s->in / sizeof s->in[0]; i++) {
+        s->in[i] = (float)i + 0.5f;
+        s->out[i] = -(float)i;
+    }
+    memcpy(s->in_saved, s->in, sizeof s->in);
+    memcpy(s->out_saved, s->out, sizeof s->out);
+}
+
+static void expect_rejected(struct harness_tally *t, struct state *s, int line, const char *call, ccl_status_t st) {
+    if (st != CCL_ERR_INVALID_ARGUMENT && st != CCL_ERR_INVALID_USAGE)
+        harness_fail(t, __FILE__, line, "%s returned %s, expected an invalid argument/usage error", call,
+                     ccl_status_string(st));
+    if (s->comm && ccl_comm_last_error(s->comm)[0] == '\0')
+        harness_fail(t, __FILE__, line, "%s: ccl_comm_last_error is empty", call);
+    if (memcmp(s->in, s->in_saved, sizeof s->in) != 0 || memcmp(s->out, s->out_saved, sizeof s->out) != 0)
+        harness_fail(t, __FILE__, line, "%s wrote to a buffer", call);
+}
+
+#define REJECT(t, s, call)                                        \
+    do {                                                          \
+        arm(s);                                                   \
+        expect_rejected((t), (s), __LINE__, #call, (call));       \
+    } while (0)
+
+/* A correct all_reduce, checked: the communicator survived. */
+static void expect_still_works(struct harness_tally *t, struct state *s, const char *after) {
+    int32_t in[33], out[33];
+    for (int i = 0; i < 33; i++) in[i] = i + s->rank;
+    ccl_status_t st = ccl_all_reduce(in, out, 33, CCL_INT32, CCL_SUM, s->comm);
+    int bad = 0;
+    for (int i = 0; i < 33; i++) bad += out[i] != i * s->nranks + s->nranks * (s->nranks - 1) / 2;
+    EXPECT(t, st == CCL_OK && bad == 0, "after %s: all_reduce returned %s with %d wrong elements", after,
+           ccl_status_string(st), st == CCL_OK ? bad : -1);
+}
+
+static void bad_buffers(struct harness_tally *t, struct state *s) {
+    ccl_comm_t *c = s->comm;
+    float *in = s->in, *out = s->out;
+    /* NULL buffers with count > 0 */
+    REJECT(t, s, ccl_all_reduce(NULL, out, 8, CCL_FLOAT32, CCL_SUM, c));
+    REJECT(t, s, ccl_all_reduce(in, NULL, 8, CCL_FLOAT32, CCL_SUM, c));
+    REJECT(t, s, ccl_reduce_scatter(NULL, out, 8, CCL_FLOAT32, CCL_SUM, c));
+    REJECT(t, s, ccl_reduce_scatter(in, NULL, 8, CCL_FLOAT32, CCL_SUM, c));
+    REJECT(t, s, ccl_all_gather(NULL, out, 8, CCL_FLOAT32, c));
+    REJECT(t, s, ccl_all_gather(in, NULL, 8, CCL_FLOAT32, c));
+    REJECT(t, s, ccl_all_to_all(NULL, out, 8, CCL_FLOAT32, c));
+    REJECT(t, s, ccl_all_to_all(in, NULL, 8, CCL_FLOAT32, c));
+    /* Every rank its own root, so each is the root of its call. */
+    REJECT(t, s, ccl_broadcast(NULL, out, 8, CCL_FLOAT32, s->rank, c));
+    REJECT(t, s, ccl_broadcast(in, NULL, 8, CCL_FLOAT32, s->rank, c));
+    REJECT(t, s, ccl_reduce(NULL, out, 8, CCL_FLOAT32, CCL_SUM, s->rank, c));
+    REJECT(t, s, ccl_reduce(in, NULL, 8, CCL_FLOAT32, CCL_SUM, s->rank, c));
+    int peer = (s->rank + 1) % s->nranks;
+    REJECT(t, s, ccl_send(NULL, 8, CCL_FLOAT32, peer, c));
+    REJECT(t, s, ccl_recv(NULL, 8, CCL_FLOAT32, peer, c));
+    expect_still_works(t, s, "NULL buffers");
+}
+
+static void bad_types(struct harness_tally *t, struct state *s) {
+    ccl_comm_t *c = s->comm;
+    float *in = s->in, *out = s->out;
+    const ccl_dtype_t bad_dt[] = {CCL_NUM_DTYPES, (ccl_dtype_t)-1, (ccl_dtype_t)1000};
+    const ccl_op_t bad_op[] = {CCL_NUM_OPS, (ccl_op_t)-1, (ccl_op_t)77};
+    for (int k = 0; k < 3; k++) {
+        ccl_dtype_t d = bad_dt[k];
+        ccl_op_t o = bad_op[k];
+        REJECT(t, s, ccl_all_reduce(in, out, 8, d, CCL_SUM, c));
+        REJECT(t, s, ccl_all_reduce(in, out, 8, CCL_FLOAT32, o, c));
+        REJECT(t, s, ccl_reduce_scatter(in, out, 8, d, CCL_SUM, c));
+        REJECT(t, s, ccl_reduce_scatter(in, out, 8, CCL_FLOAT32, o, c));
+        REJECT(t, s, ccl_all_gather(in, out, 8, d, c));
+        REJECT(t, s, ccl_broadcast(in, out, 8, d, 0, c));
+        REJECT(t, s, ccl_reduce(in, out, 8, d, CCL_SUM, 0, c));
+        REJECT(t, s, ccl_reduce(in, out, 8, CCL_FLOAT32, o, 0, c));
+        REJECT(t, s, ccl_all_to_all(in, out, 8, d, c));
+        REJECT(t, s, ccl_send(in, 8, d, (s->rank + 1) % s->nranks, c));
+        REJECT(t, s, ccl_recv(out, 8, d, (s->rank + 1) % s->nranks, c));
+    }
+    expect_still_works(t, s, "invalid dtypes and ops");
+}
+
+static void bad_ranks(struct harness_tally *t, struct state *s) {
+    ccl_comm_t *c = s->comm;
+    float *in = s->in, *out = s->out;
+    int n = s->nranks;
+    const int bad_root[] = {n, n + 100, -1, INT32_MIN};
+    for (int k = 0; k < 4; k++) {
+        REJECT(t, s, ccl_broadcast(in, out, 8, CCL_FLOAT32, bad_root[k], c));
+        REJECT(t, s, ccl_reduce(in, out, 8, CCL_FLOAT32, CCL_SUM, bad_root[k], c));
+        REJECT(t, s, ccl_send(in, 8, CCL_FLOAT32, bad_root[k], c));
+        REJECT(t, s, ccl_recv(out, 8, CCL_FLOAT32, bad_root[k], c));
+    }
+    expect_still_works(t, s, "roots and peers out of range");
+}
+
+static void bad_counts(struct harness_tally *t, struct state *s) {
+    ccl_comm_t *c = s->comm;
+    float *in = s->in, *out = s->out;
+    size_t n = (size_t)s->nranks;
+    /* count * dtype size overflows */
+    REJECT(t, s, ccl_all_reduce(in, out, SIZE_MAX, CCL_FLOAT32, CCL_SUM, c));
+    REJECT(t, s, ccl_all_reduce(in, out, SIZE_MAX / 2, CCL_FLOAT64, CCL_SUM, c));
+    REJECT(t, s, ccl_broadcast(in, out, SIZE_MAX, CCL_INT32, 0, c));
+    REJECT(t, s, ccl_reduce(in, out, SIZE_MAX / 4 + 1, CCL_FLOAT32, CCL_MAX, 0, c));
+    REJECT(t, s, ccl_send(in, SIZE_MAX, CCL_FLOAT64, (s->rank + 1) % s->nranks, c));
+    REJECT(t, s, ccl_recv(out, SIZE_MAX, CCL_FLOAT64, (s->rank + 1) % s->nranks, c));
+    /* bytes fit, but times nranks they do not */
+    size_t per_rank = SIZE_MAX / n + 1;
+    REJECT(t, s, ccl_all_gather(in, out, per_rank, CCL_INT8, c));
+    REJECT(t, s, ccl_reduce_scatter(in, out, per_rank, CCL_INT8, CCL_SUM, c));
+    REJECT(t, s, ccl_all_to_all(in, out, per_rank, CCL_INT8, c));
+    REJECT(t, s, ccl_all_gather(in, out, SIZE_MAX / 4 / n + 1, CCL_FLOAT32, c));
+    expect_still_works(t, s, "overflowing counts");
+}
+
+static void bad_handles(struct harness_tally *t, struct state *s) {
+    float *in = s->in, *out = s->out;
+    ccl_comm_t *saved = s->comm;
+    s->comm = NULL; /* no last error to look at for these */
+    REJECT(t, s, ccl_all_reduce(in, out, 8, CCL_FLOAT32, CCL_SUM, NULL));
+    REJECT(t, s, ccl_reduce_scatter(in, out, 8, CCL_FLOAT32, CCL_SUM, NULL));
+    REJECT(t, s, ccl_all_gather(in, out, 8, CCL_FLOAT32, NULL));
+    REJECT(t, s, ccl_broadcast(in, out, 8, CCL_FLOAT32, 0, NULL));
+    REJECT(t, s, ccl_reduce(in, out, 8, CCL_FLOAT32, CCL_SUM, 0, NULL));
+    REJECT(t, s, ccl_all_to_all(in, out, 8, CCL_FLOAT32, NULL));
+    REJECT(t, s, ccl_barrier(NULL));
+    REJECT(t, s, ccl_send(in, 8, CCL_FLOAT32, 0, NULL));
+    REJECT(t, s, ccl_recv(out, 8, CCL_FLOAT32, 0, NULL));
+    int r = -5;
+    REJECT(t, s, ccl_comm_rank(NULL, &r));
+    REJECT(t, s, ccl_comm_size(NULL, &r));
+    EXPECT(t, r == -5, "ccl_comm_rank/size(NULL) wrote its output");
+    REJECT(t, s, ccl_comm_abort(NULL));
+    ccl_comm_t *nc = NULL;
+    REJECT(t, s, ccl_comm_split(NULL, 0, 0, &nc));
+    EXPECT(t, ccl_comm_last_error(NULL) != NULL, "ccl_comm_last_error(NULL) returned NULL");
+    /* A pointer that was never a communicator. */
+    ccl_comm_t *foreign = (ccl_comm_t *)s->out;
+    REJECT(t, s, ccl_comm_rank(foreign, &r));
+    REJECT(t, s, ccl_barrier(foreign));
+    /* NULL output pointers */
+    ccl_request_t *req = NULL;
+    REJECT(t, s, ccl_all_reduce_async(in, out, 8, CCL_FLOAT32, CCL_SUM, NULL, &req));
+    s->comm = saved;
+    ccl_comm_t *c = saved;
+    REJECT(t, s, ccl_comm_rank(c, NULL));
+    REJECT(t, s, ccl_comm_size(c, NULL));
+    REJECT(t, s, ccl_all_reduce_async(in, out, 8, CCL_FLOAT32, CCL_SUM, c, NULL));
+    REJECT(t, s, ccl_reduce_scatter_async(in, out, 8, CCL_FLOAT32, CCL_SUM, c, NULL));
+    REJECT(t, s, ccl_all_gather_async(in, out, 8, CCL_FLOAT32, c, NULL));
+    REJECT(t, s, ccl_broadcast_async(in, out, 8, CCL_FLOAT32, 0, c, NULL));
+    REJECT(t, s, ccl_reduce_async(in, out, 8, CCL_FLOAT32, CCL_SUM, 0, c, NULL));
+    REJECT(t, s, ccl_all_to_all_async(in, out, 8, CCL_FLOAT32, c, NULL));
+    REJECT(t, s, ccl_barrier_async(c, NULL));
+    REJECT(t, s, ccl_send_async(in, 8, CCL_FLOAT32, (s->rank + 1) % s->nranks, c, NULL));
+    REJECT(t, s, ccl_recv_async(out, 8, CCL_FLOAT32, (s->rank + 1) % s->nranks, c, NULL));
+    REJECT(t, s, ccl_comm_split(c, 0, 0, NULL));
+    int done = 0;
+    s->comm = NULL;
+    REJECT(t, s, ccl_test(NULL, &done));
+    REJECT(t, s, ccl_wait(NULL));
+    s->comm = saved;
+    /* An async request tested with a NULL flag, then waited properly. */
+    req = NULL;
+    if (EXPECT_OK(t, ccl_barrier_async(c, &req)) == CCL_OK && req) {
+        ccl_status_t st = ccl_test(req, NULL);
+        EXPECT(t, st == CCL_ERR_INVALID_ARGUMENT || st == CCL_ERR_INVALID_USAGE, "ccl_test(req, NULL) returned %s",
+               ccl_status_string(st));
+        EXPECT_OK(t, ccl_wait(req));
+    }
+    /* Unbalanced group end. */
+    s->comm = NULL;
+    REJECT(t, s, ccl_group_end());
+    s->comm = saved;
+    expect_still_works(t, s, "NULL handles and an unbalanced group end");
+}
+
+static void destroyed_comm(struct harness_tally *t, struct state *s) {
+    ccl_comm_t *dup = NULL;
+    if (EXPECT_OK(t, ccl_comm_split(s->comm, 0, s->rank, &dup)) != CCL_OK || !dup) return;
+    EXPECT_OK(t, ccl_comm_destroy(dup));
+    ccl_comm_t *saved = s->comm;
+    s->comm = NULL; /* a destroyed communicator has no last error to read */
+    int r = -5;
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_all_reduce(s->in, s->out, 8, CCL_FLOAT32, CCL_SUM, dup));
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_barrier(dup));
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_comm_rank(dup, &r));
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_comm_destroy(dup));
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_comm_abort(dup));
+    EXPECT(t, r == -5, "ccl_comm_rank on a destroyed communicator wrote its output");
+    s->comm = saved;
+    expect_still_works(t, s, "calls on a destroyed communicator");
+}
+
+static int body_bad_args(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    struct state *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->comm = comm;
+    s->rank = rank;
+    s->nranks = nranks;
+    bad_buffers(&t, s);
+    bad_types(&t, s);
+    bad_ranks(&t, s);
+    bad_counts(&t, s);
+    bad_handles(&t, s);
+    destroyed_comm(&t, s);
+    if (rank == 0) fprintf(stderr, "[args] %d ranks: last error example: \"%s\"\n", nranks, ccl_comm_last_error(comm));
+    free(s);
+    return t.fails;
+}
+
+static const char *const arg_transports[] = {"shm", "tcp"};
+
+START_TEST(bad_arguments_on_a_working_comm) {
+    struct harness_run run = {.nranks = 3, .transport = arg_transports[_i], .body = body_bad_args, .deadline_s = 120};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+/* ---- without a communicator ---- */
+
+START_TEST(init_with_bad_arguments) {
+    setenv("CCL_TIMEOUT", "5", 1);
+    ccl_unique_id_t id;
+    ck_assert_int_eq(ccl_get_unique_id(&id), CCL_OK);
+    ck_assert_int_eq(ccl_get_unique_id(NULL), CCL_ERR_INVALID_ARGUMENT);
+    struct {
+        int nranks, rank, null_comm;
+    } cases[] = {{0, 0, 0}, {-1, 0, 0}, {INT32_MIN, 0, 0}, {2, 2, 0}, {2, -1, 0}, {4, 100, 0}, {2, 0, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ccl_comm_t *comm = NULL;
+        double t0 = harness_now();
+        ccl_status_t st = ccl_comm_init_rank(cases[k].null_comm ? NULL : &comm, cases[k].nranks, id, cases[k].rank);
+        double took = harness_now() - t0;
+        ck_assert_msg(st == CCL_ERR_INVALID_ARGUMENT || st == CCL_ERR_INVALID_USAGE,
+                      "init_rank(nranks %d, rank %d%s) returned %s", cases[k].nranks, cases[k].rank,
+                      cases[k].null_comm ? ", NULL comm" : "", ccl_status_string(st));
+        ck_assert_msg(comm == NULL, "a failed init_rank left a communicator pointer");
+        ck_assert_msg(took < 2.0, "rejecting bad init arguments took %.1f s", took);
+    }
+    /* An id that ccl_get_unique_id never made: refused, not a long wait. */
+    ccl_unique_id_t junk;
+    memset(&junk, 0, sizeof junk);
+    ccl_comm_t *comm = NULL;
+    double t0 = harness_now();
+    ccl_status_t st = ccl_comm_init_rank(&comm, 1, junk, 0);
+    ck_assert_msg(st < 0, "init_rank with an all-zero unique id returned %s", ccl_status_string(st));
+    ck_assert_msg(harness_now() - t0 < 10.0, "init_rank with an all-zero unique id took %.1f s", harness_now() - t0);
+}
+END_TEST
+
+START_TEST(names_and_strings) {
+    struct {
+        ccl_status_t st;
+        const char *text;
+    } codes[] = {
+#define CODE_ENTRY_(name, value, text) {name, text},
+        CCL_STATUS_LIST(CODE_ENTRY_)
+#undef CODE_ENTRY_
+    };
+    size_t ncodes = sizeof codes / sizeof codes[0];
+    for (size_t i = 0; i < ncodes; i++) {
+        const char *s = ccl_status_string(codes[i].st);
+        ck_assert_msg(s != NULL && strcmp(s, codes[i].text) == 0, "ccl_status_string(%d) = \"%s\", expected \"%s\"",
+                      (int)codes[i].st, s ? s : "(null)", codes[i].text);
+    }
+    const int unknown[] = {-10, -1000, 2, 99, INT32_MIN};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        const char *s = ccl_status_string((ccl_status_t)unknown[i]);
+        ck_assert_msg(s != NULL && s[0] != '\0', "ccl_status_string(%d) gave no text", unknown[i]);
+    }
+    const size_t sizes[CCL_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
+        ck_assert_uint_eq(ccl_dtype_size((ccl_dtype_t)d), sizes[d]);
+        const char *name = ccl_dtype_name((ccl_dtype_t)d);
+        ck_assert_msg(name && name[0], "dtype %d has no name", d);
+        for (int e = 0; e < d; e++)
+            ck_assert_msg(strcmp(name, ccl_dtype_name((ccl_dtype_t)e)) != 0, "dtypes %d and %d share a name", d, e);
+    }
+    ck_assert_uint_eq(ccl_dtype_size(CCL_NUM_DTYPES), 0);
+    ck_assert_uint_eq(ccl_dtype_size((ccl_dtype_t)-1), 0);
+    ck_assert_ptr_nonnull(ccl_dtype_name((ccl_dtype_t)-1));
+    ck_assert_ptr_nonnull(ccl_dtype_name(CCL_NUM_DTYPES));
+    for (int o = 0; o < CCL_NUM_OPS; o++) {
+        const char *name = ccl_op_name((ccl_op_t)o);
+        ck_assert_msg(name && name[0], "op %d has no name", o);
+        for (int e = 0; e < o; e++)
+            ck_assert_msg(strcmp(name, ccl_op_name((ccl_op_t)e)) != 0, "ops %d and %d share a name", o, e);
+    }
+    ck_assert_ptr_nonnull(ccl_op_name(CCL_NUM_OPS));
+    ck_assert_ptr_nonnull(ccl_op_name((ccl_op_t)-3));
+    ck_assert_int_eq(ccl_version(), CCL_VERSION_CODE);
+}
+END_TEST
+
+/* ---- counts that differ between ranks ---- */
+
+#define MISMATCH_COUNT 1000
+
+static int body_mismatch(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    struct tbuf in, out;
+    if (tbuf_alloc(&in, (MISMATCH_COUNT + 1) * 4) || tbuf_alloc(&out, (MISMATCH_COUNT + 1) * 4)) return 1;
+    size_t count = MISMATCH_COUNT + (rank == 1);
+    float *x = tbuf_arm(&in, count * 4, 0), *y = tbuf_arm(&out, count * 4, 0);
+    for (size_t i = 0; i < count; i++) x[i] = 1.0f;
+    double t0 = harness_now();
+    ccl_status_t st = ccl_all_reduce(x, y, count, CCL_FLOAT32, CCL_SUM, comm);
+    EXPECT(&t, st < 0, "all_reduce with count %zu here and %d on rank 1 returned %s", count, MISMATCH_COUNT + 1,
+           ccl_status_string(st));
+    EXPECT(&t, st >= 0 || ccl_comm_last_error(comm)[0] != '\0', "no last error after %s", ccl_status_string(st));
+    EXPECT(&t, tbuf_guards_ok(&out) && tbuf_guards_ok(&in), "bytes written outside the buffers");
+    if (rank == 0)
+        fprintf(stderr, "[args] mismatched counts: rank 0 got %s after %.3f s: \"%s\"\n", ccl_status_string(st),
+                harness_now() - t0, ccl_comm_last_error(comm));
+    tbuf_free(&in);
+    tbuf_free(&out);
+    return t.fails;
+}
+
+START_TEST(counts_differ_between_ranks) {
+    struct harness_run run = {
+        .nranks = 3,
+        .transport = arg_transports[_i],
+        .body = body_mismatch,
+        .ccl_timeout = "10",
+        .deadline_s = 60,
+        .lenient_destroy = 1,
+    };
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("args");
+    TCase *tc = tcase_create("bad_arguments_on_a_working_comm");
+    tcase_set_timeout(tc, 150);
+    tcase_add_loop_test(tc, bad_arguments_on_a_working_comm, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("local");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, init_with_bad_arguments);
+    tcase_add_test(tc, names_and_strings);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("counts_differ_between_ranks");
+    tcase_set_timeout(tc, 90);
+    tcase_add_loop_test(tc, counts_differ_between_ranks, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }

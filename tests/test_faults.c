@@ -1,0 +1,289 @@
+/* ctest: TIMEOUT 600 LABELS faults */
+/*
+ * Faults: a rank killed with SIGKILL in the middle of a large all_reduce
+ * loop (by the parent, or by a thread of its own), and ccl_comm_abort from
+ * another thread while a collective waits (test_faults_boot.c has the
+ * bootstrap faults).
+ * Every surviving rank must get an error, not a hang, within the deadline,
+ * and nothing may be left in /dev/shm.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "matrix.h"
+#include "ref.h"
+
+#define FAULT_CCL_TIMEOUT "20"
+#define FAULT_CCL_TIMEOUT_S 20.0
+#define LOOP_COUNT ((size_t)4 << 20) /* 16 MiB of float32 per call */
+#define LOOP_LIMIT_S 120.0
+
+enum killer { PARENT_KILLS, VICTIM_KILLS_ITSELF };
+
+struct kill_case {
+    struct matrix_config cfg;
+    int victim;
+    enum killer killer;
+};
+
+static const struct kill_case kill_cases[] = {
+    {{4, "shm", 0, "4 ranks shm"}, 2, PARENT_KILLS},
+    {{3, "tcp", 0, "3 ranks tcp"}, 1, PARENT_KILLS},
+    {{4, "tcp", 1, "4 ranks tcp, one host each"}, 3, VICTIM_KILLS_ITSELF},
+    {{4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks"}, 0, VICTIM_KILLS_ITSELF},
+    {{5, "shm", 0, "5 ranks shm"}, 4, VICTIM_KILLS_ITSELF},
+};
+#define KILL_CASES ((int)(sizeof kill_cases / sizeof kill_cases[0]))
+
+static int is_peer_failure(ccl_status_t st) { return st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT; }
+
+/* The victim's thread: dies a little after the loop is running, most
+ * likely in the middle of a call. */
+static void *suicide_thread(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    harness_child_send("dying %.6f", harness_now());
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int body_kill_loop(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    const struct kill_case *kc = arg;
+    struct harness_tally t = {rank, 0};
+    float *in = malloc(LOOP_COUNT * 4), *out = malloc(LOOP_COUNT * 4);
+    if (!in || !out) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    for (size_t i = 0; i < LOOP_COUNT; i++) in[i] = (float)(i % 100);
+    double end = harness_now() + LOOP_LIMIT_S;
+    int iterations = 0;
+    ccl_status_t st = CCL_OK;
+    while (harness_now() < end) {
+        st = ccl_all_reduce(in, out, LOOP_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+        if (st != CCL_OK) break;
+        if (iterations++ == 0) {
+            harness_child_send("started");
+            if (rank == kc->victim && kc->killer == VICTIM_KILLS_ITSELF) {
+                pthread_t th;
+                if (pthread_create(&th, NULL, suicide_thread, NULL) != 0) raise(SIGKILL);
+            }
+        }
+    }
+    double when = harness_now();
+    harness_child_send("error %d %.6f", (int)st, when);
+    if (rank == kc->victim) {
+        harness_fail(&t, __FILE__, __LINE__, "the victim was not killed");
+    } else {
+        EXPECT(&t, is_peer_failure(st), "after %d iterations the loop ended with %s, expected a remote failure or a "
+               "timeout", iterations, ccl_status_string(st));
+        EXPECT(&t, ccl_comm_last_error(comm)[0] != '\0', "no last error after %s", ccl_status_string(st));
+        /* Later calls fail too, and at once. */
+        double t0 = harness_now();
+        ccl_status_t later = ccl_barrier(comm);
+        EXPECT(&t, later < 0, "a barrier after the failure returned %s", ccl_status_string(later));
+        EXPECT(&t, harness_now() - t0 < 5.0, "a barrier on the failed communicator took %.1f s", harness_now() - t0);
+    }
+    free(in);
+    free(out);
+    return t.fails;
+}
+
+/* Parent: wait until every rank runs, kill the victim (or wait for it to
+ * die), then time how long each survivor needed to notice. */
+static int parent_kill(struct harness_run *run, void *arg) {
+    const struct kill_case *kc = arg;
+    int fails = 0;
+    char msg[HARNESS_MSG_BYTES];
+    for (int r = 0; r < run->nranks; r++) {
+        if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0 || strcmp(msg, "started") != 0) {
+            fprintf(stderr, "parent: rank %d never reported that its loop started\n", r);
+            return 1;
+        }
+    }
+    double died;
+    if (kc->killer == PARENT_KILLS) {
+        died = harness_now();
+        kill(run->pid[kc->victim], SIGKILL);
+    } else if (harness_recv(run, kc->victim, msg, sizeof msg, harness_now() + 30) != 0 ||
+               sscanf(msg, "dying %lf", &died) != 1) {
+        fprintf(stderr, "parent: the victim never said it was dying\n");
+        return 1;
+    }
+    double worst = 0;
+    for (int r = 0; r < run->nranks; r++) {
+        if (r == kc->victim) continue;
+        int st = 0;
+        double when = 0;
+        double deadline = died + FAULT_CCL_TIMEOUT_S + 15;
+        if (harness_recv(run, r, msg, sizeof msg, deadline) != 0 || sscanf(msg, "error %d %lf", &st, &when) != 2) {
+            fprintf(stderr, "parent: rank %d reported no error within %.0f s of the kill\n", r, deadline - died);
+            fails++;
+            continue;
+        }
+        if (when - died > worst) worst = when - died;
+        if (when - died > FAULT_CCL_TIMEOUT_S + 5) {
+            fprintf(stderr, "parent: rank %d needed %.1f s to notice the death\n", r, when - died);
+            fails++;
+        }
+    }
+    fprintf(stderr, "[faults] kill -9 of rank %d of %d (%s, %s): survivors saw an error after at most %.3f s\n",
+            kc->victim, run->nranks, kc->cfg.name, kc->killer == PARENT_KILLS ? "parent kills" : "kills itself",
+            worst);
+    return fails;
+}
+
+START_TEST(kill_during_all_reduce) {
+    const struct kill_case *kc = &kill_cases[_i];
+    struct harness_run run = {
+        .nranks = kc->cfg.nranks,
+        .body = body_kill_loop,
+        .arg = (void *)kc,
+        .transport = kc->cfg.transport,
+        .ranks_per_host = kc->cfg.ranks_per_host,
+        .ccl_timeout = FAULT_CCL_TIMEOUT,
+        .deadline_s = 150,
+        .parent = parent_kill,
+        .lenient_destroy = 1,
+    };
+    harness_run(&run);
+    char why[2048];
+    uint64_t victim_mask = 1ull << kc->victim;
+    harness_describe(&run, victim_mask, why, sizeof why);
+    ck_assert_msg(harness_problems(&run, victim_mask) == 0, "%s: %s", kc->cfg.name, why);
+    int vs = run.status[kc->victim];
+    ck_assert_msg(!run.hung[kc->victim] && WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL,
+                  "%s: the victim (rank %d) did not die of SIGKILL (status 0x%x)", kc->cfg.name, kc->victim, vs);
+    ck_assert_msg(run.shm_leftovers == 0, "%s: %d /dev/shm entries left after the kill", kc->cfg.name,
+                  run.shm_leftovers);
+}
+END_TEST
+
+/* ---- ccl_comm_abort from another thread ---- */
+
+#define ABORTER 0
+#define LATE_RANK 1
+#define ABORT_COUNT ((size_t)1 << 20)
+
+static void *abort_thread(void *arg) {
+    ccl_comm_t *comm = arg;
+    /* Give the main thread time to be inside its all_reduce; if it is not
+     * there yet, the call must still come back aborted. */
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return (void *)(intptr_t)ccl_comm_abort(comm);
+}
+
+static int body_abort(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    float *in = calloc(ABORT_COUNT, 4), *out = calloc(ABORT_COUNT, 4);
+    if (!in || !out) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    char msg[HARNESS_MSG_BYTES];
+    if (rank == ABORTER) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, abort_thread, comm) != 0) {
+            harness_fail(&t, __FILE__, __LINE__, "pthread_create failed");
+            goto out;
+        }
+        double t0 = harness_now();
+        ccl_status_t st = ccl_all_reduce(in, out, ABORT_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+        double waited = harness_now() - t0;
+        void *ret = NULL;
+        pthread_join(th, &ret);
+        EXPECT(&t, (ccl_status_t)(intptr_t)ret == CCL_OK, "ccl_comm_abort returned %s",
+               ccl_status_string((ccl_status_t)(intptr_t)ret));
+        EXPECT(&t, st == CCL_ERR_ABORTED, "the waiting all_reduce returned %s after %.2f s, expected %s",
+               ccl_status_string(st), waited, ccl_status_string(CCL_ERR_ABORTED));
+        EXPECT(&t, ccl_comm_last_error(comm)[0] != '\0', "no last error after the abort");
+        /* Later calls: aborted, at once. */
+        EXPECT_STATUS(&t, CCL_ERR_ABORTED, ccl_all_reduce(in, out, 16, CCL_FLOAT32, CCL_SUM, comm));
+        EXPECT_STATUS(&t, CCL_ERR_ABORTED, ccl_barrier(comm));
+        ccl_request_t *req = NULL;
+        ccl_status_t ast = ccl_barrier_async(comm, &req);
+        if (ast == CCL_OK) ast = ccl_wait(req);
+        EXPECT(&t, ast == CCL_ERR_ABORTED, "barrier_async after the abort: %s", ccl_status_string(ast));
+        fprintf(stderr, "[faults] abort: the waiting all_reduce returned %s after %.3f s\n", ccl_status_string(st),
+                waited);
+        harness_child_send("aborted");
+    } else {
+        if (rank == LATE_RANK && harness_child_recv(msg, sizeof msg, 60) != 0) {
+            harness_fail(&t, __FILE__, __LINE__, "never told that rank %d aborted", ABORTER);
+            goto out;
+        }
+        double t0 = harness_now();
+        ccl_status_t st = ccl_all_reduce(in, out, ABORT_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+        double waited = harness_now() - t0;
+        EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_ABORTED || st == CCL_ERR_TIMEOUT,
+               "all_reduce with an aborted rank returned %s after %.2f s", ccl_status_string(st), waited);
+        if (rank == LATE_RANK || rank == nranks - 1)
+            fprintf(stderr, "[faults] abort: rank %d%s got %s after %.3f s\n", rank,
+                    rank == LATE_RANK ? " (called after the abort)" : "", ccl_status_string(st), waited);
+    }
+out:
+    free(in);
+    free(out);
+    return t.fails;
+}
+
+static int parent_abort(struct harness_run *run, void *arg) {
+    (void)arg;
+    char msg[HARNESS_MSG_BYTES];
+    if (harness_recv(run, ABORTER, msg, sizeof msg, run->start + 90) != 0) {
+        fprintf(stderr, "parent: rank %d never reported its abort\n", ABORTER);
+        return 1;
+    }
+    return harness_send(run, LATE_RANK, "go") == 0 ? 0 : 1;
+}
+
+static const struct matrix_config abort_configs[] = {
+    {3, "shm", 0, "3 ranks shm"},
+    {4, "tcp", 0, "4 ranks tcp"},
+    {4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks"},
+};
+
+START_TEST(abort_while_waiting) {
+    const struct matrix_config *cfg = &abort_configs[_i];
+    struct harness_run run = {
+        .nranks = cfg->nranks,
+        .body = body_abort,
+        .transport = cfg->transport,
+        .ranks_per_host = cfg->ranks_per_host,
+        .ccl_timeout = FAULT_CCL_TIMEOUT,
+        .deadline_s = 120,
+        .parent = parent_abort,
+        .lenient_destroy = 1,
+    };
+    char why[2048];
+    harness_run(&run);
+    harness_describe(&run, 0, why, sizeof why);
+    ck_assert_msg(harness_problems(&run, 0) == 0, "abort on %s: %s", cfg->name, why);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("kill_during_all_reduce");
+    tcase_set_timeout(tc, 200);
+    tcase_add_loop_test(tc, kill_during_all_reduce, 0, KILL_CASES);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("abort_while_waiting");
+    tcase_set_timeout(tc, 200);
+    tcase_add_loop_test(tc, abort_while_waiting, 0, (int)(sizeof abort_configs / sizeof abort_configs[0]));
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }

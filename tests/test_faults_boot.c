@@ -1,0 +1,211 @@
+/* ctest: TIMEOUT 300 LABELS faults */
+/*
+ * Bootstrap faults. A rank whose copy of the unique id has a wrong secret:
+ * its init fails, and so does everyone else's (the root never sees a full
+ * set), within CCL_TIMEOUT, with no crash or hang. Strangers connecting to
+ * the root while the ranks join (closing at once, random bytes, a truncated
+ * or wrong-secret hello, silence held open): init still succeeds and a
+ * collective works.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/boot_proto.h"
+#include "core/bootstrap.h"
+#include "harness.h"
+#include "ref.h"
+
+/* ---- wrong secret ---- */
+
+#define BAD_RANK 1
+
+static void corrupt_secret(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks;
+    (void)arg;
+    if (rank != BAD_RANK) return;
+    struct ccl__unique_id uid;
+    memcpy(&uid, id->internal, sizeof uid);
+    uid.secret[5] ^= 0x40;
+    memcpy(id->internal, &uid, sizeof uid);
+}
+
+static int init_must_fail(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    EXPECT(&t, st < 0, "init %s with a wrong secret on rank %d", st == CCL_OK ? "succeeded" : "did not fail",
+           BAD_RANK);
+    fprintf(stderr, "[faults] wrong secret on rank %d: rank %d's init returned %s\n", BAD_RANK, rank,
+            ccl_status_string(st));
+    return t.fails;
+}
+
+static const char *const secret_transports[] = {"shm", "tcp"};
+
+START_TEST(wrong_secret) {
+    struct harness_run run = {
+        .nranks = 3,
+        .transport = secret_transports[_i],
+        .ccl_timeout = "3",
+        .deadline_s = 30, /* CCL_TIMEOUT 3 s: anything near this is a hang */
+        .setup = corrupt_secret,
+        .init_check = init_must_fail,
+    };
+    char why[2048];
+    harness_run(&run);
+    harness_describe(&run, 0, why, sizeof why);
+    ck_assert_msg(harness_problems(&run, 0) == 0, "wrong secret (%s): %s", secret_transports[_i], why);
+    ck_assert_msg(run.elapsed_s < 20, "wrong secret: the ranks needed %.1f s to give up", run.elapsed_s);
+}
+END_TEST
+
+/* ---- garbage at the root ---- */
+
+#define HELD 3
+
+static void wait_for_go(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks;
+    (void)id;
+    (void)arg;
+    char msg[HARNESS_MSG_BYTES];
+    if (harness_child_recv(msg, sizeof msg, 60) != 0) fprintf(stderr, "[rank %d] no go from the parent\n", rank);
+}
+
+static int stranger_connect(const struct ccl__unique_id *uid) {
+    int fd = socket(uid->root.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, &uid->root.sa, ccl__sa_len(&uid->root)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void send_bytes(int fd, const void *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* the root may hang up on us: that is its right */
+        buf = (const uint8_t *)buf + w;
+        n -= (size_t)w;
+    }
+}
+
+/* Every kind of stranger; the ones in held[] stay connected (silent) until
+ * the ranks are done joining. Returns how many connections failed. */
+static int strangers(const struct ccl__unique_id *uid, int nranks, int held[HELD]) {
+    int failed = 0;
+    uint8_t junk[100000];
+    ref_bytes(0x6a756e6b, 0, 0, sizeof junk, junk);
+    struct ccl__boot_hello hello = {.magic = CCL__BOOT_MAGIC, .version = CCL__BOOT_VERSION, .nranks = nranks};
+    memcpy(hello.secret, uid->secret, sizeof hello.secret);
+    struct ccl__boot_hello wrong = hello;
+    wrong.secret[0] ^= 1;
+    struct ccl__boot_hello zeros;
+    memset(&zeros, 0, sizeof zeros);
+
+    for (int k = 0; k < 9; k++) {
+        int fd = stranger_connect(uid);
+        if (fd < 0) {
+            failed++;
+            continue;
+        }
+        switch (k) {
+        case 0: break;                                                      /* connect, close */
+        case 1: send_bytes(fd, junk, 200); break;                           /* a little junk */
+        case 2: send_bytes(fd, junk, sizeof junk); break;                   /* a lot of junk */
+        case 3: send_bytes(fd, &hello, sizeof hello / 2); break;            /* truncated hello */
+        case 4: send_bytes(fd, &wrong, sizeof wrong); break;                /* wrong secret */
+        case 5: send_bytes(fd, &zeros, sizeof zeros); break;                /* bad magic */
+        case 6: send_bytes(fd, &hello, 6); held[0] = fd; fd = -1; break;    /* truncated, kept open */
+        case 7: held[1] = fd; fd = -1; break;                               /* silent, kept open */
+        default: send_bytes(fd, junk, 3); held[2] = fd; fd = -1; break;     /* 3 bytes, kept open */
+        }
+        if (fd >= 0) close(fd);
+    }
+    return failed;
+}
+
+struct garbage_case {
+    const char *transport;
+    int strangers_first; /* garbage before any rank connects, or while they do */
+};
+
+static const struct garbage_case garbage_cases[] = {{"shm", 1}, {"tcp", 0}, {NULL, 1}};
+
+static int parent_garbage(struct harness_run *run, void *arg) {
+    const struct garbage_case *gc = arg;
+    const struct ccl__unique_id *uid = (const void *)run->id.internal;
+    int held[HELD] = {-1, -1, -1}, fails = 0;
+    if (!gc->strangers_first)
+        for (int r = 0; r < run->nranks; r++) fails += harness_send(run, r, "go") != 0;
+    int failed = strangers(uid, run->nranks, held);
+    if (failed) fprintf(stderr, "parent: %d stranger connections could not even connect\n", failed);
+    if (gc->strangers_first)
+        for (int r = 0; r < run->nranks; r++) fails += harness_send(run, r, "go") != 0;
+    char msg[HARNESS_MSG_BYTES];
+    for (int r = 0; r < run->nranks; r++)
+        if (harness_recv(run, r, msg, sizeof msg, run->start + 90) != 0) {
+            fprintf(stderr, "parent: rank %d never reported a finished init\n", r);
+            fails++;
+        }
+    for (int k = 0; k < HELD; k++)
+        if (held[k] >= 0) close(held[k]);
+    return fails;
+}
+
+static int body_after_garbage(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    harness_child_send("inited");
+    int32_t in[1000], out[1000];
+    for (int i = 0; i < 1000; i++) in[i] = i * (rank + 1);
+    EXPECT_OK(&t, ccl_all_reduce(in, out, 1000, CCL_INT32, CCL_SUM, comm));
+    int bad = 0;
+    for (int i = 0; i < 1000; i++) bad += out[i] != i * nranks * (nranks + 1) / 2;
+    EXPECT(&t, bad == 0, "all_reduce after the strangers: %d elements wrong", bad);
+    return t.fails;
+}
+
+START_TEST(garbage_at_root) {
+    const struct garbage_case *gc = &garbage_cases[_i];
+    struct harness_run run = {
+        .nranks = 4,
+        .transport = gc->transport,
+        .ccl_timeout = "30",
+        .deadline_s = 120,
+        .setup = wait_for_go,
+        .body = body_after_garbage,
+        .arg = (void *)gc,
+        .parent = parent_garbage,
+    };
+    char why[2048];
+    harness_run(&run);
+    harness_describe(&run, 0, why, sizeof why);
+    ck_assert_msg(harness_problems(&run, 0) == 0, "garbage at the root (%s, %s): %s",
+                  gc->transport ? gc->transport : "auto", gc->strangers_first ? "before the ranks" : "among them",
+                  why);
+    fprintf(stderr, "[faults] garbage at the root (%s): init and all_reduce fine, %.2f s\n",
+            gc->transport ? gc->transport : "auto", run.elapsed_s);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("faults_boot");
+    TCase *tc = tcase_create("wrong_secret");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, wrong_secret, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("garbage_at_root");
+    tcase_set_timeout(tc, 150);
+    tcase_add_loop_test(tc, garbage_at_root, 0, (int)(sizeof garbage_cases / sizeof garbage_cases[0]));
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }

@@ -1,0 +1,252 @@
+/* ctest: TIMEOUT 600 */
+/*
+ * Point-to-point and groups, on the short configuration list: blocking
+ * send/recv that fits in the transport's buffering (every dtype, count 0
+ * too), a cyclic pipeline of large messages in a group (would deadlock if
+ * the group ran its calls one after another), many sends and receives to
+ * every peer (self included) in one group, matched in issue order per pair,
+ * a group mixing a collective with p2p, and nested groups.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "matrix.h"
+#include "ref.h"
+
+/* A payload per (sender, receiver, message number). */
+static uint64_t msg_seed(int src, int dst, int k) {
+    return ref_mix(0x9292, (uint64_t)(src * 1000 + dst), (uint64_t)k);
+}
+
+/* buf must hold the payload of message (src, dst, k) of `bytes` bytes. */
+static void expect_payload(struct harness_tally *t, const char *what, const uint8_t *buf, size_t bytes, int src,
+                           int dst, int k, uint8_t *scratch) {
+    ref_bytes(msg_seed(src, dst, k), 0, 0, bytes, scratch);
+    size_t i = 0;
+    while (i < bytes && buf[i] == scratch[i]) i++;
+    EXPECT(t, i == bytes, "%s: message %d from rank %d (%zu bytes) differs at byte %zu: 0x%02x, expected 0x%02x",
+           what, k, src, bytes, i, i < bytes ? buf[i] : 0, i < bytes ? scratch[i] : 0);
+}
+
+/* ---- blocking, small ---- */
+
+#define SMALL_COUNT 37
+
+static int body_blocking(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    const struct matrix_ctx *ctx = arg;
+    struct harness_tally t = {rank, 0};
+    uint8_t out[SMALL_COUNT * 8], in[SMALL_COUNT * 8 + 16], scratch[SMALL_COUNT * 8];
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
+        ccl_dtype_t dt = (ccl_dtype_t)d;
+        size_t bytes = SMALL_COUNT * ccl_dtype_size(dt);
+        char what[96];
+        /* Star: rank 0 sends to everyone, then everyone answers. */
+        snprintf(what, sizeof what, "blocking star %s", ccl_dtype_name(dt));
+        if (rank == 0) {
+            for (int p = 1; p < nranks; p++) {
+                ref_bytes(msg_seed(0, p, d), 0, 0, bytes, out);
+                if (EXPECT_OK(&t, ccl_send(out, SMALL_COUNT, dt, p, comm)) != CCL_OK) return t.fails;
+            }
+            for (int p = 1; p < nranks; p++) {
+                memset(in, 0xcd, sizeof in);
+                if (EXPECT_OK(&t, ccl_recv(in, SMALL_COUNT, dt, p, comm)) != CCL_OK) return t.fails;
+                expect_payload(&t, what, in, bytes, p, 0, d, scratch);
+                EXPECT(&t, in[bytes] == 0xcd, "%s: recv wrote past its count", what);
+            }
+        } else {
+            memset(in, 0xcd, sizeof in);
+            if (EXPECT_OK(&t, ccl_recv(in, SMALL_COUNT, dt, 0, comm)) != CCL_OK) return t.fails;
+            expect_payload(&t, what, in, bytes, 0, rank, d, scratch);
+            ref_bytes(msg_seed(rank, 0, d), 0, 0, bytes, out);
+            if (EXPECT_OK(&t, ccl_send(out, SMALL_COUNT, dt, 0, comm)) != CCL_OK) return t.fails;
+        }
+        /* Everyone sends before receiving: only buffering makes this work. */
+        snprintf(what, sizeof what, "blocking send-then-recv ring %s", ccl_dtype_name(dt));
+        ref_bytes(msg_seed(rank, next, 100 + d), 0, 0, bytes, out);
+        if (EXPECT_OK(&t, ccl_send(out, SMALL_COUNT, dt, next, comm)) != CCL_OK) return t.fails;
+        memset(in, 0xcd, sizeof in);
+        if (EXPECT_OK(&t, ccl_recv(in, SMALL_COUNT, dt, prev, comm)) != CCL_OK) return t.fails;
+        expect_payload(&t, what, in, bytes, prev, rank, 100 + d, scratch);
+    }
+    /* Count 0: completes, touches nothing. */
+    memset(in, 0xcd, sizeof in);
+    EXPECT_OK(&t, ccl_send(out, 0, CCL_FLOAT32, next, comm));
+    EXPECT_OK(&t, ccl_recv(in, 0, CCL_FLOAT32, prev, comm));
+    EXPECT(&t, in[0] == 0xcd, "recv of count 0 wrote to its buffer");
+    EXPECT_OK(&t, ccl_send(NULL, 0, CCL_INT8, next, comm));
+    EXPECT_OK(&t, ccl_recv(NULL, 0, CCL_INT8, prev, comm));
+    /* Still in step: a collective after all of it. */
+    int one = 1, sum = 0;
+    EXPECT_OK(&t, ccl_all_reduce(&one, &sum, 1, CCL_INT32, CCL_SUM, comm));
+    EXPECT(&t, sum == nranks, "all_reduce after p2p gave %d", sum);
+    if (rank == 0) fprintf(stderr, "[p2p] blocking, %s: done\n", ctx->cfg->name);
+    return t.fails;
+}
+
+START_TEST(blocking_small) { matrix_run_config(&matrix_short_configs[_i], body_blocking, "blocking p2p", NULL); }
+END_TEST
+
+/* ---- cyclic pipeline of large messages ---- */
+
+#define PIPE_BYTES ((size_t)16 << 20 | 12)
+#define PIPE_ROUNDS 3
+
+static int body_pipeline(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    uint8_t *out = malloc(PIPE_BYTES), *in = malloc(PIPE_BYTES), *scratch = malloc(PIPE_BYTES);
+    if (!out || !in || !scratch) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    for (int round = 0; round < PIPE_ROUNDS; round++) {
+        /* Round 1 is a chain (the last stage sends nothing, the first
+         * receives nothing); the others close the cycle. */
+        int cyclic = round != 1;
+        int sends = cyclic || rank < nranks - 1, recvs = cyclic || rank > 0;
+        ref_bytes(msg_seed(rank, next, round), 0, 0, PIPE_BYTES, out);
+        memset(in, 0xcd, PIPE_BYTES);
+        if (EXPECT_OK(&t, ccl_group_start()) != CCL_OK) goto out;
+        if (sends) EXPECT_OK(&t, ccl_send(out, PIPE_BYTES / 4, CCL_FLOAT32, next, comm));
+        if (recvs) EXPECT_OK(&t, ccl_recv(in, PIPE_BYTES / 4, CCL_FLOAT32, prev, comm));
+        if (EXPECT_OK(&t, ccl_group_end()) != CCL_OK) goto out;
+        if (recvs) expect_payload(&t, cyclic ? "cyclic pipeline" : "chain pipeline", in, PIPE_BYTES / 4 * 4, prev,
+                                  rank, round, scratch);
+    }
+out:
+    free(out);
+    free(in);
+    free(scratch);
+    return t.fails;
+}
+
+START_TEST(pipeline_large) { matrix_run_config(&matrix_short_configs[_i], body_pipeline, "pipeline", NULL); }
+END_TEST
+
+/* ---- many messages to every peer in one group ---- */
+
+#define MSGS_PER_PEER 4
+static const size_t msg_counts[MSGS_PER_PEER] = {0, 1000, 3, 300007};
+
+static int body_many(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    size_t slot = msg_counts[3] * 8 + 64; /* room to see an overrun */
+    size_t all = slot * MSGS_PER_PEER * (size_t)nranks;
+    uint8_t *out = malloc(all), *in = malloc(all);
+    uint8_t *scratch = malloc(slot);
+    if (!out || !in || !scratch) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    for (int round = 0; round < 2; round++) {
+        memset(in, 0xcd, all);
+        if (EXPECT_OK(&t, ccl_group_start()) != CCL_OK) goto out;
+        /* Sends in peer order, receives in the reverse peer order: only the
+         * order per pair has to match. dtypes rotate with the message. */
+        for (int p = 0; p < nranks; p++)
+            for (int k = 0; k < MSGS_PER_PEER; k++) {
+                ccl_dtype_t dt = (ccl_dtype_t)((p + k + round) % CCL_NUM_DTYPES);
+                uint8_t *buf = out + ((size_t)p * MSGS_PER_PEER + (size_t)k) * slot;
+                ref_bytes(msg_seed(rank, p, k + 10 * round), 0, 0, msg_counts[k] * ccl_dtype_size(dt), buf);
+                EXPECT_OK(&t, ccl_send(buf, msg_counts[k], dt, p, comm));
+            }
+        for (int p = nranks - 1; p >= 0; p--)
+            for (int k = 0; k < MSGS_PER_PEER; k++) {
+                ccl_dtype_t dt = (ccl_dtype_t)((rank + k + round) % CCL_NUM_DTYPES);
+                EXPECT_OK(&t, ccl_recv(in + ((size_t)p * MSGS_PER_PEER + (size_t)k) * slot, msg_counts[k], dt, p,
+                                       comm));
+            }
+        if (EXPECT_OK(&t, ccl_group_end()) != CCL_OK) goto out;
+        for (int p = 0; p < nranks; p++)
+            for (int k = 0; k < MSGS_PER_PEER; k++) {
+                ccl_dtype_t dt = (ccl_dtype_t)((rank + k + round) % CCL_NUM_DTYPES);
+                size_t bytes = msg_counts[k] * ccl_dtype_size(dt);
+                const uint8_t *buf = in + ((size_t)p * MSGS_PER_PEER + (size_t)k) * slot;
+                char what[64];
+                snprintf(what, sizeof what, "grouped exchange %s", ccl_dtype_name(dt));
+                expect_payload(&t, what, buf, bytes, p, rank, k + 10 * round, scratch);
+                EXPECT(&t, buf[bytes] == 0xcd, "%s: message %d from %d overran its count", what, k, p);
+            }
+    }
+out:
+    free(out);
+    free(in);
+    free(scratch);
+    return t.fails;
+}
+
+START_TEST(many_in_one_group) { matrix_run_config(&matrix_short_configs[_i], body_many, "grouped exchange", NULL); }
+END_TEST
+
+/* ---- a collective and p2p in one group; nested groups ---- */
+
+#define MIX_COUNT 100003
+
+static int body_mixed(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    int32_t *vals = malloc(MIX_COUNT * 4), *sum = malloc(MIX_COUNT * 4);
+    uint8_t *out = malloc(MIX_COUNT * 4), *in = malloc(MIX_COUNT * 4), *scratch = malloc(MIX_COUNT * 4);
+    if (!vals || !sum || !out || !in || !scratch) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < MIX_COUNT; i++) vals[i] = (int32_t)(i % 1000) * (rank + 1);
+    ref_bytes(msg_seed(rank, next, 77), 0, 0, MIX_COUNT * 4, out);
+    memset(in, 0xcd, MIX_COUNT * 4);
+    if (EXPECT_OK(&t, ccl_group_start()) != CCL_OK) goto out;
+    EXPECT_OK(&t, ccl_send(out, MIX_COUNT, CCL_UINT32, next, comm));
+    EXPECT_OK(&t, ccl_all_reduce(vals, sum, MIX_COUNT, CCL_INT32, CCL_SUM, comm));
+    EXPECT_OK(&t, ccl_recv(in, MIX_COUNT, CCL_UINT32, prev, comm));
+    if (EXPECT_OK(&t, ccl_group_end()) != CCL_OK) goto out;
+    int32_t factor = nranks * (nranks + 1) / 2;
+    size_t bad = 0;
+    for (size_t i = 0; i < MIX_COUNT; i++) bad += sum[i] != (int32_t)(i % 1000) * factor;
+    EXPECT(&t, bad == 0, "all_reduce inside a group with p2p: %zu elements wrong", bad);
+    expect_payload(&t, "p2p inside a group with all_reduce", in, MIX_COUNT * 4, prev, rank, 77, scratch);
+
+    /* Nested: the inner end runs nothing, the outer one runs both. */
+    ref_bytes(msg_seed(rank, next, 78), 0, 0, MIX_COUNT * 4, out);
+    memset(in, 0xcd, MIX_COUNT * 4);
+    EXPECT_OK(&t, ccl_group_start());
+    EXPECT_OK(&t, ccl_group_start());
+    EXPECT_OK(&t, ccl_send(out, MIX_COUNT, CCL_UINT32, next, comm));
+    EXPECT_OK(&t, ccl_group_end());
+    EXPECT_OK(&t, ccl_recv(in, MIX_COUNT, CCL_UINT32, prev, comm));
+    if (EXPECT_OK(&t, ccl_group_end()) != CCL_OK) goto out;
+    expect_payload(&t, "nested groups", in, MIX_COUNT * 4, prev, rank, 78, scratch);
+
+    /* An empty group is fine. */
+    EXPECT_OK(&t, ccl_group_start());
+    EXPECT_OK(&t, ccl_group_end());
+out:
+    free(vals);
+    free(sum);
+    free(out);
+    free(in);
+    free(scratch);
+    return t.fails;
+}
+
+START_TEST(collective_and_p2p_group) {
+    matrix_run_config(&matrix_short_configs[_i], body_mixed, "mixed group", NULL);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("p2p_group");
+    matrix_add_short_loop(s, "blocking_small", blocking_small, 300);
+    matrix_add_short_loop(s, "pipeline_large", pipeline_large, 300);
+    matrix_add_short_loop(s, "many_in_one_group", many_in_one_group, 300);
+    matrix_add_short_loop(s, "collective_and_p2p_group", collective_and_p2p_group, 300);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }

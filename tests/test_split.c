@@ -1,0 +1,186 @@
+/* ctest: TIMEOUT 600 */
+/*
+ * ccl_comm_split, on the short configuration list plus 8 ranks on shm:
+ * odd and even halves running all_reduce at the same time, then the parent
+ * again; ordering by key then parent rank (reversed keys, tied keys);
+ * CCL_SPLIT_NOCOLOR giving NULL; a split of a split.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "matrix.h"
+#include "ref.h"
+
+#define SPLIT_COUNT 200003
+#define HALF_ROUNDS 20
+
+static const struct matrix_config split_configs[] = {
+    {4, "shm", 0, "4 ranks shm"},
+    {3, "tcp", 0, "3 ranks tcp"},
+    {4, "tcp", 1, "4 ranks tcp, one host each"},
+    {5, NULL, 3, "5 ranks auto, hosts of 3 and 2 ranks"},
+    {8, "shm", 0, "8 ranks shm"},
+};
+#define SPLIT_CONFIGS ((int)(sizeof split_configs / sizeof split_configs[0]))
+
+/* rank and size of comm, checked against what the split promised. */
+static void expect_shape(struct harness_tally *t, const char *what, ccl_comm_t *comm, int want_rank, int want_size) {
+    int r = -1, n = -1;
+    EXPECT_OK(t, ccl_comm_rank(comm, &r));
+    EXPECT_OK(t, ccl_comm_size(comm, &n));
+    EXPECT(t, r == want_rank && n == want_size, "%s: rank %d of %d, expected %d of %d", what, r, n, want_rank,
+           want_size);
+}
+
+/* all_reduce SUM of (parent rank + 1) * (i % 101) over the members: the
+ * expected sum of their parent ranks + 1 is member_sum. */
+static void expect_allreduce(struct harness_tally *t, const char *what, ccl_comm_t *comm, int parent_rank,
+                             int member_sum, int32_t *in, int32_t *out) {
+    for (size_t i = 0; i < SPLIT_COUNT; i++) in[i] = (parent_rank + 1) * (int32_t)(i % 101);
+    ccl_status_t st = ccl_all_reduce(in, out, SPLIT_COUNT, CCL_INT32, CCL_SUM, comm);
+    if (st != CCL_OK) {
+        harness_fail(t, __FILE__, __LINE__, "%s: all_reduce returned %s: %s", what, ccl_status_string(st),
+                     ccl_comm_last_error(comm));
+        return;
+    }
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < SPLIT_COUNT; i++)
+        if (out[i] != member_sum * (int32_t)(i % 101) && bad++ == 0) first = i;
+    EXPECT(t, bad == 0, "%s: %zu elements wrong (first [%zu] = %d, expected %d)", what, bad, first, out[first],
+           member_sum * (int32_t)(first % 101));
+}
+
+static int body_halves(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t *in = malloc(SPLIT_COUNT * 4), *out = malloc(SPLIT_COUNT * 4);
+    ccl_comm_t *half = NULL;
+    if (!in || !out) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    int color = rank % 2;
+    if (EXPECT_OK(&t, ccl_comm_split(comm, color, rank, &half)) != CCL_OK) goto out;
+    EXPECT(&t, half != NULL, "split with a color gave a NULL communicator");
+    if (!half) goto out;
+    int half_size = (nranks + 1 - color) / 2;
+    expect_shape(&t, "odd/even half", half, rank / 2, half_size);
+    /* Members' parent ranks + 1: color + 1, color + 3, ... */
+    int member_sum = 0;
+    for (int r = color; r < nranks; r += 2) member_sum += r + 1;
+    /* Both halves at once, many times, so their traffic interleaves. */
+    for (int i = 0; i < HALF_ROUNDS && t.fails == 0; i++)
+        expect_allreduce(&t, color ? "odd half" : "even half", half, rank, member_sum, in, out);
+    /* The parent still works, and again after the half is gone. */
+    expect_allreduce(&t, "parent after split", comm, rank, nranks * (nranks + 1) / 2, in, out);
+    EXPECT_OK(&t, ccl_comm_destroy(half));
+    half = NULL;
+    expect_allreduce(&t, "parent after destroying the half", comm, rank, nranks * (nranks + 1) / 2, in, out);
+out:
+    if (half) ccl_comm_destroy(half);
+    free(in);
+    free(out);
+    return t.fails;
+}
+
+START_TEST(odd_even_halves) { matrix_run_config(&split_configs[_i], body_halves, "odd/even split", NULL); }
+END_TEST
+
+static int body_keys(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t *in = malloc(SPLIT_COUNT * 4), *out = malloc(SPLIT_COUNT * 4);
+    ccl_comm_t *c = NULL;
+    if (!in || !out) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    int all = nranks * (nranks + 1) / 2;
+    /* Reversed keys reverse the order. */
+    if (EXPECT_OK(&t, ccl_comm_split(comm, 7, nranks - rank, &c)) == CCL_OK && c) {
+        expect_shape(&t, "reversed keys", c, nranks - 1 - rank, nranks);
+        expect_allreduce(&t, "reversed keys", c, rank, all, in, out);
+        /* A broadcast from new rank 0 (parent rank nranks-1) shows the order
+         * is real, not only reported. */
+        int32_t v = rank, got = -1;
+        EXPECT_OK(&t, ccl_broadcast(&v, &got, 1, CCL_INT32, 0, c));
+        EXPECT(&t, got == nranks - 1, "reversed keys: broadcast from new rank 0 came from parent rank %d", got);
+        EXPECT_OK(&t, ccl_comm_destroy(c));
+    }
+    c = NULL;
+    /* Equal keys: parent rank order. */
+    if (EXPECT_OK(&t, ccl_comm_split(comm, 0, 5, &c)) == CCL_OK && c) {
+        expect_shape(&t, "equal keys", c, rank, nranks);
+        EXPECT_OK(&t, ccl_comm_destroy(c));
+    }
+    c = NULL;
+    /* Keys tied in pairs, reversed between pairs: key = -(rank / 2). */
+    if (EXPECT_OK(&t, ccl_comm_split(comm, 0, -(rank / 2), &c)) == CCL_OK && c) {
+        int want = 0;
+        for (int r = 0; r < nranks; r++)
+            if (-(r / 2) < -(rank / 2) || (-(r / 2) == -(rank / 2) && r < rank)) want++;
+        expect_shape(&t, "keys tied in pairs", c, want, nranks);
+        EXPECT_OK(&t, ccl_comm_destroy(c));
+    }
+    c = NULL;
+    /* NOCOLOR: rank 0 opts out and gets NULL; the rest form a communicator. */
+    c = (ccl_comm_t *)&c; /* must be overwritten */
+    ccl_status_t st = ccl_comm_split(comm, rank == 0 ? CCL_SPLIT_NOCOLOR : 3, rank, &c);
+    EXPECT(&t, st == CCL_OK, "split with NOCOLOR on rank 0 returned %s", ccl_status_string(st));
+    if (st == CCL_OK && rank == 0) {
+        EXPECT(&t, c == NULL, "CCL_SPLIT_NOCOLOR gave a communicator");
+    } else if (st == CCL_OK) {
+        EXPECT(&t, c != NULL && c != (ccl_comm_t *)&c, "split without rank 0 gave no communicator");
+        if (c && c != (ccl_comm_t *)&c) {
+            expect_shape(&t, "without rank 0", c, rank - 1, nranks - 1);
+            expect_allreduce(&t, "without rank 0", c, rank, all - 1, in, out);
+            EXPECT_OK(&t, ccl_comm_destroy(c));
+        }
+    }
+    c = NULL;
+    /* Split of a split: halves, then the lower half of each half. */
+    ccl_comm_t *half = NULL, *quarter = NULL;
+    if (EXPECT_OK(&t, ccl_comm_split(comm, rank % 2, rank, &half)) == CCL_OK && half) {
+        int hrank = -1, hsize = -1;
+        EXPECT_OK(&t, ccl_comm_rank(half, &hrank));
+        EXPECT_OK(&t, ccl_comm_size(half, &hsize));
+        int lower = hrank < (hsize + 1) / 2;
+        if (EXPECT_OK(&t, ccl_comm_split(half, lower ? 0 : CCL_SPLIT_NOCOLOR, 0, &quarter)) == CCL_OK) {
+            EXPECT(&t, (quarter != NULL) == lower, "split of a split: communicator %s", quarter ? "given" : "missing");
+            if (quarter) {
+                int sum = 0;
+                for (int r = rank % 2, h = 0; r < nranks; r += 2, h++)
+                    if (h < (hsize + 1) / 2) sum += r + 1;
+                expect_allreduce(&t, "split of a split", quarter, rank, sum, in, out);
+                EXPECT_OK(&t, ccl_comm_destroy(quarter));
+            }
+        }
+        EXPECT_OK(&t, ccl_comm_destroy(half));
+    }
+    expect_allreduce(&t, "parent after all the splits", comm, rank, all, in, out);
+out:
+    free(in);
+    free(out);
+    return t.fails;
+}
+
+START_TEST(key_order_and_nocolor) { matrix_run_config(&split_configs[_i], body_keys, "split keys", NULL); }
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("split");
+    TCase *tc = tcase_create("odd_even_halves");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, odd_even_halves, 0, SPLIT_CONFIGS);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("key_order_and_nocolor");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, key_order_and_nocolor, 0, SPLIT_CONFIGS);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
