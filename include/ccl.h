@@ -119,6 +119,16 @@ CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
  * (transports: peers of this rank per transport). Truncated to n bytes. */
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n);
 
+/* ---- tracing (docs/trace-format.md) ----
+ * Records every chunk movement and reduction of this rank. Call on every
+ * rank between the same two operations. CCL_TRACE=FILE starts it at init and
+ * writes FILE at ccl_comm_destroy. */
+CCL_API ccl_status_t ccl_comm_trace_start(ccl_comm_t *comm);
+/* Collective: stops recording, gathers every rank's events to rank 0, which
+ * writes one Chrome trace event JSON file (path NULL: CCL_TRACE, else
+ * "ccl-trace.json"; "%p" becomes the pid, "%c" the communicator id). */
+CCL_API ccl_status_t ccl_comm_trace_stop(ccl_comm_t *comm, const char *path);
+
 /* ---- collectives (blocking) ---- */
 CCL_API CCL_NODISCARD ccl_status_t ccl_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
                                                   ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm);

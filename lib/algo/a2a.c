@@ -18,7 +18,7 @@ ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__col
             .peer = from, .is_send = 0, .buf = (char *)a->recvbuf + (size_t)from * bytes, .count = a->id.count,
             .dtype = a->id.dtype};
     }
-    ccl_status_t st = ccl__p2p_run(comm, x, 2 * n, "all_to_all");
+    ccl_status_t st = ccl__p2p_run(comm, x, 2 * n, CCL__K_ALL_TO_ALL, "all_to_all");
     free(x);
     return st;
 }

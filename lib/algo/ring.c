@@ -42,7 +42,7 @@ struct ring {
     int div;
 };
 
-static const char *at(const void *buf, size_t elems, size_t esize) { return (const char *)buf + elems * esize; }
+static const char *at_elem(const void *buf, size_t elems, size_t esize) { return (const char *)buf + elems * esize; }
 
 /* Slice j of the block at ring position q: [*off, *off + *n) within the block. */
 static size_t slice_n(struct ring *R, int q, size_t j) {
@@ -53,37 +53,59 @@ static size_t slice_n(struct ring *R, int q, size_t j) {
 
 static const char *sblk(struct ring *R, int q, size_t j) {
     int b = R->comm->ring[mod(q, R->n)];
-    return at(R->a->sendbuf, block_off(&R->B, b, 0) + j * R->p.slice_elems, R->p.esize);
+    return at_elem(R->a->sendbuf, block_off(&R->B, b, 0) + j * R->p.slice_elems, R->p.esize);
 }
 
 static char *rblk(struct ring *R, int q, size_t j) {
     int b = R->comm->ring[mod(q, R->n)];
-    return (char *)at(R->a->recvbuf, block_off(&R->B, b, 1) + j * R->p.slice_elems, R->p.esize);
+    return (char *)at_elem(R->a->recvbuf, block_off(&R->B, b, 1) + j * R->p.slice_elems, R->p.esize);
 }
 
 enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
+
+/* For the trace: the step about to run touches block q (ring position),
+ * slice j; its receive half moves data sent in step rstep, its send half
+ * data of step sstep. Only evaluated while tracing. */
+static inline void at(struct ring *R, int q, size_t j, int rph, int rstep, int sph, int sstep) {
+    if (__builtin_expect(R->comm->trace == NULL, 1)) return;
+    int b = R->comm->ring[mod(q, R->n)];
+    uint64_t off = (uint64_t)(block_off(&R->B, b, 0) + j * R->p.slice_elems) * R->p.esize;
+    ccl__prims_at(&R->p, CCL__TR_RING, rph, rstep, sph, sstep, b, (uint32_t)j, off);
+}
+
+#define RS CCL__TR_REDUCE_SCATTER
+#define AG CCL__TR_ALL_GATHER
 
 
 static ccl_status_t round_rs(struct ring *R, size_t j, int then_ag) {
     int P = R->pos, N = R->n;
     size_t n;
+    at(R, P - 1, j, RS, -1, RS, 0);
     if ((n = slice_n(R, P - 1, j))) CCL_CHECK(ccl__prims_send(&R->p, sblk(R, P - 1, j), n));
-    for (int k = 1; k <= N - 2; k++)
+    for (int k = 1; k <= N - 2; k++) {
+        at(R, P - 1 - k, j, RS, k - 1, RS, k);
         if ((n = slice_n(R, P - 1 - k, j))) CCL_CHECK(ccl__prims_recv_reduce_send(&R->p, sblk(R, P - 1 - k, j), n));
+    }
     if (!(n = slice_n(R, P, j))) return CCL_OK;
+    at(R, P, j, RS, N - 2, AG, N - 1);
     /* reduce_scatter's output is the rank's own recvbuf, not a block of it */
-    char *dst = then_ag ? rblk(R, P, j) : (char *)at(R->a->recvbuf, j * R->p.slice_elems, R->p.esize);
+    char *dst = then_ag ? rblk(R, P, j) : (char *)at_elem(R->a->recvbuf, j * R->p.slice_elems, R->p.esize);
     if (then_ag) return ccl__prims_recv_reduce_copy_send(&R->p, sblk(R, P, j), dst, n, R->div);
     return ccl__prims_recv_reduce_copy(&R->p, sblk(R, P, j), dst, n, R->div);
 }
 
+/* All-gather steps; `base` numbers them after a reduce-scatter's. */
 static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
-    int P = R->pos, N = R->n;
+    int P = R->pos, N = R->n, base = first_step_done ? N - 1 : 0;
     size_t n;
+    at(R, P, j, AG, -1, AG, base);
     if (!first_step_done && (n = slice_n(R, P, j)))
-        CCL_CHECK(ccl__prims_copy_send(&R->p, at(R->a->sendbuf, j * R->p.slice_elems, R->p.esize), rblk(R, P, j), n));
-    for (int k = 1; k <= N - 2; k++)
+        CCL_CHECK(ccl__prims_copy_send(&R->p, at_elem(R->a->sendbuf, j * R->p.slice_elems, R->p.esize), rblk(R, P, j), n));
+    for (int k = 1; k <= N - 2; k++) {
+        at(R, P - k, j, AG, base + k - 1, AG, base + k);
         if ((n = slice_n(R, P - k, j))) CCL_CHECK(ccl__prims_recv_copy_send(&R->p, rblk(R, P - k, j), n));
+    }
+    at(R, P + 1, j, AG, base + N - 2, AG, -1);
     if ((n = slice_n(R, P + 1, j))) CCL_CHECK(ccl__prims_recv(&R->p, rblk(R, P + 1, j), n));
     return CCL_OK;
 }
@@ -159,8 +181,14 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
     int div = a->id.op == CCL_AVG && reduce ? N : 0;
     for (size_t off = 0; off < count; off += p.slice_elems) {
         size_t n = count - off < p.slice_elems ? count - off : p.slice_elems;
-        const char *src = a->sendbuf ? at(a->sendbuf, off, es) : NULL;
-        char *dst = a->recvbuf ? (char *)at(a->recvbuf, off, es) : NULL;
+        const char *src = a->sendbuf ? at_elem(a->sendbuf, off, es) : NULL;
+        char *dst = a->recvbuf ? (char *)at_elem(a->recvbuf, off, es) : NULL;
+        if (__builtin_expect(comm->trace != NULL, 0)) {
+            /* hop h carries the data from chain position h to h+1 */
+            int h = mod(P - first, N), ph = reduce ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST;
+            uint32_t j = (uint32_t)(off / p.slice_elems);
+            ccl__prims_at(&p, CCL__TR_CHAIN, ph, h - 1, ph, h, (int)j, j, (uint64_t)off * es);
+        }
         ccl_status_t st;
         if (reduce)
             st = P == first ? ccl__prims_send(&p, src, n)

@@ -21,7 +21,7 @@ struct batch_op {
 static ccl_status_t batch_run(struct ccl__op *base) {
     struct batch_op *b = (struct batch_op *)base;
     struct ccl_comm *comm = base->comm;
-    if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, b->n == 1 ? "send/recv" : "group"));
+    if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->n == 1 ? "send/recv" : "group"));
     for (int i = 0; i < b->n; i++) {
         if (b->calls[i].is_p2p) continue;
         const struct ccl__coll_args *a = &b->calls[i].coll;

@@ -38,4 +38,9 @@ ccl_status_t ccl__group_record(const struct ccl__call *call);
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
                                int inline_ok);
 
+/* Tracing (trace_out.c): begin on this rank; end is collective (gathers to
+ * rank 0, which writes the file named by pattern). */
+ccl_status_t ccl__trace_begin(struct ccl_comm *comm);
+ccl_status_t ccl__trace_end(struct ccl_comm *comm, const char *pattern);
+
 #endif

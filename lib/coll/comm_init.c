@@ -11,6 +11,7 @@
 #include "coll/coll.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
+#include "core/trace.h"
 #include "plan/plan.h"
 
 CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
@@ -123,6 +124,7 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
     if (!comm) return CCL_ERR_NO_MEMORY;
     ccl_status_t st = comm_setup(comm, uid);
     if (st == CCL_OK) st = ccl__registry_add(comm);
+    if (st == CCL_OK && comm->params.trace[0]) st = ccl__trace_begin(comm);
     if (st != CCL_OK) {
         /* The message lives in the comm we are about to free: log it. */
         CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank failed (%s): %s", ccl_status_string(st), comm->last_error);
@@ -152,9 +154,14 @@ CCL_API ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nranks, ccl_uniqu
 CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm) {
     if (!comm) return CCL_ERR_INVALID_ARGUMENT;
     if (!ccl__registry_has(comm)) return CCL_ERR_INVALID_USAGE;
+    /* CCL_TRACE: write the trace while the communicator still works (every
+     * rank destroys, so every rank takes part in the gather). */
+    ccl_status_t st = CCL_OK;
+    if (comm->trace && comm->params.trace[0]) st = ccl__trace_end(comm, comm->params.trace);
+    else if (comm->trace) ccl__trace_destroy(comm->trace);
     ccl__registry_remove(comm);
     comm_free(comm); /* waits for queued operations first */
-    return CCL_OK;
+    return st;
 }
 
 CCL_API ccl_status_t ccl_comm_abort(ccl_comm_t *comm) {

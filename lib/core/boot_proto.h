@@ -26,6 +26,7 @@ struct ccl__boot_table_hdr {
     int32_t nranks;
     uint64_t comm_id;
     char msg[256];
+    char root_host_id[64]; /* ranks on the root's host share its clock exactly */
 };
 
 /* Rank -> root and root -> rank in each set-up round. */

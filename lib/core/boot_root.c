@@ -16,6 +16,7 @@
 #include "core/boot_proto.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "core/peer.h"
 
 #define JOIN_BYTES (sizeof(struct ccl__boot_hello) + sizeof(struct ccl__peer_info))
@@ -158,6 +159,7 @@ static ccl_status_t gather(struct root *r) {
 
 static void send_tables(struct root *r) {
     struct ccl__boot_table_hdr h = {.status = CCL_OK, .nranks = r->nranks};
+    snprintf(h.root_host_id, sizeof(h.root_host_id), "%s", ccl__params_get()->host_id);
     if (getrandom(&h.comm_id, sizeof(h.comm_id), 0) != sizeof(h.comm_id)) h.comm_id = (uint64_t)getpid() << 32;
     double dl = ccl__now() + r->timeout_s;
     for (int k = 0; k < r->nranks; k++) {

@@ -69,15 +69,27 @@ ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const struct
     st = ccl__sock_recv_all(root_fd, comm->peers, sizeof(*comm->peers) * (size_t)comm->nranks, dl);
     if (st != CCL_OK) return ccl__set_error(comm, st, "init: reading the peer table failed");
     comm->comm_id = h.comm_id;
+    h.root_host_id[sizeof(h.root_host_id) - 1] = 0;
+    comm->clock_shared_with_root = strcmp(h.root_host_id, comm->params.host_id) == 0;
     return CCL_OK;
 }
 
 ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mine) {
     struct ccl__boot_round_msg m = {.status = mine, .rank = comm->rank};
-    double dl = ccl__now() + comm->params.timeout_s;
+    double t0 = ccl__now(), dl = t0 + comm->params.timeout_s;
+    int first_round = comm->clock_rtt == 0;
     ccl_status_t st = ccl__sock_send_all(root_fd, &m, sizeof(m), dl);
     if (st == CCL_OK) st = ccl__sock_recv_all(root_fd, &m, sizeof(m), dl);
     if (st != CCL_OK) return ccl__set_error(comm, st, "init: lost the bootstrap root during set-up");
+    /* The root stamps its clock as it answers, after the slowest rank
+     * arrived, so request and reply are not symmetric: root_time - t1 is
+     * the offset minus the reply's one-way delay (>= 0). The largest value
+     * over the rounds is the tightest estimate; it puts every rank on the
+     * root's clock for traces. */
+    double t1 = ccl__now(), est = m.root_time - t1;
+    if (comm->clock_shared_with_root) comm->clock_offset = 0; /* one kernel, one monotonic clock */
+    else if (first_round || est > comm->clock_offset) comm->clock_offset = est;
+    comm->clock_rtt = t1 - t0;
     if (m.status != CCL_OK && mine == CCL_OK)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "init: rank %d failed during set-up (%s)", m.rank,
                               ccl_status_string((ccl_status_t)m.status));

@@ -66,6 +66,13 @@ struct ccl_comm {
 
     /* bootstrap (core/bootstrap.c) */
     char boot_addr[64];                 /* address peers can reach us at */
+    double clock_offset;                /* root's clock minus ours, seconds (set-up rounds) */
+    int clock_shared_with_root;         /* same host as the root: offset is exactly 0 */
+    double clock_rtt;                   /* last set-up round's round trip (0 before the first) */
+
+    /* tracing (core/trace.h): NULL when off */
+    struct ccl__trace *trace;
+    char trace_path[256];               /* where destroy writes it ("" = nowhere) */
 };
 
 /* Record a sentence for ccl_comm_last_error and return st. Thread-safe. */

@@ -35,22 +35,35 @@ void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm, int heap)
 
 /* Called with the lock held. */
 static void complete(struct ccl__exec *e, struct ccl__op *op, ccl_status_t st) {
-    for (int i = 0; i < op->nreqs; i++) {
-        op->reqs[i]->status = st;
-        atomic_store_explicit(&op->reqs[i]->done, 1, memory_order_release);
+    /* A blocking caller's request (and op) may live on its stack and be
+     * gone as soon as its done flag is set: it is always the last request,
+     * and nothing of op is read after setting it. */
+    int n = op->nreqs;
+    struct ccl_request **reqs = op->reqs;
+    for (int i = 0; i < n; i++) {
+        struct ccl_request *r = reqs[i];
+        r->status = st;
+        atomic_store_explicit(&r->done, 1, memory_order_release);
     }
     pthread_cond_broadcast(&e->done);
 }
 
+static ccl_status_t call_run(struct ccl__op *op);
+
 static void run_op(struct ccl__exec *e, struct ccl__op *op) {
-    ccl_status_t health = ccl__comm_health(op->comm);
+    /* ccl__exec_call's functions run even on a failed communicator (they
+     * pause tracing, which destroy needs). */
+    ccl_status_t health = op->run == call_run ? CCL_OK : ccl__comm_health(op->comm);
     ccl_status_t st = health < 0 ? health : op->run(op);
+    /* Once complete, a waiter may return and free a stack-allocated op:
+     * read what we still need first. */
+    void (*release)(struct ccl__op *) = op->release;
     pthread_mutex_lock(&e->lock);
     complete(e, op, st);
     e->busy = 0;
     pthread_cond_broadcast(&e->work);
     pthread_mutex_unlock(&e->lock);
-    op->release(op);
+    release(op);
 }
 
 static void *progress_main(void *arg) {
@@ -116,6 +129,31 @@ ccl_status_t ccl__request_wait(struct ccl_request *req) {
         pthread_mutex_unlock(&e->lock);
     }
     return req->status;
+}
+
+struct call_op {
+    struct ccl__op base;
+    void (*fn)(struct ccl_comm *comm, void *arg);
+    void *arg;
+    struct ccl_request *req;
+};
+
+static ccl_status_t call_run(struct ccl__op *op) {
+    struct call_op *c = (struct call_op *)op;
+    c->fn(op->comm, c->arg);
+    return CCL_OK;
+}
+
+static void call_release(struct ccl__op *op) { (void)op; /* lives on the caller's stack */ }
+
+void ccl__exec_call(struct ccl_comm *comm, void (*fn)(struct ccl_comm *comm, void *arg), void *arg) {
+    struct ccl_request req;
+    ccl__request_init(&req, comm, 0);
+    struct ccl_request *reqs[1] = {&req};
+    struct call_op c = {.base = {.comm = comm, .run = call_run, .release = call_release, .reqs = reqs, .nreqs = 1},
+                        .fn = fn, .arg = arg};
+    ccl__exec_submit(comm, &c.base, 1);
+    ccl__request_wait(&req);
 }
 
 void ccl__exec_kick(struct ccl_comm *comm) {

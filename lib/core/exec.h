@@ -45,6 +45,9 @@ void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm, int heap)
 void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok);
 /* Blocks until req is done; returns its status. Does not free it. */
 ccl_status_t ccl__request_wait(struct ccl_request *req);
+/* Runs fn(comm, arg) on the communicator's executor, after everything
+ * issued before and before anything issued after; waits for it. */
+void ccl__exec_call(struct ccl_comm *comm, void (*fn)(struct ccl_comm *comm, void *arg), void *arg);
 /* Wake the progress thread and any waiter (after an abort). */
 void ccl__exec_kick(struct ccl_comm *comm);
 

@@ -24,6 +24,8 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_ALGO", "", "force an algorithm: ring"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
     {"CCL_SECRET", "", "job secret (hex) for ccl_comm_init_env; cclrun sets it"},
+    {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c counter)"},
+    {"CCL_TRACE_MAX_EVENTS", "4000000", "events kept per rank while tracing; later ones are dropped"},
 };
 
 const struct ccl__param_doc *ccl__params_docs(size_t *n) {
@@ -92,6 +94,8 @@ static void params_load(void) {
     params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
     copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
+    copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));
+    params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
 }
 
 const struct ccl__params *ccl__params_get(void) {

@@ -20,6 +20,8 @@ struct ccl__params {
     int spin_us;              /* CCL_SPIN_US: busy-wait before yielding */
     char algo[16];            /* CCL_ALGO: "" (planner's choice) or "ring" */
     char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */
+    char trace[256];          /* CCL_TRACE: trace file written at destroy ("" = off) */
+    size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */
 };
 
 /* The process-wide values (parsed once, thread-safe). */

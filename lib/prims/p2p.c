@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/socket.h"
 #include "prims/prims.h"
 #include "prims/wait.h"
 
@@ -24,13 +25,26 @@ static ccl_status_t p2p_mismatch(struct ccl_comm *comm, const struct ccl__p2p_xf
     return ccl__comm_fail(comm, CCL_ERR_INVALID_USAGE);
 }
 
+static void trace_slot(struct ccl_comm *comm, const struct ccl__p2p_xfer *x, int kind, const struct ccl__conn *c,
+                       double t0, size_t bytes) {
+    struct ccl__trace *t = comm->trace;
+    size_t slice = c->slot_bytes / ccl_dtype_size(x->dtype) * ccl_dtype_size(x->dtype);
+    struct ccl__trace_event e = {.t0 = t0, .t1 = ccl__now(), .kind = (uint8_t)(x->is_send ? CCL__TR_SEND : CCL__TR_RECV),
+                                 .coll = (uint8_t)kind, .algo = CCL__TR_DIRECT, .phase = CCL__TR_P2P,
+                                 .transport = (uint8_t)c->t->id, .peer = x->peer, .seq = x->seq,
+                                 .round = (uint32_t)(x->done_bytes / slice), .offset = x->done_bytes, .bytes = bytes};
+    e.link_seq = x->is_send ? t->sent[x->peer]++ : t->received[x->peer]++;
+    ccl__trace_add(t, &e);
+}
+
 /* Moves as many slots of x as possible now; *moved set when any did. */
-static ccl_status_t step(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int *moved, const char *what) {
+static ccl_status_t step(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int kind, int *moved, const char *what) {
     struct ccl__conn *c = comm->conns[x->peer];
     size_t esize = ccl_dtype_size(x->dtype), total = x->count * esize;
     size_t slice = c->slot_bytes / esize * esize;
     while (x->done_bytes < total) {
         size_t bytes = total - x->done_bytes < slice ? total - x->done_bytes : slice;
+        double t0 = comm->trace ? ccl__now() : 0;
         struct ccl__slot_meta m;
         ccl_status_t st;
         if (x->is_send) {
@@ -53,6 +67,7 @@ static ccl_status_t step(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int *mo
             memcpy((char *)x->buf + x->done_bytes, in, bytes);
             if ((st = c->t->recv_release(c)) < 0) return st;
         }
+        if (__builtin_expect(comm->trace != NULL, 0)) trace_slot(comm, x, kind, c, t0, bytes);
         x->done_bytes += bytes;
         *moved = 1;
     }
@@ -85,14 +100,19 @@ static ccl_status_t match_self(struct ccl_comm *comm, struct ccl__p2p_xfer *x, i
     return CCL_OK;
 }
 
-static ccl_status_t flush_all(struct ccl_comm *comm, struct ccl__conn **conns, int nc, const char *what) {
+/* Waits until every connection has sent what was committed; only the
+ * unflushed ones count as waited on (see `waiting` below). */
+static ccl_status_t flush_all(struct ccl_comm *comm, struct ccl__conn **conns, struct ccl__conn **waiting, int nc,
+                              const char *what) {
     struct ccl__waiter w;
-    ccl__waiter_init(&w, comm, conns, nc, what);
+    ccl__waiter_init(&w, comm, waiting, nc, what);
     for (;;) {
         ccl__waiter_arm(&w);
         int pending = 0, moved = 0;
         for (int i = 0; i < nc; i++) {
+            waiting[i] = NULL;
             if (conns[i]->t->flushed(conns[i])) continue;
+            waiting[i] = conns[i];
             pending = 1;
             int m = 0;
             ccl_status_t st = conns[i]->t->progress(conns[i], &m);
@@ -108,7 +128,7 @@ static ccl_status_t flush_all(struct ccl_comm *comm, struct ccl__conn **conns, i
     }
 }
 
-ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, const char *what) {
+ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what) {
     for (int i = 0; i < n; i++) {
         x[i].done_bytes = 0;
         x[i].matched = 0;
@@ -117,8 +137,12 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
     }
     CCL_CHECK(match_self(comm, x, n, what));
     /* The distinct connections involved, for waiting and flushing. */
-    struct ccl__conn **conns = malloc(sizeof(*conns) * (n > 0 ? (size_t)n : 1u));
+    struct ccl__conn **conns = malloc(sizeof(*conns) * (n > 0 ? (size_t)n : 1u) * 2);
     if (!conns) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", what);
+    /* waiting[k]: conns[k] while something is still owed on it, else NULL. A
+     * peer that delivered everything and left is not a failure, so the
+     * waiter must not check its liveness. */
+    struct ccl__conn **waiting = conns + (n > 0 ? n : 1);
     int nc = 0;
     for (int i = 0; i < n; i++) {
         struct ccl__conn *c = x[i].peer == comm->rank ? NULL : comm->conns[x[i].peer];
@@ -127,21 +151,24 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         if (!seen) conns[nc++] = c;
     }
     struct ccl__waiter w;
-    ccl__waiter_init(&w, comm, conns, nc, what);
+    ccl__waiter_init(&w, comm, waiting, nc, what);
     ccl_status_t st = CCL_OK;
     for (;;) {
         ccl__waiter_arm(&w);
         int moved = 0, left = 0;
+        for (int k = 0; k < nc; k++) waiting[k] = NULL;
         for (int i = 0; i < n && st == CCL_OK; i++) {
             size_t total = x[i].count * ccl_dtype_size(x[i].dtype);
             if (x[i].done_bytes == total) continue;
+            for (int k = 0; k < nc; k++)
+                if (conns[k] == comm->conns[x[i].peer]) waiting[k] = conns[k];
             /* only the first unfinished transfer per (peer, direction) */
             int first = 1;
             for (int k = 0; k < i && first; k++)
                 first = !(x[k].peer == x[i].peer && x[k].is_send == x[i].is_send &&
                           x[k].done_bytes < x[k].count * ccl_dtype_size(x[k].dtype));
             left = 1;
-            if (first) st = step(comm, &x[i], &moved, what);
+            if (first) st = step(comm, &x[i], kind, &moved, what);
         }
         for (int k = 0; k < nc && st == CCL_OK; k++) {
             int m = 0;
@@ -156,7 +183,7 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         if (moved) ccl__waiter_progress(&w);
         else if ((st = ccl__waiter_idle(&w)) < 0) break;
     }
-    if (st == CCL_OK) st = flush_all(comm, conns, nc, what);
+    if (st == CCL_OK) st = flush_all(comm, conns, waiting, nc, what);
     free(conns);
     return st;
 }

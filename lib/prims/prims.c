@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/socket.h"
 #include "prims/wait.h"
 
 const char *ccl__op_kind_name(int kind) {
@@ -123,62 +124,121 @@ static ccl_status_t release(struct ccl__prims *p) {
     return st < 0 ? ccl__comm_fail(p->comm, st) : CCL_OK;
 }
 
+/* ---- tracing: each step records its receive, reduction and send ---- */
+
+enum { TR_RECV = 1, TR_REDUCE = 2, TR_SEND = 4 };
+
+static inline int tracing(const struct ccl__prims *p) { return __builtin_expect(p->comm->trace != NULL, 0); }
+static inline double tnow(int on) { return on ? ccl__now() : 0; }
+
+static void trace_one(struct ccl__prims *p, int kind, int dir, double t0, double t1, size_t bytes) {
+    struct ccl__trace *t = p->comm->trace;
+    struct ccl__conn *c = p->conns[dir];
+    int recv_side = kind != CCL__TR_SEND;
+    struct ccl__trace_event e = {
+        .t0 = t0, .t1 = t1, .kind = (uint8_t)kind, .coll = (uint8_t)p->id.kind, .algo = p->tr.algo,
+        .phase = recv_side ? p->tr.recv_phase : p->tr.send_phase,
+        .transport = kind == CCL__TR_REDUCE ? CCL__TR_LOCAL : (uint8_t)c->t->id, .peer = c->peer, .seq = p->id.seq,
+        .step = recv_side ? p->tr.recv_step : p->tr.send_step, .chunk = p->tr.chunk, .round = p->tr.round,
+        .offset = p->tr.offset, .bytes = bytes};
+    if (kind == CCL__TR_SEND) e.link_seq = t->sent[c->peer]++;
+    else if (kind == CCL__TR_RECV) e.link_seq = t->received[c->peer]++;
+    ccl__trace_add(t, &e);
+}
+
+/* t0: step entered; ta: slots acquired; tr: data reduced/copied; t1: done. */
+static void trace_step(struct ccl__prims *p, int what, double t0, double ta, double tr, double t1, size_t bytes) {
+    if (what & TR_RECV) trace_one(p, CCL__TR_RECV, 0, t0, tr, bytes);
+    if (what & TR_REDUCE) trace_one(p, CCL__TR_REDUCE, 0, ta, tr, bytes);
+    if (what & TR_SEND) trace_one(p, CCL__TR_SEND, 1, what & TR_RECV ? tr : t0, t1, bytes);
+}
+
 ccl_status_t ccl__prims_send(struct ccl__prims *p, const void *src, size_t n) {
     size_t bytes = n * p->esize;
+    int tr = tracing(p);
+    double t0 = tnow(tr);
     void *out;
     CCL_CHECK(acquire(p, NULL, &out, bytes));
     memcpy(out, src, bytes);
-    return commit(p, bytes);
+    CCL_CHECK(commit(p, bytes));
+    if (tr) trace_step(p, TR_SEND, t0, t0, t0, ccl__now(), bytes);
+    return CCL_OK;
 }
 
 ccl_status_t ccl__prims_recv(struct ccl__prims *p, void *dst, size_t n) {
     size_t bytes = n * p->esize;
+    int tr = tracing(p);
+    double t0 = tnow(tr);
     const void *in;
     CCL_CHECK(acquire(p, &in, NULL, bytes));
     memcpy(dst, in, bytes);
-    return release(p);
+    CCL_CHECK(release(p));
+    if (tr) {
+        double t1 = ccl__now();
+        trace_step(p, TR_RECV, t0, t1, t1, t1, bytes);
+    }
+    return CCL_OK;
 }
 
 ccl_status_t ccl__prims_recv_reduce_send(struct ccl__prims *p, const void *src, size_t n) {
     size_t bytes = n * p->esize;
+    int tr = tracing(p);
+    double t0 = tnow(tr);
     const void *in;
     void *out;
     CCL_CHECK(acquire(p, &in, &out, bytes));
+    double ta = tnow(tr);
     p->reduce(out, in, src, n);
+    double tr_done = tnow(tr);
     CCL_CHECK(release(p));
-    return commit(p, bytes);
+    CCL_CHECK(commit(p, bytes));
+    if (tr) trace_step(p, TR_RECV | TR_REDUCE | TR_SEND, t0, ta, tr_done, ccl__now(), bytes);
+    return CCL_OK;
+}
+
+/* dst <- prev OP src (then /= div), and next <- dst when `send`. */
+static ccl_status_t recv_reduce_copy(struct ccl__prims *p, const void *src, void *dst, size_t n, int div, int send) {
+    size_t bytes = n * p->esize;
+    int tr = tracing(p);
+    double t0 = tnow(tr);
+    const void *in;
+    void *out = NULL;
+    CCL_CHECK(acquire(p, &in, send ? &out : NULL, bytes));
+    double ta = tnow(tr);
+    p->reduce(dst, in, src, n);
+    if (div > 1) ccl__reduce_div(dst, n, p->id.dtype, div);
+    double tr_done = tnow(tr);
+    CCL_CHECK(release(p));
+    if (send) {
+        memcpy(out, dst, bytes);
+        CCL_CHECK(commit(p, bytes));
+    }
+    if (tr) trace_step(p, TR_RECV | TR_REDUCE | (send ? TR_SEND : 0), t0, ta, tr_done, ccl__now(), bytes);
+    return CCL_OK;
 }
 
 ccl_status_t ccl__prims_recv_reduce_copy(struct ccl__prims *p, const void *src, void *dst, size_t n, int div) {
-    size_t bytes = n * p->esize;
-    const void *in;
-    CCL_CHECK(acquire(p, &in, NULL, bytes));
-    p->reduce(dst, in, src, n);
-    if (div > 1) ccl__reduce_div(dst, n, p->id.dtype, div);
-    return release(p);
+    return recv_reduce_copy(p, src, dst, n, div, 0);
 }
 
 ccl_status_t ccl__prims_recv_reduce_copy_send(struct ccl__prims *p, const void *src, void *dst, size_t n, int div) {
-    size_t bytes = n * p->esize;
-    const void *in;
-    void *out;
-    CCL_CHECK(acquire(p, &in, &out, bytes));
-    p->reduce(dst, in, src, n);
-    if (div > 1) ccl__reduce_div(dst, n, p->id.dtype, div);
-    CCL_CHECK(release(p));
-    memcpy(out, dst, bytes);
-    return commit(p, bytes);
+    return recv_reduce_copy(p, src, dst, n, div, 1);
 }
 
 ccl_status_t ccl__prims_recv_copy_send(struct ccl__prims *p, void *dst, size_t n) {
     size_t bytes = n * p->esize;
+    int tr = tracing(p);
+    double t0 = tnow(tr);
     const void *in;
     void *out;
     CCL_CHECK(acquire(p, &in, &out, bytes));
     memcpy(out, in, bytes);
     memcpy(dst, in, bytes);
+    double tc = tnow(tr);
     CCL_CHECK(release(p));
-    return commit(p, bytes);
+    CCL_CHECK(commit(p, bytes));
+    if (tr) trace_step(p, TR_RECV | TR_SEND, t0, tc, tc, ccl__now(), bytes);
+    return CCL_OK;
 }
 
 ccl_status_t ccl__prims_copy_send(struct ccl__prims *p, const void *src, void *dst, size_t n) {

@@ -18,6 +18,7 @@
 
 #include "ccl.h"
 #include "core/comm.h"
+#include "core/trace.h"
 #include "reduce/reduce.h"
 #include "transports/transport.h"
 
@@ -43,6 +44,16 @@ struct ccl__coll_id {
     int root;
 };
 
+/* Where the next step sits in its algorithm, for the trace: the receive
+ * half moves data sent in recv_step, the send half data of send_step. */
+struct ccl__prims_trace {
+    uint8_t algo, recv_phase, send_phase;
+    int recv_step, send_step;
+    int chunk;
+    uint32_t round;
+    uint64_t offset;
+};
+
 struct ccl__prims {
     struct ccl_comm *comm;
     struct ccl__conn *conns[2]; /* [0] receive from (prev), [1] send to (next); either may be NULL */
@@ -51,7 +62,17 @@ struct ccl__prims {
     ccl__reduce_fn reduce;
     size_t slice_elems;         /* elements per slot on both connections */
     char what[48];              /* "all_reduce #12", for messages */
+    struct ccl__prims_trace tr; /* meaningful only while tracing */
 };
+
+/* Tell the trace where the next step is; one branch when tracing is off. */
+static inline void ccl__prims_at(struct ccl__prims *p, int algo, int recv_phase, int recv_step, int send_phase,
+                                 int send_step, int chunk, uint32_t round, uint64_t offset) {
+    if (__builtin_expect(p->comm->trace != NULL, 0))
+        p->tr = (struct ccl__prims_trace){.algo = (uint8_t)algo, .recv_phase = (uint8_t)recv_phase,
+                                          .send_phase = (uint8_t)send_phase, .recv_step = recv_step,
+                                          .send_step = send_step, .chunk = chunk, .round = round, .offset = offset};
+}
 
 /* prev/next are ranks (-1 for none). */
 void ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, int prev, int next, const struct ccl__coll_id *id);
@@ -87,6 +108,6 @@ struct ccl__p2p_xfer {
 /* Runs every transfer to completion. Transfers to one peer in one
  * direction complete in the order given; nothing else is ordered, so a
  * group of sends and receives in any order cannot deadlock. */
-ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, const char *what);
+ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what);
 
 #endif
