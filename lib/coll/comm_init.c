@@ -106,6 +106,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
         if (!(use[t] = calloc((size_t)comm->nranks, 1))) st = CCL_ERR_NO_MEMORY;
     if (st == CCL_OK) st = setup_transports(comm, root_fd, use);
     if (st == CCL_OK) st = ccl__plan_ring(comm);
+    if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {
         int counts[CCL__NUM_TRANSPORTS] = {0};
         for (int t = 0; t < CCL__NUM_TRANSPORTS; t++)

@@ -43,6 +43,7 @@ struct ccl_comm {
     int *ring;                          /* [nranks]: ring position -> rank */
     int ring_pos;                       /* this rank's position in ring */
     size_t ring_chunk_bytes;            /* slice size every rank uses on the ring (smallest slot on it) */
+    double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
     const char *algo_name;
 
     /* waking and failure */

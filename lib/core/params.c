@@ -20,7 +20,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_SHM_SLOT_BYTES", "131072", "bytes per shared-memory FIFO slot (a pipeline chunk)"},
     {"CCL_TCP_SLOT_BYTES", "524288", "bytes per TCP staging slot (a pipeline chunk)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
-    {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping"},
+    {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a host has more ranks than hardware threads)"},
     {"CCL_ALGO", "", "force an algorithm: ring"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
     {"CCL_SECRET", "", "job secret (hex) for ccl_comm_init_env; cclrun sets it"},
@@ -92,6 +92,7 @@ static void params_load(void) {
     params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.slots = (int)env_long("CCL_SLOTS", 8, 2, 64);
     params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
+    params.spin_us_set = getenv("CCL_SPIN_US") && *getenv("CCL_SPIN_US");
     copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));

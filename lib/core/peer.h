@@ -18,7 +18,7 @@ struct ccl__peer_info {
     char host_id[CCL__HOST_ID_BYTES]; /* equal host_id <=> same machine */
     char hostname[64];                /* for messages only */
     int32_t numa_node;                /* from hwloc: where this rank's CPUs are, -1 unknown */
-    int32_t ncores;                   /* cores this rank may run on */
+    int32_t ncores;                   /* hardware threads (PUs) this rank may run on, 0 unknown */
     uint32_t transport_mask;          /* transports that initialised locally */
     uint32_t reserved;
     /* per-transport addressing (a socket address, a segment name, ...) */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
 
@@ -94,6 +95,19 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
                  comm->ring_chunk_bytes);
     }
     return CCL_OK;
+}
+
+void ccl__plan_waiting(struct ccl_comm *comm) {
+    const struct ccl__peer_info *me = &comm->peers[comm->rank];
+    int local = 0;
+    for (int r = 0; r < comm->nranks; r++) local += strcmp(comm->peers[r].host_id, me->host_id) == 0;
+    long threads = me->ncores > 0 ? me->ncores : sysconf(_SC_NPROCESSORS_ONLN);
+    int crowded = threads > 0 && local > threads;
+    comm->spin_s = comm->params.spin_us * 1e-6;
+    comm->yield_s = 200e-6;
+    if (crowded && !comm->params.spin_us_set) comm->spin_s = comm->yield_s = 0;
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "%d ranks on this host, %ld hardware threads: waits spin %.0f us, yield %.0f us",
+             local, threads, comm->spin_s * 1e6, comm->yield_s * 1e6);
 }
 
 ccl__algo_fn ccl__plan_algo(struct ccl_comm *comm, const struct ccl__coll_args *a) {

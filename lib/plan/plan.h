@@ -23,6 +23,11 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_T
  * host on the ring), hosts in order of their lowest rank. */
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
 
+/* How waits behave: spinning helps when every rank has a hardware thread
+ * of its own; with more ranks than threads on a host, a spinning rank
+ * steals the time of the rank it waits for, so waits go straight to sleep. */
+void ccl__plan_waiting(struct ccl_comm *comm);
+
 typedef ccl_status_t (*ccl__algo_fn)(struct ccl_comm *comm, const struct ccl__coll_args *a);
 /* The algorithm for one call. */
 ccl__algo_fn ccl__plan_algo(struct ccl_comm *comm, const struct ccl__coll_args *a);

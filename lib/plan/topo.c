@@ -14,7 +14,7 @@ void ccl__plan_local_topology(struct ccl__peer_info *self) {
     }
     hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
     if (cpus && hwloc_get_cpubind(topo, cpus, HWLOC_CPUBIND_PROCESS) == 0) {
-        self->ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, cpus, HWLOC_OBJ_CORE);
+        self->ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, cpus, HWLOC_OBJ_PU);
         hwloc_obj_t numa = hwloc_get_next_obj_covering_cpuset_by_type(topo, cpus, HWLOC_OBJ_NUMANODE, NULL);
         /* Only a binding inside one NUMA node says where the rank lives. */
         if (numa && !hwloc_get_next_obj_covering_cpuset_by_type(topo, cpus, HWLOC_OBJ_NUMANODE, numa))

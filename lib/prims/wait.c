@@ -14,7 +14,6 @@
 #include "core/socket.h"
 #include "transports/transport.h"
 
-#define YIELD_S 200e-6        /* after spinning, yield this long before sleeping */
 #define LIVENESS_PERIOD_S 0.1 /* how often a sleeping waiter checks its peers */
 #define MAX_POLLFDS 64
 
@@ -113,7 +112,7 @@ ccl_status_t ccl__waiter_idle(struct ccl__waiter *w) {
     ccl_status_t st = check_failures(w);
     if (st < 0) return st;
     if (w->idle_rounds++ == 0) w->idle_since = ccl__now();
-    double spin_s = w->comm->params.spin_us * 1e-6;
+    double spin_s = w->comm->spin_s;
     double now = ccl__now(), idle = now - w->idle_since;
     if (idle < spin_s) {
         for (int i = 0; i < 16; i++) cpu_relax();
@@ -127,7 +126,7 @@ ccl_status_t ccl__waiter_idle(struct ccl__waiter *w) {
             if (c && (st = c->t->check_peer(c)) < 0) return ccl__comm_fail(w->comm, st);
         }
     }
-    if (idle < spin_s + YIELD_S) {
+    if (idle < spin_s + w->comm->yield_s) {
         sched_yield();
         return CCL_OK;
     }

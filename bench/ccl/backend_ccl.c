@@ -1,0 +1,177 @@
+/* The libccl backend: how a benchmark process becomes a libccl rank and
+ * issues calls, blocking or through the _async twins, grouped with -m. */
+#define _GNU_SOURCE
+#include "backend_ccl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launch.h"
+
+struct bench_comm {
+    ccl_comm_t *comm;
+    int rank, size;
+    ccl_status_t last; /* the last failure */
+    char error[512];
+    ccl_request_t **reqs; /* -m calls, two requests each for sendrecv */
+};
+
+/* Rank variables of the launchers ccl_comm_init_env understands. */
+static int launched_by_env(void) {
+    static const char *const vars[] = {"CCL_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_status) {
+    /* Before anything reads the library's environment. */
+    if (o->transport) setenv("CCL_TRANSPORT", o->transport, 1);
+    if (o->algo) setenv("CCL_ALGO", o->algo, 1);
+    int local = o->ranks > 0 || !launched_by_env();
+    if (local) setenv("CCL_SOCKET_IFNAME", "lo", 0); /* every rank is on this machine */
+    ccl_unique_id_t id;
+    int rank = 0, nranks = o->ranks > 0 ? o->ranks : 1;
+    if (o->ranks > 0 && !bench_fork_ranks(o->ranks, o->host_per_rank, &rank, &id, exit_status)) return NULL;
+    struct bench_comm *c = calloc(1, sizeof(*c));
+    ccl_request_t **reqs = calloc(2 * (size_t)o->agg, sizeof(*reqs));
+    ccl_status_t st = c && reqs ? CCL_OK : CCL_ERR_NO_MEMORY;
+    const char *what = "ccl_comm_init_rank";
+    if (st == CCL_OK && !local) {
+        what = "ccl_comm_init_env";
+        st = ccl_comm_init_env(&c->comm);
+    } else if (st == CCL_OK) {
+        if (o->ranks == 0) st = ccl_get_unique_id(&id);
+        if (st == CCL_OK) st = ccl_comm_init_rank(&c->comm, nranks, id, rank);
+    }
+    if (st == CCL_OK) st = ccl_comm_rank(c->comm, &c->rank);
+    if (st == CCL_OK) st = ccl_comm_size(c->comm, &c->size);
+    if (st != CCL_OK) {
+        fprintf(stderr, "[rank %d] %s: %s: %s\n", rank, o->prog, what, ccl_status_string(st));
+        if (c && c->comm) ccl_comm_destroy(c->comm);
+        free(c);
+        free(reqs);
+        *exit_status = BENCH_EXIT_ERROR;
+        return NULL;
+    }
+    c->reqs = reqs;
+    return c;
+}
+
+static int ccl_rank_of(const struct bench_comm *c) { return c->rank; }
+static int ccl_size_of(const struct bench_comm *c) { return c->size; }
+
+/* "key=value" from ccl_comm_describe's text. */
+static void field(const char *desc, const char *key, char *out, size_t n) {
+    size_t klen = strlen(key);
+    out[0] = '\0';
+    for (const char *p = desc; (p = strstr(p, key)) != NULL; p += klen) {
+        if ((p != desc && p[-1] != ' ') || p[klen] != '=') continue;
+        p += klen + 1;
+        size_t len = strcspn(p, " ");
+        snprintf(out, n, "%.*s", (int)(len < n ? len : n - 1), p);
+        return;
+    }
+}
+
+static void ccl_describe(struct bench_comm *c, struct bench_wiring *w) {
+    char hosts[16], transports[128];
+    int v = ccl_version();
+    snprintf(w->library, sizeof w->library, "libccl");
+    snprintf(w->version, sizeof w->version, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    if (ccl_comm_describe(c->comm, w->detail, sizeof w->detail) != CCL_OK) snprintf(w->detail, sizeof w->detail, "?");
+    field(w->detail, "hosts", hosts, sizeof hosts);
+    w->nhosts = atoi(hosts);
+    field(w->detail, "algo", w->algo, sizeof w->algo);
+    /* "shm:1,tcp:2" (peers per transport) -> "shm+tcp": one CSV field */
+    field(w->detail, "transports", transports, sizeof transports);
+    size_t o = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(transports, ",", &save); t && o < sizeof w->transport; t = strtok_r(NULL, ",", &save))
+        o += (size_t)snprintf(w->transport + o, sizeof w->transport - o, "%s%.*s", o ? "+" : "", (int)strcspn(t, ":"), t);
+    if (!o) snprintf(w->transport, sizeof w->transport, "none");
+}
+
+static const char *ccl_unsupported(const struct bench_comm *c, enum bench_coll coll, ccl_dtype_t dtype,
+                                   ccl_op_t redop) {
+    return NULL;
+}
+
+/* One call; *nreq counts the requests it left in c->reqs (non-blocking). */
+static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int nonblocking, int *nreq) {
+#define CALL(fn, ...) \
+    (nonblocking ? fn##_async(__VA_ARGS__, c->comm, &c->reqs[*nreq]) : fn(__VA_ARGS__, c->comm))
+    ccl_status_t st;
+    switch (k->coll) {
+    case BENCH_ALL_REDUCE: st = CALL(ccl_all_reduce, k->send, k->recv, k->count, k->dtype, k->redop); break;
+    case BENCH_REDUCE_SCATTER: st = CALL(ccl_reduce_scatter, k->send, k->recv, k->count, k->dtype, k->redop); break;
+    case BENCH_ALL_GATHER: st = CALL(ccl_all_gather, k->send, k->recv, k->count, k->dtype); break;
+    case BENCH_BROADCAST: st = CALL(ccl_broadcast, k->send, k->recv, k->count, k->dtype, k->root); break;
+    case BENCH_REDUCE: st = CALL(ccl_reduce, k->send, k->recv, k->count, k->dtype, k->redop, k->root); break;
+    case BENCH_ALL_TO_ALL: st = CALL(ccl_all_to_all, k->send, k->recv, k->count, k->dtype); break;
+    case BENCH_SENDRECV: /* the ring neighbour exchange: to rank + 1, from rank - 1 */
+        st = CALL(ccl_send, k->send, k->count, k->dtype, (c->rank + 1) % c->size);
+        if (st != CCL_OK) return st;
+        *nreq += nonblocking;
+        st = CALL(ccl_recv, k->recv, k->count, k->dtype, (c->rank + c->size - 1) % c->size);
+        break;
+    default: st = nonblocking ? ccl_barrier_async(c->comm, &c->reqs[*nreq]) : ccl_barrier(c->comm); break;
+    }
+#undef CALL
+    if (st == CCL_OK) *nreq += nonblocking;
+    return st;
+}
+
+static int failed(struct bench_comm *c, ccl_status_t st, const char *what) {
+    if (st == CCL_OK || c->last != CCL_OK) return st != CCL_OK;
+    c->last = st;
+    snprintf(c->error, sizeof c->error, "%s: %s: %s", what, ccl_status_string(st), ccl_comm_last_error(c->comm));
+    return 1;
+}
+
+static int ccl_run(struct bench_comm *c, const struct bench_call *calls, int n, int nonblocking) {
+    int grouped = n > 1 || calls[0].coll == BENCH_SENDRECV, nreq = 0, bad = 0;
+    if (grouped) bad |= failed(c, ccl_group_start(), "ccl_group_start");
+    for (int i = 0; i < n && !bad; i++) bad |= failed(c, issue(c, &calls[i], nonblocking, &nreq), "call");
+    if (grouped) bad |= failed(c, ccl_group_end(), "ccl_group_end");
+    for (int i = 0; i < nreq; i++) bad |= failed(c, ccl_wait(c->reqs[i]), "ccl_wait");
+    return bad ? -1 : 0;
+}
+
+static int ccl_barrier_all(struct bench_comm *c) { return failed(c, ccl_barrier(c->comm), "ccl_barrier") ? -1 : 0; }
+
+static int ccl_combine(struct bench_comm *c, double *vals, int n, enum bench_reduce_how how) {
+    ccl_op_t op = how == BENCH_COMBINE_MIN ? CCL_MIN : how == BENCH_COMBINE_MAX ? CCL_MAX : CCL_SUM;
+    return failed(c, ccl_all_reduce(vals, vals, (size_t)n, CCL_FLOAT64, op, c->comm), "combine") ? -1 : 0;
+}
+
+static const char *ccl_error_text(const struct bench_comm *c) { return c->error; }
+
+static void ccl_give_up(struct bench_comm *c) { ccl_comm_abort(c->comm); }
+
+static int ccl_finish(struct bench_comm *c, int exit_status) {
+    ccl_status_t st = ccl_comm_destroy(c->comm);
+    if (st != CCL_OK && exit_status == BENCH_EXIT_OK) {
+        fprintf(stderr, "[rank %d] ccl_comm_destroy: %s\n", c->rank, ccl_status_string(st));
+        exit_status = BENCH_EXIT_ERROR;
+    }
+    free(c->reqs);
+    free(c);
+    return exit_status;
+}
+
+const struct bench_backend bench_ccl_backend = {
+    .launch_flags = 1,
+    .start = ccl_start,
+    .rank = ccl_rank_of,
+    .size = ccl_size_of,
+    .describe = ccl_describe,
+    .unsupported = ccl_unsupported,
+    .run = ccl_run,
+    .barrier = ccl_barrier_all,
+    .combine = ccl_combine,
+    .last_error = ccl_error_text,
+    .abort = ccl_give_up,
+    .finish = ccl_finish,
+};

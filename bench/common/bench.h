@@ -1,0 +1,116 @@
+/*
+ * The benchmark driver and the seam between it and a library under test.
+ *
+ * One driver (argument parsing, size sweep, check pass, timed pass, text,
+ * CSV and JSON output, memcpy roofline) runs every program: all_reduce_perf
+ * and its siblings differ only in the collective they pass to bench_main,
+ * and the libccl programs differ from their MPI twins only in the backend.
+ * A backend knows how to become a rank, issue calls and combine numbers
+ * across ranks; it knows nothing of sizes, checks or output.
+ */
+#ifndef BENCH_H
+#define BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ccl.h" /* only for ccl_dtype_t and ccl_op_t: the driver calls nothing in it */
+
+enum bench_coll {
+    BENCH_ALL_REDUCE,
+    BENCH_REDUCE_SCATTER,
+    BENCH_ALL_GATHER,
+    BENCH_BROADCAST,
+    BENCH_REDUCE,
+    BENCH_ALL_TO_ALL,
+    BENCH_SENDRECV,
+    BENCH_BARRIER,
+    BENCH_NUM_COLLS
+};
+
+/* Exit statuses of every program. */
+enum {
+    BENCH_EXIT_OK = 0,
+    BENCH_EXIT_WRONG = 1, /* some result was wrong */
+    BENCH_EXIT_USAGE = 2, /* bad flags */
+    BENCH_EXIT_ERROR = 3, /* the library or the system failed */
+};
+
+/* -a: how one number per rank becomes the number printed. */
+enum bench_combine_mode { BENCH_TIME_RANK0 = 0, BENCH_TIME_AVG = 1, BENCH_TIME_MIN = 2, BENCH_TIME_MAX = 3 };
+enum bench_reduce_how { BENCH_COMBINE_MIN, BENCH_COMBINE_MAX, BENCH_COMBINE_SUM };
+
+#define BENCH_ALL (-1) /* -r all */
+
+struct bench_options {
+    const char *prog;   /* program name for messages */
+    size_t min_bytes, max_bytes;
+    size_t step_bytes;  /* -i: additive steps when > 0 */
+    double step_factor; /* -f: multiplicative steps otherwise */
+    int iters, warmup, agg, cycles;
+    int check, nonblocking, stats;
+    enum bench_combine_mode combine;
+    unsigned dtype_mask; /* bit per ccl_dtype_t */
+    unsigned redop_mask; /* bit per ccl_op_t */
+    int root;            /* BENCH_ALL or a rank */
+    const char *json_path, *csv_path;
+    /* libccl launching only (the MPI twins reject these flags) */
+    int ranks; /* --ranks: fork this many local ranks; 0: a launcher started us */
+    int host_per_rank;
+    const char *transport, *algo;
+};
+
+/* What the header and the result files say about the library and wiring. */
+struct bench_wiring {
+    char library[32];   /* "libccl", "mpi-openmpi", ... */
+    char version[32];
+    int nhosts;
+    char transport[64]; /* "shm", "shm+tcp", "none" */
+    char algo[32];
+    char detail[512];   /* rank 0's own description, for the header */
+};
+
+/* One call as the backend issues it: the arguments of the library's own
+ * function (count is the call's count argument). Placement is implied by
+ * the pointers: in place when the library's in-place rule holds. */
+struct bench_call {
+    enum bench_coll coll;
+    const void *send;
+    void *recv;
+    size_t count;
+    ccl_dtype_t dtype;
+    ccl_op_t redop;
+    int root;
+};
+
+struct bench_comm; /* a backend's rank state */
+
+struct bench_backend {
+    int launch_flags;           /* accepts --ranks, --host-per-rank, -t, -A */
+    /* Makes this process a rank. NULL when this process must exit instead,
+     * with *exit_status set: a --ranks parent after its children, or a
+     * failure (already reported on stderr). */
+    struct bench_comm *(*start)(const struct bench_options *o, int *exit_status);
+    int (*rank)(const struct bench_comm *c);
+    int (*size)(const struct bench_comm *c);
+    void (*describe)(struct bench_comm *c, struct bench_wiring *w);
+    /* NULL when the library can run this combination, else why not. */
+    const char *(*unsupported)(const struct bench_comm *c, enum bench_coll coll, ccl_dtype_t dtype, ccl_op_t redop);
+    /* Issues n calls as one aggregate (a group) and waits for them; with
+     * nonblocking, through the library's non-blocking calls. 0 or -1. */
+    int (*run)(struct bench_comm *c, const struct bench_call *calls, int n, int nonblocking);
+    int (*barrier)(struct bench_comm *c);
+    /* In place, element-wise across ranks: every rank gets the result. */
+    int (*combine)(struct bench_comm *c, double *vals, int n, enum bench_reduce_how how);
+    /* The last failure, as a sentence. */
+    const char *(*last_error)(const struct bench_comm *c);
+    /* Tells the other ranks that this one gives up (they fail rather than hang). */
+    void (*abort)(struct bench_comm *c);
+    /* Frees everything; returns the exit status the process should use. */
+    int (*finish)(struct bench_comm *c, int exit_status);
+};
+
+/* The whole program: parse, start, sweep, report. */
+int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_backend *be);
+
+#endif

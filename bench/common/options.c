@@ -1,0 +1,252 @@
+/* Flags as nccl-tests spells them, plus the launching and output flags. */
+#define _GNU_SOURCE
+#include "options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "colls.h"
+#include "values.h"
+
+enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK };
+
+static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
+    fprintf(f,
+            "Usage: %s [options]\n"
+            "\n"
+            "Measures one collective over a sweep of sizes and prints nccl-tests' columns.\n"
+            "Sizes are total buffer bytes (K, M, G suffixes: powers of 1024).\n"
+            "\n"
+            "  -b, --minbytes N        smallest size (default 32M)\n"
+            "  -e, --maxbytes N        largest size (default 32M)\n"
+            "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"
+            "  -i, --stepbytes N       add N bytes each step instead\n"
+            "  -n, --iters N           timed iterations per size (default 20)\n"
+            "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
+            "  -m, --agg_iters N       operations per iteration, issued as one group (default 1)\n"
+            "  -c, --check 0|1         check every result bit for bit before timing (default 1)\n"
+            "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 float16 bfloat16\n"
+            "                          float32 float64, a comma list, or all (default float32)\n"
+            "  -o, --op OP             sum prod max min avg, a comma list, or all (default sum)\n"
+            "  -r, --root R            root rank, or all (default 0)\n"
+            "  -a, --average 0..3      combine times across ranks: 0 rank 0, 1 average,\n"
+            "                          2 min, 3 max (default 3)\n"
+            "  -z, --nonblocking 0|1   1: non-blocking calls and a wait (default 0)\n"
+            "  -N, --run_cycles N      repeat the whole sweep N times, 0 forever (default 1)\n"
+            "  -I, --stats             time every iteration alone (after a barrier) and add\n"
+            "                          min, median, p99 and max over iterations\n"
+            "      --json FILE         also write the results as JSON\n"
+            "      --csv FILE          also write the results as CSV\n",
+            prog);
+    if (be->launch_flags)
+        fprintf(f,
+                "  -t, --transport shm|tcp force a transport (sets CCL_TRANSPORT)\n"
+                "  -A, --algo ring         force an algorithm (sets CCL_ALGO)\n"
+                "      --ranks N           fork N local ranks (otherwise: cclrun, torchrun, Slurm\n"
+                "                          or mpirun's environment, or one rank)\n"
+                "      --host-per-rank     with --ranks: each rank its own CCL_HOST_ID (TCP)\n");
+    fprintf(f,
+            "  -h, --help              show this help\n"
+            "\n"
+            "Exit status: 0, 1 if any result was wrong, 2 for bad flags, 3 if the library failed.\n"
+            "Self-test of the checker: CCL_BENCH_CORRUPT=1 makes rank 0 (the root, for reduce)\n"
+            "flip one element of its output after every checked call; the program must then\n"
+            "report #wrong > 0 and exit 1.\n");
+}
+
+__attribute__((format(printf, 2, 3))) static int usage_error(const char *prog, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s -h' for more information.\n", prog);
+    return -1;
+}
+
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno) return -1;
+    unsigned shift = 0;
+    if (*end) {
+        const char *units = "KMG";
+        const char *u = strchr(units, *end & ~0x20);
+        if (!u || end[1]) return -1;
+        shift = 10 * (unsigned)(u - units + 1);
+    }
+    if (shift && v > (~0ull >> shift)) return -1;
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* "all" or a comma list of names; parse returns the index or -1. */
+static int parse_mask(const char *s, int count, int (*parse)(const char *), unsigned *mask) {
+    if (!strcasecmp(s, "all")) {
+        *mask = (1u << count) - 1;
+        return 0;
+    }
+    char copy[256];
+    if (snprintf(copy, sizeof copy, "%s", s) >= (int)sizeof copy) return -1;
+    *mask = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int v = parse(tok);
+        if (v < 0) return -1;
+        *mask |= 1u << v;
+    }
+    return *mask ? 0 : -1;
+}
+
+static void set_defaults(struct bench_options *o, const char *prog) {
+    memset(o, 0, sizeof(*o));
+    o->prog = prog;
+    o->min_bytes = o->max_bytes = 32u << 20;
+    o->step_factor = 2;
+    o->iters = 20;
+    o->warmup = 5;
+    o->agg = 1;
+    o->cycles = 1;
+    o->check = 1;
+    o->combine = BENCH_TIME_MAX;
+    o->dtype_mask = 1u << CCL_FLOAT32;
+    o->redop_mask = 1u << CCL_SUM;
+}
+
+static const struct option long_opts[] = {
+    {"minbytes", required_argument, 0, 'b'},  {"maxbytes", required_argument, 0, 'e'},
+    {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
+    {"iters", required_argument, 0, 'n'},     {"warmup_iters", required_argument, 0, 'w'},
+    {"agg_iters", required_argument, 0, 'm'}, {"check", required_argument, 0, 'c'},
+    {"datatype", required_argument, 0, 'd'},  {"op", required_argument, 0, 'o'},
+    {"root", required_argument, 0, 'r'},      {"average", required_argument, 0, 'a'},
+    {"nonblocking", required_argument, 0, 'z'}, {"run_cycles", required_argument, 0, 'N'},
+    {"stats", no_argument, 0, 'I'},           {"transport", required_argument, 0, 't'},
+    {"algo", required_argument, 0, 'A'},      {"json", required_argument, 0, OPT_JSON},
+    {"csv", required_argument, 0, OPT_CSV},   {"ranks", required_argument, 0, OPT_RANKS},
+    {"host-per-rank", no_argument, 0, OPT_HOST_PER_RANK}, {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+/* One flag; 0 or -1 (message printed). */
+static int apply_flag(int c, const char *v, const struct bench_backend *be, struct bench_options *o, int *factor_set,
+                      int *step_set) {
+    const char *p = o->prog;
+    int launch = c == 't' || c == 'A' || c == OPT_RANKS || c == OPT_HOST_PER_RANK;
+    if (launch && !be->launch_flags) return usage_error(p, "this program does not take -t, -A, --ranks or --host-per-rank");
+    switch (c) {
+    case 'b':
+    case 'e':
+    case 'i': {
+        size_t *dst = c == 'b' ? &o->min_bytes : c == 'e' ? &o->max_bytes : &o->step_bytes;
+        if (parse_size(v, dst)) return usage_error(p, "-%c: '%s' is not a size (e.g. 8, 64K, 1M, 2G)", c, v);
+        if (c == 'i') *step_set = 1;
+        return 0;
+    }
+    case 'f': {
+        char *end;
+        errno = 0;
+        o->step_factor = strtod(v, &end);
+        if (errno || end == v || *end || !(o->step_factor > 1.0) || o->step_factor > 1e6)
+            return usage_error(p, "-f: '%s' is not a factor greater than 1", v);
+        *factor_set = 1;
+        return 0;
+    }
+    case 'n': return parse_int(v, 1, 1 << 30, &o->iters) ? usage_error(p, "-n: '%s' is not a count >= 1", v) : 0;
+    case 'w': return parse_int(v, 0, 1 << 30, &o->warmup) ? usage_error(p, "-w: '%s' is not a count >= 0", v) : 0;
+    case 'm': return parse_int(v, 1, 1 << 16, &o->agg) ? usage_error(p, "-m: '%s' is not a count >= 1", v) : 0;
+    case 'N': return parse_int(v, 0, 1 << 30, &o->cycles) ? usage_error(p, "-N: '%s' is not a count >= 0", v) : 0;
+    case 'c': return parse_int(v, 0, 1, &o->check) ? usage_error(p, "-c: '%s' is not 0 or 1", v) : 0;
+    case 'z': return parse_int(v, 0, 1, &o->nonblocking) ? usage_error(p, "-z: '%s' is not 0 or 1", v) : 0;
+    case 'a': {
+        int a;
+        if (parse_int(v, 0, 3, &a)) return usage_error(p, "-a: '%s' is not 0 (rank 0), 1 (avg), 2 (min) or 3 (max)", v);
+        o->combine = (enum bench_combine_mode)a;
+        return 0;
+    }
+    case 'd':
+        return parse_mask(v, CCL_NUM_DTYPES, bench_dtype_parse, &o->dtype_mask)
+                   ? usage_error(p, "-d: '%s' is not a data type list (int8 uint8 int32 uint32 int64 uint64 "
+                                    "float16 bfloat16 float32 float64, or all)", v)
+                   : 0;
+    case 'o':
+        return parse_mask(v, CCL_NUM_OPS, bench_redop_parse, &o->redop_mask)
+                   ? usage_error(p, "-o: '%s' is not an op list (sum prod max min avg, or all)", v)
+                   : 0;
+    case 'r':
+        if (!strcasecmp(v, "all")) {
+            o->root = BENCH_ALL;
+            return 0;
+        }
+        return parse_int(v, 0, 1 << 30, &o->root) ? usage_error(p, "-r: '%s' is not a rank or all", v) : 0;
+    case 'I': o->stats = 1; return 0;
+    case 't':
+        if (strcmp(v, "shm") && strcmp(v, "tcp")) return usage_error(p, "-t: '%s' is not shm or tcp", v);
+        o->transport = v;
+        return 0;
+    case 'A':
+        if (strcmp(v, "ring")) return usage_error(p, "-A: '%s' is not an algorithm (ring)", v);
+        o->algo = v;
+        return 0;
+    case OPT_JSON: o->json_path = v; return 0;
+    case OPT_CSV: o->csv_path = v; return 0;
+    case OPT_RANKS:
+        return parse_int(v, 1, 1024, &o->ranks) ? usage_error(p, "--ranks: '%s' is not a count from 1 to 1024", v) : 0;
+    case OPT_HOST_PER_RANK: o->host_per_rank = 1; return 0;
+    default: return usage_error(p, "unknown option");
+    }
+}
+
+int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struct bench_backend *be,
+                        struct bench_options *o) {
+    const char *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
+    set_defaults(o, slash ? slash + 1 : argc > 0 ? argv[0] : bench_coll_info(coll)->prog);
+    int factor_set = 0, step_set = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:d:o:r:a:z:N:It:A:h", long_opts, NULL)) != -1) {
+        if (c == 'h') {
+            usage(stdout, o->prog, be);
+            return 1;
+        }
+        if (c == ':') return usage_error(o->prog, "%s needs a value", argv[optind - 1]);
+        if (c == '?') return usage_error(o->prog, "unknown option '%s'", argv[optind - 1]);
+        if (apply_flag(c, optarg, be, o, &factor_set, &step_set)) return -1;
+    }
+    if (optind < argc) return usage_error(o->prog, "unexpected argument '%s'", argv[optind]);
+    if (factor_set && step_set) return usage_error(o->prog, "-f and -i exclude each other");
+    if (!step_set) o->step_bytes = 0;
+    else if (o->step_bytes == 0) return usage_error(o->prog, "-i: the step must be at least 1 byte");
+    if (o->min_bytes == 0 && !step_set) return usage_error(o->prog, "-b: sizes must start at 1 byte or more with -f");
+    if (o->min_bytes > o->max_bytes) return usage_error(o->prog, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
+    if (o->host_per_rank && !o->ranks) return usage_error(o->prog, "--host-per-rank needs --ranks");
+    return 0;
+}
+
+void bench_format_bytes(size_t bytes, char *buf, size_t n) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    double v = (double)bytes;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0 || v == (double)(size_t)v) snprintf(buf, n, "%.0f %s", v, units[u]);
+    else snprintf(buf, n, "%.1f %s", v, units[u]);
+}

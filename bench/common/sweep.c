@@ -1,0 +1,288 @@
+/*
+ * The driver: for every type, op and root, for every size, a check pass
+ * (one call per placement on fresh inputs, every output element compared
+ * bit for bit) and then a timed pass (warm-up, a barrier, the timed block),
+ * as nccl-tests does it. Every rank runs the same loop; rank 0 reports.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "colls.h"
+#include "measure.h"
+#include "options.h"
+#include "report.h"
+#include "values.h"
+
+struct sweep {
+    const struct bench_options *o;
+    const struct bench_backend *be;
+    struct bench_comm *c;
+    enum bench_coll coll;
+    const struct bench_coll_info *info;
+    int rank, nranks;
+    int corrupt; /* CCL_BENCH_CORRUPT: the checker's self-test */
+    unsigned char *send, *recv;
+    double *iter_times; /* -I */
+    struct bench_call *calls;
+    long long wrong_total;
+    struct bench_report report;
+    struct bench_progress progress;
+};
+
+/* What one placement of one size runs on. */
+struct placement {
+    const void *send;
+    void *recv;
+    unsigned char *clear; /* the output region, poisoned before a check */
+    size_t clear_elems;
+};
+
+static size_t next_size(const struct bench_options *o, size_t s) {
+    size_t next = o->step_bytes ? s + o->step_bytes : (size_t)((double)s * o->step_factor);
+    if (next <= s) next = s + 1; /* small sizes with a factor below 2 */
+    return next > o->max_bytes || next < s ? 0 : next;
+}
+
+static long count_sizes(const struct bench_options *o) {
+    long n = 0;
+    for (size_t s = o->min_bytes;; s = next_size(o, s)) {
+        n++;
+        if (next_size(o, s) == 0) return n;
+    }
+}
+
+static int fail(struct sweep *sw, const char *what, const struct bench_call *call) {
+    fprintf(stderr, "[rank %d] %s: %s", sw->rank, sw->o->prog, what);
+    if (call && call->coll != BENCH_BARRIER)
+        fprintf(stderr, " (%s, count %zu, %s%s%s)", sw->info->name, call->count, bench_dtype_name(call->dtype),
+                sw->info->has_redop ? " " : "", sw->info->has_redop ? bench_redop_name(call->redop) : "");
+    fprintf(stderr, ": %s\n", sw->be->last_error(sw->c));
+    return -1;
+}
+
+/* -a: one time (or one per iteration) per rank -> the reported one. */
+static int combine_times(struct sweep *sw, double *t, int n) {
+    switch (sw->o->combine) {
+    case BENCH_TIME_RANK0: return 0;
+    case BENCH_TIME_MIN: return sw->be->combine(sw->c, t, n, BENCH_COMBINE_MIN);
+    case BENCH_TIME_MAX: return sw->be->combine(sw->c, t, n, BENCH_COMBINE_MAX);
+    default:
+        if (sw->be->combine(sw->c, t, n, BENCH_COMBINE_SUM)) return -1;
+        for (int i = 0; i < n; i++) t[i] /= sw->nranks;
+        return 0;
+    }
+}
+
+static int check_pass(struct sweep *sw, const struct bench_call *call, const struct placement *pl, long long *wrong) {
+    struct bench_check_case k = {sw->coll, call->dtype, call->redop, call->root, sw->nranks, sw->rank, call->count};
+    size_t es = bench_dtype_size(call->dtype);
+    /* Stale results of an earlier call must not pass for new ones. */
+    memset(pl->clear, 0xa5, pl->clear_elems * es);
+    bench_fill_input(&k, (void *)pl->send);
+    if (sw->be->run(sw->c, call, 1, sw->o->nonblocking)) return fail(sw, "check pass failed", call);
+    if (sw->corrupt && sw->rank == bench_corrupt_rank(&k)) bench_corrupt_one(&k, pl->recv);
+    double w = (double)bench_count_wrong(&k, pl->recv);
+    if (sw->be->combine(sw->c, &w, 1, BENCH_COMBINE_SUM)) return fail(sw, "combining wrong counts failed", NULL);
+    *wrong = (long long)w;
+    return 0;
+}
+
+static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t bytes, struct bench_place_result *res) {
+    const struct bench_options *o = sw->o;
+    const struct bench_backend *be = sw->be;
+    for (int i = 0; i < o->agg; i++) sw->calls[i] = *call;
+    for (int i = 0; i < o->warmup; i++)
+        if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "warm-up failed", call);
+    double t;
+    if (!o->stats) {
+        if (be->barrier(sw->c)) return fail(sw, "barrier failed", NULL);
+        double t0 = bench_now();
+        for (int i = 0; i < o->iters; i++)
+            if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "timed call failed", call);
+        t = (bench_now() - t0) / o->iters / o->agg;
+        if (combine_times(sw, &t, 1)) return fail(sw, "combining times failed", NULL);
+    } else {
+        /* Each iteration alone, so that its time is its own on every rank. */
+        for (int i = 0; i < o->iters; i++) {
+            if (be->barrier(sw->c)) return fail(sw, "barrier failed", NULL);
+            double t0 = bench_now();
+            if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "timed call failed", call);
+            sw->iter_times[i] = (bench_now() - t0) / o->agg * 1e6;
+        }
+        if (combine_times(sw, sw->iter_times, o->iters)) return fail(sw, "combining times failed", NULL);
+        struct bench_stats s = bench_stats_of(sw->iter_times, o->iters);
+        res->has_stats = 1;
+        res->min_us = s.min;
+        res->median_us = s.median;
+        res->p99_us = s.p99;
+        res->max_us = s.max;
+        t = s.mean * 1e-6;
+    }
+    res->time_us = t * 1e6;
+    res->algbw_gbps = t > 0 ? (double)bytes / t / 1e9 : 0;
+    res->busbw_gbps = res->algbw_gbps * bench_bus_factor(sw->coll, sw->nranks);
+    return 0;
+}
+
+static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t redop, int root) {
+    size_t es = bench_dtype_size(dtype);
+    struct bench_layout l = bench_layout_for(sw->coll, size, es, sw->nranks, sw->rank);
+    if (sw->coll != BENCH_BARRIER && l.count == 0) { /* smaller than one element per rank */
+        if (sw->rank == 0) bench_progress_step(&sw->progress, size);
+        return 0;
+    }
+    struct bench_row row = {l.bytes, l.count, sw->coll == BENCH_BARRIER ? -1 : (int)dtype,
+                            sw->info->has_redop ? (int)redop : -1, sw->info->has_root ? root : -1, {{0}}};
+    struct bench_call call = {sw->coll, sw->send, sw->recv, l.count, dtype, redop, root};
+    for (int p = 0; p < BENCH_NUM_PLACEMENTS; p++) {
+        struct placement pl = {sw->send, sw->recv, sw->recv, l.recv_elems};
+        if (p == BENCH_IN_PLACE) {
+            if (!l.in_place_elems) continue;
+            pl.send = sw->recv + l.in_place_send * es;
+            pl.recv = sw->recv + l.in_place_recv * es;
+            pl.clear_elems = l.in_place_elems; /* the whole shared buffer */
+        }
+        call.send = pl.send;
+        call.recv = pl.recv;
+        struct bench_place_result *res = &row.place[p];
+        res->measured = 1;
+        res->wrong = -1;
+        if (sw->o->check && sw->info->moves_data && check_pass(sw, &call, &pl, &res->wrong)) return -1;
+        if (res->wrong > 0) sw->wrong_total += res->wrong;
+        if (timed_pass(sw, &call, l.bytes, res)) return -1;
+    }
+    if (sw->rank == 0) {
+        bench_report_row(&sw->report, &row);
+        bench_progress_step(&sw->progress, l.bytes);
+    }
+    return 0;
+}
+
+static int run_cycle(struct sweep *sw, int first_cycle) {
+    const struct bench_options *o = sw->o;
+    if (sw->coll == BENCH_BARRIER) return run_size(sw, 0, CCL_FLOAT32, CCL_SUM, -1);
+    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
+        if (!(o->dtype_mask & (1u << d))) continue;
+        for (int op = 0; op < CCL_NUM_OPS; op++) {
+            if (sw->info->has_redop ? !(o->redop_mask & (1u << op)) : op != CCL_SUM) continue;
+            const char *why = sw->be->unsupported(sw->c, sw->coll, (ccl_dtype_t)d, (ccl_op_t)op);
+            if (why) {
+                if (sw->rank == 0 && first_cycle)
+                    printf("# skipped %s%s%s: %s\n", bench_dtype_name((ccl_dtype_t)d), sw->info->has_redop ? " " : "",
+                           sw->info->has_redop ? bench_redop_name((ccl_op_t)op) : "", why);
+                continue;
+            }
+            int r0 = !sw->info->has_root ? -1 : o->root == BENCH_ALL ? 0 : o->root;
+            int r1 = !sw->info->has_root ? -1 : o->root == BENCH_ALL ? sw->nranks - 1 : o->root;
+            for (int root = r0; root <= r1; root++)
+                for (size_t s = o->min_bytes; s; s = next_size(o, s))
+                    if (run_size(sw, s, (ccl_dtype_t)d, (ccl_op_t)op, root)) return -1;
+        }
+    }
+    return 0;
+}
+
+static long rows_per_cycle(const struct sweep *sw) {
+    if (sw->coll == BENCH_BARRIER) return 1;
+    long n = count_sizes(sw->o) * __builtin_popcount(sw->o->dtype_mask);
+    if (sw->info->has_redop) n *= __builtin_popcount(sw->o->redop_mask);
+    if (sw->info->has_root && sw->o->root == BENCH_ALL) n *= sw->nranks;
+    return n;
+}
+
+/* Every rank learns whether every rank is ready: one failing rank must not
+ * leave the others waiting in a collective. */
+static int all_ok(struct sweep *sw, int ok) {
+    double v = ok;
+    if (sw->be->combine(sw->c, &v, 1, BENCH_COMBINE_MIN)) {
+        fail(sw, "agreeing on setup failed", NULL);
+        return 0;
+    }
+    return v > 0;
+}
+
+static int setup(struct sweep *sw, struct bench_wiring *w) {
+    const struct bench_options *o = sw->o;
+    size_t bytes = (o->max_bytes + 4095) & ~(size_t)4095;
+    int ok = 1;
+    if (sw->info->has_root && o->root != BENCH_ALL && o->root >= sw->nranks) {
+        if (sw->rank == 0) fprintf(stderr, "%s: -r %d: there are only %d ranks\n", o->prog, o->root, sw->nranks);
+        all_ok(sw, 0); /* so that no rank exits (and gets rank 0 stopped) before the message is out */
+        return BENCH_EXIT_USAGE;
+    }
+    if (sw->coll != BENCH_BARRIER) {
+        sw->send = aligned_alloc(4096, bytes);
+        sw->recv = aligned_alloc(4096, bytes);
+    }
+    sw->iter_times = calloc((size_t)o->iters, sizeof(double));
+    sw->calls = calloc((size_t)o->agg, sizeof(*sw->calls));
+    if ((sw->coll != BENCH_BARRIER && (!sw->send || !sw->recv)) || !sw->iter_times || !sw->calls) {
+        fprintf(stderr, "[rank %d] %s: out of memory for buffers of %zu bytes\n", sw->rank, o->prog, bytes);
+        ok = 0;
+    } else if (sw->send) { /* first touch outside any timing */
+        memset(sw->send, 0, bytes);
+        memset(sw->recv, 0, bytes);
+    }
+    if (!all_ok(sw, ok)) return BENCH_EXIT_ERROR;
+    sw->be->describe(sw->c, w);
+    /* The roofline is one core's memcpy: the other ranks wait meanwhile. */
+    if (sw->rank == 0) sw->report.memcpy = bench_measure_memcpy(o->max_bytes);
+    if (sw->be->barrier(sw->c)) {
+        fail(sw, "barrier failed", NULL);
+        return BENCH_EXIT_ERROR;
+    }
+    ok = 1;
+    if (sw->rank == 0) {
+        sw->report.o = o;
+        sw->report.w = w;
+        sw->report.op_name = sw->info->name;
+        sw->report.nranks = sw->nranks;
+        ok = bench_report_open(&sw->report) == 0;
+        bench_progress_start(&sw->progress, o->prog, o->cycles ? rows_per_cycle(sw) * o->cycles : 0);
+    }
+    return all_ok(sw, ok) ? BENCH_EXIT_OK : BENCH_EXIT_ERROR;
+}
+
+static int run_all(struct sweep *sw) {
+    struct bench_wiring w;
+    memset(&w, 0, sizeof w);
+    int status = setup(sw, &w);
+    if (status != BENCH_EXIT_OK) return status;
+    for (int cycle = 0; sw->o->cycles == 0 || cycle < sw->o->cycles; cycle++)
+        if (run_cycle(sw, cycle == 0)) {
+            sw->be->abort(sw->c);
+            return BENCH_EXIT_ERROR;
+        }
+    status = sw->wrong_total ? BENCH_EXIT_WRONG : BENCH_EXIT_OK;
+    if (sw->rank == 0 && bench_report_close(&sw->report)) status = BENCH_EXIT_ERROR;
+    /* Nobody exits before rank 0 has written everything: launchers stop
+     * every rank when one exits with a failure. */
+    if (sw->be->barrier(sw->c)) {
+        fail(sw, "final barrier failed", NULL);
+        return BENCH_EXIT_ERROR;
+    }
+    return status;
+}
+
+int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_backend *be) {
+    struct bench_options o;
+    int parsed = bench_parse_options(argc, argv, coll, be, &o);
+    if (parsed) return parsed > 0 ? BENCH_EXIT_OK : BENCH_EXIT_USAGE;
+    int status;
+    struct bench_comm *c = be->start(&o, &status);
+    if (!c) return status;
+    struct sweep sw = {.o = &o, .be = be, .c = c, .coll = coll, .info = bench_coll_info(coll)};
+    sw.rank = be->rank(c);
+    sw.nranks = be->size(c);
+    const char *corrupt = getenv("CCL_BENCH_CORRUPT");
+    sw.corrupt = corrupt && *corrupt && strcmp(corrupt, "0") != 0;
+    status = run_all(&sw);
+    free(sw.send);
+    free(sw.recv);
+    free(sw.iter_times);
+    free(sw.calls);
+    return be->finish(c, status);
+}

@@ -1,0 +1,118 @@
+#!/bin/sh
+# The benchmark programs' tests (ctest label "bench"), one case per call:
+#   bench_test.sh CASE BIN_DIR PROG [ARGS...]
+# Every case checks exact exit statuses and what the output says, so a
+# program that fails for another reason than the one tested fails the test.
+set -u
+case_name=$1 bin=$2 prog=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+# The short sweep every program must pass.
+short="-b 8 -e 256K -f 4 -n 3 -w 1"
+
+die() { echo "FAIL: $*"; exit 1; }
+
+# run OUT_FILE COMMAND...: runs it, keeps stdout and stderr, sets $rc.
+run() {
+  out=$1; shift
+  echo "+ $*"
+  "$@" >"$out" 2>"$out.err"
+  rc=$?
+  cat "$out" "$out.err"
+}
+
+# The data rows of a text table (with cclrun's "[0] " prefix removed).
+rows() { sed 's/^\[0\] //' "$1" | grep -v '^#' | grep -v '^\[' ; }
+
+# Every measured placement was checked and found right; at least one row.
+expect_all_right() {
+  rows "$1" | awk -v f="$1" '
+    { n++; if ($9 != "0" || ($13 != "0" && $13 != "N/A")) { print "wrong values in " f ": " $0; bad = 1 } }
+    END { if (n == 0) { print "no result rows in " f; bad = 1 } exit bad }' || exit 1
+  grep -q '# Out of bounds values : 0 OK$' "$1" || die "no '0 OK' footer"
+}
+
+# The header names the rank count, and the transport where there are peers.
+expect_header() { # FILE NRANKS TRANSPORT
+  plural=s; [ "$2" -eq 1 ] && plural=
+  t=$3; [ "$2" -eq 1 ] && t=none
+  grep -q "^\(\[0\] \)\?# $prog: .*, $2 rank$plural, .*transport $t, " "$1" || die "header does not say $2 ranks over $t"
+}
+
+# LAUNCHER... -- ARGS... -> $launcher and $args (words without spaces).
+split_launcher() {
+  launcher= args=
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do launcher="$launcher $1"; shift; done
+  [ $# -gt 0 ] && shift
+  args="$*"
+}
+
+case $case_name in
+sweep) # TRANSPORT: 1 to 4 ranks forked by --ranks
+  for n in 1 2 3 4; do
+    run "$tmp/out" "$bin/$prog" $short --ranks "$n" -t "$1"
+    [ $rc -eq 0 ] || die "exit status $rc with $n ranks"
+    expect_header "$tmp/out" "$n" "$1"
+    if [ "$prog" = barrier_perf ]; then
+      grep -q '# Out of bounds values : N/A' "$tmp/out" || die "barrier footer"
+      [ "$(rows "$tmp/out" | wc -l)" -eq 1 ] || die "barrier: one row expected"
+    else
+      expect_all_right "$tmp/out"
+    fi
+  done ;;
+cclrun) # CCLRUN N [CCLRUN_OPTIONS...]: started by cclrun, through ccl_comm_init_env
+  cclrun=$1 n=$2; shift 2
+  run "$tmp/out" "$cclrun" -n "$n" --timeout 100 "$@" "$bin/$prog" $short
+  [ $rc -eq 0 ] || die "exit status $rc"
+  transport=shm
+  case " $* " in *" --host-per-rank "*) transport=tcp; grep -q "^\[0\] # $prog: .*, $n hosts," "$tmp/out" || die "hosts" ;; esac
+  expect_header "$tmp/out" "$n" "$transport"
+  [ "$(grep -c -v '^\[0\]' "$tmp/out")" -eq 0 ] || die "only rank 0 prints"
+  expect_all_right "$tmp/out" ;;
+types) # N [ARGS...]: every type, op and root on a tiny sweep
+  n=$1; shift
+  run "$tmp/out" "$bin/$prog" -b 1 -e 4K -f 8 -n 2 -w 1 -d all -o all -r all --ranks "$n" "$@"
+  [ $rc -eq 0 ] || die "exit status $rc"
+  expect_all_right "$tmp/out"
+  for t in int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64; do
+    rows "$tmp/out" | awk -v t=$t '$3 == t { found = 1 } END { exit !found }' || die "no $t rows"
+  done ;;
+corrupt) # LAUNCHER... -- ARGS...: the checker's self-test must make the program report wrong values and exit 1
+  split_launcher "$@"
+  CCL_BENCH_CORRUPT=1 run "$tmp/out" $launcher "$bin/$prog" -b 64 -e 4K -f 4 -n 2 -w 1 -r 1 $args
+  [ $rc -eq 1 ] || die "exit status $rc, not 1"
+  # Exactly one flipped element per checked call: no more, no fewer.
+  rows "$tmp/out" | awk '{ n++; if ($9 != "1" || ($13 != "1" && $13 != "N/A")) { print "not one wrong: " $0; bad = 1 } }
+    END { exit bad || n == 0 }' || die "#wrong is not 1 in every row"
+  grep -Eq '# Out of bounds values : [1-9][0-9]* FAILED$' "$tmp/out" || die "no FAILED footer"
+  grep -Eq '\[rank [0-9]+\] |CCL WARN' "$tmp/out.err" && die "the program failed for another reason"
+  exit 0 ;;
+files) # LAUNCHER... -- ARGS...: JSON and CSV parse and agree with the text
+  split_launcher "$@"
+  run "$tmp/out" $launcher "$bin/$prog" --json "$tmp/r.json" --csv "$tmp/r.csv" $args
+  [ $rc -eq 0 ] || die "exit status $rc"
+  python3 "$here/check_results.py" "$tmp/out" "$tmp/r.csv" "$tmp/r.json" || die "results disagree" ;;
+usage) # bad flags: a message naming the program, status 2; -h: status 0
+  for bad in "-b" "-b x" "-e 1Q" "-f 1" "-n 0" "-w -1" "-m 0" "-c 2" "-z 7" "-a 4" "-d float8" "-o mean" \
+             "-r x" "-t ib" "-A tree" "--ranks 0" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
+    run "$tmp/out" "$bin/$prog" $bad
+    [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
+    grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"
+  done
+  run "$tmp/out" "$bin/$prog" -r 5 --ranks 2 $short
+  [ $rc -eq 2 ] && grep -q 'only 2 ranks' "$tmp/out.err" || die "-r 5 with 2 ranks: status $rc"
+  run "$tmp/out" "$bin/$prog" -h
+  [ $rc -eq 0 ] && grep -q "^Usage: $prog " "$tmp/out" && grep -q CCL_BENCH_CORRUPT "$tmp/out" || die "-h" ;;
+mpi) # MPIRUN...: the MPI twin under mpirun, 2 ranks
+  run "$tmp/out" "$@" "$bin/$prog" $short -d all -o sum,max
+  [ $rc -eq 0 ] || die "exit status $rc"
+  grep -q "^# $prog: mpi-openmpi .*, 2 ranks," "$tmp/out" || die "header"
+  if [ "$prog" = barrier_perf_mpi ]; then [ "$(rows "$tmp/out" | wc -l)" -eq 1 ] || die "barrier row"
+  else expect_all_right "$tmp/out"; fi
+  run "$tmp/out" "$bin/$prog" --ranks 2
+  [ $rc -eq 2 ] || die "--ranks must be refused by the MPI twin" ;;
+*) die "unknown case $case_name" ;;
+esac
+echo "PASS"
