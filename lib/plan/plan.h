@@ -25,7 +25,7 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
 
 /* How waits behave: spinning helps when every rank has a hardware thread
  * of its own; with more ranks than threads on a host, a spinning rank
- * steals the time of the rank it waits for, so waits go straight to sleep. */
+ * steals the time of the rank it waits for, so waits yield at once. */
 void ccl__plan_waiting(struct ccl_comm *comm);
 
 typedef ccl_status_t (*ccl__algo_fn)(struct ccl_comm *comm, const struct ccl__coll_args *a);
