@@ -15,6 +15,12 @@ struct batch_op {
     int nxfers;
 };
 
+static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    ccl__algo_fn fn = ccl__plan_algo(comm, a);
+    if (!fn) return ccl__set_error(comm, CCL_ERR_INTERNAL, "no algorithm for operation kind %d", a->id.kind);
+    return fn(comm, a);
+}
+
 /* Point-to-point transfers first, all together (so a group's sends and
  * receives can never deadlock on each other), then collectives in issue
  * order (every rank issues those in the same order). */
@@ -22,15 +28,20 @@ static ccl_status_t batch_run(struct ccl__op *base) {
     struct batch_op *b = (struct batch_op *)base;
     struct ccl_comm *comm = base->comm;
     if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->n == 1 ? "send/recv" : "group"));
-    for (int i = 0; i < b->n; i++) {
-        if (b->calls[i].is_p2p) continue;
-        const struct ccl__coll_args *a = &b->calls[i].coll;
-        ccl__algo_fn fn = ccl__plan_algo(comm, a);
-        if (!fn) return ccl__set_error(comm, CCL_ERR_INTERNAL, "no algorithm for operation kind %d", a->id.kind);
-        ccl_status_t st = fn(comm, a);
-        if (st < 0) return st;
-    }
+    for (int i = 0; i < b->n; i++)
+        if (!b->calls[i].is_p2p) CCL_CHECK(run_coll(comm, &b->calls[i].coll));
     return CCL_OK;
+}
+
+/* A blocking call on an idle communicator: run it here, with nothing
+ * allocated (this is the small-message latency path). */
+static ccl_status_t run_inline(struct ccl__call *call) {
+    struct ccl_comm *comm = call->comm;
+    ccl_status_t st = ccl__comm_health(comm);
+    if (st == CCL_OK)
+        st = call->is_p2p ? ccl__p2p_run(comm, &call->xfer, 1, CCL__K_P2P, "send/recv") : run_coll(comm, &call->coll);
+    ccl__exec_inline_done(comm);
+    return st;
 }
 
 static void batch_release(struct ccl__op *base) {
@@ -82,6 +93,8 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
         st = ccl__group_record(call);
     } else if (req) {
         st = ccl__submit_batch(comm, call, 1, NULL, 0);
+    } else if (ccl__exec_try_inline(comm)) {
+        return run_inline(call);
     } else {
         struct ccl_request local;
         ccl__request_init(&local, comm, 0);

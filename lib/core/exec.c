@@ -121,6 +121,24 @@ void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok) 
     pthread_mutex_unlock(&e->lock);
 }
 
+int ccl__exec_try_inline(struct ccl_comm *comm) {
+    struct ccl__exec *e = comm->exec;
+    int claimed = 0;
+    pthread_mutex_lock(&e->lock);
+    if (!e->busy && !e->head) claimed = e->busy = 1;
+    pthread_mutex_unlock(&e->lock);
+    return claimed;
+}
+
+void ccl__exec_inline_done(struct ccl_comm *comm) {
+    struct ccl__exec *e = comm->exec;
+    pthread_mutex_lock(&e->lock);
+    e->busy = 0;
+    pthread_cond_broadcast(&e->work);
+    pthread_cond_broadcast(&e->done);
+    pthread_mutex_unlock(&e->lock);
+}
+
 ccl_status_t ccl__request_wait(struct ccl_request *req) {
     if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
         struct ccl__exec *e = req->exec;

@@ -43,6 +43,11 @@ void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm, int heap)
 /* Queue op (its reqs complete when it finishes). With inline_ok, an idle
  * communicator runs it right here. Takes ownership of op. */
 void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok);
+/* The allocation-free path of a blocking call: if the communicator is idle
+ * (nothing queued or running), claim it and return 1; the caller runs its
+ * operation and then calls ccl__exec_inline_done. Returns 0 otherwise. */
+int ccl__exec_try_inline(struct ccl_comm *comm);
+void ccl__exec_inline_done(struct ccl_comm *comm);
 /* Blocks until req is done; returns its status. Does not free it. */
 ccl_status_t ccl__request_wait(struct ccl_request *req);
 /* Runs fn(comm, arg) on the communicator's executor, after everything
