@@ -24,7 +24,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_ALGO", "", "force an algorithm: ring"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
     {"CCL_SECRET", "", "job secret (hex) for ccl_comm_init_env; cclrun sets it"},
-    {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c counter)"},
+    {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c communicator id)"},
     {"CCL_TRACE_MAX_EVENTS", "4000000", "events kept per rank while tracing; later ones are dropped"},
 };
 

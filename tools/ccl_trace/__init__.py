@@ -1,0 +1,1 @@
+"""ccl-trace: read, explain, draw and summarise libccl chunk traces."""
