@@ -66,7 +66,9 @@ if(BENCH_MPI_LIBRARY STREQUAL "mpi-openmpi" AND BENCH_MPIRUN_OPENMPI)
            -b 64 -e 64K -f 8 -n 3 -I -d int32,float64 -o sum,max -z 1 -m 2)
   list(APPEND mpi_tests bench_mpi_corrupt bench_mpi_files)
   # Open MPI leaks by design at exit: LeakSanitizer would fail every run.
-  set_tests_properties(${mpi_tests} PROPERTIES ENVIRONMENT
+  # Two mpirun starting at once can race creating Open MPI's session
+  # directory in /tmp ("mkdir ... File exists"): one at a time.
+  set_tests_properties(${mpi_tests} PROPERTIES RESOURCE_LOCK openmpi_session ENVIRONMENT
     "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;ASAN_OPTIONS=detect_leaks=0")
   list(APPEND bench_tests ${mpi_tests})
 endif()
