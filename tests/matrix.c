@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 const struct matrix_config matrix_configs[] = {
     {1, "shm", 0, "1 rank shm"},
     {2, "shm", 0, "2 ranks shm"},
@@ -83,6 +85,10 @@ void matrix_run(int index, harness_body_fn body, const char *what, void *user) {
     matrix_run_config(&matrix_configs[index], body, what, user);
 }
 
+void matrix_run_short(int index, harness_body_fn body, const char *what, void *user) {
+    matrix_run_config(&matrix_short_configs[index], body, what, user);
+}
+
 void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user) {
     struct matrix_ctx ctx = {.cfg = cfg, .what = what, .user = user};
     struct harness_run run = {
@@ -94,24 +100,15 @@ void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, co
         .ccl_timeout = "30",
         .deadline_s = 500,
     };
-    char why[2048];
-    harness_run(&run);
-    harness_describe(&run, 0, why, sizeof why);
-    ck_assert_msg(harness_problems(&run, 0) == 0, "%s on %s: %s", what, cfg->name, why);
+    util_run_clean(&run, 0, "%s on %s", what, cfg->name);
 }
 
 void matrix_add_loop(Suite *s, const char *name, const TTest *test, int timeout_s) {
-    TCase *tc = tcase_create(name);
-    tcase_set_timeout(tc, timeout_s);
-    tcase_add_loop_test(tc, test, 0, matrix_config_count);
-    suite_add_tcase(s, tc);
+    util_add_loop_case(s, name, test, matrix_config_count, timeout_s);
 }
 
 void matrix_add_short_loop(Suite *s, const char *name, const TTest *test, int timeout_s) {
-    TCase *tc = tcase_create(name);
-    tcase_set_timeout(tc, timeout_s);
-    tcase_add_loop_test(tc, test, 0, matrix_short_config_count);
-    suite_add_tcase(s, tc);
+    util_add_loop_case(s, name, test, matrix_short_config_count, timeout_s);
 }
 
 void matrix_summary(const struct matrix_ctx *ctx, int rank, const struct matrix_stats *st,
@@ -141,4 +138,95 @@ int matrix_expect_guards(struct harness_tally *t, const char *combo, const char 
     if (tbuf_guards_ok(b)) return 1;
     harness_fail(t, __FILE__, __LINE__, "%s: bytes written outside %s (%zu bytes)", combo, bufname, b->bytes);
     return 0;
+}
+
+size_t matrix_buf_cap(void) {
+    size_t cap = SMALL_PRIME_COUNT * 8 + 64;
+    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
+        size_t bytes = matrix_big_count((ccl_dtype_t)d) * ccl_dtype_size((ccl_dtype_t)d);
+        if (bytes > cap) cap = bytes;
+    }
+    return cap;
+}
+
+size_t matrix_block_buf_cap(int nranks) {
+    size_t cap = SMALL_PRIME_COUNT * 8 + 64;
+    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
+        size_t bytes = matrix_big_block_count((ccl_dtype_t)d, nranks) * ccl_dtype_size((ccl_dtype_t)d);
+        if (bytes > cap) cap = bytes;
+    }
+    return cap;
+}
+
+int matrix_body_begin(struct matrix_body *mb, ccl_comm_t *comm, int rank, int nranks, void *arg, size_t send_cap,
+                      size_t recv_cap, size_t want_cap, size_t saved_cap) {
+    memset(mb, 0, sizeof *mb);
+    mb->ctx = arg;
+    mb->comm = comm;
+    mb->rank = rank;
+    mb->nranks = nranks;
+    mb->t.rank = rank;
+    mb->stats.start = harness_now();
+    int ok = 1;
+    if (send_cap) ok &= tbuf_alloc(&mb->b.send, send_cap) == 0;
+    if (recv_cap) ok &= tbuf_alloc(&mb->b.recv, recv_cap) == 0;
+    if (want_cap) ok &= (mb->b.want = malloc(want_cap)) != NULL;
+    if (saved_cap) ok &= (mb->b.saved = malloc(saved_cap)) != NULL;
+    if (!ok) {
+        harness_fail(&mb->t, __FILE__, __LINE__, "out of memory");
+        return -1;
+    }
+    mb->ready = 1;
+    return 0;
+}
+
+void matrix_sweep(struct matrix_body *mb, const struct matrix_sweep *sw) {
+    int nranks = mb->nranks;
+    int nroots = sw->has_root ? nranks : 1, nops = sw->has_op ? CCL_NUM_OPS : 1;
+    size_t counts[8];
+    int ncounts = matrix_small_counts(nranks, counts);
+    ccl_status_t st = CCL_OK;
+    for (int root = 0; root < nroots && st == CCL_OK; root++)
+        for (int d = 0; d < CCL_NUM_DTYPES && st == CCL_OK; d++)
+            for (int op = 0; op < nops && st == CCL_OK; op++)
+                for (int ci = 0; ci < ncounts && st == CCL_OK; ci++)
+                    for (int pl = 0; pl < sw->placements && st == CCL_OK; pl++) {
+                        /* Misalignments rotate with the other dimensions. */
+                        size_t misalign = ccl_dtype_size((ccl_dtype_t)d) * (size_t)((d + op + ci + root) % 3);
+                        struct matrix_combo c = {(ccl_dtype_t)d, (ccl_op_t)op, counts[ci], root, pl, misalign};
+                        st = sw->run(mb, &c);
+                        mb->stats.combos++;
+                    }
+    /* Above 4 MiB: every dtype, the rest as pick_big chooses (all of it in
+     * full mode). */
+    int big_roots = sw->big_every_root ? nranks : 1;
+    for (int d = 0; d < CCL_NUM_DTYPES && st == CCL_OK; d++) {
+        ccl_dtype_t dt = (ccl_dtype_t)d;
+        size_t count = sw->blocked ? matrix_big_block_count(dt, nranks) : matrix_big_count(dt);
+        for (int root = 0; root < big_roots && st == CCL_OK; root++)
+            for (int op = 0; op < nops && st == CCL_OK; op++)
+                for (int pl = 0; pl < sw->placements && st == CCL_OK; pl++) {
+                    struct matrix_combo c = {dt, (ccl_op_t)op, count, root, pl, 0};
+                    if (sw->pick_big && !sw->pick_big(nranks, &c) && !matrix_full()) continue;
+                    st = sw->run(mb, &c);
+                    mb->stats.combos++;
+                }
+    }
+}
+
+int matrix_body_end(struct matrix_body *mb) {
+    if (mb->ready) matrix_summary(mb->ctx, mb->rank, &mb->stats, &mb->t);
+    tbuf_free(&mb->b.send);
+    tbuf_free(&mb->b.recv);
+    free(mb->b.want);
+    free(mb->b.saved);
+    return mb->t.fails;
+}
+
+ccl_status_t matrix_call_ok_at(struct matrix_body *mb, const char *combo, ccl_status_t st, const char *file,
+                               int line) {
+    if (st != CCL_OK)
+        harness_fail(&mb->t, file, line, "%s returned %s: %s", combo, ccl_status_string(st),
+                     ccl_comm_last_error(mb->comm));
+    return st;
 }

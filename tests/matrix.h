@@ -60,6 +60,8 @@ void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, co
  * per rank, and the planner's choice across two hosts. */
 extern const struct matrix_config matrix_short_configs[];
 extern const int matrix_short_config_count;
+/* Runs body on matrix_short_configs[index] (a short loop test's _i). */
+void matrix_run_short(int index, harness_body_fn body, const char *what, void *user);
 /* A test case looping over every configuration. */
 void matrix_add_loop(Suite *s, const char *name, const TTest *test, int timeout_s);
 /* A test case looping over matrix_short_configs. */
@@ -82,5 +84,75 @@ int matrix_expect_equal(struct harness_tally *t, const char *combo, const char *
                         const void *got, const void *want, size_t count);
 /* Both guards of b intact, else one failure. */
 int matrix_expect_guards(struct harness_tally *t, const char *combo, const char *bufname, const struct tbuf *b);
+
+/* ---- a collective's sweep ----
+ * Every collective's matrix body runs the same two loops: the whole cross
+ * product at the small counts, then one big count per dtype with the other
+ * dimensions rotating (all of them under CCL_TEST_FULL). A collective
+ * names its dimensions and its one-combination function; the loops, their
+ * order, the misalignments and the combination count are shared. */
+
+/* One combination. Collectives without an op or a root see 0 there. */
+struct matrix_combo {
+    ccl_dtype_t dtype;
+    ccl_op_t op;
+    size_t count;
+    int root;
+    int placement;
+    size_t misalign;
+};
+
+/* Guarded send/recv buffers, the expected result and a copy of the input. */
+struct matrix_bufs {
+    struct tbuf send, recv;
+    uint8_t *want, *saved;
+};
+
+/* A body's per-rank state. */
+struct matrix_body {
+    const struct matrix_ctx *ctx;
+    ccl_comm_t *comm;
+    int rank, nranks;
+    struct harness_tally t;
+    struct matrix_stats stats;
+    struct matrix_bufs b;
+    int ready; /* buffers allocated: the summary is printed */
+};
+
+/* Runs one combination and every check on its outcome; returns the call's
+ * status (the sweep stops at the first call that fails). */
+typedef ccl_status_t (*matrix_combo_fn)(struct matrix_body *mb, const struct matrix_combo *c);
+
+struct matrix_sweep {
+    matrix_combo_fn run;
+    int has_root;       /* small counts run every root */
+    int has_op;         /* every op, at every count */
+    int placements;     /* placements 0 .. placements-1, at every count */
+    int blocked;        /* the big count is matrix_big_block_count's */
+    int big_every_root; /* the big count loops over roots too */
+    /* Whether a big-count combination runs outside CCL_TEST_FULL; may set
+     * c->root (it is called in full mode too). NULL: every one runs. */
+    int (*pick_big)(int nranks, struct matrix_combo *c);
+};
+
+/* Bytes for the largest count of any dtype (small or big count), and the
+ * same per block for the blocked collectives. */
+size_t matrix_buf_cap(void);
+size_t matrix_block_buf_cap(int nranks);
+
+/* Starts a body: fills mb and allocates its buffers (a cap of 0 leaves that
+ * one out). Returns 0, or -1 after counting an out-of-memory failure. */
+int matrix_body_begin(struct matrix_body *mb, ccl_comm_t *comm, int rank, int nranks, void *arg, size_t send_cap,
+                      size_t recv_cap, size_t want_cap, size_t saved_cap);
+/* The two loops, counting every combination run. */
+void matrix_sweep(struct matrix_body *mb, const struct matrix_sweep *sw);
+/* The summary line (when begin succeeded), frees; returns the failures. */
+int matrix_body_end(struct matrix_body *mb);
+
+/* A collective's call returned st: unless CCL_OK, one failure naming the
+ * combination, the status and the communicator's last error. Returns st. */
+#define MATRIX_CALL_OK(mb, combo, st) matrix_call_ok_at((mb), (combo), (st), __FILE__, __LINE__)
+ccl_status_t matrix_call_ok_at(struct matrix_body *mb, const char *combo, ccl_status_t st, const char *file,
+                               int line);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "ref.h"
+#include "util.h"
 
 #define BUF_ELEMS 64
 
@@ -366,19 +367,13 @@ END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("args");
-    TCase *tc = tcase_create("bad_arguments_on_a_working_comm");
-    tcase_set_timeout(tc, 150);
-    tcase_add_loop_test(tc, bad_arguments_on_a_working_comm, 0, 2);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("local");
+    util_add_loop_case(s, "bad_arguments_on_a_working_comm", bad_arguments_on_a_working_comm, 2, 150);
+    TCase *tc = tcase_create("local");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, init_with_bad_arguments);
     tcase_add_test(tc, names_and_strings);
     suite_add_tcase(s, tc);
-    tc = tcase_create("counts_differ_between_ranks");
-    tcase_set_timeout(tc, 90);
-    tcase_add_loop_test(tc, counts_differ_between_ranks, 0, 2);
-    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "counts_differ_between_ranks", counts_differ_between_ranks, 2, 90);
     return s;
 }
 

@@ -135,22 +135,32 @@ out:
     return t.fails;
 }
 
-START_TEST(each_twin) { matrix_run_config(&matrix_short_configs[_i], body_each_twin, "async twins", NULL); }
+START_TEST(each_twin) { matrix_run_short(_i, body_each_twin, "async twins", NULL); }
 END_TEST
 
 /* ---- polling with ccl_test ---- */
 
 #define BIG_COUNT ((size_t)4 << 20 | 1)
 
+/* in and out of BIG_COUNT elements, in holding this rank's inputs. Returns
+ * -1 after counting the failure when out of memory; the caller frees both
+ * either way. */
+static int alloc_big_inputs(struct harness_tally *t, int rank, int32_t **in, int32_t **out) {
+    *in = malloc(BIG_COUNT * 4);
+    *out = malloc(BIG_COUNT * 4);
+    if (!*in || !*out) {
+        harness_fail(t, __FILE__, __LINE__, "out of memory");
+        return -1;
+    }
+    fill_inputs(*in, rank, 0, BIG_COUNT);
+    return 0;
+}
+
 static int body_polling(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     const struct matrix_ctx *ctx = arg;
     struct harness_tally t = {rank, 0};
-    int32_t *in = malloc(BIG_COUNT * 4), *out = malloc(BIG_COUNT * 4);
-    if (!in || !out) {
-        harness_fail(&t, __FILE__, __LINE__, "out of memory");
-        goto out;
-    }
-    fill_inputs(in, rank, 0, BIG_COUNT);
+    int32_t *in = NULL, *out = NULL;
+    if (alloc_big_inputs(&t, rank, &in, &out) != 0) goto out;
     ccl_request_t *req = NULL;
     if (EXPECT_OK(&t, ccl_all_reduce_async(in, out, BIG_COUNT, CCL_INT32, CCL_SUM, comm, &req)) != CCL_OK)
         goto out;
@@ -184,7 +194,7 @@ out:
     return t.fails;
 }
 
-START_TEST(polling) { matrix_run_config(&matrix_short_configs[_i], body_polling, "ccl_test polling", NULL); }
+START_TEST(polling) { matrix_run_short(_i, body_polling, "ccl_test polling", NULL); }
 END_TEST
 
 /* ---- many outstanding: completion in issue order ---- */
@@ -262,9 +272,7 @@ out:
     return t.fails;
 }
 
-START_TEST(outstanding_in_order) {
-    matrix_run_config(&matrix_short_configs[_i], body_outstanding, "outstanding requests", NULL);
-}
+START_TEST(outstanding_in_order) { matrix_run_short(_i, body_outstanding, "outstanding requests", NULL); }
 END_TEST
 
 /* ---- overlap with compute ---- */
@@ -272,12 +280,8 @@ END_TEST
 static int body_overlap(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     const struct matrix_ctx *ctx = arg;
     struct harness_tally t = {rank, 0};
-    int32_t *in = malloc(BIG_COUNT * 4), *out = malloc(BIG_COUNT * 4);
-    if (!in || !out) {
-        harness_fail(&t, __FILE__, __LINE__, "out of memory");
-        goto out;
-    }
-    fill_inputs(in, rank, 0, BIG_COUNT);
+    int32_t *in = NULL, *out = NULL;
+    if (alloc_big_inputs(&t, rank, &in, &out) != 0) goto out;
     ccl_request_t *req = NULL;
     double t0 = harness_now();
     if (EXPECT_OK(&t, ccl_all_reduce_async(in, out, BIG_COUNT, CCL_INT32, CCL_SUM, comm, &req)) != CCL_OK)
@@ -306,7 +310,7 @@ out:
     return t.fails;
 }
 
-START_TEST(overlap) { matrix_run_config(&matrix_short_configs[_i], body_overlap, "overlap", NULL); }
+START_TEST(overlap) { matrix_run_short(_i, body_overlap, "overlap", NULL); }
 END_TEST
 
 static Suite *suite(void) {

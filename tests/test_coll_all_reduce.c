@@ -16,50 +16,30 @@
 
 #define COLL_ALL_REDUCE 1
 
-struct bufs {
-    struct tbuf send, recv;
-    uint8_t *want, *saved;
-};
-
-static int bufs_alloc(struct bufs *b, size_t cap) {
-    memset(b, 0, sizeof *b);
-    if (tbuf_alloc(&b->send, cap) || tbuf_alloc(&b->recv, cap)) return -1;
-    b->want = malloc(cap ? cap : 1);
-    b->saved = malloc(cap ? cap : 1);
-    return b->want && b->saved ? 0 : -1;
-}
-
-static void bufs_free(struct bufs *b) {
-    tbuf_free(&b->send);
-    tbuf_free(&b->recv);
-    free(b->want);
-    free(b->saved);
-}
-
 /* One call and every check on its outcome. Returns the call's status. */
-static ccl_status_t run_combo(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, struct bufs *b,
-                              ccl_dtype_t dt, ccl_op_t op, size_t count, int in_place, size_t misalign) {
-    size_t bytes = count * ccl_dtype_size(dt);
-    struct ref_case c = {dt, op, nranks, matrix_seed(COLL_ALL_REDUCE, dt, op, count, in_place, 0)};
+static ccl_status_t run_combo(struct matrix_body *mb, const struct matrix_combo *c) {
+    struct matrix_bufs *b = &mb->b;
+    struct harness_tally *t = &mb->t;
+    ccl_dtype_t dt = c->dtype;
+    ccl_op_t op = c->op;
+    int in_place = c->placement;
+    size_t count = c->count, bytes = count * ccl_dtype_size(dt);
+    struct ref_case rc = {dt, op, mb->nranks, matrix_seed(COLL_ALL_REDUCE, dt, op, count, in_place, 0)};
     char combo[160];
     snprintf(combo, sizeof combo, "all_reduce %s %s count=%zu %s misalign=%zu", ccl_dtype_name(dt),
-             ccl_op_name(op), count, in_place ? "in-place" : "out-of-place", misalign);
+             ccl_op_name(op), count, in_place ? "in-place" : "out-of-place", c->misalign);
 
-    void *send = tbuf_arm(&b->send, bytes, misalign);
-    ref_reduce_input(&c, rank, 0, count, send);
+    void *send = tbuf_arm(&b->send, bytes, c->misalign);
+    ref_reduce_input(&rc, mb->rank, 0, count, send);
     void *recv = send;
     if (!in_place) {
-        recv = tbuf_arm(&b->recv, bytes, misalign);
+        recv = tbuf_arm(&b->recv, bytes, c->misalign);
         tbuf_poison(&b->recv);
         memcpy(b->saved, send, bytes);
     }
-    ccl_status_t st = ccl_all_reduce(send, recv, count, dt, op, comm);
-    if (st != CCL_OK) {
-        harness_fail(t, __FILE__, __LINE__, "%s returned %s: %s", combo, ccl_status_string(st),
-                     ccl_comm_last_error(comm));
-        return st;
-    }
-    ref_reduce_expected(&c, 0, count, b->want);
+    ccl_status_t st = MATRIX_CALL_OK(mb, combo, ccl_all_reduce(send, recv, count, dt, op, mb->comm));
+    if (st != CCL_OK) return st;
+    ref_reduce_expected(&rc, 0, count, b->want);
     matrix_expect_equal(t, combo, "recvbuf", dt, recv, b->want, count);
     matrix_expect_guards(t, combo, "sendbuf", &b->send);
     if (!in_place) {
@@ -69,51 +49,18 @@ static ccl_status_t run_combo(struct harness_tally *t, ccl_comm_t *comm, int ran
     return CCL_OK;
 }
 
+/* Above 4 MiB, ops and placements rotate over the dtypes. */
+static int pick_big(int nranks, struct matrix_combo *c) {
+    (void)nranks;
+    return c->op == matrix_big_op(c->dtype) && c->placement == matrix_big_in_place(c->dtype);
+}
+
 static int body_matrix(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    const struct matrix_ctx *ctx = arg;
-    struct harness_tally t = {rank, 0};
-    struct matrix_stats stats = {0, harness_now()};
-    size_t cap = 0;
-    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
-        size_t bytes = matrix_big_count((ccl_dtype_t)d) * ccl_dtype_size((ccl_dtype_t)d);
-        if (bytes > cap) cap = bytes;
-    }
-    size_t small_cap = 99991 * 8 + 64;
-    if (small_cap > cap) cap = small_cap;
-    struct bufs b;
-    if (bufs_alloc(&b, cap) != 0) {
-        harness_fail(&t, __FILE__, __LINE__, "out of memory");
-        return t.fails;
-    }
-    size_t counts[8];
-    int ncounts = matrix_small_counts(nranks, counts);
-    ccl_status_t st = CCL_OK;
-    /* Small counts: the whole cross product. */
-    for (int d = 0; d < CCL_NUM_DTYPES && st == CCL_OK; d++)
-        for (int op = 0; op < CCL_NUM_OPS && st == CCL_OK; op++)
-            for (int ci = 0; ci < ncounts && st == CCL_OK; ci++)
-                for (int ip = 0; ip < 2 && st == CCL_OK; ip++) {
-                    size_t es = ccl_dtype_size((ccl_dtype_t)d);
-                    size_t misalign = es * (size_t)((d + op + ci) % 3);
-                    st = run_combo(&t, comm, rank, nranks, &b, (ccl_dtype_t)d, (ccl_op_t)op, counts[ci], ip,
-                                   misalign);
-                    stats.combos++;
-                }
-    /* Above 4 MiB: each dtype once, ops and placements rotating (or all). */
-    for (int d = 0; d < CCL_NUM_DTYPES && st == CCL_OK; d++) {
-        size_t count = matrix_big_count((ccl_dtype_t)d);
-        for (int op = 0; op < CCL_NUM_OPS && st == CCL_OK; op++)
-            for (int ip = 0; ip < 2 && st == CCL_OK; ip++) {
-                if (!matrix_full() && (op != (int)matrix_big_op((ccl_dtype_t)d) ||
-                                       ip != matrix_big_in_place((ccl_dtype_t)d)))
-                    continue;
-                st = run_combo(&t, comm, rank, nranks, &b, (ccl_dtype_t)d, (ccl_op_t)op, count, ip, 0);
-                stats.combos++;
-            }
-    }
-    matrix_summary(ctx, rank, &stats, &t);
-    bufs_free(&b);
-    return t.fails;
+    static const struct matrix_sweep sweep = {.run = run_combo, .has_op = 1, .placements = 2, .pick_big = pick_big};
+    struct matrix_body mb;
+    size_t cap = matrix_buf_cap();
+    if (matrix_body_begin(&mb, comm, rank, nranks, arg, cap, cap, cap, cap) == 0) matrix_sweep(&mb, &sweep);
+    return matrix_body_end(&mb);
 }
 
 START_TEST(all_reduce_matrix) { matrix_run(_i, body_matrix, "all_reduce", NULL); }

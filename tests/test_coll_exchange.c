@@ -22,35 +22,26 @@
 /* Distinct payload for every (source, destination) pair. */
 static int pair_id(int src, int dst) { return src * HARNESS_MAX_RANKS + dst; }
 
-static size_t max_bytes(void) {
-    size_t cap = 99991 * 8 + 64;
-    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
-        size_t bytes = matrix_big_count((ccl_dtype_t)d) * ccl_dtype_size((ccl_dtype_t)d);
-        if (bytes > cap) cap = bytes;
-    }
-    return cap;
-}
-
 /* ---- all_to_all ---- */
 
-static ccl_status_t a2a_combo(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, struct tbuf *sb,
-                              struct tbuf *rb, uint8_t *scratch, ccl_dtype_t dt, size_t count, size_t misalign) {
-    size_t block = count * ccl_dtype_size(dt), total = block * (size_t)nranks;
+static ccl_status_t a2a_combo(struct matrix_body *mb, const struct matrix_combo *c) {
+    struct harness_tally *t = &mb->t;
+    struct tbuf *sb = &mb->b.send, *rb = &mb->b.recv;
+    uint8_t *scratch = mb->b.want;
+    int rank = mb->rank, nranks = mb->nranks;
+    ccl_dtype_t dt = c->dtype;
+    size_t count = c->count, block = count * ccl_dtype_size(dt), total = block * (size_t)nranks;
     uint64_t seed = matrix_seed(COLL_ALL_TO_ALL, dt, 0, count, 0, 0);
     char combo[160];
     snprintf(combo, sizeof combo, "all_to_all %s count_per_peer=%zu misalign=%zu", ccl_dtype_name(dt), count,
-             misalign);
-    uint8_t *send = tbuf_arm(sb, total, misalign);
-    uint8_t *recv = tbuf_arm(rb, total, misalign);
+             c->misalign);
+    uint8_t *send = tbuf_arm(sb, total, c->misalign);
+    uint8_t *recv = tbuf_arm(rb, total, c->misalign);
     tbuf_poison(rb);
     for (int p = 0; p < nranks; p++) ref_bytes(seed, pair_id(rank, p), 0, block, send + (size_t)p * block);
 
-    ccl_status_t st = ccl_all_to_all(send, recv, count, dt, comm);
-    if (st != CCL_OK) {
-        harness_fail(t, __FILE__, __LINE__, "%s returned %s: %s", combo, ccl_status_string(st),
-                     ccl_comm_last_error(comm));
-        return st;
-    }
+    ccl_status_t st = MATRIX_CALL_OK(mb, combo, ccl_all_to_all(send, recv, count, dt, mb->comm));
+    if (st != CCL_OK) return st;
     for (int p = 0; p < nranks; p++) {
         char what[64];
         ref_bytes(seed, pair_id(p, rank), 0, block, scratch);
@@ -69,39 +60,13 @@ static ccl_status_t a2a_combo(struct harness_tally *t, ccl_comm_t *comm, int ran
 }
 
 static int body_all_to_all(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    const struct matrix_ctx *ctx = arg;
-    struct harness_tally t = {rank, 0};
-    struct matrix_stats stats = {0, harness_now()};
-    size_t block_cap = 99991 * 8 + 64;
-    for (int d = 0; d < CCL_NUM_DTYPES; d++) {
-        size_t bytes = matrix_big_block_count((ccl_dtype_t)d, nranks) * ccl_dtype_size((ccl_dtype_t)d);
-        if (bytes > block_cap) block_cap = bytes;
-    }
-    struct tbuf sb, rb;
-    uint8_t *scratch = malloc(block_cap);
-    if (tbuf_alloc(&sb, block_cap * (size_t)nranks) || tbuf_alloc(&rb, block_cap * (size_t)nranks) || !scratch) {
-        harness_fail(&t, __FILE__, __LINE__, "out of memory");
-        return t.fails;
-    }
-    size_t counts[8];
-    int ncounts = matrix_small_counts(nranks, counts);
-    ccl_status_t st = CCL_OK;
-    for (int d = 0; d < CCL_NUM_DTYPES && st == CCL_OK; d++)
-        for (int ci = 0; ci < ncounts && st == CCL_OK; ci++) {
-            size_t misalign = ccl_dtype_size((ccl_dtype_t)d) * (size_t)((d + ci) % 3);
-            st = a2a_combo(&t, comm, rank, nranks, &sb, &rb, scratch, (ccl_dtype_t)d, counts[ci], misalign);
-            stats.combos++;
-        }
-    for (int d = 0; d < CCL_NUM_DTYPES && st == CCL_OK; d++) {
-        size_t count = matrix_big_block_count((ccl_dtype_t)d, nranks);
-        st = a2a_combo(&t, comm, rank, nranks, &sb, &rb, scratch, (ccl_dtype_t)d, count, 0);
-        stats.combos++;
-    }
-    matrix_summary(ctx, rank, &stats, &t);
-    tbuf_free(&sb);
-    tbuf_free(&rb);
-    free(scratch);
-    return t.fails;
+    /* Every dtype at the big count; there is no placement to rotate. */
+    static const struct matrix_sweep sweep = {.run = a2a_combo, .placements = 1, .blocked = 1};
+    struct matrix_body mb;
+    size_t block_cap = matrix_block_buf_cap(nranks), cap = block_cap * (size_t)nranks;
+    /* want is the scratch block for one peer's expected bytes. */
+    if (matrix_body_begin(&mb, comm, rank, nranks, arg, cap, cap, block_cap, 0) == 0) matrix_sweep(&mb, &sweep);
+    return matrix_body_end(&mb);
 }
 
 START_TEST(all_to_all_matrix) { matrix_run(_i, body_all_to_all, "all_to_all", NULL); }
@@ -109,30 +74,31 @@ END_TEST
 
 /* ---- ring of send/recv in a group ---- */
 
-static ccl_status_t ring_combo(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, struct tbuf *sb,
-                               struct tbuf *rb, uint8_t *scratch, ccl_dtype_t dt, size_t count, size_t misalign) {
-    size_t bytes = count * ccl_dtype_size(dt);
+static ccl_status_t ring_combo(struct matrix_body *mb, const struct matrix_combo *c) {
+    struct harness_tally *t = &mb->t;
+    struct tbuf *sb = &mb->b.send, *rb = &mb->b.recv;
+    uint8_t *scratch = mb->b.want;
+    int rank = mb->rank, nranks = mb->nranks;
+    ccl_dtype_t dt = c->dtype;
+    size_t count = c->count, bytes = count * ccl_dtype_size(dt);
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
     uint64_t seed = matrix_seed(COLL_RING, dt, 0, count, 0, 0);
     char combo[160];
-    snprintf(combo, sizeof combo, "ring send/recv %s count=%zu misalign=%zu", ccl_dtype_name(dt), count, misalign);
-    uint8_t *send = tbuf_arm(sb, bytes, misalign);
-    uint8_t *recv = tbuf_arm(rb, bytes, misalign);
+    snprintf(combo, sizeof combo, "ring send/recv %s count=%zu misalign=%zu", ccl_dtype_name(dt), count,
+             c->misalign);
+    uint8_t *send = tbuf_arm(sb, bytes, c->misalign);
+    uint8_t *recv = tbuf_arm(rb, bytes, c->misalign);
     tbuf_poison(rb);
     ref_bytes(seed, rank, 0, bytes, send);
 
     ccl_status_t st = ccl_group_start();
     if (st == CCL_OK) {
-        ccl_status_t s1 = ccl_send(send, count, dt, next, comm);
-        ccl_status_t s2 = ccl_recv(recv, count, dt, prev, comm);
+        ccl_status_t s1 = ccl_send(send, count, dt, next, mb->comm);
+        ccl_status_t s2 = ccl_recv(recv, count, dt, prev, mb->comm);
         st = ccl_group_end();
         if (st == CCL_OK) st = s1 != CCL_OK ? s1 : s2;
     }
-    if (st != CCL_OK) {
-        harness_fail(t, __FILE__, __LINE__, "%s returned %s: %s", combo, ccl_status_string(st),
-                     ccl_comm_last_error(comm));
-        return st;
-    }
+    if (MATRIX_CALL_OK(mb, combo, st) != CCL_OK) return st;
     ref_bytes(seed, prev, 0, bytes, scratch);
     matrix_expect_equal(t, combo, "recvbuf (from the previous rank)", dt, recv, scratch, count);
     ref_bytes(seed, rank, 0, bytes, scratch);
@@ -143,36 +109,26 @@ static ccl_status_t ring_combo(struct harness_tally *t, ccl_comm_t *comm, int ra
 }
 
 static int body_ring(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    const struct matrix_ctx *ctx = arg;
-    struct harness_tally t = {rank, 0};
-    struct matrix_stats stats = {0, harness_now()};
-    size_t cap = max_bytes();
-    struct tbuf sb, rb;
-    uint8_t *scratch = malloc(cap);
-    if (tbuf_alloc(&sb, cap) || tbuf_alloc(&rb, cap) || !scratch) {
-        harness_fail(&t, __FILE__, __LINE__, "out of memory");
-        return t.fails;
-    }
+    struct matrix_body mb;
+    size_t cap = matrix_buf_cap();
+    if (matrix_body_begin(&mb, comm, rank, nranks, arg, cap, cap, cap, 0) != 0) return matrix_body_end(&mb);
     size_t counts[8];
     int ncounts = matrix_small_counts(nranks, counts);
     ccl_status_t st = CCL_OK;
+    /* Per dtype: the small counts, then the big one. */
     for (int d = 0; d < CCL_NUM_DTYPES && st == CCL_OK; d++) {
+        ccl_dtype_t dt = (ccl_dtype_t)d;
         for (int ci = 0; ci < ncounts && st == CCL_OK; ci++) {
-            size_t misalign = ccl_dtype_size((ccl_dtype_t)d) * (size_t)((d + ci) % 3);
-            st = ring_combo(&t, comm, rank, nranks, &sb, &rb, scratch, (ccl_dtype_t)d, counts[ci], misalign);
-            stats.combos++;
+            size_t misalign = ccl_dtype_size(dt) * (size_t)((d + ci) % 3);
+            st = ring_combo(&mb, &(struct matrix_combo){.dtype = dt, .count = counts[ci], .misalign = misalign});
+            mb.stats.combos++;
         }
         if (st == CCL_OK) {
-            st = ring_combo(&t, comm, rank, nranks, &sb, &rb, scratch, (ccl_dtype_t)d,
-                            matrix_big_count((ccl_dtype_t)d), 0);
-            stats.combos++;
+            st = ring_combo(&mb, &(struct matrix_combo){.dtype = dt, .count = matrix_big_count(dt)});
+            mb.stats.combos++;
         }
     }
-    matrix_summary(ctx, rank, &stats, &t);
-    tbuf_free(&sb);
-    tbuf_free(&rb);
-    free(scratch);
-    return t.fails;
+    return matrix_body_end(&mb);
 }
 
 START_TEST(ring_send_recv_matrix) { matrix_run(_i, body_ring, "ring send/recv", NULL); }

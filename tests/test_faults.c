@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "matrix.h"
 #include "ref.h"
+#include "util.h"
 
 #define FAULT_CCL_TIMEOUT "20"
 #define FAULT_CCL_TIMEOUT_S 20.0
@@ -155,11 +156,7 @@ START_TEST(kill_during_all_reduce) {
         .parent = parent_kill,
         .lenient_destroy = 1,
     };
-    harness_run(&run);
-    char why[2048];
-    uint64_t victim_mask = 1ull << kc->victim;
-    harness_describe(&run, victim_mask, why, sizeof why);
-    ck_assert_msg(harness_problems(&run, victim_mask) == 0, "%s: %s", kc->cfg.name, why);
+    util_run_clean(&run, 1ull << kc->victim, "%s", kc->cfg.name);
     int vs = run.status[kc->victim];
     ck_assert_msg(!run.hung[kc->victim] && WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL,
                   "%s: the victim (rank %d) did not die of SIGKILL (status 0x%x)", kc->cfg.name, kc->victim, vs);
@@ -266,23 +263,15 @@ START_TEST(abort_while_waiting) {
         .parent = parent_abort,
         .lenient_destroy = 1,
     };
-    char why[2048];
-    harness_run(&run);
-    harness_describe(&run, 0, why, sizeof why);
-    ck_assert_msg(harness_problems(&run, 0) == 0, "abort on %s: %s", cfg->name, why);
+    util_run_clean(&run, 0, "abort on %s", cfg->name);
 }
 END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("faults");
-    TCase *tc = tcase_create("kill_during_all_reduce");
-    tcase_set_timeout(tc, 200);
-    tcase_add_loop_test(tc, kill_during_all_reduce, 0, KILL_CASES);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("abort_while_waiting");
-    tcase_set_timeout(tc, 200);
-    tcase_add_loop_test(tc, abort_while_waiting, 0, (int)(sizeof abort_configs / sizeof abort_configs[0]));
-    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "kill_during_all_reduce", kill_during_all_reduce, KILL_CASES, 200);
+    util_add_loop_case(s, "abort_while_waiting", abort_while_waiting,
+                       (int)(sizeof abort_configs / sizeof abort_configs[0]), 200);
     return s;
 }
 

@@ -20,6 +20,7 @@
 #include "core/bootstrap.h"
 #include "harness.h"
 #include "ref.h"
+#include "util.h"
 
 /* ---- wrong secret ---- */
 
@@ -56,10 +57,7 @@ START_TEST(wrong_secret) {
         .setup = corrupt_secret,
         .init_check = init_must_fail,
     };
-    char why[2048];
-    harness_run(&run);
-    harness_describe(&run, 0, why, sizeof why);
-    ck_assert_msg(harness_problems(&run, 0) == 0, "wrong secret (%s): %s", secret_transports[_i], why);
+    util_run_clean(&run, 0, "wrong secret (%s)", secret_transports[_i]);
     ck_assert_msg(run.elapsed_s < 20, "wrong secret: the ranks needed %.1f s to give up", run.elapsed_s);
 }
 END_TEST
@@ -184,12 +182,8 @@ START_TEST(garbage_at_root) {
         .arg = (void *)gc,
         .parent = parent_garbage,
     };
-    char why[2048];
-    harness_run(&run);
-    harness_describe(&run, 0, why, sizeof why);
-    ck_assert_msg(harness_problems(&run, 0) == 0, "garbage at the root (%s, %s): %s",
-                  gc->transport ? gc->transport : "auto", gc->strangers_first ? "before the ranks" : "among them",
-                  why);
+    util_run_clean(&run, 0, "garbage at the root (%s, %s)", gc->transport ? gc->transport : "auto",
+                   gc->strangers_first ? "before the ranks" : "among them");
     fprintf(stderr, "[faults] garbage at the root (%s): init and all_reduce fine, %.2f s\n",
             gc->transport ? gc->transport : "auto", run.elapsed_s);
 }
@@ -197,14 +191,9 @@ END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("faults_boot");
-    TCase *tc = tcase_create("wrong_secret");
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, wrong_secret, 0, 2);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("garbage_at_root");
-    tcase_set_timeout(tc, 150);
-    tcase_add_loop_test(tc, garbage_at_root, 0, (int)(sizeof garbage_cases / sizeof garbage_cases[0]));
-    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "wrong_secret", wrong_secret, 2, 60);
+    util_add_loop_case(s, "garbage_at_root", garbage_at_root, (int)(sizeof garbage_cases / sizeof garbage_cases[0]),
+                       150);
     return s;
 }
 

@@ -87,7 +87,7 @@ static int body_blocking(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     return t.fails;
 }
 
-START_TEST(blocking_small) { matrix_run_config(&matrix_short_configs[_i], body_blocking, "blocking p2p", NULL); }
+START_TEST(blocking_small) { matrix_run_short(_i, body_blocking, "blocking p2p", NULL); }
 END_TEST
 
 /* ---- cyclic pipeline of large messages ---- */
@@ -125,7 +125,7 @@ out:
     return t.fails;
 }
 
-START_TEST(pipeline_large) { matrix_run_config(&matrix_short_configs[_i], body_pipeline, "pipeline", NULL); }
+START_TEST(pipeline_large) { matrix_run_short(_i, body_pipeline, "pipeline", NULL); }
 END_TEST
 
 /* ---- many messages to every peer in one group ---- */
@@ -181,7 +181,7 @@ out:
     return t.fails;
 }
 
-START_TEST(many_in_one_group) { matrix_run_config(&matrix_short_configs[_i], body_many, "grouped exchange", NULL); }
+START_TEST(many_in_one_group) { matrix_run_short(_i, body_many, "grouped exchange", NULL); }
 END_TEST
 
 /* ---- a collective and p2p in one group; nested groups ---- */
@@ -235,9 +235,7 @@ out:
     return t.fails;
 }
 
-START_TEST(collective_and_p2p_group) {
-    matrix_run_config(&matrix_short_configs[_i], body_mixed, "mixed group", NULL);
-}
+START_TEST(collective_and_p2p_group) { matrix_run_short(_i, body_mixed, "mixed group", NULL); }
 END_TEST
 
 static Suite *suite(void) {

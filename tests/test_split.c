@@ -13,6 +13,7 @@
 #include "harness.h"
 #include "matrix.h"
 #include "ref.h"
+#include "util.h"
 
 #define SPLIT_COUNT 200003
 #define HALF_ROUNDS 20
@@ -172,14 +173,8 @@ END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("split");
-    TCase *tc = tcase_create("odd_even_halves");
-    tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, odd_even_halves, 0, SPLIT_CONFIGS);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("key_order_and_nocolor");
-    tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, key_order_and_nocolor, 0, SPLIT_CONFIGS);
-    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "odd_even_halves", odd_even_halves, SPLIT_CONFIGS, 300);
+    util_add_loop_case(s, "key_order_and_nocolor", key_order_and_nocolor, SPLIT_CONFIGS, 300);
     return s;
 }
 

@@ -619,6 +619,17 @@ static void poison_body(struct rank_ctx *c) {
 START_TEST(poison_wakes_peer) { run_pair("poison", poison_body, poison_body, NULL, 0); }
 END_TEST
 
+/* connect must give up at CCL_TIMEOUT (0.5 s in these tests), not much
+ * later, with an error naming the missing rank in `names_missing`'s words. */
+static void expect_connect_timeout(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use,
+                                   const char *names_missing) {
+    double t0 = ccl__now();
+    EXPECT_STATUS(&c->t, CCL_ERR_TIMEOUT, tcp->connect(comm, use, comm->conns));
+    double took = ccl__now() - t0;
+    EXPECT(&c->t, took >= 0.45 && took < 3.0, "gave up after %.2f s", took);
+    EXPECT(&c->t, error_says(comm, names_missing), "error: %s", comm->last_error);
+}
+
 /* Rank 1 never connects: rank 0's accept gives up at CCL_TIMEOUT and says
  * who is missing; both tear down without trouble (rank 1 never connected). */
 static void accept_timeout_body(struct rank_ctx *c) {
@@ -627,11 +638,7 @@ static void accept_timeout_body(struct rank_ctx *c) {
     up_to_setup(c, comm, use);
     char b = 't';
     if (c->rank == 0) {
-        double t0 = ccl__now();
-        EXPECT_STATUS(&c->t, CCL_ERR_TIMEOUT, tcp->connect(comm, use, comm->conns));
-        double took = ccl__now() - t0;
-        EXPECT(&c->t, took >= 0.45 && took < 3.0, "gave up after %.2f s", took);
-        EXPECT(&c->t, error_says(comm, "rank(s) 1 never connected"), "error: %s", comm->last_error);
+        expect_connect_timeout(c, comm, use, "rank(s) 1 never connected");
         EXPECT(&c->t, comm->conns[1] == NULL, "no conn");
         chan_send(c, &b, 1);
     } else {
@@ -656,11 +663,7 @@ static void dial_timeout_body(struct rank_ctx *c) {
         chan_recv(c, &b, 1);
     } else {
         chan_recv(c, &b, 1);
-        double t0 = ccl__now();
-        EXPECT_STATUS(&c->t, CCL_ERR_TIMEOUT, tcp->connect(comm, use, comm->conns));
-        double took = ccl__now() - t0;
-        EXPECT(&c->t, took >= 0.45 && took < 3.0, "gave up after %.2f s", took);
-        EXPECT(&c->t, error_says(comm, "rank 0 (host-of-rank-0)"), "error: %s", comm->last_error);
+        expect_connect_timeout(c, comm, use, "rank 0 (host-of-rank-0)");
         chan_send(c, &b, 1);
     }
     comm_free(comm);

@@ -1,0 +1,26 @@
+/*
+ * Small pieces every Check suite here repeats (see util.h).
+ */
+#define _GNU_SOURCE
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, int timeout_s) {
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s);
+    tcase_add_loop_test(tc, test, 0, n);
+    suite_add_tcase(s, tc);
+}
+
+void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char *fmt, ...) {
+    char context[512], why[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(context, sizeof context, fmt, ap);
+    va_end(ap);
+    harness_run(run);
+    harness_describe(run, expected_dead, why, sizeof why);
+    ck_assert_msg(harness_problems(run, expected_dead) == 0, "%s: %s", context, why);
+}

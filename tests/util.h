@@ -1,0 +1,23 @@
+/*
+ * Small pieces every Check suite here repeats: registering a looped test
+ * case, and running a multi-rank job that must come back clean.
+ */
+#ifndef CCL_TEST_UTIL_H
+#define CCL_TEST_UTIL_H
+
+#include <check.h>
+#include <stdint.h>
+
+#include "harness.h"
+
+/* A test case `name` that runs test for _i in [0, n), each within
+ * timeout_s seconds. */
+void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, int timeout_s);
+
+/* Runs `run` and asserts that it had no problem other than the deaths in
+ * expected_dead (bit r: rank r); the assertion's message is the formatted
+ * context, ": ", and harness_describe's sentence. */
+void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
