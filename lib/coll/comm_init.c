@@ -92,6 +92,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     CCL_CHECK(ccl__boot_connect(comm, uid, &root_fd));
     struct ccl__peer_info self = {.rank = comm->rank, .pid = getpid()};
     snprintf(self.host_id, sizeof(self.host_id), "%s", comm->params.host_id);
+    snprintf(self.machine_id, sizeof(self.machine_id), "%s", comm->params.machine_id);
     gethostname(self.hostname, sizeof(self.hostname) - 1);
     ccl__plan_local_topology(&self);
     for (int t = 0; t < CCL__NUM_TRANSPORTS; t++) {

@@ -84,9 +84,9 @@ static void params_load(void) {
     }
     params.timeout_s = timeout;
     copy_str(params.transport, sizeof(params.transport), env_or("CCL_TRANSPORT", ""));
+    default_host_id(params.machine_id, sizeof(params.machine_id));
     const char *hid = getenv("CCL_HOST_ID");
-    if (hid && *hid) copy_str(params.host_id, sizeof(params.host_id), hid);
-    else default_host_id(params.host_id, sizeof(params.host_id));
+    copy_str(params.host_id, sizeof(params.host_id), hid && *hid ? hid : params.machine_id);
     copy_str(params.ifname, sizeof(params.ifname), env_or("CCL_SOCKET_IFNAME", ""));
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;

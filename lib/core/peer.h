@@ -17,6 +17,7 @@ struct ccl__peer_info {
     int32_t pid;
     char host_id[CCL__HOST_ID_BYTES]; /* equal host_id <=> same machine */
     char hostname[64];                /* for messages only */
+    char machine_id[CCL__HOST_ID_BYTES]; /* the real machine (CCL_HOST_ID may pretend otherwise): shares CPUs */
     int32_t numa_node;                /* from hwloc: where this rank's CPUs are, -1 unknown */
     int32_t ncores;                   /* hardware threads (PUs) this rank may run on, 0 unknown */
     uint32_t transport_mask;          /* transports that initialised locally */

@@ -100,7 +100,8 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
 void ccl__plan_waiting(struct ccl_comm *comm) {
     const struct ccl__peer_info *me = &comm->peers[comm->rank];
     int local = 0;
-    for (int r = 0; r < comm->nranks; r++) local += strcmp(comm->peers[r].host_id, me->host_id) == 0;
+    /* The real machine, not CCL_HOST_ID: ranks posing as hosts still share CPUs. */
+    for (int r = 0; r < comm->nranks; r++) local += strcmp(comm->peers[r].machine_id, me->machine_id) == 0;
     long threads = me->ncores > 0 ? me->ncores : sysconf(_SC_NPROCESSORS_ONLN);
     int crowded = threads > 0 && local > threads;
     comm->spin_s = comm->params.spin_us * 1e-6;
@@ -109,7 +110,7 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
      * cost of a sleep and wake-up (measured: 4 ranks on 2 threads, 8 B
      * all-reduce 7 us with yield, 80 us sleeping at once). */
     if (crowded && !comm->params.spin_us_set) comm->spin_s = 0;
-    CCL_INFO(CCL__SUB_PLAN, comm->rank, "%d ranks on this host, %ld hardware threads: waits spin %.0f us, yield %.0f us",
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "%d ranks on this machine, %ld hardware threads: waits spin %.0f us, yield %.0f us",
              local, threads, comm->spin_s * 1e6, comm->yield_s * 1e6);
 }
 
