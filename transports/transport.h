@@ -79,6 +79,9 @@ struct ccl__transport {
     ccl_status_t (*check_peer)(struct ccl__conn *c);
     /* This rank failed: make every peer of this transport notice quickly. */
     void (*poison)(struct ccl_comm *comm, int status);
+    /* Capacity of one slot with these parameters: the planner cuts ring
+     * chunks to the smallest slot on the ring. */
+    size_t (*slot_bytes)(const struct ccl__params *params);
 };
 
 /* Registry: every transport compiled in, indexed by id. */

@@ -14,22 +14,20 @@
 
 #include "algo/algo.h"
 
+/* N blocks: block b holds base + (b < extra) elements and starts after the
+ * blocks before it. all_reduce splits its count near-evenly (extra = count %
+ * N); reduce_scatter and all_gather have N blocks of count (extra = 0). */
 struct blocks {
-    size_t stride[2]; /* block stride in sendbuf [0] and recvbuf [1], elements */
-    size_t base, extra; /* all_reduce: near-equal split: base + (b < extra) */
-    int uneven;
+    size_t base, extra;
 };
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-static size_t block_len(const struct blocks *B, size_t count, int b) {
-    return B->uneven ? B->base + ((size_t)b < B->extra) : count;
-}
+static size_t block_len(const struct blocks *B, int b) { return B->base + ((size_t)b < B->extra); }
 
-/* Element offset of block b (ring position) in buffer i. */
-static size_t block_off(const struct blocks *B, int b, int i) {
-    if (B->uneven) return (size_t)b * B->base + ((size_t)b < B->extra ? (size_t)b : B->extra);
-    return (size_t)b * B->stride[i];
+/* Element offset of block b in the N-block buffer. */
+static size_t block_off(const struct blocks *B, int b) {
+    return (size_t)b * B->base + ((size_t)b < B->extra ? (size_t)b : B->extra);
 }
 
 struct ring {
@@ -37,7 +35,6 @@ struct ring {
     const struct ccl__coll_args *a;
     struct ccl__prims p;
     struct blocks B;
-    size_t blen_count; /* per-block count when even */
     int n, pos;
     int div;
 };
@@ -46,19 +43,19 @@ static const char *at_elem(const void *buf, size_t elems, size_t esize) { return
 
 /* Slice j of the block at ring position q: [*off, *off + *n) within the block. */
 static size_t slice_n(struct ring *R, int q, size_t j) {
-    size_t len = block_len(&R->B, R->blen_count, R->comm->ring[mod(q, R->n)]);
+    size_t len = block_len(&R->B, R->comm->ring[mod(q, R->n)]);
     size_t start = j * R->p.slice_elems;
     return start >= len ? 0 : (len - start < R->p.slice_elems ? len - start : R->p.slice_elems);
 }
 
 static const char *sblk(struct ring *R, int q, size_t j) {
     int b = R->comm->ring[mod(q, R->n)];
-    return at_elem(R->a->sendbuf, block_off(&R->B, b, 0) + j * R->p.slice_elems, R->p.esize);
+    return at_elem(R->a->sendbuf, block_off(&R->B, b) + j * R->p.slice_elems, R->p.esize);
 }
 
 static char *rblk(struct ring *R, int q, size_t j) {
     int b = R->comm->ring[mod(q, R->n)];
-    return (char *)at_elem(R->a->recvbuf, block_off(&R->B, b, 1) + j * R->p.slice_elems, R->p.esize);
+    return (char *)at_elem(R->a->recvbuf, block_off(&R->B, b) + j * R->p.slice_elems, R->p.esize);
 }
 
 enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
@@ -69,7 +66,7 @@ enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
 static inline void at(struct ring *R, int q, size_t j, int rph, int rstep, int sph, int sstep) {
     if (__builtin_expect(R->comm->trace == NULL, 1)) return;
     int b = R->comm->ring[mod(q, R->n)];
-    uint64_t off = (uint64_t)(block_off(&R->B, b, 0) + j * R->p.slice_elems) * R->p.esize;
+    uint64_t off = (uint64_t)(block_off(&R->B, b) + j * R->p.slice_elems) * R->p.esize;
     ccl__prims_at(&R->p, CCL__TR_RING, rph, rstep, sph, sstep, b, (uint32_t)j, off);
 }
 
@@ -115,18 +112,11 @@ static ccl_status_t run_ring(struct ccl_comm *comm, const struct ccl__coll_args 
     R.div = a->id.op == CCL_AVG ? comm->nranks : 0;
     int prev = comm->ring[mod(R.pos - 1, R.n)], next = comm->ring[mod(R.pos + 1, R.n)];
     ccl__prims_init(&R.p, comm, prev, next, &a->id);
-    size_t maxlen;
-    if (ph == RS_THEN_AG) {
-        R.B.uneven = 1;
-        R.B.base = a->id.count / (size_t)R.n;
-        R.B.extra = a->id.count % (size_t)R.n;
-        maxlen = R.B.base + (R.B.extra != 0);
-    } else {
-        /* reduce_scatter: sendbuf has N blocks of count; all_gather: recvbuf does */
-        R.blen_count = a->id.count;
-        R.B.stride[0] = R.B.stride[1] = a->id.count;
-        maxlen = a->id.count;
-    }
+    /* all_reduce splits its buffer; reduce_scatter's sendbuf and
+     * all_gather's recvbuf already are N blocks of count. */
+    if (ph == RS_THEN_AG) R.B = (struct blocks){a->id.count / (size_t)R.n, a->id.count % (size_t)R.n};
+    else R.B = (struct blocks){a->id.count, 0};
+    size_t maxlen = block_len(&R.B, 0);
     size_t rounds = (maxlen + R.p.slice_elems - 1) / R.p.slice_elems;
     for (size_t j = 0; j < rounds; j++) {
         if (ph != AG_ONLY) CCL_CHECK(round_rs(&R, j, ph == RS_THEN_AG));

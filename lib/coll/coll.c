@@ -4,117 +4,111 @@
 
 #include "coll/coll.h"
 
+/* The async twins pass ASYNC with the user's req pointer, which must not be
+ * NULL; the blocking calls pass BLOCKING. */
+enum { BLOCKING = 0, ASYNC = 1 };
+
+static ccl_status_t check_req(ccl_comm_t *comm, int async, ccl_request_t **req, const char *what) {
+    if (async && !req) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: req is NULL", what);
+    if (req) *req = NULL;
+    return CCL_OK;
+}
+
 static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype, ccl_op_t op,
-                         int root, ccl_comm_t *comm, ccl_request_t **req, const char *what) {
+                         int root, ccl_comm_t *comm, int async, ccl_request_t **req, const char *what) {
     CCL_CHECK(ccl__check_comm(comm, what));
+    CCL_CHECK(check_req(comm, async, req, what));
     struct ccl__call call = {.comm = comm};
     call.coll = (struct ccl__coll_args){
         .id = {.kind = kind, .count = count, .dtype = dtype, .op = op, .root = root},
         .sendbuf = sendbuf,
         .recvbuf = recvbuf,
     };
-    if (req) *req = NULL;
     CCL_CHECK(ccl__check_coll(comm, &call.coll, what));
     return ccl__issue(&call, req);
 }
 
 static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
-                        ccl_request_t **req, const char *what) {
+                        int async, ccl_request_t **req, const char *what) {
     CCL_CHECK(ccl__check_comm(comm, what));
+    CCL_CHECK(check_req(comm, async, req, what));
     CCL_CHECK(ccl__check_p2p(comm, buf, count, dtype, peer, what));
-    if (req) *req = NULL;
     struct ccl__call call = {.comm = comm, .is_p2p = 1};
     call.xfer = (struct ccl__p2p_xfer){.peer = peer, .is_send = is_send, .buf = buf, .count = count, .dtype = dtype};
     return ccl__issue(&call, req);
 }
 
-/* The async twins receive a non-NULL req pointer or fail. */
-#define REQ_CHECK(comm, req, what)                                                                        \
-    do {                                                                                                  \
-        CCL_CHECK(ccl__check_comm(comm, what));                                                           \
-        if (!(req)) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: req is NULL", what);       \
-    } while (0)
-
 CCL_API ccl_status_t ccl_all_reduce(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
                                     ccl_comm_t *comm) {
-    return coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, NULL, "all_reduce");
+    return coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, BLOCKING, NULL, "all_reduce");
 }
 CCL_API ccl_status_t ccl_all_reduce_async(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
                                           ccl_comm_t *comm, ccl_request_t **req) {
-    REQ_CHECK(comm, req, "all_reduce");
-    return coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, req, "all_reduce");
+    return coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, ASYNC, req, "all_reduce");
 }
 
 CCL_API ccl_status_t ccl_reduce_scatter(const void *s, void *r, size_t recvcount, ccl_dtype_t dt, ccl_op_t op,
                                         ccl_comm_t *comm) {
-    return coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, NULL, "reduce_scatter");
+    return coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, BLOCKING, NULL, "reduce_scatter");
 }
 CCL_API ccl_status_t ccl_reduce_scatter_async(const void *s, void *r, size_t recvcount, ccl_dtype_t dt, ccl_op_t op,
                                               ccl_comm_t *comm, ccl_request_t **req) {
-    REQ_CHECK(comm, req, "reduce_scatter");
-    return coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, req, "reduce_scatter");
+    return coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, ASYNC, req, "reduce_scatter");
 }
 
 CCL_API ccl_status_t ccl_all_gather(const void *s, void *r, size_t sendcount, ccl_dtype_t dt, ccl_comm_t *comm) {
-    return coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, NULL, "all_gather");
+    return coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_gather");
 }
 CCL_API ccl_status_t ccl_all_gather_async(const void *s, void *r, size_t sendcount, ccl_dtype_t dt, ccl_comm_t *comm,
                                           ccl_request_t **req) {
-    REQ_CHECK(comm, req, "all_gather");
-    return coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, req, "all_gather");
+    return coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, ASYNC, req, "all_gather");
 }
 
 CCL_API ccl_status_t ccl_broadcast(const void *s, void *r, size_t count, ccl_dtype_t dt, int root, ccl_comm_t *comm) {
-    return coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, NULL, "broadcast");
+    return coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, BLOCKING, NULL, "broadcast");
 }
 CCL_API ccl_status_t ccl_broadcast_async(const void *s, void *r, size_t count, ccl_dtype_t dt, int root,
                                          ccl_comm_t *comm, ccl_request_t **req) {
-    REQ_CHECK(comm, req, "broadcast");
-    return coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, req, "broadcast");
+    return coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, ASYNC, req, "broadcast");
 }
 
 CCL_API ccl_status_t ccl_reduce(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op, int root,
                                 ccl_comm_t *comm) {
-    return coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, NULL, "reduce");
+    return coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, BLOCKING, NULL, "reduce");
 }
 CCL_API ccl_status_t ccl_reduce_async(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op, int root,
                                       ccl_comm_t *comm, ccl_request_t **req) {
-    REQ_CHECK(comm, req, "reduce");
-    return coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, req, "reduce");
+    return coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, ASYNC, req, "reduce");
 }
 
 CCL_API ccl_status_t ccl_all_to_all(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_comm_t *comm) {
-    return coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, NULL, "all_to_all");
+    return coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_to_all");
 }
 CCL_API ccl_status_t ccl_all_to_all_async(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_comm_t *comm,
                                           ccl_request_t **req) {
-    REQ_CHECK(comm, req, "all_to_all");
-    return coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, req, "all_to_all");
+    return coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, ASYNC, req, "all_to_all");
 }
 
 CCL_API ccl_status_t ccl_barrier(ccl_comm_t *comm) {
-    return coll(CCL__K_BARRIER, NULL, NULL, 0, CCL_UINT8, CCL_SUM, -1, comm, NULL, "barrier");
+    return coll(CCL__K_BARRIER, NULL, NULL, 0, CCL_UINT8, CCL_SUM, -1, comm, BLOCKING, NULL, "barrier");
 }
 CCL_API ccl_status_t ccl_barrier_async(ccl_comm_t *comm, ccl_request_t **req) {
-    REQ_CHECK(comm, req, "barrier");
-    return coll(CCL__K_BARRIER, NULL, NULL, 0, CCL_UINT8, CCL_SUM, -1, comm, req, "barrier");
+    return coll(CCL__K_BARRIER, NULL, NULL, 0, CCL_UINT8, CCL_SUM, -1, comm, ASYNC, req, "barrier");
 }
 
 CCL_API ccl_status_t ccl_send(const void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm) {
-    return p2p(1, (void *)buf, count, dt, peer, comm, NULL, "send");
+    return p2p(1, (void *)buf, count, dt, peer, comm, BLOCKING, NULL, "send");
 }
 CCL_API ccl_status_t ccl_send_async(const void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
                                     ccl_request_t **req) {
-    REQ_CHECK(comm, req, "send");
-    return p2p(1, (void *)buf, count, dt, peer, comm, req, "send");
+    return p2p(1, (void *)buf, count, dt, peer, comm, ASYNC, req, "send");
 }
 CCL_API ccl_status_t ccl_recv(void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm) {
-    return p2p(0, buf, count, dt, peer, comm, NULL, "recv");
+    return p2p(0, buf, count, dt, peer, comm, BLOCKING, NULL, "recv");
 }
 CCL_API ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
                                     ccl_request_t **req) {
-    REQ_CHECK(comm, req, "recv");
-    return p2p(0, buf, count, dt, peer, comm, req, "recv");
+    return p2p(0, buf, count, dt, peer, comm, ASYNC, req, "recv");
 }
 
 CCL_API ccl_status_t ccl_test(ccl_request_t *req, int *done) {

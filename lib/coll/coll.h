@@ -38,6 +38,11 @@ ccl_status_t ccl__group_record(const struct ccl__call *call);
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
                                int inline_ok);
 
+/* Creates a communicator from a unique id (comm_init.c): the one path
+ * behind ccl_comm_init_rank, ccl_comm_init_env and ccl_comm_split. */
+struct ccl__unique_id;
+ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank);
+
 /* Tracing (trace_out.c): begin on this rank; end is collective (gathers to
  * rank 0, which writes the file named by pattern). */
 ccl_status_t ccl__trace_begin(struct ccl_comm *comm);

@@ -10,8 +10,6 @@
 #include "core/bootstrap.h"
 #include "core/log.h"
 
-ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank);
-
 /* First variable of the list that is set. */
 static const char *env_first(const char *const *names, const char **which) {
     for (; *names; names++) {

@@ -24,8 +24,6 @@
 struct ccl__conn;
 struct ccl__exec;
 
-enum ccl__comm_state { CCL__COMM_OK = 0, CCL__COMM_FAILED = 1 };
-
 struct ccl_comm {
     uint32_t magic;
     int rank;
@@ -51,7 +49,6 @@ struct ccl_comm {
     struct ccl__wake_words *wake;       /* where peers ring us */
     int event_fd;                       /* wakes poll() waiters on local abort */
     _Atomic int aborted;                /* ccl_comm_abort was called */
-    _Atomic int state;                  /* enum ccl__comm_state, FAILED once failed_status is set */
     _Atomic int failed_status;          /* first error that failed the comm, CCL_OK while healthy */
     /* Set by the layer that owns the transports: tells every peer we failed
      * (core cannot call transports: layers point down only). */

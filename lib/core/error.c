@@ -21,7 +21,7 @@ ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *
     /* A failed communicator keeps the message of the failure: later errors
      * are consequences of it (a peer hanging up after we told it). */
     pthread_mutex_lock(&comm->err_lock);
-    if (atomic_load(&comm->state) == CCL__COMM_OK) memcpy(comm->last_error, msg, sizeof(msg));
+    if (atomic_load(&comm->failed_status) == CCL_OK) memcpy(comm->last_error, msg, sizeof(msg));
     pthread_mutex_unlock(&comm->err_lock);
     CCL_INFO(CCL__SUB_ALL, comm->rank, "error (%s): %s", ccl_status_string(st), msg);
     return st;
@@ -32,7 +32,6 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st) {
      * abort even if the peers then drop their connections). */
     int expected = CCL_OK;
     if (!atomic_compare_exchange_strong(&comm->failed_status, &expected, st)) return ccl__comm_health(comm);
-    atomic_store(&comm->state, CCL__COMM_FAILED);
     pthread_mutex_lock(&comm->err_lock);
     CCL_WARN(CCL__SUB_ALL, comm->rank, "communicator failed (%s): %s", ccl_status_string(st), comm->last_error);
     pthread_mutex_unlock(&comm->err_lock);

@@ -48,12 +48,8 @@ static void complete(struct ccl__exec *e, struct ccl__op *op, ccl_status_t st) {
     pthread_cond_broadcast(&e->done);
 }
 
-static ccl_status_t call_run(struct ccl__op *op);
-
 static void run_op(struct ccl__exec *e, struct ccl__op *op) {
-    /* ccl__exec_call's functions run even on a failed communicator (they
-     * pause tracing, which destroy needs). */
-    ccl_status_t health = op->run == call_run ? CCL_OK : ccl__comm_health(op->comm);
+    ccl_status_t health = op->even_if_failed ? CCL_OK : ccl__comm_health(op->comm);
     ccl_status_t st = health < 0 ? health : op->run(op);
     /* Once complete, a waiter may return and free a stack-allocated op:
      * read what we still need first. */
@@ -168,7 +164,10 @@ void ccl__exec_call(struct ccl_comm *comm, void (*fn)(struct ccl_comm *comm, voi
     struct ccl_request req;
     ccl__request_init(&req, comm, 0);
     struct ccl_request *reqs[1] = {&req};
-    struct call_op c = {.base = {.comm = comm, .run = call_run, .release = call_release, .reqs = reqs, .nreqs = 1},
+    /* These run even on a failed communicator: destroy pauses tracing
+     * through here whatever state the communicator is in. */
+    struct call_op c = {.base = {.comm = comm, .run = call_run, .release = call_release, .reqs = reqs, .nreqs = 1,
+                                 .even_if_failed = 1},
                         .fn = fn, .arg = arg};
     ccl__exec_submit(comm, &c.base, 1);
     ccl__request_wait(&req);

@@ -33,6 +33,7 @@ struct ccl__op {
     void (*release)(struct ccl__op *op);
     struct ccl_request **reqs; /* completed together when the op finishes */
     int nreqs;
+    int even_if_failed;        /* run on a failed communicator too (else it completes with the failure) */
 };
 
 ccl_status_t ccl__exec_create(struct ccl_comm *comm);

@@ -51,10 +51,6 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_T
     return CCL_OK;
 }
 
-static size_t slot_bytes_of(const struct ccl_comm *comm, int t) {
-    return t == CCL__TRANSPORT_SHM ? comm->params.shm_slot_bytes : comm->params.tcp_slot_bytes;
-}
-
 /* Ring steps on different links must cut the data the same way: the chunk
  * is the smallest slot of any link on the ring, the same on every rank. */
 static void plan_ring_chunk(struct ccl_comm *comm) {
@@ -62,9 +58,11 @@ static void plan_ring_chunk(struct ccl_comm *comm) {
     size_t chunk = SIZE_MAX;
     for (int i = 0; i < comm->nranks && comm->nranks > 1; i++) {
         int t = choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
-        if (t >= 0 && slot_bytes_of(comm, t) < chunk) chunk = slot_bytes_of(comm, t);
+        size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(&comm->params) : SIZE_MAX;
+        if (slot < chunk) chunk = slot;
     }
-    comm->ring_chunk_bytes = chunk == SIZE_MAX ? comm->params.shm_slot_bytes : chunk;
+    /* One rank: no ring links, and no slices either (nothing is sent). */
+    comm->ring_chunk_bytes = chunk == SIZE_MAX ? ccl__transports[CCL__TRANSPORT_SHM]->slot_bytes(&comm->params) : chunk;
 }
 
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {

@@ -116,6 +116,8 @@ static int shm_can_connect(const struct ccl__peer_info *a, const struct ccl__pee
     return 10;
 }
 
+static size_t shm_slot_bytes(const struct ccl__params *params) { return params->shm_slot_bytes; }
+
 const struct ccl__transport ccl__transport_shm = {
     .name = "shm",
     .id = CCL__TRANSPORT_SHM,
@@ -135,4 +137,5 @@ const struct ccl__transport ccl__transport_shm = {
     .wait_fd = shm_wait_fd,
     .check_peer = shm_check_peer,
     .poison = ccl__shm_poison,
+    .slot_bytes = shm_slot_bytes,
 };

@@ -405,6 +405,8 @@ void ccl__tcp_conn_free(struct ccl__tcp_conn *c) {
     free(c);
 }
 
+static size_t tcp_slot_bytes(const struct ccl__params *params) { return params->tcp_slot_bytes; }
+
 const struct ccl__transport ccl__transport_tcp = {
     .name = "tcp",
     .id = CCL__TRANSPORT_TCP,
@@ -424,4 +426,5 @@ const struct ccl__transport ccl__transport_tcp = {
     .wait_fd = tcp_wait_fd,
     .check_peer = tcp_check_peer,
     .poison = ccl__tcp_poison,
+    .slot_bytes = tcp_slot_bytes,
 };
