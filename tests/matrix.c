@@ -11,22 +11,22 @@
 #include "util.h"
 
 const struct matrix_config matrix_configs[] = {
-    {1, "shm", 0, "1 rank shm"},
-    {2, "shm", 0, "2 ranks shm"},
-    {3, "shm", 0, "3 ranks shm"},
-    {4, "shm", 0, "4 ranks shm"},
-    {5, "shm", 0, "5 ranks shm"},
-    {8, "shm", 0, "8 ranks shm"},
-    {1, "tcp", 0, "1 rank tcp"},
-    {2, "tcp", 0, "2 ranks tcp"},
-    {3, "tcp", 0, "3 ranks tcp"},
-    {4, "tcp", 0, "4 ranks tcp"},
-    {5, "tcp", 0, "5 ranks tcp"},
-    {8, "tcp", 0, "8 ranks tcp"},
+    {1, "shm", 0, "1 rank shm", NULL},
+    {2, "shm", 0, "2 ranks shm", NULL},
+    {3, "shm", 0, "3 ranks shm", NULL},
+    {4, "shm", 0, "4 ranks shm", NULL},
+    {5, "shm", 0, "5 ranks shm", NULL},
+    {8, "shm", 0, "8 ranks shm", NULL},
+    {1, "tcp", 0, "1 rank tcp", NULL},
+    {2, "tcp", 0, "2 ranks tcp", NULL},
+    {3, "tcp", 0, "3 ranks tcp", NULL},
+    {4, "tcp", 0, "4 ranks tcp", NULL},
+    {5, "tcp", 0, "5 ranks tcp", NULL},
+    {8, "tcp", 0, "8 ranks tcp", NULL},
     /* Every rank its own "host": the planner must treat them as remote. */
-    {3, "tcp", 1, "3 ranks tcp, one host each"},
+    {3, "tcp", 1, "3 ranks tcp, one host each", NULL},
     /* Two hosts of two ranks, transports left to the planner. */
-    {4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks"},
+    {4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL},
 };
 const int matrix_config_count = (int)(sizeof matrix_configs / sizeof matrix_configs[0]);
 
@@ -73,10 +73,10 @@ uint64_t matrix_seed(int collective, int dtype, int op, size_t count, int placem
 }
 
 const struct matrix_config matrix_short_configs[] = {
-    {4, "shm", 0, "4 ranks shm"},
-    {3, "tcp", 0, "3 ranks tcp"},
-    {4, "tcp", 1, "4 ranks tcp, one host each"},
-    {5, NULL, 3, "5 ranks auto, hosts of 3 and 2 ranks"},
+    {4, "shm", 0, "4 ranks shm", NULL},
+    {3, "tcp", 0, "3 ranks tcp", NULL},
+    {4, "tcp", 1, "4 ranks tcp, one host each", NULL},
+    {5, NULL, 3, "5 ranks auto, hosts of 3 and 2 ranks", NULL},
 };
 const int matrix_short_config_count = (int)(sizeof matrix_short_configs / sizeof matrix_short_configs[0]);
 
@@ -89,8 +89,68 @@ void matrix_run_short(int index, harness_body_fn body, const char *what, void *u
     matrix_run_config(&matrix_short_configs[index], body, what, user);
 }
 
+const struct matrix_config matrix_algo_configs[] = {
+    {3, "shm", 0, "3 ranks shm", NULL},
+    {4, "tcp", 0, "4 ranks tcp", NULL},
+    {5, NULL, 3, "5 ranks auto, hosts of 3 and 2", NULL},
+    {7, "shm", 0, "7 ranks shm", NULL},
+    {2, "tcp", 0, "2 ranks tcp", NULL},
+    {8, NULL, 4, "8 ranks auto, 2 hosts x 4", NULL},
+    {1, "shm", 0, "1 rank shm", NULL},
+    {5, "tcp", 1, "5 ranks tcp, one host each", NULL},
+};
+const int matrix_algo_config_count = (int)(sizeof matrix_algo_configs / sizeof matrix_algo_configs[0]);
+
+#define ALGO_ROTATION 3
+
+/* The configurations algorithm a of a list runs on: out[] gets indices. */
+static int algo_configs(const struct matrix_algo *list, int a, int out[16]) {
+    int n = 0;
+    if (list[a].configs) {
+        for (const int *c = list[a].configs; *c >= 0 && n < 16; c++) out[n++] = *c;
+    } else if (matrix_full()) {
+        for (int c = 0; c < matrix_algo_config_count; c++) out[n++] = c;
+    } else {
+        /* Consecutive triples of the first six mix shm, tcp and mixed hosts. */
+        for (int j = 0; j < ALGO_ROTATION; j++) out[n++] = (2 * a + j) % 6;
+    }
+    return n;
+}
+
+int matrix_algo_runs(const struct matrix_algo *list, int n) {
+    int total = 0, tmp[16];
+    for (int a = 0; a < n; a++) total += algo_configs(list, a, tmp);
+    return total;
+}
+
+void matrix_run_algo(int index, const struct matrix_algo *list, int n, harness_body_fn body, const char *what,
+                     void *user) {
+    for (int a = 0; a < n; a++) {
+        int cfgs[16], k = algo_configs(list, a, cfgs);
+        if (index >= k) {
+            index -= k;
+            continue;
+        }
+        struct matrix_config cfg = matrix_algo_configs[cfgs[index]];
+        char name[128];
+        snprintf(name, sizeof name, "%s, CCL_ALGO=%s", cfg.name, list[a].algo);
+        cfg.name = name;
+        cfg.algo = list[a].algo;
+        matrix_run_config(&cfg, body, what, user);
+        return;
+    }
+    ck_abort_msg("matrix_run_algo: index past the list");
+}
+
+void matrix_add_algo_loop(Suite *s, const char *name, const TTest *test, const struct matrix_algo *list, int n,
+                          int timeout_s) {
+    util_add_loop_case(s, name, test, matrix_algo_runs(list, n), timeout_s);
+}
+
 void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user) {
     struct matrix_ctx ctx = {.cfg = cfg, .what = what, .user = user};
+    char env[200] = "";
+    if (cfg->algo) snprintf(env, sizeof env, "CCL_ALGO=%s", cfg->algo);
     struct harness_run run = {
         .nranks = cfg->nranks,
         .body = body,
@@ -99,6 +159,7 @@ void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, co
         .ranks_per_host = cfg->ranks_per_host,
         .ccl_timeout = "30",
         .deadline_s = 500,
+        .env = cfg->algo ? env : NULL,
     };
     util_run_clean(&run, 0, "%s on %s", what, cfg->name);
 }

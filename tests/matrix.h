@@ -20,6 +20,7 @@ struct matrix_config {
     const char *transport; /* CCL_TRANSPORT, NULL for the planner's choice */
     int ranks_per_host;    /* CCL_HOST_ID grouping, 0 for one real host */
     const char *name;
+    const char *algo;      /* CCL_ALGO, NULL for the planner's choice */
 };
 extern const struct matrix_config matrix_configs[];
 extern const int matrix_config_count;
@@ -66,6 +67,26 @@ void matrix_run_short(int index, harness_body_fn body, const char *what, void *u
 void matrix_add_loop(Suite *s, const char *name, const TTest *test, int timeout_s);
 /* A test case looping over matrix_short_configs. */
 void matrix_add_short_loop(Suite *s, const char *name, const TTest *test, int timeout_s);
+
+/* ---- the same sweeps once per algorithm ----
+ * Each algorithm that applies to a collective runs its matrix body with
+ * CCL_ALGO forced, on a rotation of three of matrix_algo_configs (shm, tcp
+ * and mixed hosts, prime and power-of-two rank counts), or on every one of
+ * them under CCL_TEST_FULL=1. */
+struct matrix_algo {
+    const char *algo;   /* the CCL_ALGO value, e.g. "allreduce:tree" */
+    const int *configs; /* indices into matrix_algo_configs ending in -1; NULL: the rotation */
+};
+extern const struct matrix_config matrix_algo_configs[];
+extern const int matrix_algo_config_count;
+/* How many runs (loop indices) a list of algorithms makes. */
+int matrix_algo_runs(const struct matrix_algo *list, int n);
+/* Runs body for loop index `index` of the list. */
+void matrix_run_algo(int index, const struct matrix_algo *list, int n, harness_body_fn body, const char *what,
+                     void *user);
+/* A test case looping over a list's runs. */
+void matrix_add_algo_loop(Suite *s, const char *name, const TTest *test, const struct matrix_algo *list, int n,
+                          int timeout_s);
 
 /* ---- inside a body ---- */
 

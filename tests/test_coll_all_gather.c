@@ -63,9 +63,20 @@ static int body_matrix(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(all_gather_matrix) { matrix_run(_i, body_matrix, "all_gather", NULL); }
 END_TEST
 
+/* ---- every all-gather algorithm on the same sweeps (rd needs 2^k ranks) ---- */
+
+static const int pow2_configs[] = {1, 4, 5, 6, -1};
+static const struct matrix_algo algos[] = {
+    {"allgather:ring", NULL}, {"allgather:bruck", NULL}, {"allgather:rd", pow2_configs}};
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+
+START_TEST(all_gather_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_gather", NULL); }
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("all_gather");
     matrix_add_loop(s, "matrix", all_gather_matrix, 600);
+    matrix_add_algo_loop(s, "algos", all_gather_algos, algos, NALGOS, 600);
     return s;
 }
 

@@ -154,10 +154,26 @@ out:
 START_TEST(all_reduce_determinism) { matrix_run(_i, body_determinism, "all_reduce determinism", NULL); }
 END_TEST
 
+/* ---- every all-reduce algorithm on the same sweeps ---- */
+
+static const struct matrix_algo algos[] = {
+    {"allreduce:ring", NULL}, {"allreduce:tree", NULL}, {"allreduce:rd", NULL}, {"allreduce:rhd", NULL}};
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+
+START_TEST(all_reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_reduce", NULL); }
+END_TEST
+
+START_TEST(all_reduce_algos_determinism) {
+    matrix_run_algo(_i, algos, NALGOS, body_determinism, "all_reduce determinism", NULL);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("all_reduce");
     matrix_add_loop(s, "matrix", all_reduce_matrix, 600);
     matrix_add_loop(s, "determinism", all_reduce_determinism, 300);
+    matrix_add_algo_loop(s, "algos", all_reduce_algos, algos, NALGOS, 600);
+    matrix_add_algo_loop(s, "algos_determinism", all_reduce_algos_determinism, algos, NALGOS, 300);
     return s;
 }
 

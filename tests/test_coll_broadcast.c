@@ -72,9 +72,18 @@ static int body_matrix(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(broadcast_matrix) { matrix_run(_i, body_matrix, "broadcast", NULL); }
 END_TEST
 
+/* ---- every broadcast algorithm on the same sweeps ---- */
+
+static const struct matrix_algo algos[] = {{"broadcast:ring", NULL}, {"broadcast:tree", NULL}};
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+
+START_TEST(broadcast_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "broadcast", NULL); }
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("broadcast");
     matrix_add_loop(s, "matrix", broadcast_matrix, 600);
+    matrix_add_algo_loop(s, "algos", broadcast_algos, algos, NALGOS, 600);
     return s;
 }
 

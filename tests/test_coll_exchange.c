@@ -174,11 +174,33 @@ START_TEST(barrier_matrix) {
 }
 END_TEST
 
+/* ---- every all-to-all and barrier algorithm on the same sweeps ---- */
+
+static const struct matrix_algo a2a_algos[] = {
+    {"alltoall:direct", NULL}, {"alltoall:pairwise", NULL}, {"alltoall:bruck", NULL}};
+#define NA2A ((int)(sizeof a2a_algos / sizeof a2a_algos[0]))
+static const struct matrix_algo barrier_algos[] = {{"barrier:ring", NULL}, {"barrier:bruck", NULL}};
+#define NBARRIER ((int)(sizeof barrier_algos / sizeof barrier_algos[0]))
+
+START_TEST(all_to_all_algos) { matrix_run_algo(_i, a2a_algos, NA2A, body_all_to_all, "all_to_all", NULL); }
+END_TEST
+
+START_TEST(barrier_algos_run) {
+    struct barrier_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sh, MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    matrix_run_algo(_i, barrier_algos, NBARRIER, body_barrier, "barrier", sh);
+    munmap(sh, sizeof *sh);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("exchange");
     matrix_add_loop(s, "all_to_all", all_to_all_matrix, 600);
     matrix_add_loop(s, "ring_send_recv", ring_send_recv_matrix, 600);
     matrix_add_loop(s, "barrier", barrier_matrix, 300);
+    matrix_add_algo_loop(s, "all_to_all_algos", all_to_all_algos, a2a_algos, NA2A, 600);
+    matrix_add_algo_loop(s, "barrier_algos", barrier_algos_run, barrier_algos, NBARRIER, 300);
     return s;
 }
 

@@ -77,9 +77,18 @@ static int body_matrix(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(reduce_matrix) { matrix_run(_i, body_matrix, "reduce", NULL); }
 END_TEST
 
+/* ---- every reduce algorithm on the same sweeps ---- */
+
+static const struct matrix_algo algos[] = {{"reduce:ring", NULL}, {"reduce:tree", NULL}};
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+
+START_TEST(reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "reduce", NULL); }
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("reduce");
     matrix_add_loop(s, "matrix", reduce_matrix, 600);
+    matrix_add_algo_loop(s, "algos", reduce_algos, algos, NALGOS, 600);
     return s;
 }
 

@@ -186,9 +186,18 @@ out:
 START_TEST(special_values) { matrix_run(_i, body_special, "special float values", NULL); }
 END_TEST
 
+/* ---- the same values through every all-reduce algorithm ---- */
+
+static const struct matrix_algo algos[] = {{"tree", NULL}, {"allreduce:rd", NULL}, {"rhd", NULL}};
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+
+START_TEST(special_values_algos) { matrix_run_algo(_i, algos, NALGOS, body_special, "special float values", NULL); }
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("special_values");
     matrix_add_loop(s, "special_values", special_values, 300);
+    matrix_add_algo_loop(s, "special_values_algos", special_values_algos, algos, NALGOS, 300);
     return s;
 }
 

@@ -36,11 +36,11 @@ struct kill_case {
 };
 
 static const struct kill_case kill_cases[] = {
-    {{4, "shm", 0, "4 ranks shm"}, 2, PARENT_KILLS},
-    {{3, "tcp", 0, "3 ranks tcp"}, 1, PARENT_KILLS},
-    {{4, "tcp", 1, "4 ranks tcp, one host each"}, 3, VICTIM_KILLS_ITSELF},
-    {{4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks"}, 0, VICTIM_KILLS_ITSELF},
-    {{5, "shm", 0, "5 ranks shm"}, 4, VICTIM_KILLS_ITSELF},
+    {{4, "shm", 0, "4 ranks shm", NULL}, 2, PARENT_KILLS},
+    {{3, "tcp", 0, "3 ranks tcp", NULL}, 1, PARENT_KILLS},
+    {{4, "tcp", 1, "4 ranks tcp, one host each", NULL}, 3, VICTIM_KILLS_ITSELF},
+    {{4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL}, 0, VICTIM_KILLS_ITSELF},
+    {{5, "shm", 0, "5 ranks shm", NULL}, 4, VICTIM_KILLS_ITSELF},
 };
 #define KILL_CASES ((int)(sizeof kill_cases / sizeof kill_cases[0]))
 
@@ -246,9 +246,9 @@ static int parent_abort(struct harness_run *run, void *arg) {
 }
 
 static const struct matrix_config abort_configs[] = {
-    {3, "shm", 0, "3 ranks shm"},
-    {4, "tcp", 0, "4 ranks tcp"},
-    {4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks"},
+    {3, "shm", 0, "3 ranks shm", NULL},
+    {4, "tcp", 0, "4 ranks tcp", NULL},
+    {4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL},
 };
 
 START_TEST(abort_while_waiting) {

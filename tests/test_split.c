@@ -19,11 +19,11 @@
 #define HALF_ROUNDS 20
 
 static const struct matrix_config split_configs[] = {
-    {4, "shm", 0, "4 ranks shm"},
-    {3, "tcp", 0, "3 ranks tcp"},
-    {4, "tcp", 1, "4 ranks tcp, one host each"},
-    {5, NULL, 3, "5 ranks auto, hosts of 3 and 2 ranks"},
-    {8, "shm", 0, "8 ranks shm"},
+    {4, "shm", 0, "4 ranks shm", NULL},
+    {3, "tcp", 0, "3 ranks tcp", NULL},
+    {4, "tcp", 1, "4 ranks tcp, one host each", NULL},
+    {5, NULL, 3, "5 ranks auto, hosts of 3 and 2 ranks", NULL},
+    {8, "shm", 0, "8 ranks shm", NULL},
 };
 #define SPLIT_CONFIGS ((int)(sizeof split_configs / sizeof split_configs[0]))
 

@@ -43,6 +43,7 @@ struct ccl__conn {
     struct ccl_comm *comm;
     int peer;
     size_t slot_bytes;
+    int slot_mem; /* memory kind of the slots (prims/compute.h); 0 is host */
 };
 
 struct ccl__transport {

@@ -1,24 +1,49 @@
-/* All-to-all as one batch of point-to-point transfers. */
+/* All-to-all as point-to-point transfers: `direct` posts every pair's
+ * transfer at once and progresses them together; `pairwise` runs N-1
+ * rounds, in round k sending to r + k and receiving from r - k, so each
+ * link carries one exchange at a time (kinder to a congested network). */
 #include <stdlib.h>
 
 #include "algo/algo.h"
 
-ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    int n = comm->nranks;
+static struct ccl__p2p_xfer xfer(const struct ccl__coll_args *a, int peer, int is_send) {
     size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
-    if (bytes == 0) return CCL_OK;
+    void *buf = is_send ? (char *)a->sendbuf + (size_t)peer * bytes : (char *)a->recvbuf + (size_t)peer * bytes;
+    return (struct ccl__p2p_xfer){.peer = peer, .is_send = is_send, .buf = buf, .count = a->id.count,
+                                  .dtype = a->id.dtype};
+}
+
+static ccl_status_t direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    int n = comm->nranks;
     struct ccl__p2p_xfer *x = calloc((size_t)n * 2, sizeof(*x));
     if (!x) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "all_to_all: out of memory");
     /* Start with the next peer so that not every rank sends to rank 0 first. */
     for (int i = 0; i < n; i++) {
-        int to = (comm->rank + i) % n, from = (comm->rank - i + n) % n;
-        x[2 * i] = (struct ccl__p2p_xfer){.peer = to, .is_send = 1, .buf = (char *)a->sendbuf + (size_t)to * bytes,
-                                          .count = a->id.count, .dtype = a->id.dtype};
-        x[2 * i + 1] = (struct ccl__p2p_xfer){
-            .peer = from, .is_send = 0, .buf = (char *)a->recvbuf + (size_t)from * bytes, .count = a->id.count,
-            .dtype = a->id.dtype};
+        x[2 * i] = xfer(a, (comm->rank + i) % n, 1);
+        x[2 * i + 1] = xfer(a, ccl__mod(comm->rank - i, n), 0);
     }
     ccl_status_t st = ccl__p2p_run(comm, x, 2 * n, CCL__K_ALL_TO_ALL, "all_to_all");
     free(x);
     return st;
 }
+
+static ccl_status_t pairwise_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    int n = comm->nranks, r = comm->rank;
+    for (int k = 0; k < n; k++) {
+        struct ccl__p2p_xfer x[2] = {xfer(a, (r + k) % n, 1), xfer(a, ccl__mod(r - k, n), 0)};
+        CCL_CHECK(ccl__p2p_run(comm, x, 2, CCL__K_ALL_TO_ALL, "all_to_all"));
+    }
+    return CCL_OK;
+}
+
+const struct ccl__algo ccl__algo_direct = {
+    .name = "direct",
+    .summary = "every pair at once: all-to-all",
+    .run = {[CCL__K_ALL_TO_ALL] = direct_all_to_all},
+};
+
+const struct ccl__algo ccl__algo_pairwise = {
+    .name = "pairwise",
+    .summary = "N-1 rounds of one exchange each: all-to-all",
+    .run = {[CCL__K_ALL_TO_ALL] = pairwise_all_to_all},
+};

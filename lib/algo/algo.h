@@ -1,6 +1,7 @@
 /*
- * Algorithms, written once against the primitives (never against a
- * transport). Each takes a fully validated call.
+ * Algorithms, written once against the step engine (never against a
+ * transport). Each takes a fully validated call and the planner's choices
+ * for it (struct ccl__call_plan).
  */
 #ifndef CCL_ALGO_H
 #define CCL_ALGO_H
@@ -8,23 +9,66 @@
 #include "core/comm.h"
 #include "prims/prims.h"
 
+/* The names CCL_ALGO takes, in the order of this enum. */
+enum ccl__algo_id {
+    CCL__ALGO_RING = 0,
+    CCL__ALGO_TREE,
+    CCL__ALGO_RD,       /* recursive doubling */
+    CCL__ALGO_RHD,      /* recursive halving / doubling (Rabenseifner) */
+    CCL__ALGO_BRUCK,
+    CCL__ALGO_PAIRWISE,
+    CCL__ALGO_DIRECT,
+    CCL__ALGO_HIER,
+    CCL__NUM_ALGOS
+};
+
+/* What the planner decided for one call. */
+struct ccl__call_plan {
+    int algo;           /* enum ccl__algo_id */
+    size_t chunk_bytes; /* a step's data at most; the same on every rank */
+};
+
 struct ccl__coll_args {
     struct ccl__coll_id id; /* kind, seq, count, dtype, op, root */
     const void *sendbuf;
     void *recvbuf;
+    int mem;                /* memory kind of both buffers (prims/compute.h) */
+    struct ccl__call_plan plan;
 };
 
-/* Ring algorithms: all_reduce (reduce-scatter then all-gather, each rank
- * sending 2(N-1)/N of the data), reduce_scatter, all_gather, broadcast and
- * reduce (a pipelined chain along the ring), barrier (a one-byte
- * all_reduce). */
-ccl_status_t ccl__ring_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a);
-ccl_status_t ccl__ring_reduce_scatter(struct ccl_comm *comm, const struct ccl__coll_args *a);
-ccl_status_t ccl__ring_all_gather(struct ccl_comm *comm, const struct ccl__coll_args *a);
-ccl_status_t ccl__ring_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a);
-ccl_status_t ccl__ring_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a);
-ccl_status_t ccl__ring_barrier(struct ccl_comm *comm, const struct ccl__coll_args *a);
-/* Every pair exchanges directly; all transfers progress together. */
-ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a);
+typedef ccl_status_t (*ccl__algo_fn)(struct ccl_comm *comm, const struct ccl__coll_args *a);
+
+/* One algorithm: its implementation of each collective it applies to. */
+struct ccl__algo {
+    const char *name;
+    const char *summary; /* one line, for describe and the docs */
+    ccl__algo_fn run[CCL__NUM_OP_KINDS];
+    /* NULL when it runs any call of the collectives it has; else 0 with
+     * the reason in why when it cannot run this one. */
+    int (*can_run)(const struct ccl_comm *comm, const struct ccl__coll_args *a, char *why, size_t whylen);
+};
+
+extern const struct ccl__algo ccl__algo_ring, ccl__algo_tree, ccl__algo_rd, ccl__algo_rhd, ccl__algo_bruck,
+    ccl__algo_pairwise, ccl__algo_direct;
+/* Indexed by enum ccl__algo_id; NULL for a name this build does not have
+ * yet (hier). */
+extern const struct ccl__algo *const ccl__algos[CCL__NUM_ALGOS];
+extern const char *const ccl__algo_names[CCL__NUM_ALGOS];
+/* enum ccl__algo_id for a CCL_ALGO name, or -1. */
+int ccl__algo_by_name(const char *name, size_t len);
+
+/* ---- shared by the algorithms ---- */
+
+/* Copies sendbuf to recvbuf unless they are the same (one rank, or the
+ * local share of a result). */
+void ccl__algo_local_copy(const struct ccl__coll_args *a, size_t count);
+/* Element offset and length of block b when count elements are split into
+ * n near-equal blocks (the first count % n one element longer). */
+size_t ccl__block_off(size_t count, int n, int b);
+size_t ccl__block_len(size_t count, int n, int b);
+static inline int ccl__mod(int a, int n) { return ((a % n) + n) % n; }
+static inline const char *ccl__at(const void *buf, size_t elems, size_t esize) {
+    return (const char *)buf + elems * esize;
+}
 
 #endif

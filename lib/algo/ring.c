@@ -36,6 +36,7 @@ struct ring {
     struct ccl__prims p;
     struct blocks B;
     int n, pos;
+    int prev, next; /* ranks */
     int div;
 };
 
@@ -44,18 +45,18 @@ static const char *at_elem(const void *buf, size_t elems, size_t esize) { return
 /* Slice j of the block at ring position q: [*off, *off + *n) within the block. */
 static size_t slice_n(struct ring *R, int q, size_t j) {
     size_t len = block_len(&R->B, R->comm->ring[mod(q, R->n)]);
-    size_t start = j * R->p.slice_elems;
-    return start >= len ? 0 : (len - start < R->p.slice_elems ? len - start : R->p.slice_elems);
+    size_t start = j * R->p.chunk_elems;
+    return start >= len ? 0 : (len - start < R->p.chunk_elems ? len - start : R->p.chunk_elems);
 }
 
 static const char *sblk(struct ring *R, int q, size_t j) {
     int b = R->comm->ring[mod(q, R->n)];
-    return at_elem(R->a->sendbuf, block_off(&R->B, b) + j * R->p.slice_elems, R->p.esize);
+    return at_elem(R->a->sendbuf, block_off(&R->B, b) + j * R->p.chunk_elems, R->p.esize);
 }
 
 static char *rblk(struct ring *R, int q, size_t j) {
     int b = R->comm->ring[mod(q, R->n)];
-    return (char *)at_elem(R->a->recvbuf, block_off(&R->B, b) + j * R->p.slice_elems, R->p.esize);
+    return (char *)at_elem(R->a->recvbuf, block_off(&R->B, b) + j * R->p.chunk_elems, R->p.esize);
 }
 
 enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
@@ -66,7 +67,7 @@ enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
 static inline void at(struct ring *R, int q, size_t j, int rph, int rstep, int sph, int sstep) {
     if (__builtin_expect(R->comm->trace == NULL, 1)) return;
     int b = R->comm->ring[mod(q, R->n)];
-    uint64_t off = (uint64_t)(block_off(&R->B, b) + j * R->p.slice_elems) * R->p.esize;
+    uint64_t off = (uint64_t)(block_off(&R->B, b) + j * R->p.chunk_elems) * R->p.esize;
     ccl__prims_at(&R->p, CCL__TR_RING, rph, rstep, sph, sstep, b, (uint32_t)j, off);
 }
 
@@ -78,17 +79,21 @@ static ccl_status_t round_rs(struct ring *R, size_t j, int then_ag) {
     int P = R->pos, N = R->n;
     size_t n;
     at(R, P - 1, j, RS, -1, RS, 0);
-    if ((n = slice_n(R, P - 1, j))) CCL_CHECK(ccl__prims_send(&R->p, sblk(R, P - 1, j), n));
+    if ((n = slice_n(R, P - 1, j))) CCL_CHECK(ccl__prims_send(&R->p, R->next, sblk(R, P - 1, j), n));
     for (int k = 1; k <= N - 2; k++) {
         at(R, P - 1 - k, j, RS, k - 1, RS, k);
-        if ((n = slice_n(R, P - 1 - k, j))) CCL_CHECK(ccl__prims_recv_reduce_send(&R->p, sblk(R, P - 1 - k, j), n));
+        if ((n = slice_n(R, P - 1 - k, j)))
+            CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.src = sblk(R, P - 1 - k, j), .n = n, .nrecv = 1,
+                                                                 .recv = {R->prev}, .nsend = 1, .send = {R->next},
+                                                                 .reduce = 1}));
     }
     if (!(n = slice_n(R, P, j))) return CCL_OK;
     at(R, P, j, RS, N - 2, AG, N - 1);
     /* reduce_scatter's output is the rank's own recvbuf, not a block of it */
-    char *dst = then_ag ? rblk(R, P, j) : (char *)at_elem(R->a->recvbuf, j * R->p.slice_elems, R->p.esize);
-    if (then_ag) return ccl__prims_recv_reduce_copy_send(&R->p, sblk(R, P, j), dst, n, R->div);
-    return ccl__prims_recv_reduce_copy(&R->p, sblk(R, P, j), dst, n, R->div);
+    char *dst = then_ag ? rblk(R, P, j) : (char *)at_elem(R->a->recvbuf, j * R->p.chunk_elems, R->p.esize);
+    return ccl__prims_step(&R->p, &(struct ccl__step){.src = sblk(R, P, j), .dst = dst, .n = n, .nrecv = 1,
+                                                      .recv = {R->prev}, .nsend = then_ag, .send = {R->next},
+                                                      .reduce = 1, .div = R->div});
 }
 
 /* All-gather steps; `base` numbers them after a reduce-scatter's. */
@@ -97,63 +102,37 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
     size_t n;
     at(R, P, j, AG, -1, AG, base);
     if (!first_step_done && (n = slice_n(R, P, j)))
-        CCL_CHECK(ccl__prims_copy_send(&R->p, at_elem(R->a->sendbuf, j * R->p.slice_elems, R->p.esize), rblk(R, P, j), n));
+        CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.src = at_elem(R->a->sendbuf, j * R->p.chunk_elems, R->p.esize),
+                                                             .dst = rblk(R, P, j), .n = n, .nsend = 1,
+                                                             .send = {R->next}}));
     for (int k = 1; k <= N - 2; k++) {
         at(R, P - k, j, AG, base + k - 1, AG, base + k);
-        if ((n = slice_n(R, P - k, j))) CCL_CHECK(ccl__prims_recv_copy_send(&R->p, rblk(R, P - k, j), n));
+        if ((n = slice_n(R, P - k, j)))
+            CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.dst = rblk(R, P - k, j), .n = n, .nrecv = 1,
+                                                                 .recv = {R->prev}, .nsend = 1, .send = {R->next}}));
     }
     at(R, P + 1, j, AG, base + N - 2, AG, -1);
-    if ((n = slice_n(R, P + 1, j))) CCL_CHECK(ccl__prims_recv(&R->p, rblk(R, P + 1, j), n));
+    if ((n = slice_n(R, P + 1, j))) CCL_CHECK(ccl__prims_recv(&R->p, R->prev, rblk(R, P + 1, j), n));
     return CCL_OK;
 }
 
 static ccl_status_t run_ring(struct ccl_comm *comm, const struct ccl__coll_args *a, enum phase ph) {
     struct ring R = {.comm = comm, .a = a, .n = comm->nranks, .pos = comm->ring_pos};
     R.div = a->id.op == CCL_AVG ? comm->nranks : 0;
-    int prev = comm->ring[mod(R.pos - 1, R.n)], next = comm->ring[mod(R.pos + 1, R.n)];
-    ccl__prims_init(&R.p, comm, prev, next, &a->id);
+    R.prev = comm->ring[mod(R.pos - 1, R.n)];
+    R.next = comm->ring[mod(R.pos + 1, R.n)];
+    CCL_CHECK(ccl__prims_init(&R.p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     /* all_reduce splits its buffer; reduce_scatter's sendbuf and
      * all_gather's recvbuf already are N blocks of count. */
     if (ph == RS_THEN_AG) R.B = (struct blocks){a->id.count / (size_t)R.n, a->id.count % (size_t)R.n};
     else R.B = (struct blocks){a->id.count, 0};
     size_t maxlen = block_len(&R.B, 0);
-    size_t rounds = (maxlen + R.p.slice_elems - 1) / R.p.slice_elems;
+    size_t rounds = (maxlen + R.p.chunk_elems - 1) / R.p.chunk_elems;
     for (size_t j = 0; j < rounds; j++) {
         if (ph != AG_ONLY) CCL_CHECK(round_rs(&R, j, ph == RS_THEN_AG));
         if (ph != RS_ONLY) CCL_CHECK(round_ag(&R, j, ph == RS_THEN_AG));
     }
-    return ccl__prims_flush(&R.p);
-}
-
-static void local_copy(const struct ccl__coll_args *a, size_t count) {
-    if (a->sendbuf != a->recvbuf && count) memcpy(a->recvbuf, a->sendbuf, count * ccl_dtype_size(a->id.dtype));
-}
-
-ccl_status_t ccl__ring_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    if (a->id.count == 0) return CCL_OK;
-    if (comm->nranks == 1) {
-        local_copy(a, a->id.count);
-        return CCL_OK;
-    }
-    return run_ring(comm, a, RS_THEN_AG);
-}
-
-ccl_status_t ccl__ring_reduce_scatter(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    if (a->id.count == 0) return CCL_OK;
-    if (comm->nranks == 1) {
-        local_copy(a, a->id.count);
-        return CCL_OK;
-    }
-    return run_ring(comm, a, RS_ONLY);
-}
-
-ccl_status_t ccl__ring_all_gather(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    if (a->id.count == 0) return CCL_OK;
-    if (comm->nranks == 1) {
-        local_copy(a, a->id.count);
-        return CCL_OK;
-    }
-    return run_ring(comm, a, AG_ONLY);
+    return ccl__prims_flush(comm, R.p.what);
 }
 
 /* A chain along the ring from `first` (no receive) to `last` (no send). */
@@ -166,52 +145,47 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
     int prev = P == first ? -1 : comm->ring[mod(P - 1, N)];
     int next = P == last ? -1 : comm->ring[mod(P + 1, N)];
     struct ccl__prims p;
-    ccl__prims_init(&p, comm, prev, next, &a->id);
+    CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     size_t es = p.esize, count = a->id.count;
     int div = a->id.op == CCL_AVG && reduce ? N : 0;
-    for (size_t off = 0; off < count; off += p.slice_elems) {
-        size_t n = count - off < p.slice_elems ? count - off : p.slice_elems;
+    for (size_t off = 0; off < count; off += p.chunk_elems) {
+        size_t n = count - off < p.chunk_elems ? count - off : p.chunk_elems;
         const char *src = a->sendbuf ? at_elem(a->sendbuf, off, es) : NULL;
         char *dst = a->recvbuf ? (char *)at_elem(a->recvbuf, off, es) : NULL;
         if (__builtin_expect(comm->trace != NULL, 0)) {
             /* hop h carries the data from chain position h to h+1 */
             int h = mod(P - first, N), ph = reduce ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST;
-            uint32_t j = (uint32_t)(off / p.slice_elems);
+            uint32_t j = (uint32_t)(off / p.chunk_elems);
             ccl__prims_at(&p, CCL__TR_CHAIN, ph, h - 1, ph, h, (int)j, j, (uint64_t)off * es);
         }
-        ccl_status_t st;
-        if (reduce)
-            st = P == first ? ccl__prims_send(&p, src, n)
-                 : P == last ? ccl__prims_recv_reduce_copy(&p, src, dst, n, div)
-                             : ccl__prims_recv_reduce_send(&p, src, n);
-        else
-            st = P == first ? ccl__prims_copy_send(&p, src, dst, n)
-                 : P == last ? ccl__prims_recv(&p, dst, n)
-                             : ccl__prims_recv_copy_send(&p, dst, n);
-        CCL_CHECK(st);
+        /* the first rank only sends, the last only receives */
+        struct ccl__step s = {.src = src, .dst = P == last || !reduce ? dst : NULL, .n = n, .nrecv = P != first,
+                              .recv = {prev}, .nsend = P != last, .send = {next}, .reduce = (uint8_t)reduce,
+                              .div = P == last ? div : 0};
+        if (!reduce && P != first) s.src = NULL;
+        CCL_CHECK(ccl__prims_step(&p, &s));
     }
-    return ccl__prims_flush(&p);
+    return ccl__prims_flush(comm, p.what);
 }
 
-ccl_status_t ccl__ring_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    if (a->id.count == 0) return CCL_OK;
-    if (comm->nranks == 1) {
-        local_copy(a, a->id.count);
-        return CCL_OK;
-    }
-    return chain(comm, a, 0);
+static ccl_status_t ring_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    return run_ring(comm, a, RS_THEN_AG);
 }
 
-ccl_status_t ccl__ring_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    if (a->id.count == 0) return CCL_OK;
-    if (comm->nranks == 1) {
-        local_copy(a, a->id.count);
-        return CCL_OK;
-    }
-    return chain(comm, a, 1);
+static ccl_status_t ring_reduce_scatter(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    return run_ring(comm, a, RS_ONLY);
 }
 
-ccl_status_t ccl__ring_barrier(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+static ccl_status_t ring_all_gather(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    return run_ring(comm, a, AG_ONLY);
+}
+
+static ccl_status_t ring_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) { return chain(comm, a, 0); }
+
+static ccl_status_t ring_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) { return chain(comm, a, 1); }
+
+/* A one-byte all-reduce. */
+static ccl_status_t ring_barrier(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     uint8_t in = 0, out = 0;
     struct ccl__coll_args one = *a;
     one.id.count = 1;
@@ -219,5 +193,13 @@ ccl_status_t ccl__ring_barrier(struct ccl_comm *comm, const struct ccl__coll_arg
     one.id.op = CCL_SUM;
     one.sendbuf = &in;
     one.recvbuf = &out;
-    return comm->nranks == 1 ? CCL_OK : run_ring(comm, &one, RS_THEN_AG);
+    return run_ring(comm, &one, RS_THEN_AG);
 }
+
+const struct ccl__algo ccl__algo_ring = {
+    .name = "ring",
+    .summary = "pipelined ring: 2(N-1)/N of the data per rank for all-reduce, a chain for broadcast and reduce",
+    .run = {[CCL__K_ALL_REDUCE] = ring_all_reduce, [CCL__K_REDUCE_SCATTER] = ring_reduce_scatter,
+            [CCL__K_ALL_GATHER] = ring_all_gather, [CCL__K_BROADCAST] = ring_broadcast,
+            [CCL__K_REDUCE] = ring_reduce, [CCL__K_BARRIER] = ring_barrier},
+};

@@ -15,10 +15,19 @@ struct batch_op {
     int nxfers;
 };
 
-static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    ccl__algo_fn fn = ccl__plan_algo(comm, a);
-    if (!fn) return ccl__set_error(comm, CCL_ERR_INTERNAL, "no algorithm for operation kind %d", a->id.kind);
-    return fn(comm, a);
+/* Calls with nothing to move never reach an algorithm: every algorithm
+ * may assume at least two ranks and (barrier aside) some data. */
+static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args *call) {
+    struct ccl__coll_args a = *call;
+    int kind = a.id.kind;
+    if (comm->nranks == 1) {
+        if (kind != CCL__K_BARRIER && !(kind == CCL__K_REDUCE && !a.recvbuf)) ccl__algo_local_copy(&a, a.id.count);
+        return CCL_OK;
+    }
+    if (a.id.count == 0 && kind != CCL__K_BARRIER) return CCL_OK;
+    ccl__algo_fn fn = ccl__plan_call(comm, &a);
+    if (!fn) return ccl__comm_fail(comm, CCL_ERR_UNSUPPORTED);
+    return fn(comm, &a);
 }
 
 /* Point-to-point transfers first, all together (so a group's sends and

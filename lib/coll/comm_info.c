@@ -44,7 +44,15 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
     for (int i = 0; i < comm->nranks && o + 12 < sizeof(ring); i++)
         o += (size_t)snprintf(ring + o, sizeof(ring) - o, "%s%d", i ? "," : "", comm->ring[i]);
     if (o + 12 >= sizeof(ring)) snprintf(ring + o, sizeof(ring) - o, ",...");
-    snprintf(buf, n, "rank=%d ranks=%d hosts=%d transports=%s ring=%s algo=%s", comm->rank, comm->nranks,
-             count_hosts(comm), tr, ring, comm->algo_name);
+    /* The algorithm of each collective's last call and why it ran. */
+    char algo[640] = "";
+    o = 0;
+    for (int k = 1; k < CCL__NUM_OP_KINDS && o + 96 < sizeof(algo); k++)
+        if (comm->algo_last[k] >= 0)
+            o += (size_t)snprintf(algo + o, sizeof(algo) - o, "%s%s:%s (%s)", o ? ", " : "", ccl__op_kind_name(k),
+                                  ccl__algo_names[comm->algo_last[k]], comm->algo_why[k]);
+    snprintf(buf, n, "rank=%d ranks=%d hosts=%d transports=%s ring=%s algo=%s%s%s", comm->rank, comm->nranks,
+             count_hosts(comm), tr, ring, comm->params.algo[0] ? comm->params.algo : "auto", o ? " last: " : "",
+             algo);
     return CCL_OK;
 }

@@ -42,6 +42,7 @@ static void comm_free(struct ccl_comm *comm) {
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peers);
     free(comm->conns);
+    free(comm->scratch_conns);
     free(comm->ring);
     free(comm->send_seq);
     free(comm->recv_seq);
@@ -60,11 +61,11 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     comm->wake = &comm->local_wake;
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     comm->on_fail = poison_peers;
-    comm->algo_name = "ring";
     comm->conns = calloc((size_t)nranks, sizeof(*comm->conns));
+    comm->scratch_conns = calloc((size_t)nranks, sizeof(*comm->scratch_conns));
     comm->send_seq = calloc((size_t)nranks, sizeof(uint32_t));
     comm->recv_seq = calloc((size_t)nranks, sizeof(uint32_t));
-    if (!comm->conns || !comm->send_seq || !comm->recv_seq || ccl__exec_create(comm) != CCL_OK) {
+    if (!comm->conns || !comm->scratch_conns || !comm->send_seq || !comm->recv_seq || ccl__exec_create(comm) != CCL_OK) {
         comm_free(comm);
         return NULL;
     }
@@ -75,7 +76,8 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
  * every other rank got through it. */
 static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd, uint8_t *use[CCL__NUM_TRANSPORTS]) {
     uint32_t mine = comm->peers[comm->rank].transport_mask; /* the ones whose local_init worked */
-    ccl_status_t st = ccl__plan_transports(comm, use);
+    ccl_status_t st = ccl__plan_parse_algo(comm); /* a bad CCL_ALGO anywhere fails init everywhere */
+    if (st == CCL_OK) st = ccl__plan_transports(comm, use);
     for (int t = 0; t < CCL__NUM_TRANSPORTS && st == CCL_OK; t++)
         if (mine & (1u << t)) st = ccl__transports[t]->setup(comm, use[t]);
     CCL_CHECK(ccl__boot_round(comm, root_fd, st));
@@ -106,6 +108,8 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     for (int t = 0; t < CCL__NUM_TRANSPORTS && st == CCL_OK; t++)
         if (!(use[t] = calloc((size_t)comm->nranks, 1))) st = CCL_ERR_NO_MEMORY;
     if (st == CCL_OK) st = setup_transports(comm, root_fd, use);
+    for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
+        if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
     if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {

@@ -15,7 +15,8 @@
 #include "transports/transport.h"
 
 static const char *const phase_names[] = {"reduce-scatter", "all-gather", "broadcast", "reduce", "p2p"};
-static const char *const algo_names[] = {"ring", "chain", "direct"};
+static const char *const algo_names[] = {"ring", "chain", "direct", "tree", "rd", "rhd", "bruck", "pairwise", "hier"};
+#define NUM_ALGO_NAMES (sizeof algo_names / sizeof algo_names[0])
 static const char *const kind_names[] = {"send", "recv", "reduce"};
 
 /* "%p" -> pid, "%c" -> communicator id: several traced communicators (or
@@ -54,7 +55,7 @@ static void write_event(FILE *f, const struct ccl__trace_event *e, int rank, dou
             "\"args\":{\"coll\":\"%s\",\"seq\":%u,\"algo\":\"%s\",\"step\":%d,\"phase\":\"%s\",\"chunk\":%d,"
             "\"round\":%u,\"offset\":%llu,\"bytes\":%llu,\"peer\":%d,\"transport\":\"%s\",\"link_seq\":%llu}}",
             *first ? "" : ",", kind_names[e->kind], e->chunk, kind_names[e->kind], ts, dur, rank, tid,
-            ccl__op_kind_name(e->coll), e->seq, algo_names[e->algo % 3], e->step, phase_names[e->phase % 5], e->chunk,
+            ccl__op_kind_name(e->coll), e->seq, algo_names[e->algo % NUM_ALGO_NAMES], e->step, phase_names[e->phase % 5], e->chunk,
             e->round, (unsigned long long)e->offset, (unsigned long long)e->bytes, e->peer, tr,
             (unsigned long long)e->link_seq);
     *first = 0;

@@ -20,6 +20,7 @@
 #define CCL__COMM_MAGIC 0x43434c43u /* "CCLC" */
 #define CCL__SECRET_BYTES 32
 #define CCL__ERR_BYTES 512
+#define CCL__MAX_OP_KINDS 16 /* room for enum ccl__op_kind (prims/prims.h) */
 
 struct ccl__conn;
 struct ccl__exec;
@@ -36,13 +37,18 @@ struct ccl_comm {
     /* transports */
     void *tstate[CCL__MAX_TRANSPORTS];  /* per-transport private state */
     struct ccl__conn **conns;           /* [nranks], full duplex; NULL for self */
+    uint32_t slot_kinds;                /* memory kinds of every connection's slots (bit per kind) */
+    struct ccl__conn **scratch_conns;   /* [nranks], for the one thread running operations */
 
     /* planner output */
     int *ring;                          /* [nranks]: ring position -> rank */
     int ring_pos;                       /* this rank's position in ring */
     size_t ring_chunk_bytes;            /* slice size every rank uses on the ring (smallest slot on it) */
+    size_t chunk_bytes;                 /* the same for any pair: smallest slot of every link */
     double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
-    const char *algo_name;
+    signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
+    signed char algo_last[CCL__MAX_OP_KINDS];   /* the algorithm of each collective's last call, -1 none */
+    char algo_why[CCL__MAX_OP_KINDS][48];       /* and why it was chosen */
 
     /* waking and failure */
     struct ccl__wake_words local_wake;  /* used until shm provides shared words */

@@ -21,7 +21,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_TCP_SLOT_BYTES", "524288", "bytes per TCP staging slot (a pipeline chunk)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
     {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a host has more ranks than hardware threads)"},
-    {"CCL_ALGO", "", "force an algorithm: ring"},
+    {"CCL_ALGO", "", "force algorithms: one of ring, tree, rd, rhd, bruck, pairwise, direct for every collective it runs, or per collective (allreduce:tree,broadcast:ring)"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
     {"CCL_SECRET", "", "job secret (hex) for ccl_comm_init_env; cclrun sets it"},
     {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c communicator id)"},

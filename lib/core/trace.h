@@ -11,7 +11,17 @@
 #include <stdint.h>
 
 enum ccl__trace_kind { CCL__TR_SEND = 0, CCL__TR_RECV = 1, CCL__TR_REDUCE = 2 };
-enum ccl__trace_algo { CCL__TR_RING = 0, CCL__TR_CHAIN = 1, CCL__TR_DIRECT = 2 };
+enum ccl__trace_algo {
+    CCL__TR_RING = 0,
+    CCL__TR_CHAIN = 1,
+    CCL__TR_DIRECT = 2,
+    CCL__TR_TREE = 3,
+    CCL__TR_RD = 4,
+    CCL__TR_RHD = 5,
+    CCL__TR_BRUCK = 6,
+    CCL__TR_PAIRWISE = 7,
+    CCL__TR_HIER = 8
+};
 enum ccl__trace_phase {
     CCL__TR_REDUCE_SCATTER = 0,
     CCL__TR_ALL_GATHER = 1,

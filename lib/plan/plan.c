@@ -63,6 +63,15 @@ static void plan_ring_chunk(struct ccl_comm *comm) {
     }
     /* One rank: no ring links, and no slices either (nothing is sent). */
     comm->ring_chunk_bytes = chunk == SIZE_MAX ? ccl__transports[CCL__TRANSPORT_SHM]->slot_bytes(&comm->params) : chunk;
+    /* Other algorithms may use any pair. */
+    size_t any = comm->ring_chunk_bytes;
+    for (int a = 0; a < comm->nranks; a++)
+        for (int b = a + 1; b < comm->nranks; b++) {
+            int t = choose(comm, forced, a, b);
+            size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(&comm->params) : SIZE_MAX;
+            if (slot < any) any = slot;
+        }
+    comm->chunk_bytes = any;
 }
 
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
@@ -110,22 +119,4 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
     if (crowded && !comm->params.spin_us_set) comm->spin_s = 0;
     CCL_INFO(CCL__SUB_PLAN, comm->rank, "%d ranks on this machine, %ld hardware threads: waits spin %.0f us, yield %.0f us",
              local, threads, comm->spin_s * 1e6, comm->yield_s * 1e6);
-}
-
-ccl__algo_fn ccl__plan_algo(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    ccl__algo_fn fn = NULL;
-    switch (a->id.kind) {
-    case CCL__K_ALL_REDUCE: fn = ccl__ring_all_reduce; break;
-    case CCL__K_REDUCE_SCATTER: fn = ccl__ring_reduce_scatter; break;
-    case CCL__K_ALL_GATHER: fn = ccl__ring_all_gather; break;
-    case CCL__K_BROADCAST: fn = ccl__ring_broadcast; break;
-    case CCL__K_REDUCE: fn = ccl__ring_reduce; break;
-    case CCL__K_BARRIER: fn = ccl__ring_barrier; break;
-    case CCL__K_ALL_TO_ALL: fn = ccl__direct_all_to_all; break;
-    default: break;
-    }
-    CCL_TRACE(CCL__SUB_PLAN, comm->rank, "%s #%u count %llu %s: %s", ccl__op_kind_name(a->id.kind), a->id.seq,
-              (unsigned long long)a->id.count, ccl_dtype_name(a->id.dtype),
-              a->id.kind == CCL__K_ALL_TO_ALL ? "direct" : "ring");
-    return fn;
 }

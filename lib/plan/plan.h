@@ -28,8 +28,12 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
  * steals the time of the rank it waits for, so waits yield at once. */
 void ccl__plan_waiting(struct ccl_comm *comm);
 
-typedef ccl_status_t (*ccl__algo_fn)(struct ccl_comm *comm, const struct ccl__coll_args *a);
-/* The algorithm for one call. */
-ccl__algo_fn ccl__plan_algo(struct ccl_comm *comm, const struct ccl__coll_args *a);
+/* Reads CCL_ALGO into comm->algo_forced; a name that is neither an
+ * algorithm nor collective:algorithm fails init. */
+ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm);
+
+/* The algorithm for one call (a->plan filled in), or NULL with the
+ * communicator's error set when the forced one cannot run it. */
+ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a);
 
 #endif

@@ -1,10 +1,17 @@
 /*
- * Primitives: pipelined steps on connections, the vocabulary algorithms are
- * written in. A ring step moves one slice (at most slice_elems elements)
- * from the previous rank and/or to the next one, reducing on the way; it
- * waits (spin, yield, sleep, with a deadline) until the slots it needs are
- * there. Slices stream through each connection's FIFO of slots, so while
- * one slice is on the wire the next is being reduced.
+ * The data engine: every algorithm is a sequence of steps, and a step is
+ * one primitive: receive a chunk from a set of peers, reduce it with local
+ * data and/or copy it, send the result to a set of peers. Rings, trees,
+ * recursive doubling, the direct and hierarchical algorithms and
+ * point-to-point are all written in it.
+ *
+ * A step waits (spin, yield, sleep, with a deadline) until every slot it
+ * needs is there, hands its copies and reductions to the compute engine of
+ * its memory kinds (prims/compute.h), and commits its sends and releases
+ * its receives only once that work has completed. Chunks stream through
+ * each connection's FIFO of slots, so while one chunk is on the wire the
+ * next is being reduced: that is the pipeline. Chunk size comes from the
+ * per-call plan, not from communicator state.
  *
  * Every slot carries the operation's identity (kind, sequence number,
  * count, dtype, op, root); a receiver that sees another operation's slot
@@ -19,6 +26,7 @@
 #include "ccl.h"
 #include "core/comm.h"
 #include "core/trace.h"
+#include "prims/compute.h"
 #include "reduce/reduce.h"
 #include "transports/transport.h"
 
@@ -32,9 +40,10 @@ enum ccl__op_kind {
     CCL__K_BARRIER,
     CCL__K_P2P,
 };
+#define CCL__NUM_OP_KINDS 9
 const char *ccl__op_kind_name(int kind);
 
-/* What a collective call is; stamped on each slot and checked on receipt. */
+/* What a call is; stamped on each slot and checked on receipt. */
 struct ccl__coll_id {
     int kind;
     uint32_t seq;
@@ -54,14 +63,17 @@ struct ccl__prims_trace {
     uint64_t offset;
 };
 
+/* One call's engine context. */
 struct ccl__prims {
     struct ccl_comm *comm;
-    struct ccl__conn *conns[2]; /* [0] receive from (prev), [1] send to (next); either may be NULL */
     struct ccl__coll_id id;
     size_t esize;
     ccl__reduce_fn reduce;
-    size_t slice_elems;         /* elements per slot on both connections */
+    size_t chunk_elems;         /* elements per step at most (the plan's chunk) */
+    int mem;                    /* memory kind of the call's buffers */
+    const struct ccl__compute *compute;
     char what[48];              /* "all_reduce #12", for messages */
+    int trace_kind;             /* the collective the trace files it under (id.kind unless told) */
     struct ccl__prims_trace tr; /* meaningful only while tracing */
 };
 
@@ -74,24 +86,59 @@ static inline void ccl__prims_at(struct ccl__prims *p, int algo, int recv_phase,
                                           .send_step = send_step, .chunk = chunk, .round = round, .offset = offset};
 }
 
-/* prev/next are ranks (-1 for none). */
-void ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, int prev, int next, const struct ccl__coll_id *id);
+/* chunk_bytes: the plan's chunk, never more than a slot of any link the
+ * call uses and the same on every rank (every rank must cut alike). */
+ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const struct ccl__coll_id *id,
+                             size_t chunk_bytes, int mem);
 
-/* The steps; n <= p->slice_elems. `src`, `dst` are user or scratch memory. */
-ccl_status_t ccl__prims_send(struct ccl__prims *p, const void *src, size_t n);
-ccl_status_t ccl__prims_recv(struct ccl__prims *p, void *dst, size_t n);
-/* next <- prev OP src */
-ccl_status_t ccl__prims_recv_reduce_send(struct ccl__prims *p, const void *src, size_t n);
-/* dst <- prev OP src, then dst /= div when div > 1 (finishing CCL_AVG) */
-ccl_status_t ccl__prims_recv_reduce_copy(struct ccl__prims *p, const void *src, void *dst, size_t n, int div);
-/* dst <- prev OP src (then /= div), next <- dst */
-ccl_status_t ccl__prims_recv_reduce_copy_send(struct ccl__prims *p, const void *src, void *dst, size_t n, int div);
-/* dst <- prev, next <- prev */
-ccl_status_t ccl__prims_recv_copy_send(struct ccl__prims *p, void *dst, size_t n);
-/* dst <- src (unless the same), next <- src */
-ccl_status_t ccl__prims_copy_send(struct ccl__prims *p, const void *src, void *dst, size_t n);
-/* Wait until everything sent has left this process (stream transports). */
-ccl_status_t ccl__prims_flush(struct ccl__prims *p);
+#define CCL__STEP_MAX_PEERS 16
+
+/* One step. The result is
+ *   nrecv == 0:        src
+ *   copy (!reduce):    what recv[0] sent
+ *   reduce:            src OP recv[0] OP recv[1] ...  (src last with
+ *                      src_last; without src, the received data alone)
+ * in exactly that order, so ranks that compute the same element compute it
+ * alike. The result lands in dst (when given) and goes to every send peer;
+ * with div > 1 it is divided once reduced (finishing CCL_AVG). */
+struct ccl__step {
+    const void *src;
+    void *dst;
+    size_t n; /* elements, <= chunk_elems */
+    int nrecv, nsend;
+    int recv[CCL__STEP_MAX_PEERS];
+    int send[CCL__STEP_MAX_PEERS];
+    uint8_t reduce;
+    uint8_t src_last;
+    int div;
+};
+
+/* Runs one step to completion (blocking, with every wait's checks). */
+ccl_status_t ccl__prims_step(struct ccl__prims *p, const struct ccl__step *s);
+
+/* Shorthands for the common steps. */
+ccl_status_t ccl__prims_send(struct ccl__prims *p, int to, const void *src, size_t n);
+ccl_status_t ccl__prims_recv(struct ccl__prims *p, int from, void *dst, size_t n);
+/* dst <- from OP src (src after the received data with src_last). */
+ccl_status_t ccl__prims_recv_reduce(struct ccl__prims *p, int from, const void *src, void *dst, size_t n,
+                                    int src_last);
+
+/* A step in progress, for callers that drive several at once. */
+struct ccl__step_state {
+    int started; /* slots acquired and compute work submitted */
+    struct ccl__compute_ticket ticket;
+    const void *in[CCL__STEP_MAX_PEERS];
+    void *out[CCL__STEP_MAX_PEERS];
+    double t0, ta, tc; /* trace times: entered, acquired, computed */
+};
+/* Moves the step as far as it can now: CCL_OK when it has completed,
+ * CCL_INPROGRESS when it waits for slots or compute (*moved set when it
+ * advanced), or a failure (the communicator has failed). */
+ccl_status_t ccl__step_try(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, int *moved);
+
+/* Waits until everything this rank sent has left the process (stream
+ * transports): the end of every call. */
+ccl_status_t ccl__prims_flush(struct ccl_comm *comm, const char *what);
 
 /* Point-to-point transfers that progress together (groups, all-to-all). */
 struct ccl__p2p_xfer {

@@ -25,8 +25,19 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-void ccl__waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl__conn *const *conns, int nconns,
-                      const char *what) {
+struct ccl__waiter {
+    struct ccl_comm *comm;
+    struct ccl__conn *const *conns; /* the connections this wait depends on */
+    const int *nconns;
+    uint32_t armed_bell;
+    unsigned idle_rounds;
+    double idle_since; /* ccl__now() of the last progress */
+    double next_check; /* next liveness check of the peers */
+    const char *what;  /* for the timeout message */
+};
+
+static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl__conn *const *conns, const int *nconns,
+                        const char *what) {
     w->comm = comm;
     w->conns = conns;
     w->nconns = nconns;
@@ -37,9 +48,9 @@ void ccl__waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl__
     w->what = what;
 }
 
-void ccl__waiter_arm(struct ccl__waiter *w) { w->armed_bell = atomic_load(&w->comm->wake->bell); }
+static void waiter_arm(struct ccl__waiter *w) { w->armed_bell = atomic_load(&w->comm->wake->bell); }
 
-void ccl__waiter_progress(struct ccl__waiter *w) {
+static void waiter_progress(struct ccl__waiter *w) {
     if (w->idle_rounds) {
         w->idle_rounds = 0;
         w->idle_since = ccl__now();
@@ -49,7 +60,7 @@ void ccl__waiter_progress(struct ccl__waiter *w) {
 static ccl_status_t timeout_error(struct ccl__waiter *w, double idle) {
     char peers[128] = "";
     size_t o = 0;
-    for (int i = 0; i < w->nconns && o + 12 < sizeof(peers); i++)
+    for (int i = 0; i < *w->nconns && o + 12 < sizeof(peers); i++)
         if (w->conns[i]) o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "", w->conns[i]->peer);
     ccl__set_error(w->comm, CCL_ERR_TIMEOUT, "%s: no progress for %.1f s (CCL_TIMEOUT=%g) waiting on rank(s) %s",
                    w->what, idle, w->comm->params.timeout_s, o ? peers : "-");
@@ -86,7 +97,7 @@ static void futex_sleep(struct ccl__waiter *w, double max_s) {
 static void sleep_once(struct ccl__waiter *w, double left) {
     struct pollfd fds[MAX_POLLFDS];
     int n = 0, fdless = 0;
-    for (int i = 0; i < w->nconns; i++) {
+    for (int i = 0; i < *w->nconns; i++) {
         struct ccl__conn *c = w->conns[i];
         if (!c) continue;
         short ev = 0;
@@ -108,7 +119,7 @@ static void sleep_once(struct ccl__waiter *w, double left) {
     poll(fds, (nfds_t)n, (int)(cap * 1000) + 1);
 }
 
-ccl_status_t ccl__waiter_idle(struct ccl__waiter *w) {
+static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     ccl_status_t st = check_failures(w);
     if (st < 0) return st;
     if (w->idle_rounds++ == 0) w->idle_since = ccl__now();
@@ -121,7 +132,7 @@ ccl_status_t ccl__waiter_idle(struct ccl__waiter *w) {
     if (idle > w->comm->params.timeout_s) return timeout_error(w, idle);
     if (now >= w->next_check) {
         w->next_check = now + LIVENESS_PERIOD_S;
-        for (int i = 0; i < w->nconns; i++) {
+        for (int i = 0; i < *w->nconns; i++) {
             struct ccl__conn *c = w->conns[i];
             if (c && (st = c->t->check_peer(c)) < 0) return ccl__comm_fail(w->comm, st);
         }
@@ -132,4 +143,34 @@ ccl_status_t ccl__waiter_idle(struct ccl__waiter *w) {
     }
     sleep_once(w, w->comm->params.timeout_s - idle);
     return CCL_OK;
+}
+
+/* Stream transports move staged bytes only when asked. */
+static ccl_status_t progress_conns(struct ccl__waiter *w, int *moved) {
+    for (int i = 0; i < *w->nconns; i++) {
+        struct ccl__conn *c = w->conns[i];
+        int m = 0;
+        if (!c) continue;
+        ccl_status_t st = c->t->progress(c, &m);
+        if (st < 0) return ccl__comm_fail(w->comm, st);
+        *moved |= m;
+    }
+    return CCL_OK;
+}
+
+ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
+                       ccl__poll_fn poll, void *ctx) {
+    int moved = 0;
+    ccl_status_t st = poll(ctx, &moved); /* the fast path: no clock read */
+    if (st != CCL_INPROGRESS) return st;
+    struct ccl__waiter w;
+    waiter_init(&w, comm, conns, nconns, what);
+    for (;;) {
+        waiter_arm(&w);
+        moved = 0;
+        if ((st = progress_conns(&w, &moved)) < 0) return st;
+        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) return st;
+        if (moved) waiter_progress(&w);
+        else if ((st = waiter_idle(&w)) < 0) return st;
+    }
 }

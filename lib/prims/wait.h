@@ -1,44 +1,27 @@
 /*
- * Waiting on connections without burning the machine: spin a little, then yield, then
- * sleep on the communicator's bell (a futex peers ring) or poll() the
- * connections' descriptors. Every wait has a deadline (CCL_TIMEOUT seconds
- * without progress) and notices local aborts and remote failures.
- *
- *   struct ccl__waiter w; ccl__waiter_init(&w, comm, conns, nconns);
- *   for (;;) {
- *       ccl__waiter_arm(&w);
- *       st = try(); if (done) break;
- *       if (made progress) { ccl__waiter_progress(&w); continue; }
- *       if ((st = ccl__waiter_idle(&w)) < 0) return st;
- *   }
+ * The one wait routine every path uses (collective steps, point-to-point,
+ * groups, flushes): poll, and between polls spin a little, then yield, then
+ * sleep on what the connections say to wait on (a futex bell peers ring, a
+ * socket). Every wait has a deadline (CCL_TIMEOUT seconds without
+ * progress), notices local aborts and remote failures, and checks every
+ * 100 ms that the peers it waits on are alive.
  */
 #ifndef CCL_WAIT_H
 #define CCL_WAIT_H
-
-#include <stdint.h>
 
 #include "core/comm.h"
 
 struct ccl__conn;
 
-struct ccl__waiter {
-    struct ccl_comm *comm;
-    struct ccl__conn *const *conns; /* the connections this wait depends on */
-    int nconns;
-    uint32_t armed_bell;
-    unsigned idle_rounds;
-    double idle_since;    /* ccl__now() of the last progress */
-    double next_check;    /* next liveness check of the peers */
-    const char *what;     /* for the timeout message */
-};
+/* One poll: CCL_OK when done, CCL_INPROGRESS to wait more (*moved set when
+ * something advanced, which restarts the deadline), or a failure. */
+typedef ccl_status_t (*ccl__poll_fn)(void *ctx, int *moved);
 
-void ccl__waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl__conn *const *conns, int nconns,
-                      const char *what);
-/* Read the bell before trying, so a ring between try and sleep is not lost. */
-void ccl__waiter_arm(struct ccl__waiter *w);
-void ccl__waiter_progress(struct ccl__waiter *w);
-/* Nothing moved: wait a bit. CCL_OK to retry, or a failure status (the
- * communicator's error message is set). */
-ccl_status_t ccl__waiter_idle(struct ccl__waiter *w);
+/* Polls until done or failed. conns[0 .. *nconns) are the connections the
+ * wait depends on (progressed, slept on, checked for liveness); the poll
+ * may change them between calls, NULL entries are skipped. `what` names
+ * the operation in timeout messages. */
+ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
+                       ccl__poll_fn poll, void *ctx);
 
 #endif

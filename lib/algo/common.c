@@ -1,0 +1,33 @@
+/* The algorithm registry and the pieces every algorithm shares. */
+#include <string.h>
+
+#include "algo/algo.h"
+
+const struct ccl__algo *const ccl__algos[CCL__NUM_ALGOS] = {
+    [CCL__ALGO_RING] = &ccl__algo_ring,   [CCL__ALGO_TREE] = &ccl__algo_tree,
+    [CCL__ALGO_RD] = &ccl__algo_rd,       [CCL__ALGO_RHD] = &ccl__algo_rhd,
+    [CCL__ALGO_BRUCK] = &ccl__algo_bruck, [CCL__ALGO_PAIRWISE] = &ccl__algo_pairwise,
+    [CCL__ALGO_DIRECT] = &ccl__algo_direct,
+};
+
+const char *const ccl__algo_names[CCL__NUM_ALGOS] = {"ring",  "tree",     "rd",     "rhd",
+                                                    "bruck", "pairwise", "direct", "hier"};
+
+int ccl__algo_by_name(const char *name, size_t len) {
+    for (int i = 0; i < CCL__NUM_ALGOS; i++)
+        if (strlen(ccl__algo_names[i]) == len && strncmp(ccl__algo_names[i], name, len) == 0) return i;
+    return -1;
+}
+
+void ccl__algo_local_copy(const struct ccl__coll_args *a, size_t count) {
+    if (a->sendbuf != a->recvbuf && count) memcpy(a->recvbuf, a->sendbuf, count * ccl_dtype_size(a->id.dtype));
+}
+
+size_t ccl__block_off(size_t count, int n, int b) {
+    size_t base = count / (size_t)n, extra = count % (size_t)n;
+    return (size_t)b * base + ((size_t)b < extra ? (size_t)b : extra);
+}
+
+size_t ccl__block_len(size_t count, int n, int b) {
+    return count / (size_t)n + ((size_t)b < count % (size_t)n);
+}

@@ -1,0 +1,198 @@
+/*
+ * Trees. Broadcast and reduce run a binomial tree rooted at the root,
+ * pipelined chunk by chunk: log2(N) hops instead of the chain's N-1, so
+ * small and mid-size messages finish sooner.
+ *
+ * All-reduce runs a double binary tree: the data is halved, each half is
+ * reduced up one binary tree and broadcast down it. The second tree is the
+ * first shifted by one rank (even N) or mirrored (odd N), so the inner
+ * nodes of one are leaves of the other: apart from the roots, every rank
+ * forwards data in at most one tree, and its links carry about the same
+ * load. All reductions go up (every chunk of both trees) before anything
+ * comes down, so no step waits for a round trip through the root.
+ *
+ * Each element is reduced in one fixed order (a node's own data, then its
+ * children lowest first), so results are identical on every rank and from
+ * run to run; that order differs from the ring's, so inexact float sums may
+ * round differently from ring's (exact inputs give identical results).
+ */
+#include <string.h>
+
+#include "algo/algo.h"
+
+struct node {
+    int parent;            /* rank, -1 for the root */
+    int nkids;
+    int kids[CCL__STEP_MAX_PEERS];
+};
+
+/* Binomial tree over relative ranks v = rank - root (mod N): v's parent
+ * clears v's lowest set bit; its children set each lower bit. */
+static void binomial(int n, int rank, int root, struct node *t) {
+    int v = ccl__mod(rank - root, n);
+    int low = v ? v & -v : 1;
+    while (!v && low < n) low <<= 1;
+    t->parent = v ? (v - low + root) % n : -1;
+    t->nkids = 0;
+    for (int b = low >> 1; b >= 1; b >>= 1)
+        if (v + b < n) t->kids[t->nkids++] = (v + b + root) % n;
+}
+
+/* In-order binary tree on 0..n-1 (node 0 is the root, with one child):
+ * node v's height is its lowest set bit; leaves are the odd nodes. */
+static void btree(int n, int v, int *parent, int kids[2], int *nkids) {
+    *nkids = 0;
+    if (v == 0) {
+        *parent = -1;
+        int top = 1;
+        while (top * 2 < n) top *= 2;
+        if (n > 1) kids[(*nkids)++] = top;
+        return;
+    }
+    int bit = v & -v;
+    int up = (v ^ bit) | (bit << 1);
+    *parent = up >= n ? v ^ bit : up;
+    for (int low = bit >> 1, side = 0; low > 0 && side < 2; side++) {
+        if (side == 0) {
+            kids[(*nkids)++] = v - low;
+            continue;
+        }
+        int c = low;
+        while (c > 0 && v + c >= n) c >>= 1;
+        if (c > 0) kids[(*nkids)++] = v + c;
+    }
+}
+
+/* Tree t (0 or 1) of the double binary tree, for `rank`. */
+static void dtree(int n, int rank, int t, struct node *out) {
+    int map_in = rank, kids[2], nk, parent;
+    if (t == 1) map_in = n % 2 ? n - 1 - rank : ccl__mod(rank - 1, n);
+    btree(n, map_in, &parent, kids, &nk);
+#define MAP_OUT(x) (t == 0 || (x) < 0 ? (x) : n % 2 ? n - 1 - (x) : ((x) + 1) % n)
+    out->parent = MAP_OUT(parent);
+    out->nkids = nk;
+    for (int i = 0; i < nk; i++) out->kids[i] = MAP_OUT(kids[i]);
+#undef MAP_OUT
+}
+
+/* Up: a node's data OP its children's, to its parent (or into dst at the
+ * root, divided when dividing and also sent down when `down_too`). */
+static struct ccl__step up_step(const struct node *t, const void *src, void *dst, size_t n, int div, int down_too) {
+    struct ccl__step s = {.src = src, .n = n, .nrecv = t->nkids, .reduce = 1};
+    memcpy(s.recv, t->kids, sizeof(int) * (size_t)t->nkids);
+    if (t->parent >= 0) {
+        s.nsend = 1;
+        s.send[0] = t->parent;
+    } else {
+        s.dst = dst;
+        s.div = div;
+        if (down_too) {
+            s.nsend = t->nkids;
+            memcpy(s.send, t->kids, sizeof(int) * (size_t)t->nkids);
+        }
+    }
+    return s;
+}
+
+/* Down: from the parent into dst and on to the children (the root sends
+ * src, copying it into dst). */
+static struct ccl__step down_step(const struct node *t, const void *src, void *dst, size_t n) {
+    struct ccl__step s = {.dst = dst, .n = n, .nsend = t->nkids};
+    memcpy(s.send, t->kids, sizeof(int) * (size_t)t->nkids);
+    if (t->parent >= 0) {
+        s.nrecv = 1;
+        s.recv[0] = t->parent;
+    } else {
+        s.src = src;
+    }
+    return s;
+}
+
+static void trace_at(struct ccl__prims *p, int phase, int depth, size_t j, size_t off) {
+    ccl__prims_at(p, CCL__TR_TREE, phase, depth - 1, phase, depth, (int)j, (uint32_t)j, (uint64_t)off * p->esize);
+}
+
+static int depth_of(int n, int rank, int root) {
+    int v = ccl__mod(rank - root, n), d = 0;
+    for (; v; v &= v - 1) d++;
+    return d;
+}
+
+static ccl_status_t tree_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    struct ccl__prims p;
+    CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
+    struct node t;
+    binomial(comm->nranks, comm->rank, a->id.root, &t);
+    int d = depth_of(comm->nranks, comm->rank, a->id.root);
+    for (size_t off = 0; off < a->id.count; off += p.chunk_elems) {
+        size_t n = a->id.count - off < p.chunk_elems ? a->id.count - off : p.chunk_elems;
+        if (__builtin_expect(comm->trace != NULL, 0)) trace_at(&p, CCL__TR_BROADCAST, d, off / p.chunk_elems, off);
+        struct ccl__step s = down_step(&t, a->sendbuf ? ccl__at(a->sendbuf, off, p.esize) : NULL,
+                                       (char *)ccl__at(a->recvbuf, off, p.esize), n);
+        CCL_CHECK(ccl__prims_step(&p, &s));
+    }
+    return ccl__prims_flush(comm, p.what);
+}
+
+static ccl_status_t tree_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    struct ccl__prims p;
+    CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
+    struct node t;
+    binomial(comm->nranks, comm->rank, a->id.root, &t);
+    int d = depth_of(comm->nranks, comm->rank, a->id.root);
+    int div = a->id.op == CCL_AVG ? comm->nranks : 0;
+    for (size_t off = 0; off < a->id.count; off += p.chunk_elems) {
+        size_t n = a->id.count - off < p.chunk_elems ? a->id.count - off : p.chunk_elems;
+        if (__builtin_expect(comm->trace != NULL, 0)) trace_at(&p, CCL__TR_REDUCE_PHASE, d, off / p.chunk_elems, off);
+        struct ccl__step s = up_step(&t, ccl__at(a->sendbuf, off, p.esize),
+                                     a->recvbuf ? (char *)ccl__at(a->recvbuf, off, p.esize) : NULL, n, div, 0);
+        CCL_CHECK(ccl__prims_step(&p, &s));
+    }
+    return ccl__prims_flush(comm, p.what);
+}
+
+/* Half h of the data: [off, off + len). */
+static void half(size_t count, int h, size_t *off, size_t *len) {
+    size_t first = (count + 1) / 2;
+    *off = h ? first : 0;
+    *len = h ? count - first : first;
+}
+
+static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    struct ccl__prims p;
+    CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
+    int n = comm->nranks, div = a->id.op == CCL_AVG ? n : 0;
+    struct node t[2];
+    dtree(n, comm->rank, 0, &t[0]);
+    dtree(n, comm->rank, 1, &t[1]);
+    size_t off[2], len[2];
+    half(a->id.count, 0, &off[0], &len[0]);
+    half(a->id.count, 1, &off[1], &len[1]);
+    size_t chunks = (len[0] + p.chunk_elems - 1) / p.chunk_elems;
+    /* Up, every chunk of both trees; then down. The roots reduce into
+     * recvbuf and send from there. */
+    for (int phase = 0; phase < 2; phase++)
+        for (size_t j = 0; j < chunks; j++)
+            for (int h = 0; h < 2; h++) {
+                size_t start = j * p.chunk_elems;
+                if (start >= len[h]) continue;
+                size_t m = len[h] - start < p.chunk_elems ? len[h] - start : p.chunk_elems, e = off[h] + start;
+                const char *src = ccl__at(a->sendbuf, e, p.esize);
+                char *dst = (char *)ccl__at(a->recvbuf, e, p.esize);
+                int ph = phase ? CCL__TR_BROADCAST : CCL__TR_REDUCE_PHASE;
+                if (__builtin_expect(comm->trace != NULL, 0))
+                    ccl__prims_at(&p, CCL__TR_TREE, ph, h, ph, h, (int)j, (uint32_t)j, (uint64_t)e * p.esize);
+                struct ccl__step s;
+                if (phase == 0) s = up_step(&t[h], src, dst, m, div, 0);
+                else s = down_step(&t[h], dst, dst, m);
+                CCL_CHECK(ccl__prims_step(&p, &s));
+            }
+    return ccl__prims_flush(comm, p.what);
+}
+
+const struct ccl__algo ccl__algo_tree = {
+    .name = "tree",
+    .summary = "double binary tree all-reduce; binomial-tree broadcast and reduce, pipelined by chunks",
+    .run = {[CCL__K_ALL_REDUCE] = tree_all_reduce, [CCL__K_BROADCAST] = tree_broadcast,
+            [CCL__K_REDUCE] = tree_reduce},
+};

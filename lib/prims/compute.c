@@ -1,0 +1,43 @@
+/* The host compute engine: copies and reductions on the calling thread,
+ * complete as soon as they return. */
+#include "prims/compute.h"
+
+#include <string.h>
+
+const char *ccl__mem_kind_name(int kind) { return kind == CCL__MEM_HOST ? "host" : "?"; }
+
+static int host_serves(int kind) { return kind == CCL__MEM_HOST; }
+
+static void host_copy(void *dst, const void *src, size_t bytes) {
+    if (dst != src && bytes) memcpy(dst, src, bytes);
+}
+
+static void host_reduce(ccl__reduce_fn fn, void *dst, const void *a, const void *b, size_t n) { fn(dst, a, b, n); }
+
+static struct ccl__compute_ticket host_fence(void) { return (struct ccl__compute_ticket){0}; }
+
+static int host_done(struct ccl__compute_ticket t) {
+    (void)t;
+    return 1;
+}
+
+const struct ccl__compute ccl__compute_host = {
+    .name = "host",
+    .serves = host_serves,
+    .copy = host_copy,
+    .reduce = host_reduce,
+    .divide = ccl__reduce_div,
+    .fence = host_fence,
+    .done = host_done,
+};
+
+static const struct ccl__compute *const engines[] = {&ccl__compute_host};
+
+const struct ccl__compute *ccl__compute_for(const int *kinds, int n) {
+    for (size_t e = 0; e < sizeof engines / sizeof engines[0]; e++) {
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) ok = kinds[i] >= 0 && kinds[i] < CCL__NUM_MEM_KINDS && engines[e]->serves(kinds[i]);
+        if (ok) return engines[e];
+    }
+    return NULL;
+}

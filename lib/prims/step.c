@@ -1,0 +1,260 @@
+/* The step primitive: acquire every slot a step needs, run its copies and
+ * reductions on the compute engine, then release and commit. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/socket.h"
+#include "prims/prims.h"
+#include "prims/wait.h"
+
+const char *ccl__op_kind_name(int kind) {
+    static const char *const names[CCL__NUM_OP_KINDS] = {
+        "?", "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send/recv"};
+    return kind > 0 && kind < CCL__NUM_OP_KINDS ? names[kind] : "?";
+}
+
+ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const struct ccl__coll_id *id,
+                             size_t chunk_bytes, int mem) {
+    p->comm = comm;
+    p->id = *id;
+    p->esize = ccl_dtype_size(id->dtype);
+    p->reduce = (unsigned)id->op < CCL_NUM_OPS ? ccl__reduce_get(id->dtype, id->op) : NULL;
+    p->chunk_elems = p->esize ? chunk_bytes / p->esize : 0;
+    if (p->chunk_elems == 0) p->chunk_elems = 1;
+    p->mem = mem;
+    p->trace_kind = id->kind;
+    snprintf(p->what, sizeof(p->what), "%s #%u", ccl__op_kind_name(id->kind), id->seq);
+    /* The kinds this call touches: its buffers and its connections' slots. */
+    int kinds[CCL__NUM_MEM_KINDS + 1] = {mem}, nk = 1;
+    for (int k = 0; k < CCL__NUM_MEM_KINDS; k++)
+        if (comm->slot_kinds & (1u << k)) kinds[nk++] = k;
+    p->compute = ccl__compute_for(kinds, nk);
+    if (!p->compute)
+        return ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: no compute engine serves %s buffers with %s slots",
+                              p->what, ccl__mem_kind_name(mem), ccl__mem_kind_name(kinds[nk - 1]));
+    return CCL_OK;
+}
+
+/* ---- checking what arrived ---- */
+
+static ccl_status_t mismatch(struct ccl__prims *p, int peer, const struct ccl__slot_meta *m, size_t want_bytes) {
+    const struct ccl__coll_id *id = &p->id;
+    if (id->kind == CCL__K_P2P && m->kind == CCL__K_P2P)
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
+                       "%s: rank %d sent message #%u with count %llu of %s; this rank receives #%u with count %llu "
+                       "of %s (%zu bytes expected in this slot, %u came)",
+                       p->what, peer, m->seq, (unsigned long long)m->count, ccl_dtype_name((ccl_dtype_t)m->dtype),
+                       id->seq, (unsigned long long)id->count, ccl_dtype_name(id->dtype), want_bytes, m->bytes);
+    else if (id->kind == CCL__K_P2P)
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
+                       "%s: expected a message from rank %d but it is running %s #%u: calls were issued in a "
+                       "different order",
+                       p->what, peer, ccl__op_kind_name(m->kind), m->seq);
+    else if (m->kind == id->kind && m->seq == id->seq && m->count != id->count)
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE, "%s: count %llu differs from rank %d's count %llu", p->what,
+                       (unsigned long long)id->count, peer, (unsigned long long)m->count);
+    else if (m->kind == id->kind && m->seq == id->seq)
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
+                       "%s: arguments differ from rank %d's (dtype %s/%s, op %s/%s, root %d/%d, slice %zu/%u bytes)",
+                       p->what, peer, ccl_dtype_name(id->dtype), ccl_dtype_name((ccl_dtype_t)m->dtype),
+                       ccl_op_name(id->op), ccl_op_name((ccl_op_t)m->op), id->root, (int)m->root, want_bytes,
+                       m->bytes);
+    else
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
+                       "%s: rank %d is running %s #%u (count %llu) instead: calls were issued in a different order",
+                       p->what, peer, ccl__op_kind_name(m->kind), m->seq, (unsigned long long)m->count);
+    return ccl__comm_fail(p->comm, CCL_ERR_INVALID_USAGE);
+}
+
+static int meta_matches(const struct ccl__prims *p, const struct ccl__slot_meta *m, size_t bytes) {
+    const struct ccl__coll_id *id = &p->id;
+    return m->bytes == bytes && m->kind == id->kind && m->seq == id->seq && m->count == id->count &&
+           m->dtype == (uint8_t)id->dtype && (id->kind == CCL__K_P2P || (m->op == (uint8_t)id->op && m->root == id->root));
+}
+
+static struct ccl__slot_meta stamp(const struct ccl__prims *p, size_t bytes) {
+    return (struct ccl__slot_meta){.bytes = (uint32_t)bytes,
+                                   .kind = (uint16_t)p->id.kind,
+                                   .dtype = (uint8_t)p->id.dtype,
+                                   .op = (uint8_t)p->id.op,
+                                   .seq = p->id.seq,
+                                   .root = p->id.root,
+                                   .count = p->id.count};
+}
+
+/* ---- tracing: each step records its receives, reduction and sends ---- */
+
+static void trace_one(struct ccl__prims *p, int kind, int peer, double t0, double t1, size_t bytes) {
+    struct ccl__trace *t = p->comm->trace;
+    struct ccl__conn *c = p->comm->conns[peer];
+    int recv_side = kind != CCL__TR_SEND;
+    struct ccl__trace_event e = {
+        .t0 = t0, .t1 = t1, .kind = (uint8_t)kind, .coll = (uint8_t)p->trace_kind, .algo = p->tr.algo,
+        .phase = recv_side ? p->tr.recv_phase : p->tr.send_phase,
+        .transport = kind == CCL__TR_REDUCE ? CCL__TR_LOCAL : (uint8_t)c->t->id, .peer = peer, .seq = p->id.seq,
+        .step = recv_side ? p->tr.recv_step : p->tr.send_step, .chunk = p->tr.chunk, .round = p->tr.round,
+        .offset = p->tr.offset, .bytes = bytes};
+    if (kind == CCL__TR_SEND) e.link_seq = t->sent[peer]++;
+    else if (kind == CCL__TR_RECV) e.link_seq = t->received[peer]++;
+    ccl__trace_add(t, &e);
+}
+
+static void trace_step(struct ccl__prims *p, const struct ccl__step *s, const struct ccl__step_state *st,
+                       size_t bytes) {
+    double t1 = ccl__now();
+    for (int i = 0; i < s->nrecv; i++) trace_one(p, CCL__TR_RECV, s->recv[i], st->t0, st->tc, bytes);
+    if (s->reduce && s->nrecv) trace_one(p, CCL__TR_REDUCE, s->recv[0], st->ta, st->tc, bytes);
+    for (int i = 0; i < s->nsend; i++) trace_one(p, CCL__TR_SEND, s->send[i], s->nrecv ? st->tc : st->t0, t1, bytes);
+}
+
+/* ---- the step ---- */
+
+/* Every slot, or none: a step that cannot have them all takes nothing. */
+static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st,
+                                size_t bytes) {
+    struct ccl_comm *comm = p->comm;
+    for (int i = 0; i < s->nrecv; i++) {
+        struct ccl__conn *c = comm->conns[s->recv[i]];
+        struct ccl__slot_meta m;
+        ccl_status_t r = c->t->recv_acquire(c, &st->in[i], &m);
+        if (r == CCL_INPROGRESS) return r;
+        if (r < 0) return ccl__comm_fail(comm, r);
+        if (!meta_matches(p, &m, bytes)) return mismatch(p, s->recv[i], &m, bytes);
+    }
+    for (int i = 0; i < s->nsend; i++) {
+        struct ccl__conn *c = comm->conns[s->send[i]];
+        ccl_status_t r = c->t->send_acquire(c, &st->out[i]);
+        if (r == CCL_INPROGRESS) return r;
+        if (r < 0) return ccl__comm_fail(comm, r);
+    }
+    return CCL_OK;
+}
+
+/* Hands the step's copies and reductions to the compute engine. */
+static ccl_status_t submit(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, size_t bytes) {
+    const struct ccl__compute *cu = p->compute;
+    void *target = s->dst ? s->dst : (s->nsend ? st->out[0] : NULL);
+    if (!target && s->nrecv && bytes)
+        return ccl__set_error(p->comm, CCL_ERR_INTERNAL, "%s: a step receives with nowhere to put the data", p->what);
+    if (target) {
+        if (s->nrecv == 0) {
+            cu->copy(target, s->src, bytes);
+        } else if (!s->reduce) {
+            cu->copy(target, st->in[0], bytes);
+        } else {
+            const void *ops[CCL__STEP_MAX_PEERS + 1] = {0};
+            int k = 0;
+            if (s->src && !s->src_last) ops[k++] = s->src;
+            for (int i = 0; i < s->nrecv; i++) ops[k++] = st->in[i];
+            if (s->src && s->src_last) ops[k++] = s->src;
+            if (k == 1) cu->copy(target, ops[0], bytes);
+            else cu->reduce(p->reduce, target, ops[0], ops[1], s->n);
+            for (int j = 2; j < k; j++) cu->reduce(p->reduce, target, target, ops[j], s->n);
+        }
+        if (s->div > 1) cu->divide(target, s->n, p->id.dtype, s->div);
+        for (int i = 0; i < s->nsend; i++)
+            if (st->out[i] != target) cu->copy(st->out[i], target, bytes);
+    }
+    st->ticket = cu->fence();
+    return CCL_OK;
+}
+
+static ccl_status_t finish(struct ccl__prims *p, const struct ccl__step *s, size_t bytes) {
+    struct ccl_comm *comm = p->comm;
+    for (int i = 0; i < s->nrecv; i++) {
+        struct ccl__conn *c = comm->conns[s->recv[i]];
+        ccl_status_t r = c->t->recv_release(c);
+        if (r < 0) return ccl__comm_fail(comm, r);
+    }
+    struct ccl__slot_meta m = stamp(p, bytes);
+    for (int i = 0; i < s->nsend; i++) {
+        struct ccl__conn *c = comm->conns[s->send[i]];
+        ccl_status_t r = c->t->send_commit(c, &m);
+        if (r < 0) return ccl__comm_fail(comm, r);
+    }
+    return CCL_OK;
+}
+
+ccl_status_t ccl__step_try(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, int *moved) {
+    size_t bytes = s->n * p->esize;
+    int tracing = __builtin_expect(p->comm->trace != NULL, 0);
+    if (!st->started) {
+        ccl_status_t r = acquire_all(p, s, st, bytes);
+        if (r != CCL_OK) return r;
+        if (tracing) st->ta = ccl__now();
+        CCL_CHECK(submit(p, s, st, bytes));
+        st->started = 1;
+        *moved = 1;
+    }
+    if (!p->compute->done(st->ticket)) return CCL_INPROGRESS;
+    if (tracing) st->tc = ccl__now();
+    CCL_CHECK(finish(p, s, bytes));
+    if (tracing) trace_step(p, s, st, bytes);
+    return CCL_OK;
+}
+
+struct step_wait {
+    struct ccl__prims *p;
+    const struct ccl__step *s;
+    struct ccl__step_state st;
+};
+
+static ccl_status_t poll_step(void *ctx, int *moved) {
+    struct step_wait *w = ctx;
+    return ccl__step_try(w->p, w->s, &w->st, moved);
+}
+
+ccl_status_t ccl__prims_step(struct ccl__prims *p, const struct ccl__step *s) {
+    struct step_wait w = {.p = p, .s = s};
+    if (__builtin_expect(p->comm->trace != NULL, 0)) w.st.t0 = ccl__now();
+    struct ccl__conn *conns[2 * CCL__STEP_MAX_PEERS];
+    int nc = 0;
+    for (int i = 0; i < s->nrecv; i++) conns[nc++] = p->comm->conns[s->recv[i]];
+    for (int i = 0; i < s->nsend; i++) conns[nc++] = p->comm->conns[s->send[i]];
+    return ccl__wait(p->comm, p->what, conns, &nc, poll_step, &w);
+}
+
+ccl_status_t ccl__prims_send(struct ccl__prims *p, int to, const void *src, size_t n) {
+    return ccl__prims_step(p, &(struct ccl__step){.src = src, .n = n, .nsend = 1, .send = {to}});
+}
+
+ccl_status_t ccl__prims_recv(struct ccl__prims *p, int from, void *dst, size_t n) {
+    return ccl__prims_step(p, &(struct ccl__step){.dst = dst, .n = n, .nrecv = 1, .recv = {from}});
+}
+
+ccl_status_t ccl__prims_recv_reduce(struct ccl__prims *p, int from, const void *src, void *dst, size_t n,
+                                    int src_last) {
+    return ccl__prims_step(p, &(struct ccl__step){.src = src, .dst = dst, .n = n, .nrecv = 1, .recv = {from},
+                                                  .reduce = 1, .src_last = (uint8_t)src_last});
+}
+
+/* ---- flushing ---- */
+
+struct flush_wait {
+    struct ccl_comm *comm;
+    struct ccl__conn **pending;
+    int n;
+};
+
+/* Only unflushed connections are waited on: a peer that got everything
+ * and left is not a failure. */
+static ccl_status_t poll_flushed(void *ctx, int *moved) {
+    (void)moved;
+    struct flush_wait *f = ctx;
+    int k = 0;
+    for (int i = 0; i < f->n; i++)
+        if (!f->pending[i]->t->flushed(f->pending[i])) f->pending[k++] = f->pending[i];
+    f->n = k;
+    return k ? CCL_INPROGRESS : CCL_OK;
+}
+
+ccl_status_t ccl__prims_flush(struct ccl_comm *comm, const char *what) {
+    struct flush_wait f = {.comm = comm, .pending = comm->scratch_conns};
+    for (int r = 0; r < comm->nranks; r++) {
+        struct ccl__conn *c = comm->conns[r];
+        if (c && !c->t->flushed(c)) f.pending[f.n++] = c;
+    }
+    if (f.n == 0) return CCL_OK;
+    return ccl__wait(comm, what, f.pending, &f.n, poll_flushed, &f);
+}

@@ -1,0 +1,145 @@
+/* ctest: TIMEOUT 300 */
+/*
+ * Choosing algorithms: CCL_ALGO by one name or per collective, the
+ * planner's automatic choice, what describe says ran and why, and the
+ * errors for names that are not algorithms and forced algorithms that
+ * cannot run a call (never a silent fallback).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "util.h"
+
+/* The "last:" part of describe must name `want` for the collective. */
+static void expect_described(struct harness_tally *t, ccl_comm_t *comm, const char *want) {
+    char d[2048];
+    if (EXPECT_OK(t, ccl_comm_describe(comm, d, sizeof d)) != CCL_OK) return;
+    EXPECT(t, strstr(d, want) != NULL, "describe says \"%s\", expected it to contain \"%s\"", d, want);
+}
+
+static int body_per_collective(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    float x[64], y[64];
+    for (int i = 0; i < 64; i++) x[i] = (float)(rank + i);
+    EXPECT_OK(&t, ccl_all_reduce(x, y, 64, CCL_FLOAT32, CCL_SUM, comm));
+    for (int i = 0; i < 64; i++)
+        EXPECT(&t, y[i] == (float)(nranks * i + nranks * (nranks - 1) / 2), "all_reduce y[%d] = %g", i, y[i]);
+    expect_described(&t, comm, "all_reduce:tree (CCL_ALGO)");
+    EXPECT_OK(&t, ccl_broadcast(x, y, 64, CCL_FLOAT32, 1, comm));
+    for (int i = 0; i < 64; i++) EXPECT(&t, y[i] == (float)(1 + i), "broadcast y[%d] = %g", i, y[i]);
+    expect_described(&t, comm, "broadcast:ring (CCL_ALGO)");
+    /* Not forced: the planner's rule, with its reason. */
+    EXPECT_OK(&t, ccl_barrier(comm));
+    expect_described(&t, comm, "barrier:bruck (");
+    return t.fails;
+}
+
+START_TEST(per_collective) {
+    struct harness_run run = {.nranks = 3, .body = body_per_collective, .env = "CCL_ALGO=allreduce:tree,broadcast:ring"};
+    util_run_clean(&run, 0, "CCL_ALGO per collective");
+}
+END_TEST
+
+static int body_automatic(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    size_t big = 1 << 20;
+    float *x = calloc(big, sizeof *x), *y = calloc(big, sizeof *y);
+    if (!x || !y) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    EXPECT_OK(&t, ccl_all_reduce(x, y, 2, CCL_FLOAT32, CCL_SUM, comm));
+    expect_described(&t, comm, "all_reduce:rd (small");
+    EXPECT_OK(&t, ccl_all_reduce(x, y, big, CCL_FLOAT32, CCL_SUM, comm));
+    expect_described(&t, comm, "all_reduce:ring (large");
+out:
+    free(x);
+    free(y);
+    return t.fails;
+}
+
+START_TEST(automatic) {
+    struct harness_run run = {.nranks = 4, .transport = "shm", .body = body_automatic};
+    util_run_clean(&run, 0, "automatic choice");
+}
+END_TEST
+
+/* rd gathers only on a power-of-two rank count: forced on 3 ranks, the call
+ * fails with a message that says why, on every rank. */
+static int body_cannot_run(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    float x[4] = {0}, y[12];
+    ccl_status_t st = ccl_all_gather(x, y, 4, CCL_FLOAT32, comm);
+    EXPECT(&t, st == CCL_ERR_UNSUPPORTED, "all_gather with CCL_ALGO=rd on %d ranks returned %s", nranks,
+           ccl_status_string(st));
+    const char *msg = ccl_comm_last_error(comm);
+    EXPECT(&t, msg && strstr(msg, "power-of-two"), "message \"%s\" does not say why rd cannot run", msg ? msg : "");
+    return t.fails;
+}
+
+START_TEST(forced_cannot_run) {
+    struct harness_run run = {.nranks = 3, .body = body_cannot_run, .env = "CCL_ALGO=rd", .lenient_destroy = 1};
+    util_run_clean(&run, 0, "CCL_ALGO=rd all_gather on 3 ranks");
+}
+END_TEST
+
+/* A forced algorithm that does not run a collective at all. */
+static int body_not_applicable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    float x[4] = {0};
+    ccl_status_t st = ccl_broadcast(x, x, 4, CCL_FLOAT32, 0, comm);
+    EXPECT(&t, st == CCL_ERR_UNSUPPORTED, "broadcast with CCL_ALGO=broadcast:bruck returned %s", ccl_status_string(st));
+    const char *msg = ccl_comm_last_error(comm);
+    EXPECT(&t, msg && strstr(msg, "bruck does not run broadcast"), "message \"%s\"", msg ? msg : "");
+    return t.fails;
+}
+
+START_TEST(forced_not_applicable) {
+    struct harness_run run = {
+        .nranks = 2, .body = body_not_applicable, .env = "CCL_ALGO=broadcast:bruck", .lenient_destroy = 1};
+    util_run_clean(&run, 0, "CCL_ALGO=broadcast:bruck");
+}
+END_TEST
+
+static int init_must_fail(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "init with CCL_ALGO=%s returned %s", (const char *)arg,
+           ccl_status_string(st));
+    return t.fails;
+}
+
+static const char *const bad_specs[] = {"spiral", "allreduce:spiral", "allrduce:ring", "allreduce:"};
+
+START_TEST(bad_names_fail_init) {
+    char env[64];
+    snprintf(env, sizeof env, "CCL_ALGO=%s", bad_specs[_i]);
+    struct harness_run run = {.nranks = 2, .env = env, .init_check = init_must_fail, .arg = (void *)bad_specs[_i],
+                              .ccl_timeout = "10", .deadline_s = 60};
+    util_run_clean(&run, 0, "%s", env);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("algo_choice");
+    TCase *tc = tcase_create("choice");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, per_collective);
+    tcase_add_test(tc, automatic);
+    tcase_add_test(tc, forced_cannot_run);
+    tcase_add_test(tc, forced_not_applicable);
+    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "bad_names", bad_names_fail_init, (int)(sizeof bad_specs / sizeof bad_specs[0]), 120);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
