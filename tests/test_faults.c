@@ -41,6 +41,10 @@ static const struct kill_case kill_cases[] = {
     {{4, "tcp", 1, "4 ranks tcp, one host each", NULL}, 3, VICTIM_KILLS_ITSELF},
     {{4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL}, 0, VICTIM_KILLS_ITSELF},
     {{5, "shm", 0, "5 ranks shm", NULL}, 4, VICTIM_KILLS_ITSELF},
+    /* The other algorithms, each killed mid-call too. */
+    {{5, "shm", 0, "5 ranks shm, tree", "allreduce:tree"}, 3, PARENT_KILLS},
+    {{4, "tcp", 0, "4 ranks tcp, rhd", "allreduce:rhd"}, 1, VICTIM_KILLS_ITSELF},
+    {{3, NULL, 2, "3 ranks auto, hosts of 2 and 1, rd", "allreduce:rd"}, 2, PARENT_KILLS},
 };
 #define KILL_CASES ((int)(sizeof kill_cases / sizeof kill_cases[0]))
 
@@ -143,9 +147,18 @@ static int parent_kill(struct harness_run *run, void *arg) {
     return fails;
 }
 
+/* "CCL_ALGO=..." for a configuration that forces one, else NULL. */
+static const char *algo_env(const struct matrix_config *cfg, char *buf, size_t n) {
+    if (!cfg->algo) return NULL;
+    snprintf(buf, n, "CCL_ALGO=%s", cfg->algo);
+    return buf;
+}
+
 START_TEST(kill_during_all_reduce) {
     const struct kill_case *kc = &kill_cases[_i];
+    char env[96];
     struct harness_run run = {
+        .env = algo_env(&kc->cfg, env, sizeof env),
         .nranks = kc->cfg.nranks,
         .body = body_kill_loop,
         .arg = (void *)kc,
@@ -249,11 +262,14 @@ static const struct matrix_config abort_configs[] = {
     {3, "shm", 0, "3 ranks shm", NULL},
     {4, "tcp", 0, "4 ranks tcp", NULL},
     {4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL},
+    {4, "shm", 0, "4 ranks shm, tree", "tree"},
 };
 
 START_TEST(abort_while_waiting) {
     const struct matrix_config *cfg = &abort_configs[_i];
+    char env[96];
     struct harness_run run = {
+        .env = algo_env(cfg, env, sizeof env),
         .nranks = cfg->nranks,
         .body = body_abort,
         .transport = cfg->transport,
