@@ -20,9 +20,9 @@
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-/* Sends blocks [first, first + m) (mod n, block = count elements) of buf
- * to `to` and receives the same span of blocks of `from`'s into buf... the
- * caller gives each side its own span; spans wrap at n. */
+/* Blocks [first, first + m) mod n of a buffer of n blocks of `count`
+ * elements: one contiguous piece, or two when the span wraps. A sender and
+ * its receiver name the same absolute blocks, so they cut alike. */
 struct span {
     size_t off[2], len[2]; /* elements: up to two contiguous pieces */
     int pieces;

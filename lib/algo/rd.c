@@ -87,65 +87,66 @@ static ccl_status_t fold_out(struct ccl__prims *p, const struct fold *f, int ran
     return exchange(p, rank - 1, buf, 0, count, 0, 0, 0, 0, 0);
 }
 
-static ccl_status_t start(struct ccl__prims *p, struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    CCL_CHECK(ccl__prims_init(p, comm, &a->id, a->plan.chunk_bytes, a->mem));
-    p->compute->copy(a->recvbuf, a->sendbuf, a->id.count * p->esize);
+/* The P-rank part of an all-reduce, on buf holding this side's data. */
+typedef ccl_status_t (*among_p2_fn)(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div);
+
+/* Every folded all-reduce: copy in, fold the extra ranks in, run the
+ * power-of-two part, hand the result back to the extra ranks. */
+static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a, among_p2_fn among) {
+    struct ccl__prims p;
+    CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
+    p.compute->copy(a->recvbuf, a->sendbuf, a->id.count * p.esize);
+    struct fold f = fold_of(comm->nranks, comm->rank);
+    char *buf = a->recvbuf;
+    size_t count = a->id.count;
+    CCL_CHECK(fold_in(&p, &f, comm->rank, buf, count));
+    if (f.me >= 0) CCL_CHECK(among(&p, &f, buf, count, a->id.op == CCL_AVG ? comm->nranks : 0));
+    CCL_CHECK(fold_out(&p, &f, comm->rank, buf, count));
+    return ccl__prims_flush(comm, p.what);
+}
+
+static ccl_status_t rd_among(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div) {
+    for (int mask = 1, step = 1; mask < f->p2; mask <<= 1, step++) {
+        at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, step, 0);
+        int last = mask * 2 == f->p2;
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, 0, count, 0, count, 1, last ? div : 0,
+                           (f->me & mask) != 0));
+    }
+    return CCL_OK;
+}
+
+static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div) {
+    /* Reduce-scatter by halving: keep the half of [lo, hi) (blocks of
+     * count split P ways) that our bit selects, send the other. */
+    int lo = 0, hi = f->p2, step = 1;
+    for (int mask = f->p2 / 2; mask >= 1; mask /= 2, step++) {
+        int mid = (lo + hi) / 2, keep_low = !(f->me & mask);
+        int klo = keep_low ? lo : mid, khi = keep_low ? mid : hi, slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
+        size_t ko = ccl__block_off(count, f->p2, klo), so = ccl__block_off(count, f->p2, slo);
+        at(p, CCL__TR_RHD, CCL__TR_REDUCE_SCATTER, step, ko);
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, so, ccl__block_off(count, f->p2, shi) - so, ko,
+                           ccl__block_off(count, f->p2, khi) - ko, 1, mask == 1 ? div : 0, (f->me & mask) != 0));
+        lo = klo, hi = khi;
+    }
+    /* All-gather by doubling: swap what each side has. */
+    for (int mask = 1; mask < f->p2; mask *= 2, step++) {
+        int width = hi - lo, plo = (f->me & mask) ? lo - width : hi;
+        size_t mo = ccl__block_off(count, f->p2, lo), po = ccl__block_off(count, f->p2, plo);
+        at(p, CCL__TR_RHD, CCL__TR_ALL_GATHER, step, mo);
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, mo, ccl__block_off(count, f->p2, hi) - mo, po,
+                           ccl__block_off(count, f->p2, plo + width) - po, 0, 0, 0));
+        if (plo < lo) lo = plo;
+        else hi = plo + width;
+    }
     return CCL_OK;
 }
 
 static ccl_status_t rd_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    struct ccl__prims p;
-    CCL_CHECK(start(&p, comm, a));
-    struct fold f = fold_of(comm->nranks, comm->rank);
-    char *buf = a->recvbuf;
-    size_t count = a->id.count;
-    int div = a->id.op == CCL_AVG ? comm->nranks : 0;
-    CCL_CHECK(fold_in(&p, &f, comm->rank, buf, count));
-    if (f.me >= 0)
-        for (int mask = 1, step = 1; mask < f.p2; mask <<= 1, step++) {
-            at(&p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, step, 0);
-            int last = mask * 2 == f.p2;
-            CCL_CHECK(exchange(&p, real_rank(&f, f.me ^ mask), buf, 0, count, 0, count, 1, last ? div : 0,
-                               (f.me & mask) != 0));
-        }
-    CCL_CHECK(fold_out(&p, &f, comm->rank, buf, count));
-    return ccl__prims_flush(comm, p.what);
+    return folded_all_reduce(comm, a, rd_among);
 }
 
 static ccl_status_t rhd_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    struct ccl__prims p;
-    CCL_CHECK(start(&p, comm, a));
-    struct fold f = fold_of(comm->nranks, comm->rank);
-    char *buf = a->recvbuf;
-    size_t count = a->id.count;
-    int div = a->id.op == CCL_AVG ? comm->nranks : 0;
-    CCL_CHECK(fold_in(&p, &f, comm->rank, buf, count));
-    if (f.me >= 0) {
-        /* Reduce-scatter by halving: keep the half of [lo, hi) (blocks of
-         * count split P ways) that our bit selects, send the other. */
-        int lo = 0, hi = f.p2, step = 1;
-        for (int mask = f.p2 / 2; mask >= 1; mask /= 2, step++) {
-            int mid = (lo + hi) / 2, keep_low = !(f.me & mask);
-            int klo = keep_low ? lo : mid, khi = keep_low ? mid : hi, slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
-            size_t ko = ccl__block_off(count, f.p2, klo), so = ccl__block_off(count, f.p2, slo);
-            at(&p, CCL__TR_RHD, CCL__TR_REDUCE_SCATTER, step, ko);
-            CCL_CHECK(exchange(&p, real_rank(&f, f.me ^ mask), buf, so, ccl__block_off(count, f.p2, shi) - so, ko,
-                               ccl__block_off(count, f.p2, khi) - ko, 1, mask == 1 ? div : 0, (f.me & mask) != 0));
-            lo = klo, hi = khi;
-        }
-        /* All-gather by doubling: swap what each side has. */
-        for (int mask = 1; mask < f.p2; mask *= 2, step++) {
-            int width = hi - lo, plo = (f.me & mask) ? lo - width : hi;
-            size_t mo = ccl__block_off(count, f.p2, lo), po = ccl__block_off(count, f.p2, plo);
-            at(&p, CCL__TR_RHD, CCL__TR_ALL_GATHER, step, mo);
-            CCL_CHECK(exchange(&p, real_rank(&f, f.me ^ mask), buf, mo, ccl__block_off(count, f.p2, hi) - mo, po,
-                               ccl__block_off(count, f.p2, plo + width) - po, 0, 0, 0));
-            if (plo < lo) lo = plo;
-            else hi = plo + width;
-        }
-    }
-    CCL_CHECK(fold_out(&p, &f, comm->rank, buf, count));
-    return ccl__prims_flush(comm, p.what);
+    return folded_all_reduce(comm, a, rhd_among);
 }
 
 static int pow2(int n) { return (n & (n - 1)) == 0; }

@@ -21,8 +21,6 @@ struct blocks {
     size_t base, extra;
 };
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
-
 static size_t block_len(const struct blocks *B, int b) { return B->base + ((size_t)b < B->extra); }
 
 /* Element offset of block b in the N-block buffer. */
@@ -44,18 +42,18 @@ static const char *at_elem(const void *buf, size_t elems, size_t esize) { return
 
 /* Slice j of the block at ring position q: [*off, *off + *n) within the block. */
 static size_t slice_n(struct ring *R, int q, size_t j) {
-    size_t len = block_len(&R->B, R->comm->ring[mod(q, R->n)]);
+    size_t len = block_len(&R->B, R->comm->ring[ccl__mod(q, R->n)]);
     size_t start = j * R->p.chunk_elems;
     return start >= len ? 0 : (len - start < R->p.chunk_elems ? len - start : R->p.chunk_elems);
 }
 
 static const char *sblk(struct ring *R, int q, size_t j) {
-    int b = R->comm->ring[mod(q, R->n)];
+    int b = R->comm->ring[ccl__mod(q, R->n)];
     return at_elem(R->a->sendbuf, block_off(&R->B, b) + j * R->p.chunk_elems, R->p.esize);
 }
 
 static char *rblk(struct ring *R, int q, size_t j) {
-    int b = R->comm->ring[mod(q, R->n)];
+    int b = R->comm->ring[ccl__mod(q, R->n)];
     return (char *)at_elem(R->a->recvbuf, block_off(&R->B, b) + j * R->p.chunk_elems, R->p.esize);
 }
 
@@ -66,7 +64,7 @@ enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
  * data of step sstep. Only evaluated while tracing. */
 static inline void at(struct ring *R, int q, size_t j, int rph, int rstep, int sph, int sstep) {
     if (__builtin_expect(R->comm->trace == NULL, 1)) return;
-    int b = R->comm->ring[mod(q, R->n)];
+    int b = R->comm->ring[ccl__mod(q, R->n)];
     uint64_t off = (uint64_t)(block_off(&R->B, b) + j * R->p.chunk_elems) * R->p.esize;
     ccl__prims_at(&R->p, CCL__TR_RING, rph, rstep, sph, sstep, b, (uint32_t)j, off);
 }
@@ -119,8 +117,8 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
 static ccl_status_t run_ring(struct ccl_comm *comm, const struct ccl__coll_args *a, enum phase ph) {
     struct ring R = {.comm = comm, .a = a, .n = comm->nranks, .pos = comm->ring_pos};
     R.div = a->id.op == CCL_AVG ? comm->nranks : 0;
-    R.prev = comm->ring[mod(R.pos - 1, R.n)];
-    R.next = comm->ring[mod(R.pos + 1, R.n)];
+    R.prev = comm->ring[ccl__mod(R.pos - 1, R.n)];
+    R.next = comm->ring[ccl__mod(R.pos + 1, R.n)];
     CCL_CHECK(ccl__prims_init(&R.p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     /* all_reduce splits its buffer; reduce_scatter's sendbuf and
      * all_gather's recvbuf already are N blocks of count. */
@@ -141,9 +139,9 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
     int root_pos = 0;
     while (comm->ring[root_pos] != a->id.root) root_pos++;
     /* broadcast flows root -> root+1 -> ...; reduce flows root+1 -> ... -> root */
-    int first = reduce ? mod(root_pos + 1, N) : root_pos, last = mod(first - 1, N);
-    int prev = P == first ? -1 : comm->ring[mod(P - 1, N)];
-    int next = P == last ? -1 : comm->ring[mod(P + 1, N)];
+    int first = reduce ? ccl__mod(root_pos + 1, N) : root_pos, last = ccl__mod(first - 1, N);
+    int prev = P == first ? -1 : comm->ring[ccl__mod(P - 1, N)];
+    int next = P == last ? -1 : comm->ring[ccl__mod(P + 1, N)];
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     size_t es = p.esize, count = a->id.count;
@@ -154,7 +152,7 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
         char *dst = a->recvbuf ? (char *)at_elem(a->recvbuf, off, es) : NULL;
         if (__builtin_expect(comm->trace != NULL, 0)) {
             /* hop h carries the data from chain position h to h+1 */
-            int h = mod(P - first, N), ph = reduce ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST;
+            int h = ccl__mod(P - first, N), ph = reduce ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST;
             uint32_t j = (uint32_t)(off / p.chunk_elems);
             ccl__prims_at(&p, CCL__TR_CHAIN, ph, h - 1, ph, h, (int)j, j, (uint64_t)off * es);
         }

@@ -76,8 +76,8 @@ static void dtree(int n, int rank, int t, struct node *out) {
 }
 
 /* Up: a node's data OP its children's, to its parent (or into dst at the
- * root, divided when dividing and also sent down when `down_too`). */
-static struct ccl__step up_step(const struct node *t, const void *src, void *dst, size_t n, int div, int down_too) {
+ * root, divided when dividing). */
+static struct ccl__step up_step(const struct node *t, const void *src, void *dst, size_t n, int div) {
     struct ccl__step s = {.src = src, .n = n, .nrecv = t->nkids, .reduce = 1};
     memcpy(s.recv, t->kids, sizeof(int) * (size_t)t->nkids);
     if (t->parent >= 0) {
@@ -86,10 +86,6 @@ static struct ccl__step up_step(const struct node *t, const void *src, void *dst
     } else {
         s.dst = dst;
         s.div = div;
-        if (down_too) {
-            s.nsend = t->nkids;
-            memcpy(s.send, t->kids, sizeof(int) * (size_t)t->nkids);
-        }
     }
     return s;
 }
@@ -118,37 +114,32 @@ static int depth_of(int n, int rank, int root) {
     return d;
 }
 
-static ccl_status_t tree_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+/* Broadcast (down the binomial tree) or reduce (up it), chunk by chunk. */
+static ccl_status_t binomial_run(struct ccl_comm *comm, const struct ccl__coll_args *a, int reduce) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     struct node t;
     binomial(comm->nranks, comm->rank, a->id.root, &t);
     int d = depth_of(comm->nranks, comm->rank, a->id.root);
+    int div = reduce && a->id.op == CCL_AVG ? comm->nranks : 0;
     for (size_t off = 0; off < a->id.count; off += p.chunk_elems) {
         size_t n = a->id.count - off < p.chunk_elems ? a->id.count - off : p.chunk_elems;
-        if (__builtin_expect(comm->trace != NULL, 0)) trace_at(&p, CCL__TR_BROADCAST, d, off / p.chunk_elems, off);
-        struct ccl__step s = down_step(&t, a->sendbuf ? ccl__at(a->sendbuf, off, p.esize) : NULL,
-                                       (char *)ccl__at(a->recvbuf, off, p.esize), n);
+        const char *src = a->sendbuf ? ccl__at(a->sendbuf, off, p.esize) : NULL;
+        char *dst = a->recvbuf ? (char *)ccl__at(a->recvbuf, off, p.esize) : NULL;
+        if (__builtin_expect(comm->trace != NULL, 0))
+            trace_at(&p, reduce ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST, d, off / p.chunk_elems, off);
+        struct ccl__step s = reduce ? up_step(&t, src, dst, n, div) : down_step(&t, src, dst, n);
         CCL_CHECK(ccl__prims_step(&p, &s));
     }
     return ccl__prims_flush(comm, p.what);
 }
 
+static ccl_status_t tree_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    return binomial_run(comm, a, 0);
+}
+
 static ccl_status_t tree_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    struct ccl__prims p;
-    CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
-    struct node t;
-    binomial(comm->nranks, comm->rank, a->id.root, &t);
-    int d = depth_of(comm->nranks, comm->rank, a->id.root);
-    int div = a->id.op == CCL_AVG ? comm->nranks : 0;
-    for (size_t off = 0; off < a->id.count; off += p.chunk_elems) {
-        size_t n = a->id.count - off < p.chunk_elems ? a->id.count - off : p.chunk_elems;
-        if (__builtin_expect(comm->trace != NULL, 0)) trace_at(&p, CCL__TR_REDUCE_PHASE, d, off / p.chunk_elems, off);
-        struct ccl__step s = up_step(&t, ccl__at(a->sendbuf, off, p.esize),
-                                     a->recvbuf ? (char *)ccl__at(a->recvbuf, off, p.esize) : NULL, n, div, 0);
-        CCL_CHECK(ccl__prims_step(&p, &s));
-    }
-    return ccl__prims_flush(comm, p.what);
+    return binomial_run(comm, a, 1);
 }
 
 /* Half h of the data: [off, off + len). */
@@ -183,7 +174,7 @@ static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__col
                 if (__builtin_expect(comm->trace != NULL, 0))
                     ccl__prims_at(&p, CCL__TR_TREE, ph, h, ph, h, (int)j, (uint32_t)j, (uint64_t)e * p.esize);
                 struct ccl__step s;
-                if (phase == 0) s = up_step(&t[h], src, dst, m, div, 0);
+                if (phase == 0) s = up_step(&t[h], src, dst, m, div);
                 else s = down_step(&t[h], dst, dst, m);
                 CCL_CHECK(ccl__prims_step(&p, &s));
             }

@@ -208,6 +208,11 @@ static ccl_status_t poll_step(void *ctx, int *moved) {
 ccl_status_t ccl__prims_step(struct ccl__prims *p, const struct ccl__step *s) {
     struct step_wait w = {.p = p, .s = s};
     if (__builtin_expect(p->comm->trace != NULL, 0)) w.st.t0 = ccl__now();
+    /* Most steps find their slots at once: only a step that must wait
+     * lists the connections it waits on. */
+    int moved = 0;
+    ccl_status_t st = ccl__step_try(p, s, &w.st, &moved);
+    if (st != CCL_INPROGRESS) return st;
     struct ccl__conn *conns[2 * CCL__STEP_MAX_PEERS];
     int nc = 0;
     for (int i = 0; i < s->nrecv; i++) conns[nc++] = p->comm->conns[s->recv[i]];
