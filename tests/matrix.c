@@ -98,7 +98,9 @@ const struct matrix_config matrix_algo_configs[] = {
     {8, NULL, 4, "8 ranks auto, 2 hosts x 4", NULL},
     {1, "shm", 0, "1 rank shm", NULL},
     {5, "tcp", 1, "5 ranks tcp, one host each", NULL},
+    {2, "shm", 0, "2 ranks shm", NULL},
 };
+const int matrix_one_host_configs[] = {6, 8, 0, 3, -1};
 const int matrix_algo_config_count = (int)(sizeof matrix_algo_configs / sizeof matrix_algo_configs[0]);
 
 #define ALGO_ROTATION 3

@@ -78,6 +78,9 @@ struct matrix_algo {
     const int *configs; /* indices into matrix_algo_configs ending in -1; NULL: the rotation */
 };
 extern const struct matrix_config matrix_algo_configs[];
+/* The single-host configurations of matrix_algo_configs (1, 2, 3 and 7
+ * ranks over shm): where the direct algorithm's windows exist. */
+extern const int matrix_one_host_configs[];
 extern const int matrix_algo_config_count;
 /* How many runs (loop indices) a list of algorithms makes. */
 int matrix_algo_runs(const struct matrix_algo *list, int n);

@@ -157,7 +157,8 @@ END_TEST
 /* ---- every all-reduce algorithm on the same sweeps ---- */
 
 static const struct matrix_algo algos[] = {
-    {"allreduce:ring", NULL}, {"allreduce:tree", NULL}, {"allreduce:rd", NULL}, {"allreduce:rhd", NULL}};
+    {"allreduce:ring", NULL}, {"allreduce:tree", NULL}, {"allreduce:rd", NULL}, {"allreduce:rhd", NULL},
+    {"allreduce:direct", matrix_one_host_configs}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(all_reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_reduce", NULL); }

@@ -74,7 +74,8 @@ END_TEST
 
 /* ---- every broadcast algorithm on the same sweeps ---- */
 
-static const struct matrix_algo algos[] = {{"broadcast:ring", NULL}, {"broadcast:tree", NULL}};
+static const struct matrix_algo algos[] = {
+    {"broadcast:ring", NULL}, {"broadcast:tree", NULL}, {"broadcast:direct", matrix_one_host_configs}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(broadcast_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "broadcast", NULL); }

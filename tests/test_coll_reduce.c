@@ -79,7 +79,8 @@ END_TEST
 
 /* ---- every reduce algorithm on the same sweeps ---- */
 
-static const struct matrix_algo algos[] = {{"reduce:ring", NULL}, {"reduce:tree", NULL}};
+static const struct matrix_algo algos[] = {
+    {"reduce:ring", NULL}, {"reduce:tree", NULL}, {"reduce:direct", matrix_one_host_configs}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "reduce", NULL); }

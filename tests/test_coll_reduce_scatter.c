@@ -75,9 +75,19 @@ static int body_matrix(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(reduce_scatter_matrix) { matrix_run(_i, body_matrix, "reduce_scatter", NULL); }
 END_TEST
 
+/* ---- the other reduce-scatter algorithms on the same sweeps (the matrix
+ * above runs the ring) ---- */
+
+static const struct matrix_algo algos[] = {{"reducescatter:direct", matrix_one_host_configs}};
+#define NALGOS ((int)(sizeof algos / sizeof algos[0]))
+
+START_TEST(reduce_scatter_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "reduce_scatter", NULL); }
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("reduce_scatter");
     matrix_add_loop(s, "matrix", reduce_scatter_matrix, 600);
+    matrix_add_algo_loop(s, "algos", reduce_scatter_algos, algos, NALGOS, 600);
     return s;
 }
 

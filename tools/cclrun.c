@@ -56,7 +56,7 @@ struct launcher {
     sigset_t old_mask;
     sigset_t sent;        /* signals cclrun sent: deaths by them are expected */
     int exit_status;      /* the first failure's status; -1 while none */
-    int stopping;         /* SIGTERM sent to every rank */
+    int stopping;         /* a stop (SIGTERM, or the user's signal) sent to every rank */
     double kill_at;       /* when SIGKILL follows; 0 if not pending */
     double timeout_at;    /* 0 if no --timeout */
     int timed_out;
@@ -202,6 +202,10 @@ static void handle_signals(struct launcher *l) {
         } else if (++l->user_signals == 1) {
             fprintf(stderr, "cclrun: got signal %d (%s), passing it to the ranks\n", sig, strsignal(sig));
             l->user_signal = sig;
+            /* The user's signal is the stop: a rank that exits because of it
+             * must not start a second round of SIGTERM, which a rank still
+             * in its handler would see twice. */
+            l->stopping = 1;
             signal_ranks(l, sig);
         } else {
             fprintf(stderr, "cclrun: got signal %d again, killing the ranks\n", sig);

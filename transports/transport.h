@@ -83,6 +83,15 @@ struct ccl__transport {
     /* Capacity of one slot with these parameters: the planner cuts ring
      * chunks to the smallest slot on the ring. */
     size_t (*slot_bytes)(const struct ccl__params *params);
+
+    /* The direct path (both NULL when the transport has none). window():
+     * the shared window `rank` exposes, as mapped in this process (this
+     * rank's own for comm->rank), with its size; NULL when that rank has
+     * none reachable here. Peers read and write a window in place; what is
+     * in it is the algorithm's business. wake(): ring the peer's bell, so a
+     * peer waiting on a window wakes up. */
+    void *(*window)(struct ccl_comm *comm, int rank, size_t *bytes);
+    void (*wake)(struct ccl__conn *c);
 };
 
 /* Registry: every transport compiled in, indexed by id. */

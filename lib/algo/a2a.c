@@ -1,7 +1,8 @@
-/* All-to-all as point-to-point transfers: `direct` posts every pair's
- * transfer at once and progresses them together; `pairwise` runs N-1
- * rounds, in round k sending to r + k and receiving from r - k, so each
- * link carries one exchange at a time (kinder to a congested network). */
+/* All-to-all as point-to-point transfers: `direct` (the direct algorithm's
+ * all-to-all, algo/direct.c) posts every pair's transfer at once and
+ * progresses them together; `pairwise` runs N-1 rounds, in round k sending
+ * to r + k and receiving from r - k, so each link carries one exchange at a
+ * time (kinder to a congested network). */
 #include <stdlib.h>
 
 #include "algo/algo.h"
@@ -13,7 +14,7 @@ static struct ccl__p2p_xfer xfer(const struct ccl__coll_args *a, int peer, int i
                                   .dtype = a->id.dtype};
 }
 
-static ccl_status_t direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     int n = comm->nranks;
     struct ccl__p2p_xfer *x = calloc((size_t)n * 2, sizeof(*x));
     if (!x) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "all_to_all: out of memory");
@@ -35,12 +36,6 @@ static ccl_status_t pairwise_all_to_all(struct ccl_comm *comm, const struct ccl_
     }
     return CCL_OK;
 }
-
-const struct ccl__algo ccl__algo_direct = {
-    .name = "direct",
-    .summary = "every pair at once: all-to-all",
-    .run = {[CCL__K_ALL_TO_ALL] = direct_all_to_all},
-};
 
 const struct ccl__algo ccl__algo_pairwise = {
     .name = "pairwise",

@@ -59,6 +59,10 @@ int ccl__algo_by_name(const char *name, size_t len);
 
 /* ---- shared by the algorithms ---- */
 
+/* The direct algorithm's all-to-all (every pair's transfer at once), which
+ * lives with the other point-to-point all-to-all in a2a.c. */
+ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a);
+
 /* Copies sendbuf to recvbuf unless they are the same (one rank, or the
  * local share of a result). */
 void ccl__algo_local_copy(const struct ccl__coll_args *a, size_t count);

@@ -44,6 +44,7 @@ static void comm_free(struct ccl_comm *comm) {
     free(comm->conns);
     free(comm->scratch_conns);
     free(comm->ring);
+    free(comm->windows);
     free(comm->send_seq);
     free(comm->recv_seq);
     comm->magic = 0;
@@ -111,6 +112,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
         if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
     if (st == CCL_OK) st = ccl__plan_ring(comm);
+    if (st == CCL_OK) st = ccl__plan_direct(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {
         int counts[CCL__NUM_TRANSPORTS] = {0};

@@ -46,6 +46,11 @@ struct ccl_comm {
     size_t ring_chunk_bytes;            /* slice size every rank uses on the ring (smallest slot on it) */
     size_t chunk_bytes;                 /* the same for any pair: smallest slot of every link */
     double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
+    /* The direct path: every rank's shared window, when every rank has one
+     * this process maps (one host); the same decision on every rank. */
+    uint8_t **windows;                  /* [nranks], NULL when the direct path is off */
+    size_t window_bytes;                /* the smallest window of any rank */
+    uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
     signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
     signed char algo_last[CCL__MAX_OP_KINDS];   /* the algorithm of each collective's last call, -1 none */
     char algo_why[CCL__MAX_OP_KINDS][48];       /* and why it was chosen */

@@ -17,6 +17,7 @@ struct ccl__params {
     char ifname[32];          /* CCL_SOCKET_IFNAME: interface for sockets */
     size_t shm_slot_bytes;    /* CCL_SHM_SLOT_BYTES */
     size_t tcp_slot_bytes;    /* CCL_TCP_SLOT_BYTES */
+    size_t shm_window_bytes;  /* CCL_SHM_WINDOW_BYTES: the direct path's window per rank, 0 none */
     int slots;                /* CCL_SLOTS: slots per connection direction */
     int spin_us;              /* CCL_SPIN_US: busy-wait before yielding */
     int spin_us_set;          /* CCL_SPIN_US was given (else the planner may lower it) */

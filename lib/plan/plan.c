@@ -104,6 +104,36 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
+ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
+    int n = comm->nranks;
+    if (n < 2) return CCL_OK;
+    /* One transport must give every window: the one connecting us to rank
+     * (rank + 1) % n; every peer's connection must be of that transport. */
+    const struct ccl__conn *any = comm->conns[(comm->rank + 1) % n];
+    const struct ccl__transport *t = any ? any->t : NULL;
+    if (!t || !t->window) return CCL_OK;
+    for (int p = 0; p < n; p++)
+        if (p != comm->rank && (!comm->conns[p] || comm->conns[p]->t != t)) return CCL_OK;
+    uint8_t **w = calloc((size_t)n, sizeof(*w));
+    if (!w) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    size_t smallest = SIZE_MAX;
+    for (int p = 0; p < n; p++) {
+        size_t bytes = 0;
+        w[p] = t->window(comm, p, &bytes);
+        if (!w[p] || bytes == 0) {
+            free(w);
+            return CCL_OK;
+        }
+        if (bytes < smallest) smallest = bytes;
+    }
+    /* Every rank read the same n window headers: the same decision and
+     * the same size everywhere. */
+    comm->windows = w;
+    comm->window_bytes = smallest;
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "direct path: %d windows of %zu bytes via %s", n, smallest, t->name);
+    return CCL_OK;
+}
+
 void ccl__plan_waiting(struct ccl_comm *comm) {
     const struct ccl__peer_info *me = &comm->peers[comm->rank];
     int local = 0;

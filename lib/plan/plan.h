@@ -23,6 +23,10 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_T
  * host on the ring), hosts in order of their lowest rank. */
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
 
+/* The direct path: comm->windows when every rank exposes a window that
+ * every other rank maps (all on one host), else left off. */
+ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
+
 /* How waits behave: spinning helps when every rank has a hardware thread
  * of its own; with more ranks than threads on a host, a spinning rank
  * steals the time of the rank it waits for, so waits yield at once. */

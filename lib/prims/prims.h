@@ -91,6 +91,13 @@ static inline void ccl__prims_at(struct ccl__prims *p, int algo, int recv_phase,
 ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const struct ccl__coll_id *id,
                              size_t chunk_bytes, int mem);
 
+/* The identity a slot of `bytes` carries for this call, and the check of
+ * one that came from `peer` (a mismatch fails the communicator, naming
+ * both operations). Paths that move data without slots (the direct
+ * algorithm's windows) publish and check the same identity. */
+struct ccl__slot_meta ccl__prims_stamp(const struct ccl__prims *p, size_t bytes);
+ccl_status_t ccl__prims_check_meta(struct ccl__prims *p, int peer, const struct ccl__slot_meta *m, size_t bytes);
+
 #define CCL__STEP_MAX_PEERS 16
 
 /* One step. The result is

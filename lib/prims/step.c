@@ -73,7 +73,7 @@ static int meta_matches(const struct ccl__prims *p, const struct ccl__slot_meta 
            m->dtype == (uint8_t)id->dtype && (id->kind == CCL__K_P2P || (m->op == (uint8_t)id->op && m->root == id->root));
 }
 
-static struct ccl__slot_meta stamp(const struct ccl__prims *p, size_t bytes) {
+struct ccl__slot_meta ccl__prims_stamp(const struct ccl__prims *p, size_t bytes) {
     return (struct ccl__slot_meta){.bytes = (uint32_t)bytes,
                                    .kind = (uint16_t)p->id.kind,
                                    .dtype = (uint8_t)p->id.dtype,
@@ -81,6 +81,10 @@ static struct ccl__slot_meta stamp(const struct ccl__prims *p, size_t bytes) {
                                    .seq = p->id.seq,
                                    .root = p->id.root,
                                    .count = p->id.count};
+}
+
+ccl_status_t ccl__prims_check_meta(struct ccl__prims *p, int peer, const struct ccl__slot_meta *m, size_t bytes) {
+    return meta_matches(p, m, bytes) ? CCL_OK : mismatch(p, peer, m, bytes);
 }
 
 /* ---- tracing: each step records its receives, reduction and sends ---- */
@@ -167,7 +171,7 @@ static ccl_status_t finish(struct ccl__prims *p, const struct ccl__step *s, size
         ccl_status_t r = c->t->recv_release(c);
         if (r < 0) return ccl__comm_fail(comm, r);
     }
-    struct ccl__slot_meta m = stamp(p, bytes);
+    struct ccl__slot_meta m = ccl__prims_stamp(p, bytes);
     for (int i = 0; i < s->nsend; i++) {
         struct ccl__conn *c = comm->conns[s->send[i]];
         ccl_status_t r = c->t->send_commit(c, &m);

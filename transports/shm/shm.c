@@ -118,6 +118,8 @@ static int shm_can_connect(const struct ccl__peer_info *a, const struct ccl__pee
 
 static size_t shm_slot_bytes(const struct ccl__params *params) { return params->shm_slot_bytes; }
 
+static void shm_wake(struct ccl__conn *c) { ccl__wake_ring(shm_conn(c)->peer_wake); }
+
 const struct ccl__transport ccl__transport_shm = {
     .name = "shm",
     .id = CCL__TRANSPORT_SHM,
@@ -138,4 +140,6 @@ const struct ccl__transport ccl__transport_shm = {
     .check_peer = shm_check_peer,
     .poison = ccl__shm_poison,
     .slot_bytes = shm_slot_bytes,
+    .window = ccl__shm_window,
+    .wake = shm_wake,
 };

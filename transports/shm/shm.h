@@ -8,6 +8,8 @@
  *   header  magic, comm id, secret, geometry, this rank's wake words,
  *           fifo_offset[nranks] (0: that sender has no FIFO here)
  *   FIFO p  one per peer p that uses shm with this rank: the direction p -> us
+ *   window  CCL_SHM_WINDOW_BYTES every peer on the host may read and write
+ *           in place: the direct path (algo/direct.c lays it out)
  *
  * so a rank receives in its own segment and sends into the receiver's. The
  * wake words in the header are where peers ring this rank (comm->wake points
@@ -70,5 +72,6 @@ ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct 
 ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm);
 void ccl__shm_teardown(struct ccl_comm *comm);
 void ccl__shm_poison(struct ccl_comm *comm, int status);
+void *ccl__shm_window(struct ccl_comm *comm, int rank, size_t *bytes);
 
 #endif

@@ -30,6 +30,8 @@ struct shm_header {
     uint32_t liveness_lock; /* 1: the owner holds the lock peers probe */
     uint64_t slot_bytes;
     uint64_t bytes; /* the whole segment */
+    uint64_t window_offset; /* the direct path's window (0: none) */
+    uint64_t window_bytes;
     struct ccl__wake_words wake;
     uint64_t fifo_offset[]; /* [nranks] */
 };
@@ -41,6 +43,8 @@ struct shm_peer_map {
     size_t bytes;
     int fd;
     uint8_t *send_fifo; /* our FIFO to that peer, inside its segment */
+    uint8_t *window;    /* its direct-path window, NULL if none */
+    size_t window_bytes;
     _Atomic(struct ccl__wake_words *) wake;
 };
 
@@ -141,7 +145,7 @@ static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, 
     if (err == ENOSPC)
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY,
                               "shm: /dev/shm has no room for %zu bytes (%d slots of %zu bytes per peer); "
-                              "enlarge /dev/shm or lower CCL_SLOTS / CCL_SHM_SLOT_BYTES",
+                              "enlarge /dev/shm or lower CCL_SLOTS / CCL_SHM_SLOT_BYTES / CCL_SHM_WINDOW_BYTES",
                               bytes, comm->params.slots, comm->params.shm_slot_bytes);
     if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
         errno = err;
@@ -180,6 +184,12 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: %d FIFOs of %u x %llu bytes do not fit in memory",
                               nfifos, depth, (unsigned long long)slot_bytes);
     bytes += (size_t)nfifos * one_fifo;
+    /* The window goes last, after the FIFOs, on its own pages. */
+    size_t window_offset = bytes, window = comm->params.shm_window_bytes;
+    if (window > SIZE_MAX - bytes)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: CCL_SHM_WINDOW_BYTES=%zu does not fit in memory",
+                              window);
+    bytes += window;
 
     ccl_status_t s = create_segment(comm, st, bytes);
     if (s != CCL_OK) return s;
@@ -192,6 +202,8 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
     h->slots = depth;
     h->slot_bytes = slot_bytes;
     h->bytes = bytes;
+    h->window_offset = window ? window_offset : 0;
+    h->window_bytes = window;
     size_t off = header_bytes(n);
     for (int p = 0; p < n; p++) {
         h->fifo_offset[p] = (p != comm->rank && use[p]) ? off : 0;
@@ -256,6 +268,12 @@ static ccl_status_t attach_peer(struct ccl_comm *comm, struct shm_state *st, int
     if (off % SHM_PAGE || off > pm->bytes || pm->bytes - off < one_fifo)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's segment %s has a corrupt FIFO table", p, blob);
     pm->send_fifo = (uint8_t *)base + off;
+    if (h->window_offset) {
+        if (h->window_offset % SHM_PAGE || h->window_offset > pm->bytes || pm->bytes - h->window_offset < h->window_bytes)
+            return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's segment %s has a corrupt window", p, blob);
+        pm->window = (uint8_t *)base + h->window_offset;
+        pm->window_bytes = (size_t)h->window_bytes;
+    }
     atomic_store_explicit(&pm->wake, (struct ccl__wake_words *)&((struct shm_header *)base)->wake,
                           memory_order_release);
     return CCL_OK;
@@ -304,6 +322,18 @@ ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm) {
         return sys_error(comm, "shm_unlink", st->name);
     }
     return CCL_OK;
+}
+
+void *ccl__shm_window(struct ccl_comm *comm, int rank, size_t *bytes) {
+    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    if (!st || !st->peers || rank < 0 || rank >= comm->nranks) return NULL;
+    if (rank == comm->rank) {
+        if (!st->hdr || !st->hdr->window_offset) return NULL;
+        *bytes = (size_t)st->hdr->window_bytes;
+        return (uint8_t *)st->hdr + st->hdr->window_offset;
+    }
+    *bytes = st->peers[rank].window_bytes;
+    return st->peers[rank].window;
 }
 
 void ccl__shm_poison(struct ccl_comm *comm, int status) {

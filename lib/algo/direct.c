@@ -1,0 +1,295 @@
+/*
+ * Single-host direct collectives over the direct path's shared windows
+ * (comm->windows, set up by the planner when every rank maps every other
+ * rank's window): instead of passing data hop by hop, each rank reads what
+ * it needs straight out of its peers' windows.
+ *
+ * A rank's window, written by its owner only and read by every peer:
+ *   control    the round counters and the call's identity (struct ctrl)
+ *   buffer 0   in area, out area (AREA bytes each)
+ *   buffer 1   the same
+ * A call runs in rounds, numbered over the communicator's life
+ * (comm->direct_rounds, the same on every rank). Round g uses buffer g % 2,
+ * so a rank may fill one buffer while a slow peer still reads the other.
+ *
+ * Round g of an all-reduce on rank r of N, over one chunk of the input:
+ *   1. wait until every peer's `done` >= g - 2: nobody reads buffer g % 2
+ *   2. copy the chunk into in; publish the call's identity and posted = g
+ *   3. wait until every peer's `posted` >= g and check its identity; reduce
+ *      slice r of the chunk from every rank's in area, in rank order
+ *      0, 1, ..., N-1, into out; reduced = g
+ *   4. wait until every peer's `reduced` >= g; copy slice q of rank q's out
+ *      area to the output, for every q; done = g
+ * Each element is reduced once, by one rank, so every rank gets the same
+ * bits, run after run. The order (rank order) is not the ring's, so a float
+ * result may differ from the ring's in the last bits.
+ *
+ * Reduce is the same with only the root copying out; reduce-scatter reduces
+ * rank r's block straight into its output (no out area, no step 4);
+ * all-gather and broadcast copy in, then copy out.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "algo/algo.h"
+#include "prims/wait.h"
+
+#define CTRL_BYTES 4096
+
+struct ctrl {
+    struct ccl__slot_meta meta[2]; /* the call each buffer's `posted` belongs to */
+    _Alignas(64) _Atomic uint64_t posted;  /* last round whose input is in the window */
+    _Alignas(64) _Atomic uint64_t reduced; /* last round whose out area is complete */
+    _Alignas(64) _Atomic uint64_t done;    /* last round whose reads of peers' windows are over */
+};
+_Static_assert(sizeof(struct ctrl) <= CTRL_BYTES, "the control block fits its page");
+
+enum flag { POSTED, REDUCED, DONE };
+
+struct direct {
+    struct ccl__prims p; /* the call's identity and compute engine */
+    struct ccl_comm *comm;
+    int n, r;
+    size_t area; /* bytes of one in or out area */
+    uint64_t g;  /* the current round */
+};
+
+static struct ctrl *ctrl_of(const struct direct *d, int rank) { return (struct ctrl *)(void *)d->comm->windows[rank]; }
+
+static _Atomic uint64_t *flag_of(const struct direct *d, int rank, enum flag f) {
+    struct ctrl *c = ctrl_of(d, rank);
+    return f == POSTED ? &c->posted : f == REDUCED ? &c->reduced : &c->done;
+}
+
+static uint8_t *in_area(const struct direct *d, int rank) {
+    return d->comm->windows[rank] + CTRL_BYTES + (size_t)(d->g & 1) * 2 * d->area;
+}
+
+static uint8_t *out_area(const struct direct *d, int rank) { return in_area(d, rank) + d->area; }
+
+static ccl_status_t direct_init(struct direct *d, struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    d->comm = comm;
+    d->n = comm->nranks;
+    d->r = comm->rank;
+    d->area = ((comm->window_bytes - CTRL_BYTES) / 4) & ~(size_t)63;
+    d->g = comm->direct_rounds;
+    return ccl__prims_init(&d->p, comm, &a->id, d->area, a->mem);
+}
+
+/* ---- waiting on peers' counters ---- */
+
+struct flag_wait {
+    const struct direct *d;
+    enum flag f;
+    uint64_t want;
+    struct ccl__conn **pending; /* peers not there yet; shrinks as they arrive */
+    int npending;
+};
+
+static ccl_status_t poll_flag(void *ctx, int *moved) {
+    struct flag_wait *w = ctx;
+    int k = 0;
+    for (int i = 0; i < w->npending; i++) {
+        int peer = w->pending[i]->peer;
+        if (atomic_load_explicit(flag_of(w->d, peer, w->f), memory_order_acquire) < w->want)
+            w->pending[k++] = w->pending[i];
+    }
+    if (k < w->npending) *moved = 1;
+    w->npending = k;
+    return k ? CCL_INPROGRESS : CCL_OK;
+}
+
+/* Waits until `rank`'s counter f reaches want (rank < 0: every peer's).
+ * A timeout names the peers still missing. */
+static ccl_status_t wait_flag(const struct direct *d, enum flag f, uint64_t want, int rank) {
+    struct ccl_comm *comm = d->comm;
+    struct flag_wait w = {.d = d, .f = f, .want = want, .pending = comm->scratch_conns};
+    for (int q = 0; q < d->n; q++)
+        if (q != d->r && (rank < 0 || q == rank)) w.pending[w.npending++] = comm->conns[q];
+    return ccl__wait(comm, d->p.what, w.pending, &w.npending, poll_flag, &w);
+}
+
+/* Publishes counter f = the current round and rings every peer. */
+static void publish(const struct direct *d, enum flag f) {
+    atomic_store_explicit(flag_of(d, d->r, f), d->g, memory_order_release);
+    for (int q = 0; q < d->n; q++)
+        if (q != d->r) d->comm->conns[q]->t->wake(d->comm->conns[q]);
+}
+
+struct settle_wait {
+    const struct ccl__compute *cu;
+    struct ccl__compute_ticket t;
+};
+
+static ccl_status_t poll_settled(void *ctx, int *moved) {
+    struct settle_wait *w = ctx;
+    (void)moved;
+    return w->cu->done(w->t) ? CCL_OK : CCL_INPROGRESS;
+}
+
+/* Waits for the copies and reductions submitted so far: a counter is
+ * published only over data that is really there. */
+static ccl_status_t settle(const struct direct *d) {
+    struct settle_wait w = {.cu = d->p.compute, .t = d->p.compute->fence()};
+    int none = 0;
+    return ccl__wait(d->comm, d->p.what, NULL, &none, poll_settled, &w);
+}
+
+/* ---- the phases of a round ---- */
+
+/* Starts the next round; `writes`: this rank fills its buffer in it. */
+static ccl_status_t begin_round(struct direct *d, int writes) {
+    d->g = ++d->comm->direct_rounds;
+    if (writes && d->g > 2) CCL_CHECK(wait_flag(d, DONE, d->g - 2, -1));
+    return CCL_OK;
+}
+
+/* The in area has been filled with `bytes` of this call: tell the peers. */
+static ccl_status_t post(struct direct *d, size_t bytes) {
+    CCL_CHECK(settle(d));
+    ctrl_of(d, d->r)->meta[d->g & 1] = ccl__prims_stamp(&d->p, bytes);
+    publish(d, POSTED);
+    return CCL_OK;
+}
+
+/* Waits for rank's (rank < 0: every peer's) input of this round and checks
+ * that it belongs to the same call. */
+static ccl_status_t await_posted(struct direct *d, size_t bytes, int rank) {
+    CCL_CHECK(wait_flag(d, POSTED, d->g, rank));
+    for (int q = 0; q < d->n; q++)
+        if (q != d->r && (rank < 0 || q == rank))
+            CCL_CHECK(ccl__prims_check_meta(&d->p, q, &ctrl_of(d, q)->meta[d->g & 1], bytes));
+    return CCL_OK;
+}
+
+/* dst <- every rank's in area at byte offset `at`, n elements, reduced in
+ * rank order (divided for CCL_AVG). */
+static void reduce_all(const struct direct *d, void *dst, size_t at, size_t n) {
+    const struct ccl__compute *cu = d->p.compute;
+    if (n == 0) return;
+    if (d->n == 1) cu->copy(dst, in_area(d, 0) + at, n * d->p.esize);
+    else cu->reduce(d->p.reduce, dst, in_area(d, 0) + at, in_area(d, 1) + at, n);
+    for (int q = 2; q < d->n; q++) cu->reduce(d->p.reduce, dst, dst, in_area(d, q) + at, n);
+    if (d->p.id.op == CCL_AVG) cu->divide(dst, n, d->p.id.dtype, d->n);
+}
+
+/* ---- the collectives ---- */
+
+/* All-reduce, and reduce (only the root copies the result out). */
+static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_args *a, int everyone) {
+    struct direct d;
+    CCL_CHECK(direct_init(&d, comm, a));
+    size_t es = d.p.esize, count = a->id.count, per = d.area / es;
+    int wants = everyone || d.r == a->id.root;
+    for (size_t off = 0; off < count; off += per) {
+        size_t m = count - off < per ? count - off : per;
+        CCL_CHECK(begin_round(&d, 1));
+        d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
+        CCL_CHECK(post(&d, m * es));
+        CCL_CHECK(await_posted(&d, m * es, -1));
+        size_t so = ccl__block_off(m, d.n, d.r);
+        reduce_all(&d, out_area(&d, d.r) + so * es, so * es, ccl__block_len(m, d.n, d.r));
+        CCL_CHECK(settle(&d));
+        publish(&d, REDUCED);
+        if (wants) {
+            CCL_CHECK(wait_flag(&d, REDUCED, d.g, -1));
+            for (int q = 0; q < d.n; q++) {
+                size_t qo = ccl__block_off(m, d.n, q);
+                d.p.compute->copy((char *)a->recvbuf + (off + qo) * es, out_area(&d, q) + qo * es,
+                                  ccl__block_len(m, d.n, q) * es);
+            }
+            CCL_CHECK(settle(&d));
+        }
+        publish(&d, DONE);
+    }
+    return CCL_OK;
+}
+
+static ccl_status_t direct_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    return reduce_rounds(comm, a, 1);
+}
+
+static ccl_status_t direct_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    return reduce_rounds(comm, a, 0);
+}
+
+/* Each round carries elements [off, off + m) of every rank's N blocks. */
+static ccl_status_t direct_reduce_scatter(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    struct direct d;
+    CCL_CHECK(direct_init(&d, comm, a));
+    size_t es = d.p.esize, count = a->id.count, per = d.area / es / (size_t)d.n;
+    if (per == 0) per = 1; /* never: a window holds more than N elements */
+    for (size_t off = 0; off < count; off += per) {
+        size_t m = count - off < per ? count - off : per;
+        CCL_CHECK(begin_round(&d, 1));
+        for (int b = 0; b < d.n; b++)
+            d.p.compute->copy(in_area(&d, d.r) + (size_t)b * m * es,
+                              ccl__at(a->sendbuf, (size_t)b * count + off, es), m * es);
+        CCL_CHECK(post(&d, m * es));
+        CCL_CHECK(await_posted(&d, m * es, -1));
+        reduce_all(&d, (char *)a->recvbuf + off * es, (size_t)d.r * m * es, m);
+        CCL_CHECK(settle(&d));
+        publish(&d, DONE);
+    }
+    return CCL_OK;
+}
+
+static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    struct direct d;
+    CCL_CHECK(direct_init(&d, comm, a));
+    size_t es = d.p.esize, count = a->id.count, per = d.area / es;
+    for (size_t off = 0; off < count; off += per) {
+        size_t m = count - off < per ? count - off : per;
+        const char *mine = ccl__at(a->sendbuf, off, es);
+        CCL_CHECK(begin_round(&d, 1));
+        d.p.compute->copy(in_area(&d, d.r), mine, m * es);
+        CCL_CHECK(post(&d, m * es));
+        CCL_CHECK(await_posted(&d, m * es, -1));
+        for (int q = 0; q < d.n; q++) {
+            char *to = (char *)a->recvbuf + ((size_t)q * count + off) * es;
+            const void *from = q == d.r ? (const void *)mine : in_area(&d, q);
+            if (to != from) d.p.compute->copy(to, from, m * es);
+        }
+        CCL_CHECK(settle(&d));
+        publish(&d, DONE);
+    }
+    return CCL_OK;
+}
+
+static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    struct direct d;
+    CCL_CHECK(direct_init(&d, comm, a));
+    size_t es = d.p.esize, count = a->id.count, per = d.area / es;
+    int root = a->id.root;
+    if (d.r == root) ccl__algo_local_copy(a, count);
+    for (size_t off = 0; off < count; off += per) {
+        size_t m = count - off < per ? count - off : per;
+        CCL_CHECK(begin_round(&d, d.r == root));
+        if (d.r == root) {
+            d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
+            CCL_CHECK(post(&d, m * es));
+        } else {
+            CCL_CHECK(await_posted(&d, m * es, root));
+            d.p.compute->copy((char *)a->recvbuf + off * es, in_area(&d, root), m * es);
+            CCL_CHECK(settle(&d));
+        }
+        publish(&d, DONE);
+    }
+    return CCL_OK;
+}
+
+static int direct_can_run(const struct ccl_comm *comm, const struct ccl__coll_args *a, char *why, size_t whylen) {
+    if (a->id.kind == CCL__K_ALL_TO_ALL || comm->windows) return 1;
+    snprintf(why, whylen, "direct %s needs every rank on one host with a shared window (shm between every pair, "
+                          "CCL_SHM_WINDOW_BYTES > 0)", ccl__op_kind_name(a->id.kind));
+    return 0;
+}
+
+const struct ccl__algo ccl__algo_direct = {
+    .name = "direct",
+    .summary = "one host: every rank reads its peers' shared windows in place; all-to-all: every pair at once",
+    .run = {[CCL__K_ALL_REDUCE] = direct_all_reduce, [CCL__K_REDUCE_SCATTER] = direct_reduce_scatter,
+            [CCL__K_ALL_GATHER] = direct_all_gather, [CCL__K_BROADCAST] = direct_broadcast,
+            [CCL__K_REDUCE] = direct_reduce, [CCL__K_ALL_TO_ALL] = ccl__direct_all_to_all},
+    .can_run = direct_can_run,
+};
