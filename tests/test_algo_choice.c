@@ -110,6 +110,43 @@ START_TEST(forced_not_applicable) {
 }
 END_TEST
 
+/* direct reduces through shared windows: across hosts, or with no window,
+ * it cannot run and says so on every rank (its all-to-all is point-to-point
+ * and runs anywhere: test_coll_exchange runs it on tcp and mixed hosts). */
+static int body_direct_needs_one_host(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    float x[8] = {0}, y[8];
+    ccl_status_t st = ccl_all_reduce(x, y, 8, CCL_FLOAT32, CCL_SUM, comm);
+    EXPECT(&t, st == CCL_ERR_UNSUPPORTED, "all_reduce with CCL_ALGO=direct returned %s", ccl_status_string(st));
+    const char *msg = ccl_comm_last_error(comm);
+    EXPECT(&t, msg && strstr(msg, "one host with a shared window"), "message \"%s\" does not say why",
+           msg ? msg : "");
+    return t.fails;
+}
+
+static const struct {
+    const char *name;
+    const char *transport;
+    int ranks_per_host;
+    const char *env;
+} direct_refusals[] = {
+    {"2 hosts", "tcp", 1, "CCL_ALGO=direct"},
+    {"one host, no window", "shm", 0, "CCL_ALGO=direct CCL_SHM_WINDOW_BYTES=0"},
+};
+
+START_TEST(direct_needs_one_host) {
+    struct harness_run run = {.nranks = 2,
+                              .body = body_direct_needs_one_host,
+                              .transport = direct_refusals[_i].transport,
+                              .ranks_per_host = direct_refusals[_i].ranks_per_host,
+                              .env = direct_refusals[_i].env,
+                              .lenient_destroy = 1};
+    util_run_clean(&run, 0, "CCL_ALGO=direct, %s", direct_refusals[_i].name);
+}
+END_TEST
+
 static int init_must_fail(int rank, ccl_status_t st, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
@@ -137,6 +174,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, automatic);
     tcase_add_test(tc, forced_cannot_run);
     tcase_add_test(tc, forced_not_applicable);
+    tcase_add_loop_test(tc, direct_needs_one_host, 0, (int)(sizeof direct_refusals / sizeof direct_refusals[0]));
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "bad_names", bad_names_fail_init, (int)(sizeof bad_specs / sizeof bad_specs[0]), 120);
     return s;

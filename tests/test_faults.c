@@ -45,6 +45,8 @@ static const struct kill_case kill_cases[] = {
     {{5, "shm", 0, "5 ranks shm, tree", "allreduce:tree"}, 3, PARENT_KILLS},
     {{4, "tcp", 0, "4 ranks tcp, rhd", "allreduce:rhd"}, 1, VICTIM_KILLS_ITSELF},
     {{3, NULL, 2, "3 ranks auto, hosts of 2 and 1, rd", "allreduce:rd"}, 2, PARENT_KILLS},
+    {{4, "shm", 0, "4 ranks shm, direct", "direct"}, 1, PARENT_KILLS},
+    {{3, "shm", 0, "3 ranks shm, direct", "direct"}, 0, VICTIM_KILLS_ITSELF},
 };
 #define KILL_CASES ((int)(sizeof kill_cases / sizeof kill_cases[0]))
 
@@ -263,6 +265,7 @@ static const struct matrix_config abort_configs[] = {
     {4, "tcp", 0, "4 ranks tcp", NULL},
     {4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL},
     {4, "shm", 0, "4 ranks shm, tree", "tree"},
+    {3, "shm", 0, "3 ranks shm, direct", "direct"},
 };
 
 START_TEST(abort_while_waiting) {
