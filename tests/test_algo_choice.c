@@ -147,6 +147,27 @@ START_TEST(direct_needs_one_host) {
 }
 END_TEST
 
+/* hier pairs the places of equal hosts: on hosts of 2 and 1 ranks it says why not. */
+static int body_hier_needs_equal_hosts(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    float x[8] = {0}, y[8];
+    ccl_status_t st = ccl_all_reduce(x, y, 8, CCL_FLOAT32, CCL_SUM, comm);
+    EXPECT(&t, st == CCL_ERR_UNSUPPORTED, "all_reduce with CCL_ALGO=hier returned %s", ccl_status_string(st));
+    const char *msg = ccl_comm_last_error(comm);
+    EXPECT(&t, msg && strstr(msg, "as many ranks on every host (host of rank 0 has 2, host of rank 2 has 1)"),
+           "message \"%s\" does not say why", msg ? msg : "");
+    return t.fails;
+}
+
+START_TEST(hier_needs_equal_hosts) {
+    struct harness_run run = {
+        .nranks = 3, .ranks_per_host = 2, .body = body_hier_needs_equal_hosts, .env = "CCL_ALGO=hier", .lenient_destroy = 1};
+    util_run_clean(&run, 0, "CCL_ALGO=hier on hosts of 2 and 1");
+}
+END_TEST
+
 static int init_must_fail(int rank, ccl_status_t st, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
@@ -174,6 +195,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, automatic);
     tcase_add_test(tc, forced_cannot_run);
     tcase_add_test(tc, forced_not_applicable);
+    tcase_add_test(tc, hier_needs_equal_hosts);
     tcase_add_loop_test(tc, direct_needs_one_host, 0, (int)(sizeof direct_refusals / sizeof direct_refusals[0]));
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "bad_names", bad_names_fail_init, (int)(sizeof bad_specs / sizeof bad_specs[0]), 120);

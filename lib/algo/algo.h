@@ -49,15 +49,29 @@ struct ccl__algo {
 };
 
 extern const struct ccl__algo ccl__algo_ring, ccl__algo_tree, ccl__algo_rd, ccl__algo_rhd, ccl__algo_bruck,
-    ccl__algo_pairwise, ccl__algo_direct;
-/* Indexed by enum ccl__algo_id; NULL for a name this build does not have
- * yet (hier). */
+    ccl__algo_pairwise, ccl__algo_direct, ccl__algo_hier;
+/* Indexed by enum ccl__algo_id; NULL for a name this build does not have. */
 extern const struct ccl__algo *const ccl__algos[CCL__NUM_ALGOS];
 extern const char *const ccl__algo_names[CCL__NUM_ALGOS];
 /* enum ccl__algo_id for a CCL_ALGO name, or -1. */
 int ccl__algo_by_name(const char *name, size_t len);
 
 /* ---- shared by the algorithms ---- */
+
+/* A ring over some of the ranks, on a buffer of count elements split into
+ * n near-equal blocks (the all-reduce split), all in recvbuf: all-reduce
+ * (sendbuf to recvbuf), reduce-scatter (block blk[pos] of the sum lands at
+ * its place in recvbuf) or all-gather (each position's block already sits
+ * at its place in recvbuf). div > 1 divides the reduced blocks (CCL_AVG). */
+enum ccl__ring_what { CCL__RING_ALL_REDUCE, CCL__RING_REDUCE_SCATTER, CCL__RING_ALL_GATHER };
+struct ccl__ring_spec {
+    enum ccl__ring_what what;
+    int n, pos;       /* ring size and this rank's position */
+    const int *order; /* [n] the rank at each position */
+    const int *blk;   /* [n] the block each position owns */
+    int div;
+};
+ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a, const struct ccl__ring_spec *s);
 
 /* The direct algorithm's all-to-all (every pair's transfer at once), which
  * lives with the other point-to-point all-to-all in a2a.c. */

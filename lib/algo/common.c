@@ -7,7 +7,7 @@ const struct ccl__algo *const ccl__algos[CCL__NUM_ALGOS] = {
     [CCL__ALGO_RING] = &ccl__algo_ring,   [CCL__ALGO_TREE] = &ccl__algo_tree,
     [CCL__ALGO_RD] = &ccl__algo_rd,       [CCL__ALGO_RHD] = &ccl__algo_rhd,
     [CCL__ALGO_BRUCK] = &ccl__algo_bruck, [CCL__ALGO_PAIRWISE] = &ccl__algo_pairwise,
-    [CCL__ALGO_DIRECT] = &ccl__algo_direct,
+    [CCL__ALGO_DIRECT] = &ccl__algo_direct, [CCL__ALGO_HIER] = &ccl__algo_hier,
 };
 
 const char *const ccl__algo_names[CCL__NUM_ALGOS] = {"ring",  "tree",     "rd",     "rhd",

@@ -24,6 +24,11 @@
  * bits, run after run. The order (rank order) is not the ring's, so a float
  * result may differ from the ring's in the last bits.
  *
+ * A small round (ONE_SHOT_BYTES at most) skips the out area: every rank
+ * that wants the result reduces the whole chunk itself, in the same rank
+ * order, so the bits agree, and one wait fewer is worth more than the
+ * repeated arithmetic.
+ *
  * Reduce is the same with only the root copying out; reduce-scatter reduces
  * rank r's block straight into its output (no out area, no step 4);
  * all-gather and broadcast copy in, then copy out.
@@ -35,6 +40,7 @@
 #include "prims/wait.h"
 
 #define CTRL_BYTES 4096
+#define ONE_SHOT_BYTES 16384
 
 struct ctrl {
     struct ccl__slot_meta meta[2]; /* the call each buffer's `posted` belongs to */
@@ -112,8 +118,7 @@ static ccl_status_t wait_flag(const struct direct *d, enum flag f, uint64_t want
 /* Publishes counter f = the current round and rings every peer. */
 static void publish(const struct direct *d, enum flag f) {
     atomic_store_explicit(flag_of(d, d->r, f), d->g, memory_order_release);
-    for (int q = 0; q < d->n; q++)
-        if (q != d->r) d->comm->conns[q]->t->wake(d->comm->conns[q]);
+    ccl__wake_peers(d->comm);
 }
 
 struct settle_wait {
@@ -187,6 +192,12 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
         d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
         CCL_CHECK(post(&d, m * es));
         CCL_CHECK(await_posted(&d, m * es, -1));
+        if (m * es <= ONE_SHOT_BYTES) {
+            if (wants) reduce_all(&d, (char *)a->recvbuf + off * es, 0, m);
+            CCL_CHECK(settle(&d));
+            publish(&d, DONE);
+            continue;
+        }
         size_t so = ccl__block_off(m, d.n, d.r);
         reduce_all(&d, out_area(&d, d.r) + so * es, so * es, ccl__block_len(m, d.n, d.r));
         CCL_CHECK(settle(&d));

@@ -1,8 +1,10 @@
 /*
  * Ring collectives. Positions on the ring come from the planner
- * (comm->ring); block b of a reduce-scatter or all-gather belongs to the
- * rank at ring position b, so every rank ends with its own block whatever
- * the ring order.
+ * (comm->ring); block b of a reduce-scatter or all-gather belongs to rank
+ * b, so every rank ends with its own block whatever the ring order. The
+ * same code runs a ring over a subset of the ranks (ccl__ring_run: the
+ * hierarchical algorithm's rings inside a host and across hosts), where
+ * the block of each position is given with the order.
  *
  * Data is processed in rounds: round j moves slice j (at most
  * slice_elems elements) of every block through all 2(N-1) steps. Steps only
@@ -34,26 +36,29 @@ struct ring {
     struct ccl__prims p;
     struct blocks B;
     int n, pos;
-    int prev, next; /* ranks */
+    const int *order; /* [n]: the rank at each position */
+    const int *blk;   /* [n]: the block each position owns */
+    int prev, next;   /* ranks */
     int div;
+    int in_recvbuf;   /* reduce-scatter results and all-gather inputs sit at their block in recvbuf */
 };
 
 static const char *at_elem(const void *buf, size_t elems, size_t esize) { return (const char *)buf + elems * esize; }
 
 /* Slice j of the block at ring position q: [*off, *off + *n) within the block. */
 static size_t slice_n(struct ring *R, int q, size_t j) {
-    size_t len = block_len(&R->B, R->comm->ring[ccl__mod(q, R->n)]);
+    size_t len = block_len(&R->B, R->blk[ccl__mod(q, R->n)]);
     size_t start = j * R->p.chunk_elems;
     return start >= len ? 0 : (len - start < R->p.chunk_elems ? len - start : R->p.chunk_elems);
 }
 
 static const char *sblk(struct ring *R, int q, size_t j) {
-    int b = R->comm->ring[ccl__mod(q, R->n)];
+    int b = R->blk[ccl__mod(q, R->n)];
     return at_elem(R->a->sendbuf, block_off(&R->B, b) + j * R->p.chunk_elems, R->p.esize);
 }
 
 static char *rblk(struct ring *R, int q, size_t j) {
-    int b = R->comm->ring[ccl__mod(q, R->n)];
+    int b = R->blk[ccl__mod(q, R->n)];
     return (char *)at_elem(R->a->recvbuf, block_off(&R->B, b) + j * R->p.chunk_elems, R->p.esize);
 }
 
@@ -64,7 +69,7 @@ enum phase { RS_THEN_AG, RS_ONLY, AG_ONLY };
  * data of step sstep. Only evaluated while tracing. */
 static inline void at(struct ring *R, int q, size_t j, int rph, int rstep, int sph, int sstep) {
     if (__builtin_expect(R->comm->trace == NULL, 1)) return;
-    int b = R->comm->ring[ccl__mod(q, R->n)];
+    int b = R->blk[ccl__mod(q, R->n)];
     uint64_t off = (uint64_t)(block_off(&R->B, b) + j * R->p.chunk_elems) * R->p.esize;
     ccl__prims_at(&R->p, CCL__TR_RING, rph, rstep, sph, sstep, b, (uint32_t)j, off);
 }
@@ -88,7 +93,8 @@ static ccl_status_t round_rs(struct ring *R, size_t j, int then_ag) {
     if (!(n = slice_n(R, P, j))) return CCL_OK;
     at(R, P, j, RS, N - 2, AG, N - 1);
     /* reduce_scatter's output is the rank's own recvbuf, not a block of it */
-    char *dst = then_ag ? rblk(R, P, j) : (char *)at_elem(R->a->recvbuf, j * R->p.chunk_elems, R->p.esize);
+    char *dst = then_ag || R->in_recvbuf ? rblk(R, P, j)
+                                         : (char *)at_elem(R->a->recvbuf, j * R->p.chunk_elems, R->p.esize);
     return ccl__prims_step(&R->p, &(struct ccl__step){.src = sblk(R, P, j), .dst = dst, .n = n, .nrecv = 1,
                                                       .recv = {R->prev}, .nsend = then_ag, .send = {R->next},
                                                       .reduce = 1, .div = R->div});
@@ -99,10 +105,12 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
     int P = R->pos, N = R->n, base = first_step_done ? N - 1 : 0;
     size_t n;
     at(R, P, j, AG, -1, AG, base);
-    if (!first_step_done && (n = slice_n(R, P, j)))
-        CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.src = at_elem(R->a->sendbuf, j * R->p.chunk_elems, R->p.esize),
-                                                             .dst = rblk(R, P, j), .n = n, .nsend = 1,
-                                                             .send = {R->next}}));
+    if (!first_step_done && (n = slice_n(R, P, j))) {
+        /* in_recvbuf: this rank's block is already in place; send it from there */
+        const char *src = R->in_recvbuf ? rblk(R, P, j) : at_elem(R->a->sendbuf, j * R->p.chunk_elems, R->p.esize);
+        CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.src = src, .dst = R->in_recvbuf ? NULL : rblk(R, P, j),
+                                                             .n = n, .nsend = 1, .send = {R->next}}));
+    }
     for (int k = 1; k <= N - 2; k++) {
         at(R, P - k, j, AG, base + k - 1, AG, base + k);
         if ((n = slice_n(R, P - k, j)))
@@ -114,23 +122,38 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
     return CCL_OK;
 }
 
-static ccl_status_t run_ring(struct ccl_comm *comm, const struct ccl__coll_args *a, enum phase ph) {
-    struct ring R = {.comm = comm, .a = a, .n = comm->nranks, .pos = comm->ring_pos};
-    R.div = a->id.op == CCL_AVG ? comm->nranks : 0;
-    R.prev = comm->ring[ccl__mod(R.pos - 1, R.n)];
-    R.next = comm->ring[ccl__mod(R.pos + 1, R.n)];
-    CCL_CHECK(ccl__prims_init(&R.p, comm, &a->id, a->plan.chunk_bytes, a->mem));
+static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, enum phase ph, int split) {
+    struct ccl_comm *comm = R->comm;
+    R->a = a;
+    R->prev = R->order[ccl__mod(R->pos - 1, R->n)];
+    R->next = R->order[ccl__mod(R->pos + 1, R->n)];
+    CCL_CHECK(ccl__prims_init(&R->p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     /* all_reduce splits its buffer; reduce_scatter's sendbuf and
      * all_gather's recvbuf already are N blocks of count. */
-    if (ph == RS_THEN_AG) R.B = (struct blocks){a->id.count / (size_t)R.n, a->id.count % (size_t)R.n};
-    else R.B = (struct blocks){a->id.count, 0};
-    size_t maxlen = block_len(&R.B, 0);
-    size_t rounds = (maxlen + R.p.chunk_elems - 1) / R.p.chunk_elems;
+    if (split) R->B = (struct blocks){a->id.count / (size_t)R->n, a->id.count % (size_t)R->n};
+    else R->B = (struct blocks){a->id.count, 0};
+    size_t maxlen = block_len(&R->B, 0);
+    size_t rounds = (maxlen + R->p.chunk_elems - 1) / R->p.chunk_elems;
     for (size_t j = 0; j < rounds; j++) {
-        if (ph != AG_ONLY) CCL_CHECK(round_rs(&R, j, ph == RS_THEN_AG));
-        if (ph != RS_ONLY) CCL_CHECK(round_ag(&R, j, ph == RS_THEN_AG));
+        if (ph != AG_ONLY) CCL_CHECK(round_rs(R, j, ph == RS_THEN_AG));
+        if (ph != RS_ONLY) CCL_CHECK(round_ag(R, j, ph == RS_THEN_AG));
     }
-    return ccl__prims_flush(comm, R.p.what);
+    return ccl__prims_flush(comm, R->p.what);
+}
+
+/* The whole communicator on the planner's ring: block b is rank b's. */
+static ccl_status_t run_ring(struct ccl_comm *comm, const struct ccl__coll_args *a, enum phase ph) {
+    struct ring R = {.comm = comm, .n = comm->nranks, .pos = comm->ring_pos, .order = comm->ring, .blk = comm->ring};
+    R.div = a->id.op == CCL_AVG ? comm->nranks : 0;
+    return ring_rounds(&R, a, ph, ph == RS_THEN_AG);
+}
+
+ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a, const struct ccl__ring_spec *s) {
+    static const enum phase phases[] = {[CCL__RING_ALL_REDUCE] = RS_THEN_AG, [CCL__RING_REDUCE_SCATTER] = RS_ONLY,
+                                        [CCL__RING_ALL_GATHER] = AG_ONLY};
+    struct ring R = {.comm = comm, .n = s->n, .pos = s->pos, .order = s->order, .blk = s->blk, .div = s->div,
+                     .in_recvbuf = 1};
+    return ring_rounds(&R, a, phases[s->what], 1);
 }
 
 /* A chain along the ring from `first` (no receive) to `last` (no send). */

@@ -45,6 +45,9 @@ static void comm_free(struct ccl_comm *comm) {
     free(comm->scratch_conns);
     free(comm->ring);
     free(comm->windows);
+    free(comm->host_first);
+    free(comm->across);
+    free(comm->identity);
     free(comm->send_seq);
     free(comm->recv_seq);
     comm->magic = 0;

@@ -44,6 +44,12 @@ struct ccl_comm {
     int *ring;                          /* [nranks]: ring position -> rank */
     int ring_pos;                       /* this rank's position in ring */
     size_t ring_chunk_bytes;            /* slice size every rank uses on the ring (smallest slot on it) */
+    int nhosts;                         /* CCL_HOST_ID groups; each is a run of ring positions */
+    int *host_first;                    /* [nhosts + 1]: host h holds positions host_first[h] .. host_first[h+1]-1 */
+    int host;                           /* this rank's host */
+    int *across;                        /* [nhosts]: the rank at this rank's place on every host; NULL unless
+                                         * every host has as many ranks */
+    int *identity;                      /* [nranks]: 0, 1, 2, ... (rings whose blocks are their positions) */
     size_t chunk_bytes;                 /* the same for any pair: smallest slot of every link */
     double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
     /* The direct path: every rank's shared window, when every rank has one

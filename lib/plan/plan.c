@@ -74,6 +74,32 @@ static void plan_ring_chunk(struct ccl_comm *comm) {
     comm->chunk_bytes = any;
 }
 
+/* Hosts as runs of ring positions, and the ranks at this rank's place on
+ * every host (the hierarchical algorithm's ring across hosts). */
+static ccl_status_t plan_hosts(struct ccl_comm *comm) {
+    int n = comm->nranks;
+    comm->host_first = malloc(sizeof(int) * (size_t)(n + 1));
+    comm->identity = malloc(sizeof(int) * (size_t)n);
+    if (!comm->host_first || !comm->identity) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    int h = 0;
+    for (int i = 0; i < n; i++) {
+        comm->identity[i] = i;
+        if (i == 0 || strcmp(comm->peers[comm->ring[i]].host_id, comm->peers[comm->ring[i - 1]].host_id) != 0)
+            comm->host_first[h++] = i;
+        if (i == comm->ring_pos) comm->host = h - 1;
+    }
+    comm->nhosts = h;
+    comm->host_first[h] = n;
+    int size = comm->host_first[1] - comm->host_first[0];
+    for (int k = 1; k < h; k++)
+        if (comm->host_first[k + 1] - comm->host_first[k] != size) return CCL_OK;
+    comm->across = malloc(sizeof(int) * (size_t)h);
+    if (!comm->across) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    int place = comm->ring_pos - comm->host_first[comm->host];
+    for (int k = 0; k < h; k++) comm->across[k] = comm->ring[comm->host_first[k] + place];
+    return CCL_OK;
+}
+
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     int n = comm->nranks;
     comm->ring = malloc(sizeof(int) * (size_t)n);
@@ -92,6 +118,7 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     free(placed);
     for (int i = 0; i < n; i++)
         if (comm->ring[i] == comm->rank) comm->ring_pos = i;
+    CCL_CHECK(plan_hosts(comm));
     plan_ring_chunk(comm);
     if (CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_PLAN) && comm->rank == 0) {
         char line[512];

@@ -158,6 +158,13 @@ static ccl_status_t progress_conns(struct ccl__waiter *w, int *moved) {
     return CCL_OK;
 }
 
+void ccl__wake_peers(struct ccl_comm *comm) {
+    for (int q = 0; q < comm->nranks; q++) {
+        struct ccl__conn *c = comm->conns[q];
+        if (c && c->t->wake) c->t->wake(c);
+    }
+}
+
 ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
                        ccl__poll_fn poll, void *ctx) {
     int moved = 0;

@@ -24,4 +24,8 @@ typedef ccl_status_t (*ccl__poll_fn)(void *ctx, int *moved);
 ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
                        ccl__poll_fn poll, void *ctx);
 
+/* Rings every peer's bell (the transport's wake): after publishing
+ * something peers may wait on outside any FIFO (a direct-path window). */
+void ccl__wake_peers(struct ccl_comm *comm);
+
 #endif
