@@ -44,8 +44,18 @@ START_TEST(per_collective) {
 }
 END_TEST
 
+/* What the automatic choice must say for a small and a large all-reduce. */
+struct auto_case {
+    const char *name, *transport, *small, *large;
+};
+
+static const struct auto_case auto_cases[] = {
+    {"4 ranks shm", "shm", "all_reduce:direct (one host", "all_reduce:direct (one host"},
+    {"4 ranks tcp", "tcp", "all_reduce:rd (small", "all_reduce:ring (large"},
+};
+
 static int body_automatic(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    (void)arg;
+    const struct auto_case *ac = arg;
     (void)nranks;
     struct harness_tally t = {rank, 0};
     size_t big = 1 << 20;
@@ -55,9 +65,9 @@ static int body_automatic(ccl_comm_t *comm, int rank, int nranks, void *arg) {
         goto out;
     }
     EXPECT_OK(&t, ccl_all_reduce(x, y, 2, CCL_FLOAT32, CCL_SUM, comm));
-    expect_described(&t, comm, "all_reduce:rd (small");
+    expect_described(&t, comm, ac->small);
     EXPECT_OK(&t, ccl_all_reduce(x, y, big, CCL_FLOAT32, CCL_SUM, comm));
-    expect_described(&t, comm, "all_reduce:ring (large");
+    expect_described(&t, comm, ac->large);
 out:
     free(x);
     free(y);
@@ -65,8 +75,9 @@ out:
 }
 
 START_TEST(automatic) {
-    struct harness_run run = {.nranks = 4, .transport = "shm", .body = body_automatic};
-    util_run_clean(&run, 0, "automatic choice");
+    const struct auto_case *ac = &auto_cases[_i];
+    struct harness_run run = {.nranks = 4, .transport = ac->transport, .body = body_automatic, .arg = (void *)ac};
+    util_run_clean(&run, 0, "automatic choice, %s", ac->name);
 }
 END_TEST
 
@@ -192,7 +203,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("choice");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, per_collective);
-    tcase_add_test(tc, automatic);
+    tcase_add_loop_test(tc, automatic, 0, (int)(sizeof auto_cases / sizeof auto_cases[0]));
     tcase_add_test(tc, forced_cannot_run);
     tcase_add_test(tc, forced_not_applicable);
     tcase_add_test(tc, hier_needs_equal_hosts);

@@ -59,11 +59,31 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
-/* The rule for calls CCL_ALGO leaves open: few steps for small messages,
- * the bandwidth-optimal ring for large ones. */
+/* On one host with the direct path: where reading peers' windows in place
+ * beat the FIFO algorithms in bench/algo-table runs on a 2-core machine
+ * (2-8 ranks), or -1. The 2-rank ring keeps large all-reduces: with one
+ * peer, the ring's pipeline already moves each byte once. */
+static int auto_one_host(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t bytes, const char **why) {
+    int n = comm->nranks;
+    if (!comm->windows) return -1;
+    *why = "one host: peers' windows in place";
+    switch (a->id.kind) {
+    case CCL__K_ALL_REDUCE: return n > 2 || bytes <= 131072 ? CCL__ALGO_DIRECT : -1;
+    case CCL__K_ALL_GATHER: return bytes * (size_t)n > 4096 ? CCL__ALGO_DIRECT : -1;
+    case CCL__K_BROADCAST: return bytes > 16384 && bytes <= (4u << 20) ? CCL__ALGO_DIRECT : -1;
+    case CCL__K_REDUCE_SCATTER: return bytes * (size_t)n <= 65536 ? CCL__ALGO_DIRECT : -1;
+    default: return -1;
+    }
+}
+
+/* The rule for calls CCL_ALGO leaves open: on one host the direct path
+ * where it won; else few steps for small messages, the bandwidth-optimal
+ * ring for large ones. */
 static int auto_algo(const struct ccl_comm *comm, const struct ccl__coll_args *a, const char **why) {
     int n = comm->nranks;
     size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
+    int direct = auto_one_host(comm, a, bytes, why);
+    if (direct >= 0) return direct;
     switch (a->id.kind) {
     case CCL__K_ALL_REDUCE:
         if (bytes <= 16384) return *why = "small: fewest steps", CCL__ALGO_RD;
