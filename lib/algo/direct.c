@@ -167,6 +167,20 @@ static ccl_status_t await_posted(struct direct *d, size_t bytes, int rank) {
     return CCL_OK;
 }
 
+/* This rank's input for the round is in its in area: publish it and wait
+ * for every peer's. */
+static ccl_status_t exchange_inputs(struct direct *d, size_t bytes) {
+    CCL_CHECK(post(d, bytes));
+    return await_posted(d, bytes, -1);
+}
+
+/* This rank's reads of peers' windows for the round are over. */
+static ccl_status_t end_round(struct direct *d) {
+    CCL_CHECK(settle(d));
+    publish(d, DONE);
+    return CCL_OK;
+}
+
 /* dst <- every rank's in area at byte offset `at`, n elements, reduced in
  * rank order (divided for CCL_AVG). */
 static void reduce_all(const struct direct *d, void *dst, size_t at, size_t n) {
@@ -190,12 +204,10 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
         size_t m = count - off < per ? count - off : per;
         CCL_CHECK(begin_round(&d, 1));
         d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
-        CCL_CHECK(post(&d, m * es));
-        CCL_CHECK(await_posted(&d, m * es, -1));
+        CCL_CHECK(exchange_inputs(&d, m * es));
         if (m * es <= ONE_SHOT_BYTES) {
             if (wants) reduce_all(&d, (char *)a->recvbuf + off * es, 0, m);
-            CCL_CHECK(settle(&d));
-            publish(&d, DONE);
+            CCL_CHECK(end_round(&d));
             continue;
         }
         size_t so = ccl__block_off(m, d.n, d.r);
@@ -209,9 +221,8 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
                 d.p.compute->copy((char *)a->recvbuf + (off + qo) * es, out_area(&d, q) + qo * es,
                                   ccl__block_len(m, d.n, q) * es);
             }
-            CCL_CHECK(settle(&d));
         }
-        publish(&d, DONE);
+        CCL_CHECK(end_round(&d));
     }
     return CCL_OK;
 }
@@ -236,11 +247,9 @@ static ccl_status_t direct_reduce_scatter(struct ccl_comm *comm, const struct cc
         for (int b = 0; b < d.n; b++)
             d.p.compute->copy(in_area(&d, d.r) + (size_t)b * m * es,
                               ccl__at(a->sendbuf, (size_t)b * count + off, es), m * es);
-        CCL_CHECK(post(&d, m * es));
-        CCL_CHECK(await_posted(&d, m * es, -1));
+        CCL_CHECK(exchange_inputs(&d, m * es));
         reduce_all(&d, (char *)a->recvbuf + off * es, (size_t)d.r * m * es, m);
-        CCL_CHECK(settle(&d));
-        publish(&d, DONE);
+        CCL_CHECK(end_round(&d));
     }
     return CCL_OK;
 }
@@ -254,15 +263,13 @@ static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__c
         const char *mine = ccl__at(a->sendbuf, off, es);
         CCL_CHECK(begin_round(&d, 1));
         d.p.compute->copy(in_area(&d, d.r), mine, m * es);
-        CCL_CHECK(post(&d, m * es));
-        CCL_CHECK(await_posted(&d, m * es, -1));
+        CCL_CHECK(exchange_inputs(&d, m * es));
         for (int q = 0; q < d.n; q++) {
             char *to = (char *)a->recvbuf + ((size_t)q * count + off) * es;
             const void *from = q == d.r ? (const void *)mine : in_area(&d, q);
             if (to != from) d.p.compute->copy(to, from, m * es);
         }
-        CCL_CHECK(settle(&d));
-        publish(&d, DONE);
+        CCL_CHECK(end_round(&d));
     }
     return CCL_OK;
 }
@@ -282,9 +289,8 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
         } else {
             CCL_CHECK(await_posted(&d, m * es, root));
             d.p.compute->copy((char *)a->recvbuf + off * es, in_area(&d, root), m * es);
-            CCL_CHECK(settle(&d));
         }
-        publish(&d, DONE);
+        CCL_CHECK(end_round(&d));
     }
     return CCL_OK;
 }
