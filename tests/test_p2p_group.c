@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "matrix.h"
 #include "ref.h"
+#include "util.h"
 
 /* A payload per (sender, receiver, message number). */
 static uint64_t msg_seed(int src, int dst, int k) {
@@ -126,6 +127,54 @@ out:
 }
 
 START_TEST(pipeline_large) { matrix_run_short(_i, body_pipeline, "pipeline", NULL); }
+END_TEST
+
+/* A cycle whose sends all fit in the staging slots: every send is done
+ * (committed) long before its bytes leave, and every rank then waits only
+ * on its receive. The staged bytes must keep moving while a rank waits on
+ * something else, or the cycle deadlocks once the socket buffers fill. */
+#define STAGED_BYTES ((size_t)64 << 20)
+#define STAGED_ROUNDS 4
+
+static int body_staged_cycle(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    uint8_t *out = malloc(STAGED_BYTES), *in = malloc(STAGED_BYTES), *scratch = malloc(STAGED_BYTES);
+    if (!out || !in || !scratch) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    for (int round = 0; round < STAGED_ROUNDS; round++) {
+        ref_bytes(msg_seed(rank, next, round), 0, 0, STAGED_BYTES, out);
+        memset(in, 0xcd, STAGED_BYTES);
+        /* Start together, so that every rank stages its whole send before
+         * its successor starts reading. */
+        if (EXPECT_OK(&t, ccl_barrier(comm)) != CCL_OK) goto out;
+        if (EXPECT_OK(&t, ccl_group_start()) != CCL_OK) goto out;
+        EXPECT_OK(&t, ccl_send(out, STAGED_BYTES, CCL_UINT8, next, comm));
+        EXPECT_OK(&t, ccl_recv(in, STAGED_BYTES, CCL_UINT8, prev, comm));
+        if (EXPECT_OK(&t, ccl_group_end()) != CCL_OK) goto out;
+        expect_payload(&t, "staged cycle", in, STAGED_BYTES, prev, rank, round, scratch);
+    }
+out:
+    free(out);
+    free(in);
+    free(scratch);
+    return t.fails;
+}
+
+START_TEST(staged_cycle_tcp) {
+    struct harness_run run = {
+        .nranks = 3,
+        .body = body_staged_cycle,
+        .transport = "tcp",
+        .ccl_timeout = "20",
+        .deadline_s = 120,
+        .env = "CCL_SLOTS=64 CCL_TCP_SLOT_BYTES=1048576",
+    };
+    util_run_clean(&run, 0, "a cycle of fully staged sends on 3 ranks tcp");
+}
 END_TEST
 
 /* ---- many messages to every peer in one group ---- */
@@ -244,6 +293,7 @@ static Suite *suite(void) {
     matrix_add_short_loop(s, "pipeline_large", pipeline_large, 300);
     matrix_add_short_loop(s, "many_in_one_group", many_in_one_group, 300);
     matrix_add_short_loop(s, "collective_and_p2p_group", collective_and_p2p_group, 300);
+    util_add_loop_case(s, "staged_cycle_tcp", staged_cycle_tcp, 1, 150);
     return s;
 }
 

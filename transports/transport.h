@@ -44,6 +44,7 @@ struct ccl__conn {
     int peer;
     size_t slot_bytes;
     int slot_mem; /* memory kind of the slots (prims/compute.h); 0 is host */
+    int staged;   /* listed in comm->staged (prims/wait.h) */
 };
 
 struct ccl__transport {

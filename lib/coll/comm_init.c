@@ -43,6 +43,7 @@ static void comm_free(struct ccl_comm *comm) {
     free(comm->peers);
     free(comm->conns);
     free(comm->scratch_conns);
+    free(comm->staged);
     free(comm->ring);
     free(comm->windows);
     free(comm->host_first);
@@ -67,9 +68,10 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     comm->on_fail = poison_peers;
     comm->conns = calloc((size_t)nranks, sizeof(*comm->conns));
     comm->scratch_conns = calloc((size_t)nranks, sizeof(*comm->scratch_conns));
+    comm->staged = calloc((size_t)nranks, sizeof(*comm->staged));
     comm->send_seq = calloc((size_t)nranks, sizeof(uint32_t));
     comm->recv_seq = calloc((size_t)nranks, sizeof(uint32_t));
-    if (!comm->conns || !comm->scratch_conns || !comm->send_seq || !comm->recv_seq || ccl__exec_create(comm) != CCL_OK) {
+    if (!comm->conns || !comm->scratch_conns || !comm->staged || !comm->send_seq || !comm->recv_seq || ccl__exec_create(comm) != CCL_OK) {
         comm_free(comm);
         return NULL;
     }

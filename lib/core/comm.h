@@ -39,6 +39,8 @@ struct ccl_comm {
     struct ccl__conn **conns;           /* [nranks], full duplex; NULL for self */
     uint32_t slot_kinds;                /* memory kinds of every connection's slots (bit per kind) */
     struct ccl__conn **scratch_conns;   /* [nranks], for the one thread running operations */
+    struct ccl__conn **staged;          /* [nranks]: connections holding committed bytes not yet sent */
+    int nstaged;
 
     /* planner output */
     int *ring;                          /* [nranks]: ring position -> rank */

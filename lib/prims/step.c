@@ -176,6 +176,7 @@ static ccl_status_t finish(struct ccl__prims *p, const struct ccl__step *s, size
         struct ccl__conn *c = comm->conns[s->send[i]];
         ccl_status_t r = c->t->send_commit(c, &m);
         if (r < 0) return ccl__comm_fail(comm, r);
+        ccl__note_staged(comm, c);
     }
     return CCL_OK;
 }

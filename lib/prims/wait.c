@@ -105,6 +105,12 @@ static void sleep_once(struct ccl__waiter *w, double left) {
         if (fd < 0) fdless = 1;
         else if (ev && n < MAX_POLLFDS - 1) fds[n++] = (struct pollfd){.fd = fd, .events = ev};
     }
+    for (int i = 0; i < w->comm->nstaged && n < MAX_POLLFDS - 1; i++) {
+        struct ccl__conn *c = w->comm->staged[i];
+        short ev = 0;
+        int fd = c->t->wait_fd(c, &ev);
+        if (fd >= 0 && (ev & POLLOUT)) fds[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
+    }
     double cap = left < 0.05 ? (left > 0 ? left : 0) : 0.05;
     if (n == 0) {
         futex_sleep(w, cap);
@@ -145,7 +151,15 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     return CCL_OK;
 }
 
-/* Stream transports move staged bytes only when asked. */
+void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c) {
+    if (c->staged || c->t->flushed(c)) return;
+    c->staged = 1;
+    comm->staged[comm->nstaged++] = c;
+}
+
+/* Stream transports move staged bytes only when asked: the connections
+ * waited on, and every one still holding committed bytes (dropped from the
+ * list once flushed). */
 static ccl_status_t progress_conns(struct ccl__waiter *w, int *moved) {
     for (int i = 0; i < *w->nconns; i++) {
         struct ccl__conn *c = w->conns[i];
@@ -155,6 +169,22 @@ static ccl_status_t progress_conns(struct ccl__waiter *w, int *moved) {
         if (st < 0) return ccl__comm_fail(w->comm, st);
         *moved |= m;
     }
+    struct ccl_comm *comm = w->comm;
+    int k = 0;
+    for (int i = 0; i < comm->nstaged; i++) {
+        struct ccl__conn *c = comm->staged[i];
+        int m = 0;
+        ccl_status_t st = c->t->flushed(c) ? CCL_OK : c->t->progress(c, &m);
+        if (st < 0) {
+            for (int j = 0; j < comm->nstaged; j++) comm->staged[j]->staged = 0;
+            comm->nstaged = 0; /* the communicator has failed: nothing more moves */
+            return ccl__comm_fail(comm, st);
+        }
+        *moved |= m;
+        if (c->t->flushed(c)) c->staged = 0;
+        else comm->staged[k++] = c;
+    }
+    comm->nstaged = k;
     return CCL_OK;
 }
 

@@ -24,6 +24,13 @@ typedef ccl_status_t (*ccl__poll_fn)(void *ctx, int *moved);
 ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
                        ccl__poll_fn poll, void *ctx);
 
+/* Records that c holds committed bytes a stream transport has not sent
+ * yet. Every wait keeps such connections moving, whatever it waits on:
+ * otherwise a rank that finished its sends and waits on a receive could
+ * hold the very bytes its peers need to send theirs, and a cycle of such
+ * ranks would never move again. */
+void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c);
+
 /* Rings every peer's bell (the transport's wake): after publishing
  * something peers may wait on outside any FIFO (a direct-path window). */
 void ccl__wake_peers(struct ccl_comm *comm);
