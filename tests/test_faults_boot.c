@@ -19,6 +19,7 @@
 #include "core/boot_proto.h"
 #include "core/bootstrap.h"
 #include "harness.h"
+#include "transports/manager.h"
 #include "ref.h"
 #include "util.h"
 
@@ -106,8 +107,16 @@ static int strangers(const struct ccl__unique_id *uid, int nranks, int held[HELD
     wrong.secret[0] ^= 1;
     struct ccl__boot_hello zeros;
     memset(&zeros, 0, sizeof zeros);
+    /* Strangers that know the secret but not the rules: a record too big
+     * to take, one of another build's size, a rank out of range. */
+    struct ccl__boot_hello huge = hello, other_build = hello, out_of_range = hello;
+    huge.record_bytes = UINT32_MAX;
+    other_build.record_bytes = (uint32_t)ccl__conns_record_bytes() + 8;
+    other_build.rank = nranks - 1;
+    out_of_range.record_bytes = (uint32_t)ccl__conns_record_bytes();
+    out_of_range.rank = nranks + 5;
 
-    for (int k = 0; k < 9; k++) {
+    for (int k = 0; k < 12; k++) {
         int fd = stranger_connect(uid);
         if (fd < 0) {
             failed++;
@@ -122,6 +131,15 @@ static int strangers(const struct ccl__unique_id *uid, int nranks, int held[HELD
         case 5: send_bytes(fd, &zeros, sizeof zeros); break;                /* bad magic */
         case 6: send_bytes(fd, &hello, 6); held[0] = fd; fd = -1; break;    /* truncated, kept open */
         case 7: held[1] = fd; fd = -1; break;                               /* silent, kept open */
+        case 9: send_bytes(fd, &huge, sizeof huge); break;
+        case 10:
+            send_bytes(fd, &other_build, sizeof other_build);
+            send_bytes(fd, junk, other_build.record_bytes);
+            break;
+        case 11:
+            send_bytes(fd, &out_of_range, sizeof out_of_range);
+            send_bytes(fd, junk, out_of_range.record_bytes);
+            break;
         default: send_bytes(fd, junk, 3); held[2] = fd; fd = -1; break;     /* 3 bytes, kept open */
         }
         if (fd >= 0) close(fd);

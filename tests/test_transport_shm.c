@@ -25,6 +25,7 @@
 #include "core/comm.h"
 #include "core/params.h"
 #include "harness.h"
+#include "transports/manager.h"
 #include "transports/shm/shm.h"
 #include "transports/transport.h"
 
@@ -84,13 +85,23 @@ static void barrier(struct rank_ctx *c) {
         if (i != c->rank && read_all(c->rd[i], &b, 1) != 0) peer_gone(c, i);
 }
 
-static void allgather_info(struct rank_ctx *c, const struct ccl__peer_info *mine, struct ccl__peer_info *all) {
+/* This rank's shm blob in the hand-built communicator's table. */
+static uint8_t *my_blob(struct ccl_comm *comm) {
+    return (uint8_t *)ccl__peer_blob(comm, comm->rank, shm);
+}
+
+/* The bootstrap's job: every rank's info and shm blob to every rank. */
+static void allgather_info(struct rank_ctx *c, struct ccl_comm *comm, const struct ccl__peer_info *mine) {
+    const size_t bb = CCL__TRANSPORT_BLOB_BYTES;
     for (int j = 0; j < c->nranks; j++)
-        if (j != c->rank && write_all(c->wr[j], mine, sizeof(*mine)) != 0) peer_gone(c, j);
+        if (j != c->rank && (write_all(c->wr[j], mine, sizeof(*mine)) != 0 ||
+                             write_all(c->wr[j], ccl__peer_blob(comm, c->rank, shm), bb) != 0))
+            peer_gone(c, j);
     for (int i = 0; i < c->nranks; i++) {
         if (i == c->rank)
-            all[i] = *mine;
-        else if (read_all(c->rd[i], &all[i], sizeof(all[i])) != 0)
+            comm->peers[i] = *mine;
+        else if (read_all(c->rd[i], &comm->peers[i], sizeof(comm->peers[i])) != 0 ||
+                 read_all(c->rd[i], (uint8_t *)ccl__peer_blob(comm, i, shm), bb) != 0)
             peer_gone(c, i);
     }
 }
@@ -166,6 +177,13 @@ static void run_ranks(int nranks, const char *tag, rank_body_fn body, const void
 
 /* ---- a hand-built communicator ---- */
 
+/* The private wake words again (as the connection manager does), then
+ * the transport's teardown. */
+static void shm_down(struct ccl_comm *comm) {
+    ccl__conns_private_wake(comm);
+    shm->teardown(comm);
+}
+
 static struct ccl_comm *comm_new(const struct rank_ctx *c, uint64_t comm_id, int slots, size_t slot_bytes) {
     struct ccl_comm *comm = calloc(1, sizeof(*comm));
     if (!comm) abort();
@@ -180,7 +198,9 @@ static struct ccl_comm *comm_new(const struct rank_ctx *c, uint64_t comm_id, int
     comm->params.shm_slot_bytes = slot_bytes;
     comm->peers = calloc((size_t)c->nranks, sizeof(*comm->peers));
     comm->conns = calloc((size_t)c->nranks, sizeof(*comm->conns));
-    if (!comm->peers || !comm->conns) abort();
+    comm->tstate = calloc((size_t)ccl__ntransports, sizeof(*comm->tstate));
+    comm->blobs = calloc((size_t)c->nranks * (size_t)ccl__ntransports, CCL__TRANSPORT_BLOB_BYTES);
+    if (!comm->peers || !comm->conns || !comm->tstate || !comm->blobs) abort();
     comm->wake = &comm->local_wake;
     comm->event_fd = -1;
     pthread_mutex_init(&comm->err_lock, NULL);
@@ -191,6 +211,8 @@ static void comm_free(struct ccl_comm *comm) {
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peers);
     free(comm->conns);
+    free(comm->tstate);
+    free(comm->blobs);
     free(comm);
 }
 
@@ -199,10 +221,12 @@ static ccl_status_t up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, const
     struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .numa_node = -1, .ncores = 1};
     snprintf(me.host_id, sizeof(me.host_id), "%s", comm->params.host_id);
     gethostname(me.hostname, sizeof(me.hostname) - 1);
-    me.transport_mask = 1u << CCL__TRANSPORT_SHM;
-    EXPECT_OK(&c->t, shm->local_init(comm, me.blob[CCL__TRANSPORT_SHM]));
-    allgather_info(c, &me, comm->peers);
-    return shm->setup(comm, use);
+    me.transport_mask = 1u << ccl__transport_index(shm);
+    EXPECT_OK(&c->t, shm->local_init(comm, my_blob(comm)));
+    allgather_info(c, comm, &me);
+    ccl_status_t st = shm->setup(comm, use);
+    if (st == CCL_OK) ccl__conns_share_wake(comm); /* as the connection manager does */
+    return st;
 }
 
 /* Every phase up to setup_done, each followed by a barrier as in the
@@ -407,9 +431,9 @@ static void body_stream(struct rank_ctx *c) {
     if (c->t.fails == 0) stream(c, comm, use, s->slots, s->messages);
     EXPECT(&c->t, atomic_load(&comm->wake->bell) != bell0, "peers rang this rank's bell");
     barrier(c);
-    shm->teardown(comm);
+    shm_down(comm);
     EXPECT(&c->t, comm->wake == &comm->local_wake, "teardown restores the private wake words");
-    EXPECT(&c->t, comm->tstate[CCL__TRANSPORT_SHM] == NULL, "teardown clears the state");
+    EXPECT(&c->t, *ccl__tstate(comm, shm) == NULL, "teardown clears the state");
     comm_free(comm);
 }
 
@@ -465,7 +489,7 @@ static void body_futex_wake(struct rank_ctx *c) {
         EXPECT_OK(&c->t, shm->recv_release(cn));
     }
     barrier(c);
-    shm->teardown(comm);
+    shm_down(comm);
     comm_free(comm);
 }
 
@@ -482,7 +506,7 @@ static void body_poison(struct rank_ctx *c) {
            atomic_load(&comm->wake->fail_rank), want);
     if (want) EXPECT(&c->t, atomic_load(&comm->wake->fail_status) == CCL_ERR_SYSTEM, "fail_status");
     barrier(c);
-    shm->teardown(comm);
+    shm_down(comm);
     EXPECT(&c->t, atomic_load(&comm->local_wake.fail_rank) == want, "the failure survives teardown");
     comm_free(comm);
 }
@@ -516,7 +540,7 @@ static void body_check_peer(struct rank_ctx *c) {
         EXPECT(&c->t, strstr(comm->last_error, "left the communicator"), "message: %s", comm->last_error);
     else
         EXPECT(&c->t, !strstr(comm->last_error, "left the communicator"), "message: %s", comm->last_error);
-    shm->teardown(comm);
+    shm_down(comm);
     comm_free(comm);
 }
 
@@ -553,9 +577,9 @@ static void body_failure(struct rank_ctx *c) {
 
     if (culprit && w->f == FAIL_PEER_NO_SETUP) {
         struct ccl__peer_info me = {.rank = c->rank, .pid = getpid()};
-        EXPECT_OK(&c->t, shm->local_init(comm, me.blob[CCL__TRANSPORT_SHM]));
-        allgather_info(c, &me, comm->peers);
-        shm->teardown(comm);
+        EXPECT_OK(&c->t, shm->local_init(comm, my_blob(comm)));
+        allgather_info(c, comm, &me);
+        shm_down(comm);
         barrier(c); /* the others' setup */
         barrier(c); /* their connect */
         barrier(c); /* their teardown */
@@ -578,7 +602,7 @@ static void body_failure(struct rank_ctx *c) {
         }
     }
     barrier(c);
-    shm->teardown(comm);
+    shm_down(comm);
     barrier(c);
     if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == 0, "teardown removed every segment");
     comm_free(comm);
@@ -650,20 +674,20 @@ START_TEST(segment_names) {
     ck_assert_uint_eq(strspn(na + plen + 2, "0123456789abcdef"), 32);
     ck_assert_str_ne(na, (const char *)bb);
     ck_assert_int_eq(harness_shm_count(prefix), 0); /* local_init creates nothing */
-    shm->teardown(a);
-    shm->teardown(b);
-    shm->teardown(b); /* twice is harmless */
-    ck_assert_ptr_null(a->tstate[CCL__TRANSPORT_SHM]);
+    shm_down(a);
+    shm_down(b);
+    shm_down(b); /* twice is harmless */
+    ck_assert_ptr_null(*ccl__tstate(a, shm));
 
     struct ccl_comm *d = solo_comm("");
     ck_assert_int_eq(shm->local_init(d, ba), CCL_OK);
     ck_assert_int_eq(strncmp(na, "/ccl-", 5), 0);
-    shm->teardown(d);
+    shm_down(d);
 
     struct ccl_comm *bad = solo_comm("a/b");
     ck_assert_int_eq(shm->local_init(bad, ba), CCL_ERR_INVALID_USAGE);
     ck_assert_ptr_nonnull(strstr(bad->last_error, "CCL_SHM_PREFIX"));
-    shm->teardown(bad);
+    shm_down(bad);
     comm_free(a);
     comm_free(b);
     comm_free(d);
@@ -680,8 +704,10 @@ START_TEST(teardown_after_setup_unlinks) {
     ck_assert_int_eq(shm->local_init(comm, blob), CCL_OK);
     ck_assert_int_eq(shm->setup(comm, use), CCL_OK);
     ck_assert_int_eq(harness_shm_count(prefix), 1);
-    ck_assert_ptr_ne(comm->wake, &comm->local_wake);
-    shm->teardown(comm);
+    comm->peers[0].transport_mask = 1u << ccl__transport_index(shm);
+    ccl__conns_share_wake(comm);
+    ck_assert_ptr_eq(comm->wake, shm->shared_wake(comm));
+    shm_down(comm);
     ck_assert_int_eq(harness_shm_count(prefix), 0);
     ck_assert_ptr_eq(comm->wake, &comm->local_wake);
     comm_free(comm);
@@ -703,7 +729,7 @@ START_TEST(serving_nobody_creates_nothing) {
     ck_assert(conns[0] == NULL && conns[1] == NULL);
     ck_assert_int_eq(shm->setup_done(comm), CCL_OK);
     shm->poison(comm, CCL_ERR_REMOTE); /* no peers: nothing to do */
-    shm->teardown(comm);
+    shm_down(comm);
     comm_free(comm);
 }
 END_TEST
@@ -718,29 +744,31 @@ START_TEST(impossible_geometry_is_refused) {
     ck_assert_int_eq(shm->local_init(comm, blob), CCL_OK);
     ck_assert_int_eq(shm->setup(comm, use), CCL_ERR_INVALID_USAGE);
     ck_assert_ptr_nonnull(strstr(comm->last_error, "CCL_SHM_SLOT_BYTES"));
-    shm->teardown(comm);
+    shm_down(comm);
     ck_assert_int_eq(harness_shm_count(prefix), 0);
     comm_free(comm);
 }
 END_TEST
 
 START_TEST(can_connect_same_host_only) {
-    struct ccl__peer_info a = {.transport_mask = 1u << CCL__TRANSPORT_SHM}, b = a;
+    /* (Whether both ranks have shm at all is the planner's question.) */
+    struct ccl__peer_info a = {0}, b = a;
     snprintf(a.host_id, sizeof(a.host_id), "hostA-boot1");
     snprintf(b.host_id, sizeof(b.host_id), "hostA-boot1");
     ck_assert_int_eq(shm->can_connect(&a, &b), 10);
     snprintf(b.host_id, sizeof(b.host_id), "hostB-boot1");
     ck_assert_int_eq(shm->can_connect(&a, &b), 0);
-    b = a;
-    b.transport_mask = 1u << CCL__TRANSPORT_TCP;
-    ck_assert_int_eq(shm->can_connect(&a, &b), 0);
     ck_assert_int_eq(shm->can_connect(&b, &a), 0);
+    b.host_id[0] = a.host_id[0] = 0;
+    ck_assert_int_eq(shm->can_connect(&a, &b), 0);
 }
 END_TEST
 
 START_TEST(ops_table_is_complete) {
     ck_assert_str_eq(shm->name, "shm");
-    ck_assert_int_eq(shm->id, CCL__TRANSPORT_SHM);
+    ck_assert_ptr_eq(ccl__transports[ccl__transport_index(shm)], shm);
+    ck_assert_ptr_eq(ccl__transport_by_name("shm"), shm);
+    ck_assert(shm->window && shm->wake && shm->shared_wake);
     ck_assert_uint_eq(shm->caps, CCL__CAP_SAME_HOST_ONLY);
     ck_assert(shm->can_connect && shm->local_init && shm->setup && shm->connect && shm->setup_done &&
               shm->teardown && shm->send_acquire && shm->send_commit && shm->recv_acquire && shm->recv_release &&

@@ -114,6 +114,10 @@ static void run_pair(const char *tag, rank_body_fn body0, rank_body_fn body1, co
 
 /* ---- a hand-built communicator ---- */
 
+/* Rank r's tcp blob in the communicator's table (written by local_init
+ * for this rank, carried by the test's channel for the other). */
+static uint8_t *blob_of(struct ccl_comm *comm, int r) { return (uint8_t *)ccl__peer_blob(comm, r, tcp); }
+
 static struct ccl_comm *comm_new(int rank, size_t slot_bytes, int slots, double timeout_s) {
     struct ccl_comm *comm = calloc(1, sizeof(*comm));
     if (!comm) abort();
@@ -128,7 +132,9 @@ static struct ccl_comm *comm_new(int rank, size_t slot_bytes, int slots, double 
     comm->params.timeout_s = timeout_s;
     comm->peers = calloc(2, sizeof(*comm->peers));
     comm->conns = calloc(2, sizeof(*comm->conns));
-    if (!comm->peers || !comm->conns) abort();
+    comm->tstate = calloc((size_t)ccl__ntransports, sizeof(*comm->tstate));
+    comm->blobs = calloc(2 * (size_t)ccl__ntransports, CCL__TRANSPORT_BLOB_BYTES);
+    if (!comm->peers || !comm->conns || !comm->tstate || !comm->blobs) abort();
     comm->wake = &comm->local_wake;
     comm->event_fd = -1;
     snprintf(comm->boot_addr, sizeof(comm->boot_addr), "127.0.0.1");
@@ -141,6 +147,8 @@ static void comm_free(struct ccl_comm *comm) {
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peers);
     free(comm->conns);
+    free(comm->tstate);
+    free(comm->blobs);
     free(comm);
 }
 
@@ -152,10 +160,12 @@ static void up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, uint8_t *use)
     me->rank = c->rank;
     me->pid = getpid();
     snprintf(me->hostname, sizeof(me->hostname), "host-of-rank-%d", c->rank);
-    EXPECT_OK(&c->t, tcp->local_init(comm, me->blob[CCL__TRANSPORT_TCP]));
-    me->transport_mask = 1u << CCL__TRANSPORT_TCP;
+    EXPECT_OK(&c->t, tcp->local_init(comm, blob_of(comm, c->rank)));
+    me->transport_mask = 1u << ccl__transport_index(tcp);
     chan_send(c, me, sizeof(*me));
+    chan_send(c, blob_of(comm, c->rank), CCL__TRANSPORT_BLOB_BYTES);
     chan_recv(c, &comm->peers[1 - c->rank], sizeof(*me));
+    chan_recv(c, blob_of(comm, 1 - c->rank), CCL__TRANSPORT_BLOB_BYTES);
     use[c->rank] = 0;
     use[1 - c->rank] = tcp->can_connect(&comm->peers[0], &comm->peers[1]) > 0;
     EXPECT(&c->t, use[1 - c->rank], "both ranks have tcp");
@@ -441,7 +451,7 @@ static void strangers_rank1(struct rank_ctx *c) {
     uint8_t use[2];
     up_to_setup(c, comm, use);
     union ccl__sa at;
-    memcpy(&at, comm->peers[0].blob[CCL__TRANSPORT_TCP], sizeof(at));
+    memcpy(&at, blob_of(comm, 0), sizeof(at));
     struct ccl__tcp_hello good = {.magic = CCL__TCP_HELLO_MAGIC, .version = CCL__TCP_HELLO_VERSION,
                                   .comm_id = COMM_ID, .rank = 1};
     memset(good.secret, SECRET_BYTE, sizeof(good.secret));
@@ -501,7 +511,7 @@ static void flood_rank1(struct rank_ctx *c) {
     uint8_t use[2];
     up_to_setup(c, comm, use);
     union ccl__sa at;
-    memcpy(&at, comm->peers[0].blob[CCL__TRANSPORT_TCP], sizeof(at));
+    memcpy(&at, blob_of(comm, 0), sizeof(at));
     int fds[FLOOD];
     for (int i = 0; i < FLOOD; i++) fds[i] = stranger(c, &at, NULL, 0, 0);
     finish_setup(c, comm, use);
@@ -690,7 +700,7 @@ static void *abort_later(void *arg) {
 /* ccl_comm_abort from another thread ends a set-up that waits for a peer. */
 START_TEST(abort_during_accept) {
     struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
-    ck_assert_int_eq(tcp->local_init(comm, comm->peers[0].blob[CCL__TRANSPORT_TCP]), CCL_OK);
+    ck_assert_int_eq(tcp->local_init(comm, blob_of(comm, 0)), CCL_OK);
     uint8_t use[2] = {0, 1};
     ck_assert_int_eq(tcp->setup(comm, use), CCL_OK);
     struct aborter a = {.comm = comm, .delay_s = 0.2};
@@ -720,7 +730,7 @@ START_TEST(local_init_and_teardown) {
     close(fd);
     ck_assert_int_eq(tcp->local_init(comm, blob), CCL_ERR_INTERNAL);
     tcp->teardown(comm);
-    ck_assert_ptr_null(comm->tstate[CCL__TRANSPORT_TCP]);
+    ck_assert_ptr_null(*ccl__tstate(comm, tcp));
     tcp->teardown(comm); /* twice, and never set up: both harmless */
     tcp->poison(comm, CCL_ERR_ABORTED);
 
@@ -741,25 +751,27 @@ START_TEST(local_init_and_teardown) {
 }
 END_TEST
 
-START_TEST(can_connect_needs_both) {
-    struct ccl__peer_info a = {.transport_mask = 1u << CCL__TRANSPORT_TCP}, b = a;
+START_TEST(can_connect_any_pair) {
+    /* Any two ranks, on any hosts (whether both have tcp at all is the
+     * planner's question), below shm's score on one host. */
+    struct ccl__peer_info a = {0}, b = a;
+    snprintf(a.host_id, sizeof(a.host_id), "hostA");
+    snprintf(b.host_id, sizeof(b.host_id), "hostB");
     ck_assert_int_eq(tcp->can_connect(&a, &b), 1);
-    b.transport_mask = 1u << CCL__TRANSPORT_SHM;
-    ck_assert_int_eq(tcp->can_connect(&a, &b), 0);
-    ck_assert_int_eq(tcp->can_connect(&b, &a), 0);
+    ck_assert_int_eq(tcp->can_connect(&a, &a), 1);
+    ck_assert_int_lt(tcp->can_connect(&a, &a), ccl__transport_by_name("shm")->can_connect(&a, &a));
     ck_assert_str_eq(tcp->name, "tcp");
-    ck_assert_int_eq(tcp->id, CCL__TRANSPORT_TCP);
     ck_assert(tcp->caps & CCL__CAP_CROSS_HOST);
     ck_assert(tcp->caps & CCL__CAP_POLLABLE);
     ck_assert_ptr_eq(ccl__transport_by_name("tcp"), tcp);
-    ck_assert_ptr_eq(ccl__transports[CCL__TRANSPORT_TCP], tcp);
+    ck_assert_ptr_eq(ccl__transports[ccl__transport_index(tcp)], tcp);
 }
 END_TEST
 
 static Suite *tcp_suite(void) {
     Suite *s = suite_create("transport_tcp");
     TCase *local = tcase_create("local");
-    tcase_add_test(local, can_connect_needs_both);
+    tcase_add_test(local, can_connect_any_pair);
     tcase_add_test(local, local_init_and_teardown);
     tcase_add_test(local, abort_during_accept);
     suite_add_tcase(s, local);

@@ -1,16 +1,35 @@
+/* Every transport compiled in: adding one is a line here. */
+#include <stdio.h>
 #include <string.h>
 
 #include "transports/transport.h"
 #include "transports/shm/shm.h"
 #include "transports/tcp/tcp.h"
 
-const struct ccl__transport *const ccl__transports[CCL__NUM_TRANSPORTS] = {
-    [CCL__TRANSPORT_SHM] = &ccl__transport_shm,
-    [CCL__TRANSPORT_TCP] = &ccl__transport_tcp,
+const struct ccl__transport *const ccl__transports[] = {
+    &ccl__transport_shm,
+    &ccl__transport_tcp,
 };
+const int ccl__ntransports = (int)(sizeof(ccl__transports) / sizeof(ccl__transports[0]));
+
+/* transport_mask has a bit per transport. */
+_Static_assert(sizeof(ccl__transports) / sizeof(ccl__transports[0]) <= 32, "at most 32 transports");
 
 const struct ccl__transport *ccl__transport_by_name(const char *name) {
-    for (int i = 0; i < CCL__NUM_TRANSPORTS; i++)
-        if (ccl__transports[i] && strcmp(ccl__transports[i]->name, name) == 0) return ccl__transports[i];
+    for (int i = 0; i < ccl__ntransports; i++)
+        if (strcmp(ccl__transports[i]->name, name) == 0) return ccl__transports[i];
     return NULL;
+}
+
+int ccl__transport_index(const struct ccl__transport *t) {
+    for (int i = 0; i < ccl__ntransports; i++)
+        if (ccl__transports[i] == t) return i;
+    return -1;
+}
+
+void ccl__transport_names(char *buf, size_t n) {
+    size_t o = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < ccl__ntransports && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? ", " : "", ccl__transports[i]->name);
 }

@@ -6,7 +6,9 @@
  * running the same operation.
  *
  * Adding a transport: a folder under transports/, a `const struct
- * ccl__transport`, and one line in registry.c.
+ * ccl__transport`, and one line in registry.c. Nothing outside its folder
+ * names it: the connection manager (manager.c) runs every registered
+ * transport's life cycle, and the planner picks one per pair by score.
  */
 #ifndef CCL_TRANSPORT_H
 #define CCL_TRANSPORT_H
@@ -17,8 +19,6 @@
 #include "ccl.h"
 #include "core/comm.h"
 #include "core/peer.h"
-
-enum ccl__transport_id { CCL__TRANSPORT_SHM = 0, CCL__TRANSPORT_TCP = 1, CCL__NUM_TRANSPORTS = 2 };
 
 enum ccl__transport_caps {
     CCL__CAP_SAME_HOST_ONLY = 1u << 0, /* connects ranks on one machine only */
@@ -49,13 +49,15 @@ struct ccl__conn {
 
 struct ccl__transport {
     const char *name;
-    enum ccl__transport_id id;
     unsigned caps;
-    /* Score > 0 if this transport can connect a and b (higher wins); 0 if not. */
+    /* Score > 0 if this transport can connect a and b (higher wins); 0 if
+     * not. Asked only about ranks where this transport's local_init worked. */
     int (*can_connect)(const struct ccl__peer_info *a, const struct ccl__peer_info *b);
 
     /* Set-up, in four phases separated by bootstrap exchanges/barriers:
-     * local_init before the peer table exists (fill our blob), setup after it
+     * local_init before the peer table exists (fill our blob: what peers
+     * need to reach us, CCL__TRANSPORT_BLOB_BYTES at most; peers read it
+     * with ccl__peer_blob), setup after it
      * (create what peers will attach to; use[p] != 0 marks peers this
      * transport serves), connect after every rank's setup (fill conns[p]),
      * setup_done after every rank connected (drop names, listeners). */
@@ -93,10 +95,32 @@ struct ccl__transport {
      * peer waiting on a window wakes up. */
     void *(*window)(struct ccl_comm *comm, int rank, size_t *bytes);
     void (*wake)(struct ccl__conn *c);
+    /* Wake words in memory peers can reach (NULL when the transport has
+     * none): once setup succeeded, the manager moves the communicator's
+     * words there, so that peers ring this rank's bell and report their
+     * failures straight into it. Valid until teardown. */
+    struct ccl__wake_words *(*shared_wake)(struct ccl_comm *comm);
 };
 
-/* Registry: every transport compiled in, indexed by id. */
-extern const struct ccl__transport *const ccl__transports[CCL__NUM_TRANSPORTS];
+/* Registry: every transport compiled in, in order of preference for
+ * shared resources (the first that offers shared wake words gets them).
+ * A transport's index is its place in this list: its bit in
+ * ccl__peer_info.transport_mask, its slot in comm->tstate, its blob. */
+extern const struct ccl__transport *const ccl__transports[];
+extern const int ccl__ntransports;
 const struct ccl__transport *ccl__transport_by_name(const char *name);
+int ccl__transport_index(const struct ccl__transport *t);
+/* "shm, tcp": for messages. */
+void ccl__transport_names(char *buf, size_t n);
+
+/* A transport's private per-communicator state slot. */
+static inline void **ccl__tstate(struct ccl_comm *comm, const struct ccl__transport *t) {
+    return &comm->tstate[ccl__transport_index(t)];
+}
+/* What rank's local_init of transport t wrote (CCL__TRANSPORT_BLOB_BYTES). */
+static inline const uint8_t *ccl__peer_blob(const struct ccl_comm *comm, int rank, const struct ccl__transport *t) {
+    return comm->blobs + ((size_t)rank * (size_t)ccl__ntransports + (size_t)ccl__transport_index(t)) *
+                             CCL__TRANSPORT_BLOB_BYTES;
+}
 
 #endif

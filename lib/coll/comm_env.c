@@ -9,6 +9,7 @@
 #include "coll/coll.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
+#include "transports/manager.h"
 
 /* First variable of the list that is set. */
 static const char *env_first(const char *const *names, const char **which) {
@@ -93,14 +94,14 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
     if (rank == 0) {
         const struct ccl__params *prm = ccl__params_get();
         union ccl__sa bind_addr = uid.root;
-        ccl_status_t st = ccl__boot_root_start(&bind_addr, uid.secret, prm->timeout_s);
+        ccl_status_t st = ccl__boot_root_start(&bind_addr, uid.secret, prm->timeout_s, ccl__conns_record_bytes());
         if (st != CCL_OK) {
             /* The name may resolve to an address of this host that cannot be
              * bound (e.g. behind NAT): listen on every address instead. */
             union ccl__sa any = uid.root;
             if (any.sa.sa_family == AF_INET6) any.in6.sin6_addr = in6addr_any;
             else any.in.sin_addr.s_addr = htonl(INADDR_ANY);
-            st = ccl__boot_root_start(&any, uid.secret, prm->timeout_s);
+            st = ccl__boot_root_start(&any, uid.secret, prm->timeout_s, ccl__conns_record_bytes());
         }
         if (st != CCL_OK) {
             CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: cannot listen on %s (%s)", root, ccl_status_string(st));

@@ -32,13 +32,13 @@ static int count_hosts(const struct ccl_comm *comm) {
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n) {
     CCL_CHECK(ccl__check_comm(comm, "comm_describe"));
     if (!buf || n == 0) return CCL_ERR_INVALID_ARGUMENT;
-    int per[CCL__NUM_TRANSPORTS] = {0};
-    for (int p = 0; p < comm->nranks; p++)
-        if (comm->conns[p]) per[comm->conns[p]->t->id]++;
     char tr[64] = "", ring[256] = "";
     size_t o = 0;
-    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++)
-        if (per[t]) o += (size_t)snprintf(tr + o, sizeof(tr) - o, "%s%s:%d", o ? "," : "", ccl__transports[t]->name, per[t]);
+    for (int t = 0; t < ccl__ntransports && o < sizeof(tr); t++) {
+        int per = 0;
+        for (int p = 0; p < comm->nranks; p++) per += comm->conns[p] && comm->conns[p]->t == ccl__transports[t];
+        if (per) o += (size_t)snprintf(tr + o, sizeof(tr) - o, "%s%s:%d", o ? "," : "", ccl__transports[t]->name, per);
+    }
     if (!o) snprintf(tr, sizeof(tr), "none");
     o = 0;
     for (int i = 0; i < comm->nranks && o + 12 < sizeof(ring); i++)

@@ -13,12 +13,13 @@
 #include "core/log.h"
 #include "core/trace.h"
 #include "plan/plan.h"
+#include "transports/manager.h"
 
 CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
     if (!id) return CCL_ERR_INVALID_ARGUMENT;
     const struct ccl__params *prm = ccl__params_get();
     struct ccl__unique_id uid;
-    ccl_status_t st = ccl__boot_make_id(&uid, prm->ifname, prm->timeout_s);
+    ccl_status_t st = ccl__boot_make_id(&uid, prm->ifname, prm->timeout_s, ccl__conns_record_bytes());
     if (st != CCL_OK) {
         CCL_WARN(CCL__SUB_BOOT, -1, "ccl_get_unique_id: cannot start the bootstrap root (%s)", ccl_status_string(st));
         return st;
@@ -28,19 +29,14 @@ CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
     return CCL_OK;
 }
 
-static void poison_peers(struct ccl_comm *comm, ccl_status_t st) {
-    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++)
-        if (comm->tstate[t]) ccl__transports[t]->poison(comm, st);
-}
-
 static void comm_free(struct ccl_comm *comm) {
     if (!comm) return;
     ccl__exec_destroy(comm);
-    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++)
-        if (comm->tstate[t]) ccl__transports[t]->teardown(comm);
+    ccl__conns_teardown(comm);
     if (comm->event_fd >= 0) close(comm->event_fd);
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peers);
+    free(comm->blobs);
     free(comm->conns);
     free(comm->scratch_conns);
     free(comm->staged);
@@ -65,69 +61,57 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     pthread_mutex_init(&comm->err_lock, NULL);
     comm->wake = &comm->local_wake;
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    comm->on_fail = poison_peers;
+    comm->on_fail = ccl__conns_poison;
     comm->conns = calloc((size_t)nranks, sizeof(*comm->conns));
     comm->scratch_conns = calloc((size_t)nranks, sizeof(*comm->scratch_conns));
     comm->staged = calloc((size_t)nranks, sizeof(*comm->staged));
     comm->send_seq = calloc((size_t)nranks, sizeof(uint32_t));
     comm->recv_seq = calloc((size_t)nranks, sizeof(uint32_t));
-    if (!comm->conns || !comm->scratch_conns || !comm->staged || !comm->send_seq || !comm->recv_seq || ccl__exec_create(comm) != CCL_OK) {
+    if (!comm->conns || !comm->scratch_conns || !comm->staged || !comm->send_seq || !comm->recv_seq ||
+        ccl__conns_alloc(comm) != CCL_OK || ccl__exec_create(comm) != CCL_OK) {
         comm_free(comm);
         return NULL;
     }
     return comm;
 }
 
-/* The transport phases; each ends in a round so every rank learns whether
- * every other rank got through it. */
-static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd, uint8_t *use[CCL__NUM_TRANSPORTS]) {
-    uint32_t mine = comm->peers[comm->rank].transport_mask; /* the ones whose local_init worked */
-    ccl_status_t st = ccl__plan_parse_algo(comm); /* a bad CCL_ALGO anywhere fails init everywhere */
+/* The plan (a bad CCL_ALGO or CCL_TRANSPORT anywhere fails init
+ * everywhere: the manager's first round carries the status), then the
+ * transports. */
+static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd) {
+    uint8_t **use = calloc((size_t)ccl__ntransports, sizeof(*use));
+    ccl_status_t st = use ? CCL_OK : CCL_ERR_NO_MEMORY;
+    for (int t = 0; t < ccl__ntransports && st == CCL_OK; t++)
+        if (!(use[t] = calloc((size_t)comm->nranks, 1))) st = CCL_ERR_NO_MEMORY;
+    if (st == CCL_OK) st = ccl__plan_parse_algo(comm);
     if (st == CCL_OK) st = ccl__plan_transports(comm, use);
-    for (int t = 0; t < CCL__NUM_TRANSPORTS && st == CCL_OK; t++)
-        if (mine & (1u << t)) st = ccl__transports[t]->setup(comm, use[t]);
-    CCL_CHECK(ccl__boot_round(comm, root_fd, st));
-    for (int t = 0; t < CCL__NUM_TRANSPORTS && st == CCL_OK; t++)
-        if (mine & (1u << t)) st = ccl__transports[t]->connect(comm, use[t], comm->conns);
-    CCL_CHECK(ccl__boot_round(comm, root_fd, st));
-    for (int t = 0; t < CCL__NUM_TRANSPORTS && st == CCL_OK; t++)
-        if (mine & (1u << t)) st = ccl__transports[t]->setup_done(comm);
-    return ccl__boot_round(comm, root_fd, st);
+    st = ccl__conns_setup(comm, root_fd, st, use);
+    for (int t = 0; use && t < ccl__ntransports; t++) free(use[t]);
+    free(use);
+    return st;
 }
 
 static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_id *uid) {
     int root_fd = -1;
-    CCL_CHECK(ccl__boot_connect(comm, uid, &root_fd));
+    CCL_CHECK(ccl__boot_connect(comm, uid, ccl__conns_record_bytes(), &root_fd));
     struct ccl__peer_info self = {.rank = comm->rank, .pid = getpid()};
     snprintf(self.host_id, sizeof(self.host_id), "%s", comm->params.host_id);
     snprintf(self.machine_id, sizeof(self.machine_id), "%s", comm->params.machine_id);
     gethostname(self.hostname, sizeof(self.hostname) - 1);
     ccl__plan_local_topology(&self);
-    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++) {
-        ccl_status_t st = ccl__transports[t]->local_init(comm, self.blob[t]);
-        if (st == CCL_OK) self.transport_mask |= 1u << t;
-        else CCL_INFO(CCL__SUB_INIT, comm->rank, "transport %s unavailable here (%s)", ccl__transports[t]->name,
-                      ccl_status_string(st));
-    }
-    uint8_t *use[CCL__NUM_TRANSPORTS] = {0};
-    ccl_status_t st = ccl__boot_exchange(comm, root_fd, &self);
-    for (int t = 0; t < CCL__NUM_TRANSPORTS && st == CCL_OK; t++)
-        if (!(use[t] = calloc((size_t)comm->nranks, 1))) st = CCL_ERR_NO_MEMORY;
-    if (st == CCL_OK) st = setup_transports(comm, root_fd, use);
+    ccl_status_t st = ccl__conns_join(comm, root_fd, &self);
+    if (st == CCL_OK) st = setup_transports(comm, root_fd);
     for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
         if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
     if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_direct(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {
-        int counts[CCL__NUM_TRANSPORTS] = {0};
-        for (int t = 0; t < CCL__NUM_TRANSPORTS; t++)
-            for (int p = 0; p < comm->nranks; p++) counts[t] += use[t][p];
-        CCL_INFO(CCL__SUB_INIT, comm->rank, "comm %016llx: rank %d of %d on %s ready: shm to %d peers, tcp to %d peers",
-                 (unsigned long long)comm->comm_id, comm->rank, comm->nranks, self.hostname,
-                 counts[CCL__TRANSPORT_SHM], counts[CCL__TRANSPORT_TCP]);
+        char links[160];
+        ccl__conns_summary(comm, links, sizeof(links));
+        CCL_INFO(CCL__SUB_INIT, comm->rank, "comm %016llx: rank %d of %d on %s ready: %s",
+                 (unsigned long long)comm->comm_id, comm->rank, comm->nranks, self.hostname, links);
     }
-    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++) free(use[t]);
     close(root_fd);
     return st;
 }

@@ -48,7 +48,7 @@ CCL_API ccl_status_t ccl_comm_trace_start(ccl_comm_t *comm) {
 
 static void write_event(FILE *f, const struct ccl__trace_event *e, int rank, double ts, double dur, int *first) {
     int tid = e->kind == CCL__TR_SEND ? 1 + e->peer : e->kind == CCL__TR_RECV ? 1001 + e->peer : 2001;
-    const char *tr = e->transport == CCL__TR_LOCAL || e->transport >= CCL__NUM_TRANSPORTS
+    const char *tr = e->transport == CCL__TR_LOCAL || e->transport >= ccl__ntransports
                          ? "local" : ccl__transports[e->transport]->name;
     fprintf(f,
             "%s\n{\"name\":\"%s c%d\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"

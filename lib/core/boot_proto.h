@@ -8,7 +8,10 @@
 #include "core/comm.h"
 
 #define CCL__BOOT_MAGIC 0x42434c43u /* "CLCB" */
-#define CCL__BOOT_VERSION 1
+#define CCL__BOOT_VERSION 2
+/* A rank's record (its peer info and every transport's addressing) is at
+ * most this big; the hello says how big it is. */
+#define CCL__BOOT_MAX_RECORD (64u << 10)
 #define CCL__BOOT_HELLO_S 10.0      /* a connection must say hello this fast */
 
 struct ccl__boot_hello {
@@ -17,10 +20,12 @@ struct ccl__boot_hello {
     uint8_t secret[CCL__SECRET_BYTES];
     int32_t nranks;
     int32_t rank;
+    uint32_t record_bytes; /* the record that follows; the same for every rank */
+    uint32_t reserved;
 };
 
-/* Root -> rank after everyone's info arrived (followed by nranks infos when
- * status is CCL_OK). */
+/* Root -> rank after everyone's record arrived (followed by nranks records
+ * when status is CCL_OK). */
 struct ccl__boot_table_hdr {
     int32_t status;
     int32_t nranks;

@@ -19,13 +19,12 @@
 #include "core/params.h"
 #include "core/peer.h"
 
-#define JOIN_BYTES (sizeof(struct ccl__boot_hello) + sizeof(struct ccl__peer_info))
-
 struct pending {
     int fd;
     double hello_deadline;
-    size_t got;
-    uint8_t buf[JOIN_BYTES];
+    size_t got;                         /* of the hello, then of the record */
+    struct ccl__boot_hello hello;
+    uint8_t *record;                    /* allocated once the hello is proven */
     char addr[64];
 };
 
@@ -35,9 +34,10 @@ struct root {
     double timeout_s;
     double deadline;
     int nranks;               /* from the first valid hello, 0 before */
+    uint32_t record_bytes;    /* every rank's (this build's) */
     int joined;
     int *fds;                 /* [nranks] */
-    struct ccl__peer_info *infos;
+    uint8_t *records;         /* [nranks][record_bytes], opaque here */
     struct pending *pend;
     int npend, cap_pend;
 };
@@ -45,6 +45,7 @@ struct root {
 static void drop(struct root *r, int i, const char *why) {
     CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
     close(r->pend[i].fd);
+    free(r->pend[i].record);
     r->pend[i] = r->pend[--r->npend];
 }
 
@@ -55,21 +56,30 @@ static void refuse(struct root *r, int i, int32_t status, const char *fmt, int a
     drop(r, i, h.msg);
 }
 
-/* A complete hello+info arrived on pending connection i: adopt or refuse. */
+/* A complete hello and record arrived on pending connection i: adopt or
+ * refuse (only now, so that the rank, done sending, reads why). */
 static void adopt(struct root *r, int i) {
-    struct ccl__boot_hello h;
-    memcpy(&h, r->pend[i].buf, sizeof(h));
+    struct ccl__boot_hello h = r->pend[i].hello;
     if (h.nranks <= 0 || h.rank < 0 || h.rank >= h.nranks) {
         refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "rank %d is out of range for %d ranks", h.rank, h.nranks);
+        return;
+    }
+    if (h.record_bytes != r->record_bytes) {
+        refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "rank sent a peer record of %d bytes where this libccl's are %d "
+               "(ranks from different builds?)", (int)h.record_bytes, (int)r->record_bytes);
         return;
     }
     if (r->nranks == 0) {
         r->nranks = h.nranks;
         r->fds = malloc(sizeof(int) * (size_t)h.nranks);
-        r->infos = calloc((size_t)h.nranks, sizeof(*r->infos));
-        if (!r->fds || !r->infos) {
+        r->records = calloc((size_t)h.nranks, r->record_bytes);
+        if (!r->fds || !r->records) {
             refuse(r, i, CCL_ERR_NO_MEMORY, "bootstrap root out of memory (%d ranks)%.0d", h.nranks, 0);
             r->nranks = 0;
+            free(r->fds);
+            free(r->records);
+            r->fds = NULL;
+            r->records = NULL;
             return;
         }
         for (int k = 0; k < h.nranks; k++) r->fds[k] = -1;
@@ -84,9 +94,10 @@ static void adopt(struct root *r, int i) {
         return;
     }
     r->fds[h.rank] = r->pend[i].fd;
-    memcpy(&r->infos[h.rank], r->pend[i].buf + sizeof(h), sizeof(struct ccl__peer_info));
+    memcpy(r->records + (size_t)h.rank * r->record_bytes, r->pend[i].record, r->record_bytes);
     r->joined++;
     CCL_TRACE(CCL__SUB_BOOT, -1, "bootstrap root: rank %d of %d joined from %s", h.rank, h.nranks, r->pend[i].addr);
+    free(r->pend[i].record);
     r->pend[i] = r->pend[--r->npend];
 }
 
@@ -94,23 +105,32 @@ static void adopt(struct root *r, int i) {
  * complete so a stranger is dropped before it can send more. */
 static void feed(struct root *r, int i) {
     struct pending *p = &r->pend[i];
-    ssize_t n = read(p->fd, p->buf + p->got, JOIN_BYTES - p->got);
+    const size_t hb = sizeof(p->hello);
+    int in_hello = p->record == NULL;
+    uint8_t *to = in_hello ? (uint8_t *)&p->hello + p->got : p->record + (p->got - hb);
+    size_t want = in_hello ? hb - p->got : hb + p->hello.record_bytes - p->got;
+    ssize_t n = read(p->fd, to, want);
     if (n == 0) return drop(r, i, "closed before joining");
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) return;
         return drop(r, i, strerror(errno));
     }
-    size_t before = p->got;
     p->got += (size_t)n;
-    if (before < sizeof(struct ccl__boot_hello) && p->got >= sizeof(struct ccl__boot_hello)) {
-        struct ccl__boot_hello h;
-        memcpy(&h, p->buf, sizeof(h));
-        if (h.magic != CCL__BOOT_MAGIC) return drop(r, i, "not a libccl bootstrap hello");
-        if (h.version != CCL__BOOT_VERSION) return drop(r, i, "bootstrap protocol version differs");
-        if (!ccl__secret_equal(h.secret, r->secret, CCL__SECRET_BYTES)) return drop(r, i, "wrong secret");
-        p->hello_deadline = r->deadline; /* proven: it may take its time for the info */
+    if (in_hello && p->got == hb) {
+        const struct ccl__boot_hello *h = &p->hello;
+        if (h->magic != CCL__BOOT_MAGIC) return drop(r, i, "not a libccl bootstrap hello");
+        if (h->version != CCL__BOOT_VERSION) return drop(r, i, "bootstrap protocol version differs");
+        if (!ccl__secret_equal(h->secret, r->secret, CCL__SECRET_BYTES)) return drop(r, i, "wrong secret");
+        if (h->record_bytes == 0 || h->record_bytes > CCL__BOOT_MAX_RECORD)
+            return refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "a peer record of %d bytes (at most %d)",
+                          (int)h->record_bytes, (int)CCL__BOOT_MAX_RECORD);
+        if (!(p->record = malloc(h->record_bytes)))
+            return refuse(r, i, CCL_ERR_NO_MEMORY, "bootstrap root out of memory (%d bytes)%.0d", (int)h->record_bytes,
+                          0);
+        p->hello_deadline = r->deadline; /* proven: it may take its time for the record */
+        return;
     }
-    if (p->got == JOIN_BYTES) adopt(r, i);
+    if (!in_hello && p->got == hb + p->hello.record_bytes) adopt(r, i);
 }
 
 static int accept_one(struct root *r) {
@@ -130,6 +150,7 @@ static int accept_one(struct root *r) {
     struct pending *p = &r->pend[r->npend++];
     p->fd = fd;
     p->got = 0;
+    p->record = NULL;
     p->hello_deadline = ccl__now() + CCL__BOOT_HELLO_S;
     union ccl__sa peer;
     socklen_t len = sizeof(peer);
@@ -164,7 +185,7 @@ static void send_tables(struct root *r) {
     double dl = ccl__now() + r->timeout_s;
     for (int k = 0; k < r->nranks; k++) {
         if (ccl__sock_send_all(r->fds[k], &h, sizeof(h), dl) == CCL_OK)
-            ccl__sock_send_all(r->fds[k], r->infos, sizeof(*r->infos) * (size_t)r->nranks, dl);
+            ccl__sock_send_all(r->fds[k], r->records, (size_t)r->record_bytes * (size_t)r->nranks, dl);
     }
 }
 
@@ -202,16 +223,21 @@ static void *root_main(void *arg) {
     }
     for (int k = 0; k < r->nranks; k++)
         if (r->fds[k] >= 0) close(r->fds[k]);
-    for (int i = 0; i < r->npend; i++) close(r->pend[i].fd);
+    for (int i = 0; i < r->npend; i++) {
+        close(r->pend[i].fd);
+        free(r->pend[i].record);
+    }
     close(r->lfd);
     free(r->fds);
-    free(r->infos);
+    free(r->records);
     free(r->pend);
     free(r);
     return NULL;
 }
 
-ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s) {
+ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
+                                  size_t record_bytes) {
+    if (record_bytes == 0 || record_bytes > CCL__BOOT_MAX_RECORD) return CCL_ERR_INTERNAL;
     struct root *r = calloc(1, sizeof(*r));
     if (!r) return CCL_ERR_NO_MEMORY;
     ccl_status_t st = ccl__sock_listen(addr, &r->lfd);
@@ -221,6 +247,7 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
     }
     memcpy(r->secret, secret, CCL__SECRET_BYTES);
     r->timeout_s = timeout_s;
+    r->record_bytes = (uint32_t)record_bytes;
     r->deadline = ccl__now() + timeout_s;
     pthread_t t;
     pthread_attr_t attr;

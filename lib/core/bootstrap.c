@@ -11,15 +11,20 @@
 #include "core/boot_proto.h"
 #include "core/log.h"
 
-ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s) {
+ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s,
+                               size_t record_bytes) {
     memset(uid, 0, sizeof(*uid));
     uid->magic = CCL__UID_MAGIC;
     if (getrandom(uid->secret, sizeof(uid->secret), 0) != (ssize_t)sizeof(uid->secret)) return CCL_ERR_SYSTEM;
     CCL_CHECK(ccl__sa_local(ifname, &uid->root));
-    return ccl__boot_root_start(&uid->root, uid->secret, timeout_s);
+    return ccl__boot_root_start(&uid->root, uid->secret, timeout_s, record_bytes);
 }
 
-ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_id *uid, int *root_fd) {
+ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_id *uid, size_t record_bytes,
+                               int *root_fd) {
+    if (record_bytes == 0 || record_bytes > CCL__BOOT_MAX_RECORD)
+        return ccl__set_error(comm, CCL_ERR_INTERNAL, "init: a peer record of %zu bytes (at most %u)", record_bytes,
+                              CCL__BOOT_MAX_RECORD);
     char where[64];
     ccl__sa_str(&uid->root, where, sizeof(where));
     int fd;
@@ -36,7 +41,7 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
     const void *ip = self.sa.sa_family == AF_INET6 ? (const void *)&self.in6.sin6_addr : (const void *)&self.in.sin_addr;
     inet_ntop(self.sa.sa_family, ip, comm->boot_addr, sizeof(comm->boot_addr));
     struct ccl__boot_hello h = {.magic = CCL__BOOT_MAGIC, .version = CCL__BOOT_VERSION, .nranks = comm->nranks,
-                                .rank = comm->rank};
+                                .rank = comm->rank, .record_bytes = (uint32_t)record_bytes};
     memcpy(h.secret, uid->secret, sizeof(h.secret));
     st = ccl__sock_send_all(fd, &h, sizeof(h), ccl__now() + comm->params.timeout_s);
     if (st != CCL_OK) {
@@ -47,9 +52,11 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
     return CCL_OK;
 }
 
-ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const struct ccl__peer_info *self) {
+ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const void *record, size_t record_bytes,
+                                void **table) {
     double dl = ccl__now() + comm->params.timeout_s;
-    ccl_status_t st = ccl__sock_send_all(root_fd, self, sizeof(*self), dl);
+    *table = NULL;
+    ccl_status_t st = ccl__sock_send_all(root_fd, record, record_bytes, dl);
     if (st != CCL_OK) return ccl__set_error(comm, st, "init: sending peer info to the bootstrap root failed");
     struct ccl__boot_table_hdr h;
     st = ccl__sock_recv_all(root_fd, &h, sizeof(h), dl);
@@ -64,10 +71,14 @@ ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const struct
     if (h.status != CCL_OK) return ccl__set_error(comm, (ccl_status_t)h.status, "init: %s", h.msg);
     if (h.nranks != comm->nranks)
         return ccl__set_error(comm, CCL_ERR_INTERNAL, "init: root sent %d infos for %d ranks", h.nranks, comm->nranks);
-    comm->peers = calloc((size_t)comm->nranks, sizeof(*comm->peers));
-    if (!comm->peers) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory for the peer table");
-    st = ccl__sock_recv_all(root_fd, comm->peers, sizeof(*comm->peers) * (size_t)comm->nranks, dl);
-    if (st != CCL_OK) return ccl__set_error(comm, st, "init: reading the peer table failed");
+    uint8_t *all = malloc(record_bytes * (size_t)comm->nranks);
+    if (!all) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory for the peer table");
+    st = ccl__sock_recv_all(root_fd, all, record_bytes * (size_t)comm->nranks, dl);
+    if (st != CCL_OK) {
+        free(all);
+        return ccl__set_error(comm, st, "init: reading the peer table failed");
+    }
+    *table = all;
     comm->comm_id = h.comm_id;
     h.root_host_id[sizeof(h.root_host_id) - 1] = 0;
     comm->clock_shared_with_root = strcmp(h.root_host_id, comm->params.host_id) == 0;

@@ -30,19 +30,28 @@ struct ccl__unique_id {
 #define CCL__BOOT_ROUNDS 3
 
 /* Start a root listening on *addr (port 0 picks one) with this secret; it
- * serves one communicator and exits (on success, failure or timeout). */
-ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s);
+ * serves one communicator and exits (on success, failure or timeout).
+ * Every rank's record must be record_bytes long (this build's size): a
+ * rank of another build is refused with a message that says so. */
+ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
+                                  size_t record_bytes);
 
 /* Fill a unique id: secret from getrandom, root on this host. */
-ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s);
+ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s,
+                               size_t record_bytes);
 
-/* Join, step 1: connect to the root and prove the secret. Sets
+/* Join, step 1: connect to the root, prove the secret and announce the
+ * size of this rank's record (the same on every rank). Sets
  * comm->boot_addr to the numeric IP this host used to reach the root, the
  * address other ranks can reach this one at. */
-ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_id *uid, int *root_fd);
-/* Join, step 2: send this rank's info, receive everyone's into comm->peers
- * (allocated here) and comm->comm_id. The connection stays open for rounds. */
-ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const struct ccl__peer_info *self);
+ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_id *uid, size_t record_bytes,
+                               int *root_fd);
+/* Join, step 2: send this rank's record, receive everyone's (nranks
+ * records, rank order) into *table (malloc'd here) and comm->comm_id. What
+ * a record holds is the caller's business. The connection stays open for
+ * rounds. */
+ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const void *record, size_t record_bytes,
+                                void **table);
 /* A barrier through the root that also carries a status: every rank sends
  * its status; all get CCL_OK only if every rank sent CCL_OK, otherwise the
  * first failure (and which rank) comes back to all. */

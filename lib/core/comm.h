@@ -35,7 +35,8 @@ struct ccl_comm {
     struct ccl__peer_info *peers;       /* [nranks], from bootstrap */
 
     /* transports */
-    void *tstate[CCL__MAX_TRANSPORTS];  /* per-transport private state */
+    void **tstate;                      /* [ccl__ntransports]: each transport's private state (ccl__tstate) */
+    uint8_t *blobs;                     /* [nranks][ccl__ntransports][CCL__TRANSPORT_BLOB_BYTES] (ccl__peer_blob) */
     struct ccl__conn **conns;           /* [nranks], full duplex; NULL for self */
     uint32_t slot_kinds;                /* memory kinds of every connection's slots (bit per kind) */
     struct ccl__conn **scratch_conns;   /* [nranks], for the one thread running operations */

@@ -37,7 +37,7 @@ struct ccl__trace_event {
     uint8_t coll;      /* enum ccl__op_kind */
     uint8_t algo;      /* enum ccl__trace_algo */
     uint8_t phase;     /* enum ccl__trace_phase */
-    uint8_t transport; /* transport id, or CCL__TR_LOCAL */
+    uint8_t transport; /* transport registry index, or CCL__TR_LOCAL */
     uint8_t pad[3];
     int32_t peer;
     uint32_t seq;

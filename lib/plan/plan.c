@@ -9,13 +9,15 @@
 #include "core/log.h"
 
 /* The transport for the pair (a, b), or -1: the forced one if it can
- * connect them, else the highest score. Every rank computes the same answer
- * for every pair, which is what lets the ring agree on its chunk size. */
+ * connect them, else the highest score among those both ranks initialised.
+ * Every rank computes the same answer for every pair, which is what lets
+ * the ring agree on its chunk size. */
 static int choose(const struct ccl_comm *comm, const struct ccl__transport *forced, int a, int b) {
     int best = -1, best_score = 0;
-    for (int t = 0; t < CCL__NUM_TRANSPORTS; t++) {
+    uint32_t both = comm->peers[a].transport_mask & comm->peers[b].transport_mask;
+    for (int t = 0; t < ccl__ntransports; t++) {
         const struct ccl__transport *tr = ccl__transports[t];
-        if (forced && tr != forced) continue;
+        if ((forced && tr != forced) || !(both & (1u << t))) continue;
         int s = tr->can_connect(&comm->peers[a], &comm->peers[b]);
         if (s > best_score) best = t, best_score = s;
     }
@@ -26,11 +28,14 @@ static const struct ccl__transport *forced_transport(const struct ccl_comm *comm
     return comm->params.transport[0] ? ccl__transport_by_name(comm->params.transport) : NULL;
 }
 
-ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_TRANSPORTS]) {
+ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
     const struct ccl__transport *forced = forced_transport(comm);
-    if (comm->params.transport[0] && !forced)
-        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TRANSPORT=%s is not a transport (shm, tcp)",
-                              comm->params.transport);
+    if (comm->params.transport[0] && !forced) {
+        char names[128];
+        ccl__transport_names(names, sizeof(names));
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TRANSPORT=%s is not a transport (%s)",
+                              comm->params.transport, names);
+    }
     const struct ccl__peer_info *me = &comm->peers[comm->rank];
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank) continue;
@@ -61,8 +66,10 @@ static void plan_ring_chunk(struct ccl_comm *comm) {
         size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(&comm->params) : SIZE_MAX;
         if (slot < chunk) chunk = slot;
     }
-    /* One rank: no ring links, and no slices either (nothing is sent). */
-    comm->ring_chunk_bytes = chunk == SIZE_MAX ? ccl__transports[CCL__TRANSPORT_SHM]->slot_bytes(&comm->params) : chunk;
+    /* One rank: no ring links, and no slices either (nothing is copied
+     * through a slot), so any size does; the first transport's keeps the
+     * local copies in pieces of a familiar size. */
+    comm->ring_chunk_bytes = chunk == SIZE_MAX ? ccl__transports[0]->slot_bytes(&comm->params) : chunk;
     /* Other algorithms may use any pair. */
     size_t any = comm->ring_chunk_bytes;
     for (int a = 0; a < comm->nranks; a++)

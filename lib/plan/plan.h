@@ -17,7 +17,7 @@
 void ccl__plan_local_topology(struct ccl__peer_info *self);
 
 /* use[t][p] = 1 when transport t connects this rank to peer p. */
-ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *use[CCL__NUM_TRANSPORTS]);
+ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use);
 
 /* Ring order: ranks of one host next to each other (one host crossing per
  * host on the ring), hosts in order of their lowest rank. */

@@ -96,7 +96,7 @@ static void trace_one(struct ccl__prims *p, int kind, int peer, double t0, doubl
     struct ccl__trace_event e = {
         .t0 = t0, .t1 = t1, .kind = (uint8_t)kind, .coll = (uint8_t)p->trace_kind, .algo = p->tr.algo,
         .phase = recv_side ? p->tr.recv_phase : p->tr.send_phase,
-        .transport = kind == CCL__TR_REDUCE ? CCL__TR_LOCAL : (uint8_t)c->t->id, .peer = peer, .seq = p->id.seq,
+        .transport = kind == CCL__TR_REDUCE ? CCL__TR_LOCAL : (uint8_t)ccl__transport_index(c->t), .peer = peer, .seq = p->id.seq,
         .step = recv_side ? p->tr.recv_step : p->tr.send_step, .chunk = p->tr.chunk, .round = p->tr.round,
         .offset = p->tr.offset, .bytes = bytes};
     if (kind == CCL__TR_SEND) e.link_seq = t->sent[peer]++;

@@ -110,8 +110,6 @@ static ccl_status_t shm_check_peer(struct ccl__conn *c) {
 }
 
 static int shm_can_connect(const struct ccl__peer_info *a, const struct ccl__peer_info *b) {
-    const uint32_t bit = 1u << CCL__TRANSPORT_SHM;
-    if (!(a->transport_mask & bit) || !(b->transport_mask & bit)) return 0;
     if (!a->host_id[0] || strncmp(a->host_id, b->host_id, sizeof(a->host_id)) != 0) return 0;
     return 10;
 }
@@ -122,7 +120,6 @@ static void shm_wake(struct ccl__conn *c) { ccl__wake_ring(shm_conn(c)->peer_wak
 
 const struct ccl__transport ccl__transport_shm = {
     .name = "shm",
-    .id = CCL__TRANSPORT_SHM,
     .caps = CCL__CAP_SAME_HOST_ONLY,
     .can_connect = shm_can_connect,
     .local_init = ccl__shm_local_init,
@@ -142,4 +139,5 @@ const struct ccl__transport ccl__transport_shm = {
     .slot_bytes = shm_slot_bytes,
     .window = ccl__shm_window,
     .wake = shm_wake,
+    .shared_wake = ccl__shm_shared_wake,
 };

@@ -12,8 +12,8 @@
  *           in place: the direct path (algo/direct.c lays it out)
  *
  * so a rank receives in its own segment and sends into the receiver's. The
- * wake words in the header are where peers ring this rank (comm->wake points
- * at them once set up). The name is unlinked in setup_done, after every peer
+ * wake words in the header are where peers ring this rank (shared_wake
+ * offers them; the connection manager points comm->wake at them). The name is unlinked in setup_done, after every peer
  * has attached, so a crash later leaves nothing in /dev/shm.
  */
 #ifndef CCL_TRANSPORT_SHM_H
@@ -73,5 +73,6 @@ ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm);
 void ccl__shm_teardown(struct ccl_comm *comm);
 void ccl__shm_poison(struct ccl_comm *comm, int status);
 void *ccl__shm_window(struct ccl_comm *comm, int rank, size_t *bytes);
+struct ccl__wake_words *ccl__shm_shared_wake(struct ccl_comm *comm);
 
 #endif

@@ -107,7 +107,7 @@ ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSP
         got += (size_t)n;
     }
 
-    if (comm->tstate[CCL__TRANSPORT_SHM])
+    if (*ccl__tstate(comm, &ccl__transport_shm))
         return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: local_init called twice");
     struct shm_state *st = calloc(1, sizeof(*st));
     if (!st) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "shm: out of memory");
@@ -115,7 +115,7 @@ ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSP
     int len = snprintf(st->name, sizeof(st->name), "/%s-", prefix);
     for (size_t i = 0; i < sizeof(rnd); i++)
         len += snprintf(st->name + len, sizeof(st->name) - (size_t)len, "%02x", rnd[i]);
-    comm->tstate[CCL__TRANSPORT_SHM] = st;
+    *ccl__tstate(comm, &ccl__transport_shm) = st;
 
     memset(blob, 0, CCL__TRANSPORT_BLOB_BYTES);
     memcpy(blob, st->name, (size_t)len + 1);
@@ -160,7 +160,7 @@ static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, 
 }
 
 ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
-    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || st->peers) return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: setup out of order");
     int n = comm->nranks;
     if (comm->params.slots < 1 || comm->params.shm_slot_bytes < 1 || comm->params.shm_slot_bytes > UINT32_MAX)
@@ -209,14 +209,7 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
         h->fifo_offset[p] = (p != comm->rank && use[p]) ? off : 0;
         if (h->fifo_offset[p]) off += one_fifo;
     }
-    /* Carry over anything already recorded in the private words, then let
-     * peers ring us here. */
-    struct ccl__wake_words *lw = &comm->local_wake;
-    atomic_store(&h->wake.bell, atomic_load(&lw->bell));
-    atomic_store(&h->wake.fail_rank, atomic_load(&lw->fail_rank));
-    atomic_store(&h->wake.fail_status, atomic_load(&lw->fail_status));
     h->magic = SHM_MAGIC;
-    comm->wake = &h->wake;
     CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: segment %s, %zu bytes, %d FIFOs of %u x %llu bytes", st->name, bytes,
              nfifos, depth, (unsigned long long)slot_bytes);
     return CCL_OK;
@@ -224,7 +217,7 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
 
 /* Open and check rank p's segment; fills st->peers[p]. */
 static ccl_status_t attach_peer(struct ccl_comm *comm, struct shm_state *st, int p) {
-    const char *blob = (const char *)comm->peers[p].blob[CCL__TRANSPORT_SHM];
+    const char *blob = (const char *)ccl__peer_blob(comm, p, &ccl__transport_shm);
     if (!memchr(blob, '\0', CCL__TRANSPORT_BLOB_BYTES) || blob[0] != '/' || strchr(blob + 1, '/'))
         return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d sent a malformed segment name", p);
     struct shm_peer_map *pm = &st->peers[p];
@@ -280,7 +273,7 @@ static ccl_status_t attach_peer(struct ccl_comm *comm, struct shm_state *st, int
 }
 
 ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns) {
-    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || !st->peers) return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: connect before setup");
     uint32_t depth = (uint32_t)comm->params.slots;
     uint64_t slot_bytes = comm->params.shm_slot_bytes;
@@ -311,7 +304,7 @@ ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct 
 }
 
 ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm) {
-    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || !st->named) return CCL_OK;
     st->named = 0;
     if (shm_unlink(st->name) != 0) {
@@ -324,8 +317,13 @@ ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
+struct ccl__wake_words *ccl__shm_shared_wake(struct ccl_comm *comm) {
+    struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
+    return st && st->hdr ? &st->hdr->wake : NULL;
+}
+
 void *ccl__shm_window(struct ccl_comm *comm, int rank, size_t *bytes) {
-    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || !st->peers || rank < 0 || rank >= comm->nranks) return NULL;
     if (rank == comm->rank) {
         if (!st->hdr || !st->hdr->window_offset) return NULL;
@@ -337,7 +335,7 @@ void *ccl__shm_window(struct ccl_comm *comm, int rank, size_t *bytes) {
 }
 
 void ccl__shm_poison(struct ccl_comm *comm, int status) {
-    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || !st->peers) return;
     for (int p = 0; p < comm->nranks; p++) {
         struct ccl__wake_words *w = atomic_load_explicit(&st->peers[p].wake, memory_order_acquire);
@@ -346,7 +344,7 @@ void ccl__shm_poison(struct ccl_comm *comm, int status) {
 }
 
 void ccl__shm_teardown(struct ccl_comm *comm) {
-    struct shm_state *st = comm->tstate[CCL__TRANSPORT_SHM];
+    struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st) return;
     if (st->peers)
         for (int p = 0; p < comm->nranks; p++) {
@@ -356,22 +354,12 @@ void ccl__shm_teardown(struct ccl_comm *comm) {
             if (pm->base) munmap(pm->base, pm->bytes);
             if (pm->fd >= 0) close(pm->fd);
         }
-    if (st->hdr) {
-        /* Back to the private words, keeping any failure peers reported. */
-        if (comm->wake == &st->hdr->wake) {
-            struct ccl__wake_words *lw = &comm->local_wake;
-            atomic_store(&lw->fail_rank, atomic_load(&st->hdr->wake.fail_rank));
-            atomic_store(&lw->fail_status, atomic_load(&st->hdr->wake.fail_status));
-            atomic_store(&lw->bell, atomic_load(&st->hdr->wake.bell));
-            comm->wake = lw;
-        }
-        munmap(st->hdr, st->bytes);
-    }
+    if (st->hdr) munmap(st->hdr, st->bytes);
     if (st->fd >= 0) close(st->fd);
     if (st->named && shm_unlink(st->name) != 0 && errno != ENOENT)
         CCL_WARN(CCL__SUB_SHM, comm->rank, "shm: cannot remove %s: %s", st->name, strerror(errno));
     free(st->peers);
     free(st->conns);
     free(st);
-    comm->tstate[CCL__TRANSPORT_SHM] = NULL;
+    *ccl__tstate(comm, &ccl__transport_shm) = NULL;
 }

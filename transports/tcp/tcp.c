@@ -409,7 +409,6 @@ static size_t tcp_slot_bytes(const struct ccl__params *params) { return params->
 
 const struct ccl__transport ccl__transport_tcp = {
     .name = "tcp",
-    .id = CCL__TRANSPORT_TCP,
     .caps = CCL__CAP_CROSS_HOST | CCL__CAP_POLLABLE,
     .can_connect = ccl__tcp_can_connect,
     .local_init = ccl__tcp_local_init,

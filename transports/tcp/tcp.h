@@ -75,7 +75,7 @@ struct ccl__tcp_conn {
     uint8_t stash[CCL__TCP_STASH_BYTES];
 };
 
-/* Per-communicator state (comm->tstate[CCL__TRANSPORT_TCP]). The descriptors
+/* Per-communicator state (ccl__tstate(comm, &ccl__transport_tcp)). The descriptors
  * are atomic because poison may run on another thread (ccl_comm_abort)
  * while set-up or the data path runs. */
 struct ccl__tcp_state {
