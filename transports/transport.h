@@ -100,6 +100,14 @@ struct ccl__transport {
      * words there, so that peers ring this rank's bell and report their
      * failures straight into it. Valid until teardown. */
     struct ccl__wake_words *(*shared_wake)(struct ccl_comm *comm);
+
+    /* Memory registration (both NULL when the transport needs none, as shm
+     * and tcp): make [addr, addr + bytes) something peers may read or
+     * write through this transport (an RDMA memory region, a device IPC
+     * handle); *handle is the transport's key for it. Callers go through
+     * the registration cache (prims/regcache.h), never straight here. */
+    ccl_status_t (*reg)(struct ccl_comm *comm, void *addr, size_t bytes, void **handle);
+    void (*dereg)(struct ccl_comm *comm, void *handle);
 };
 
 /* Registry: every transport compiled in, in order of preference for

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/trace.h"
 #include "plan/plan.h"
+#include "prims/regcache.h"
 #include "transports/manager.h"
 
 CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
@@ -32,6 +33,7 @@ CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
 static void comm_free(struct ccl_comm *comm) {
     if (!comm) return;
     ccl__exec_destroy(comm);
+    ccl__reg_clear(comm); /* registrations belong to the transports: first */
     ccl__conns_teardown(comm);
     if (comm->event_fd >= 0) close(comm->event_fd);
     pthread_mutex_destroy(&comm->err_lock);

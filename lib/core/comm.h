@@ -41,6 +41,7 @@ struct ccl_comm {
     uint32_t slot_kinds;                /* memory kinds of every connection's slots (bit per kind) */
     struct ccl__conn **scratch_conns;   /* [nranks], for the one thread running operations */
     struct ccl__conn **staged;          /* [nranks]: connections holding committed bytes not yet sent */
+    struct ccl__regcache *regcache;     /* registrations kept for reuse (prims/regcache.h); NULL until used */
     int nstaged;
 
     /* planner output */

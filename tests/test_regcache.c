@@ -1,0 +1,201 @@
+/*
+ * The registration cache against a transport that counts what it is asked
+ * to register and deregister: hits inside a registered range, misses
+ * outside it, page alignment, least-recently-used eviction that never
+ * touches an entry in use, forgetting freed memory (at once, or at the
+ * last put when in use), a failing registration that caches nothing, and
+ * teardown that leaves nothing registered.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/params.h"
+#include "harness.h"
+#include "prims/regcache.h"
+#include "transports/transport.h"
+
+/* ---- a transport that only registers ---- */
+
+#define MAX_LIVE 256
+
+static struct {
+    int regs, deregs, fail_next;
+    uintptr_t lo[MAX_LIVE], hi[MAX_LIVE]; /* live registrations, by handle - 1 */
+    int live[MAX_LIVE];
+} fake;
+
+static ccl_status_t fake_reg(struct ccl_comm *comm, void *addr, size_t bytes, void **handle) {
+    if (fake.fail_next) {
+        fake.fail_next = 0;
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "fake: cannot pin %zu bytes", bytes);
+    }
+    int k = fake.regs++;
+    ck_assert_int_lt(k, MAX_LIVE);
+    fake.lo[k] = (uintptr_t)addr;
+    fake.hi[k] = (uintptr_t)addr + bytes;
+    fake.live[k] = 1;
+    *handle = (void *)(uintptr_t)(k + 1);
+    return CCL_OK;
+}
+
+static void fake_dereg(struct ccl_comm *comm, void *handle) {
+    (void)comm;
+    int k = (int)(uintptr_t)handle - 1;
+    ck_assert_msg(k >= 0 && k < fake.regs && fake.live[k], "deregistered handle %d twice or never registered", k);
+    fake.live[k] = 0;
+    fake.deregs++;
+}
+
+static const struct ccl__transport fake_transport = {.name = "fake", .reg = fake_reg, .dereg = fake_dereg};
+static const struct ccl__transport plain_transport = {.name = "plain"};
+
+static struct ccl_comm *comm_new(void) {
+    memset(&fake, 0, sizeof fake);
+    struct ccl_comm *comm = calloc(1, sizeof(*comm));
+    ck_assert_ptr_nonnull(comm);
+    comm->magic = CCL__COMM_MAGIC;
+    comm->nranks = 1;
+    comm->params = *ccl__params_get();
+    comm->wake = &comm->local_wake;
+    comm->event_fd = -1;
+    pthread_mutex_init(&comm->err_lock, NULL);
+    return comm;
+}
+
+static void comm_free(struct ccl_comm *comm) {
+    ccl__reg_clear(comm);
+    ck_assert_int_eq(fake.regs, fake.deregs); /* nothing left registered */
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm);
+}
+
+static uintptr_t page(void) { return (uintptr_t)sysconf(_SC_PAGESIZE); }
+
+/* ---- tests ---- */
+
+START_TEST(hit_inside_miss_outside) {
+    struct ccl_comm *comm = comm_new();
+    size_t ps = page();
+    uint8_t *buf = aligned_alloc(ps, 8 * ps);
+    struct ccl__reg *a, *b, *c;
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + 100, 3 * ps, &a), CCL_OK);
+    /* Page-aligned: the range covers whole pages around the buffer. */
+    ck_assert_uint_eq(a->lo, (uintptr_t)buf);
+    ck_assert_uint_eq(a->hi, (uintptr_t)buf + 4 * ps);
+    ck_assert_uint_eq(fake.lo[0], a->lo);
+    ck_assert_uint_eq(fake.hi[0], a->hi);
+    /* Inside: the same registration, no new one. */
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + ps, ps, &b), CCL_OK);
+    ck_assert_ptr_eq(a, b);
+    ck_assert_int_eq(a->refs, 2);
+    /* Overlapping but not covered: a new one. */
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + 3 * ps, 2 * ps, &c), CCL_OK);
+    ck_assert_ptr_ne(a, c);
+    ck_assert_int_eq(fake.regs, 2);
+    struct ccl__regcache_stats s = ccl__reg_stats(comm);
+    ck_assert_uint_eq(s.hits, 1);
+    ck_assert_uint_eq(s.misses, 2);
+    ck_assert_uint_eq(s.live, 2);
+    ccl__reg_put(comm, a);
+    ccl__reg_put(comm, b);
+    ccl__reg_put(comm, c);
+    /* Unused but kept: the next lookup still hits. */
+    ck_assert_int_eq(fake.deregs, 0);
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + 200, 10, &a), CCL_OK);
+    ck_assert_int_eq(fake.regs, 2);
+    ccl__reg_put(comm, a);
+    comm_free(comm);
+    free(buf);
+}
+END_TEST
+
+START_TEST(eviction_is_lru_and_spares_users) {
+    struct ccl_comm *comm = comm_new();
+    size_t ps = page(), n = CCL__REGCACHE_KEEP + 8;
+    uint8_t *buf = aligned_alloc(ps, (n + 1) * 2 * ps);
+    struct ccl__reg *held, *r;
+    /* One registration stays in use throughout. */
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, ps, &held), CCL_OK);
+    for (size_t i = 1; i <= n; i++) {
+        ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + 2 * i * ps, ps, &r), CCL_OK);
+        ccl__reg_put(comm, r);
+    }
+    struct ccl__regcache_stats s = ccl__reg_stats(comm);
+    ck_assert_uint_eq(s.evictions, n - CCL__REGCACHE_KEEP);
+    ck_assert_uint_eq(s.live, CCL__REGCACHE_KEEP + 1);
+    ck_assert_int_eq(fake.live[0], 1); /* in use: never evicted */
+    for (size_t k = 1; k <= n; k++) /* the oldest unused went first */
+        ck_assert_int_eq(fake.live[k], k > n - CCL__REGCACHE_KEEP);
+    ccl__reg_put(comm, held);
+    comm_free(comm);
+    free(buf);
+}
+END_TEST
+
+START_TEST(forget_drops_overlaps) {
+    struct ccl_comm *comm = comm_new();
+    size_t ps = page();
+    uint8_t *buf = aligned_alloc(ps, 8 * ps);
+    struct ccl__reg *a, *b, *again;
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, ps, &a), CCL_OK);
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + 4 * ps, ps, &b), CCL_OK);
+    ccl__reg_put(comm, b);
+    /* Freed memory covering both: the unused one goes now, the used one
+     * when its user is done, and neither serves a lookup any more. */
+    ccl__reg_forget(comm, buf + ps / 2, 5 * ps);
+    ck_assert_int_eq(fake.live[1], 0);
+    ck_assert_int_eq(fake.live[0], 1);
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, 16, &again), CCL_OK);
+    ck_assert_ptr_ne(again, a);
+    ccl__reg_put(comm, a);
+    ck_assert_int_eq(fake.live[0], 0);
+    ccl__reg_put(comm, again);
+    /* A range that overlaps nothing changes nothing. */
+    ccl__reg_forget(comm, buf + 6 * ps, ps);
+    ck_assert_int_eq(fake.live[2], 1);
+    comm_free(comm);
+    free(buf);
+}
+END_TEST
+
+START_TEST(failures_cache_nothing) {
+    struct ccl_comm *comm = comm_new();
+    uint8_t buf[64];
+    struct ccl__reg *r = (void *)1;
+    fake.fail_next = 1;
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, sizeof buf, &r), CCL_ERR_SYSTEM);
+    ck_assert_ptr_null(r);
+    ck_assert_ptr_nonnull(strstr(comm->last_error, "cannot pin"));
+    ck_assert_uint_eq(ccl__reg_stats(comm).live, 0);
+    /* The next try registers for real. */
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, sizeof buf, &r), CCL_OK);
+    ccl__reg_put(comm, r);
+    /* Bad arguments and a transport without registration: clear errors. */
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, NULL, 8, &r), CCL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, 0, &r), CCL_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ccl__reg_get(comm, &plain_transport, buf, 8, &r), CCL_ERR_INVALID_USAGE);
+    ck_assert_ptr_nonnull(strstr(comm->last_error, "plain"));
+    /* Put of nothing, and clearing twice, are harmless. */
+    ccl__reg_put(comm, NULL);
+    ccl__reg_clear(comm);
+    comm_free(comm);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("regcache");
+    TCase *tc = tcase_create("cache");
+    tcase_add_test(tc, hit_inside_miss_outside);
+    tcase_add_test(tc, eviction_is_lru_and_spares_users);
+    tcase_add_test(tc, forget_drops_overlaps);
+    tcase_add_test(tc, failures_cache_nothing);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
