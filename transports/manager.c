@@ -87,14 +87,18 @@ ccl_status_t ccl__conns_setup(struct ccl_comm *comm, int root_fd, ccl_status_t p
     return ccl__boot_round(comm, root_fd, st);
 }
 
+int ccl__conns_served(const struct ccl_comm *comm, int t) {
+    int peers = 0;
+    for (int p = 0; p < comm->nranks; p++) peers += comm->conns[p] && comm->conns[p]->t == ccl__transports[t];
+    return peers;
+}
+
 void ccl__conns_summary(const struct ccl_comm *comm, char *buf, size_t n) {
     size_t o = 0;
     if (n) buf[0] = 0;
-    for (int t = 0; t < ccl__ntransports && o < n; t++) {
-        int peers = 0;
-        for (int p = 0; p < comm->nranks; p++) peers += comm->conns[p] && comm->conns[p]->t == ccl__transports[t];
-        o += (size_t)snprintf(buf + o, n - o, "%s%s to %d peers", t ? ", " : "", ccl__transports[t]->name, peers);
-    }
+    for (int t = 0; t < ccl__ntransports && o < n; t++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s to %d peers", t ? ", " : "", ccl__transports[t]->name,
+                              ccl__conns_served(comm, t));
 }
 
 void ccl__conns_poison(struct ccl_comm *comm, ccl_status_t status) {

@@ -42,6 +42,9 @@ ccl_status_t ccl__conns_setup(struct ccl_comm *comm, int root_fd, ccl_status_t p
 void ccl__conns_share_wake(struct ccl_comm *comm);
 void ccl__conns_private_wake(struct ccl_comm *comm);
 
+/* How many peers transport t (registry index) serves. */
+int ccl__conns_served(const struct ccl_comm *comm, int t);
+
 /* "shm to 3 peers, tcp to 0 peers": for the INFO line. */
 void ccl__conns_summary(const struct ccl_comm *comm, char *buf, size_t n);
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "transports/manager.h"
 #include "transports/transport.h"
 
 CCL_API ccl_status_t ccl_comm_rank(const ccl_comm_t *comm, int *rank) {
@@ -35,8 +36,7 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
     char tr[64] = "", ring[256] = "";
     size_t o = 0;
     for (int t = 0; t < ccl__ntransports && o < sizeof(tr); t++) {
-        int per = 0;
-        for (int p = 0; p < comm->nranks; p++) per += comm->conns[p] && comm->conns[p]->t == ccl__transports[t];
+        int per = ccl__conns_served(comm, t);
         if (per) o += (size_t)snprintf(tr + o, sizeof(tr) - o, "%s%s:%d", o ? "," : "", ccl__transports[t]->name, per);
     }
     if (!o) snprintf(tr, sizeof(tr), "none");

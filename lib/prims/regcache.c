@@ -78,12 +78,12 @@ ccl_status_t ccl__reg_get(struct ccl_comm *comm, const struct ccl__transport *t,
     }
     struct ccl__reg *r = calloc(1, sizeof(*r));
     if (!r) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "register: out of memory");
+    *r = (struct ccl__reg){.t = t, .lo = lo, .hi = hi, .refs = 1, .last_use = c->clock};
     ccl_status_t st = t->reg(comm, (void *)lo, hi - lo, &r->handle);
     if (st != CCL_OK) {
         free(r);
         return st; /* the transport said why */
     }
-    *r = (struct ccl__reg){.t = t, .lo = lo, .hi = hi, .handle = r->handle, .refs = 1, .last_use = c->clock};
     c->e[c->n++] = r;
     c->stats.misses++;
     c->stats.live++;

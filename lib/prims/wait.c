@@ -81,6 +81,12 @@ static ccl_status_t check_failures(struct ccl__waiter *w) {
     return CCL_OK;
 }
 
+static int waited_on(const struct ccl__waiter *w, const struct ccl__conn *c) {
+    for (int i = 0; i < *w->nconns; i++)
+        if (w->conns[i] == c) return 1;
+    return 0;
+}
+
 static void futex_sleep(struct ccl__waiter *w, double max_s) {
     struct ccl__wake_words *wk = w->comm->wake;
     atomic_store(&wk->sleeping, 1);
@@ -108,6 +114,7 @@ static void sleep_once(struct ccl__waiter *w, double left) {
     for (int i = 0; i < w->comm->nstaged && n < MAX_POLLFDS - 1; i++) {
         struct ccl__conn *c = w->comm->staged[i];
         short ev = 0;
+        if (waited_on(w, c)) continue; /* already polled, for everything it waits on */
         int fd = c->t->wait_fd(c, &ev);
         if (fd >= 0 && (ev & POLLOUT)) fds[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
     }
@@ -174,7 +181,8 @@ static ccl_status_t progress_conns(struct ccl__waiter *w, int *moved) {
     for (int i = 0; i < comm->nstaged; i++) {
         struct ccl__conn *c = comm->staged[i];
         int m = 0;
-        ccl_status_t st = c->t->flushed(c) ? CCL_OK : c->t->progress(c, &m);
+        /* One progress per connection and round: the waited ones had theirs. */
+        ccl_status_t st = c->t->flushed(c) || waited_on(w, c) ? CCL_OK : c->t->progress(c, &m);
         if (st < 0) {
             for (int j = 0; j < comm->nstaged; j++) comm->staged[j]->staged = 0;
             comm->nstaged = 0; /* the communicator has failed: nothing more moves */
