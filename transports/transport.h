@@ -9,6 +9,9 @@
  * ccl__transport`, and one line in registry.c. Nothing outside its folder
  * names it: the connection manager (manager.c) runs every registered
  * transport's life cycle, and the planner picks one per pair by score.
+ * What a transport must trade pair by pair beyond its blob (queue-pair
+ * numbers, memory keys, device handles) goes through the pair channel
+ * (core/boot_pair.h), at set-up or later.
  */
 #ifndef CCL_TRANSPORT_H
 #define CCL_TRANSPORT_H

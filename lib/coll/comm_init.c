@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "core/boot_pair.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
 #include "core/trace.h"
@@ -35,6 +36,8 @@ static void comm_free(struct ccl_comm *comm) {
     ccl__exec_destroy(comm);
     ccl__reg_clear(comm); /* registrations belong to the transports: first */
     ccl__conns_teardown(comm);
+    ccl__pair_close(comm);
+    explicit_bzero(comm->secret, sizeof(comm->secret));
     if (comm->event_fd >= 0) close(comm->event_fd);
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peers);
@@ -101,7 +104,8 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     snprintf(self.machine_id, sizeof(self.machine_id), "%s", comm->params.machine_id);
     gethostname(self.hostname, sizeof(self.hostname) - 1);
     ccl__plan_local_topology(&self);
-    ccl_status_t st = ccl__conns_join(comm, root_fd, &self);
+    ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
+    if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
     if (st == CCL_OK) st = setup_transports(comm, root_fd);
     for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
         if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;

@@ -48,6 +48,9 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
         close(fd);
         return ccl__set_error(comm, st, "init: sending hello to the bootstrap root at %s failed", where);
     }
+    /* Every connection between ranks (transports, the pair channel) proves
+     * membership with the same secret. */
+    memcpy(comm->secret, uid->secret, sizeof(comm->secret));
     *root_fd = fd;
     return CCL_OK;
 }

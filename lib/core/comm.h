@@ -24,6 +24,7 @@
 
 struct ccl__conn;
 struct ccl__exec;
+struct ccl__pair_chan;
 
 struct ccl_comm {
     uint32_t magic;
@@ -88,6 +89,7 @@ struct ccl_comm {
     double clock_offset;                /* root's clock minus ours, seconds (set-up rounds) */
     int clock_shared_with_root;         /* same host as the root: offset is exactly 0 */
     double clock_rtt;                   /* last set-up round's round trip (0 before the first) */
+    struct ccl__pair_chan *pairs;       /* pair messages after set-up (core/boot_pair.h) */
 
     /* tracing (core/trace.h): NULL when off */
     struct ccl__trace *trace;

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "core/socket.h"
+
 #define CCL__TRANSPORT_BLOB_BYTES 96
 #define CCL__HOST_ID_BYTES 64
 
@@ -23,6 +25,7 @@ struct ccl__peer_info {
     int32_t ncores;                   /* hardware threads (PUs) this rank may run on, 0 unknown */
     uint32_t transport_mask;          /* transports that initialised locally, by registry index */
     uint32_t reserved;
+    union ccl__sa pair_addr;          /* where this rank's pair channel listens (core/boot_pair.h) */
 };
 
 #endif

@@ -317,6 +317,15 @@ ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *
     }
 }
 
+ccl_status_t ccl__sock_connect_up(const union ccl__sa *addr, double deadline, int *fd) {
+    *fd = -1;
+    if (ccl__sa_len(addr) == 0) return CCL_ERR_INVALID_ARGUMENT;
+    int err = connect_once(addr, deadline, fd);
+    if (err == 0) return CCL_OK;
+    if (err == ECONNREFUSED || err == ECONNRESET) return CCL_ERR_REMOTE;
+    return err == ETIMEDOUT ? CCL_ERR_TIMEOUT : CCL_ERR_SYSTEM;
+}
+
 ccl_status_t ccl__sock_accept(int lfd, double deadline, int *fd) {
     *fd = -1;
     for (;;) {

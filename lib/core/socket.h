@@ -37,6 +37,9 @@ ccl_status_t ccl__sock_listen(union ccl__sa *addr, int *fd);
 /* Connects, retrying refused connections until the deadline (the listener
  * may not exist yet). */
 ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *fd);
+/* One attempt at a listener known to exist: CCL_ERR_REMOTE when refused
+ * (nobody listens there any more), CCL_ERR_TIMEOUT at the deadline. */
+ccl_status_t ccl__sock_connect_up(const union ccl__sa *addr, double deadline, int *fd);
 /* Accepts one connection; CCL_ERR_TIMEOUT at the deadline. */
 ccl_status_t ccl__sock_accept(int lfd, double deadline, int *fd);
 ccl_status_t ccl__sock_send_all(int fd, const void *buf, size_t n, double deadline);

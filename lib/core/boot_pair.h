@@ -1,0 +1,57 @@
+/*
+ * The pair channel: bootstrap traffic between two ranks after set-up.
+ * The root is gone once set-up ends, but transports still need to trade
+ * things pair by pair (RDMA queue-pair numbers and memory keys, device
+ * memory handles, a registered buffer's address), at init or in the
+ * middle of a run. Every rank listens on one socket from init to destroy
+ * and publishes its address in its bootstrap record; the first message to
+ * a peer dials it and proves membership (secret, communicator id, ranks),
+ * later ones reuse that connection, so messages between two ranks arrive
+ * in the order they were sent. A receive takes the oldest message from
+ * that peer with that tag; messages that nobody has asked for yet wait in
+ * a queue. While a send or receive waits, it keeps reading every inbound
+ * connection, so two ranks sending to each other at once cannot deadlock.
+ * Strangers (wrong secret, garbage, silence, a second claim to a rank) are
+ * logged and dropped without disturbing anyone.
+ *
+ * Thread-safe (one lock per communicator); for set-up traffic, not data.
+ */
+#ifndef CCL_BOOT_PAIR_H
+#define CCL_BOOT_PAIR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ccl.h"
+#include "core/comm.h"
+#include "core/socket.h"
+
+/* The largest message; a bigger one is refused on both sides. */
+#define CCL__PAIR_MAX_BYTES (1u << 20)
+
+/* Listen on comm->boot_addr (an address peers reached the root from, so
+ * they can reach us there too); *addr gets where. Before the record is
+ * built; comm->pairs owns the socket from here to ccl__pair_close. */
+ccl_status_t ccl__pair_listen(struct ccl_comm *comm, union ccl__sa *addr);
+
+/* Send bytes (<= CCL__PAIR_MAX_BYTES) to peer under tag. Returns once the
+ * bytes are on their way; CCL_ERR_REMOTE (error set, naming the peer) if
+ * the peer is known to be gone, CCL_ERR_TIMEOUT after CCL_TIMEOUT. A peer
+ * that died a moment ago may still take one send without complaint (TCP
+ * learns of it from the reply): the next receive from it fails. */
+ccl_status_t ccl__pair_send(struct ccl_comm *comm, int peer, uint32_t tag, const void *buf, size_t bytes);
+
+/* Receive the oldest message from peer under tag; it must be exactly
+ * bytes long (a different length is CCL_ERR_REMOTE: the two ranks
+ * disagree). Waits at most CCL_TIMEOUT, and fails early when the peer
+ * closed its side or the communicator failed. */
+ccl_status_t ccl__pair_recv(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes);
+
+/* Send mine and receive the peer's under one tag: both sides call it. */
+ccl_status_t ccl__pair_exchange(struct ccl_comm *comm, int peer, uint32_t tag, const void *mine, void *theirs,
+                                size_t bytes);
+
+/* Close every socket and drop queued messages. */
+void ccl__pair_close(struct ccl_comm *comm);
+
+#endif
