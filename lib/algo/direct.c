@@ -58,6 +58,7 @@ struct direct {
     int n, r;
     size_t area; /* bytes of one in or out area */
     uint64_t g;  /* the current round */
+    uint64_t g0; /* the round before the call's first (trace: the call's round number is g - 1 - g0) */
 };
 
 static struct ctrl *ctrl_of(const struct direct *d, int rank) { return (struct ctrl *)(void *)d->comm->windows[rank]; }
@@ -78,7 +79,7 @@ static ccl_status_t direct_init(struct direct *d, struct ccl_comm *comm, const s
     d->n = comm->nranks;
     d->r = comm->rank;
     d->area = ((comm->window_bytes - CTRL_BYTES) / 4) & ~(size_t)63;
-    d->g = comm->direct_rounds;
+    d->g = d->g0 = comm->direct_rounds;
     return ccl__prims_init(&d->p, comm, &a->id, d->area, a->mem);
 }
 
@@ -192,6 +193,50 @@ static void reduce_all(const struct direct *d, void *dst, size_t at, size_t n) {
     if (d->p.id.op == CCL_AVG) cu->divide(dst, n, d->p.id.dtype, d->n);
 }
 
+/* ---- tracing ----
+ * Nothing is sent on the direct path: a rank publishes its data in its
+ * window and peers read it in place. The trace still tells it as
+ * transfers, so a replay can follow every piece: the owner records a send
+ * to every peer that will read the piece when it publishes, the reader a
+ * receive (and a reduction, when it adds the piece) when it reads. Both
+ * record a pair's pieces in the same order, so link_seq pairs them. A
+ * piece is (chunk, round): which slice or block, and which round. */
+
+static int tracing(const struct direct *d) { return __builtin_expect(d->comm->trace != NULL, 0); }
+
+static void trace_label(struct direct *d, int phase, int step, int chunk, size_t off_bytes) {
+    ccl__prims_at(&d->p, CCL__TR_DIRECT, phase, step, phase, step, chunk, (uint32_t)(d->g - 1 - d->g0),
+                  (uint64_t)off_bytes);
+}
+
+/* The owner published a piece that `reader` reads (reader < 0: every peer). */
+static void trace_published(struct direct *d, int reader, int phase, int step, int chunk, size_t off_bytes,
+                            size_t bytes, double t0) {
+    if (!tracing(d) || !bytes) return;
+    trace_label(d, phase, step, chunk, off_bytes);
+    double t1 = ccl__now();
+    for (int q = 0; q < d->n; q++)
+        if (q != d->r && (reader < 0 || q == reader)) ccl__prims_trace(&d->p, CCL__TR_SEND, q, t0, t1, bytes);
+}
+
+/* This rank read a piece from `owner`'s window (and added it: reduced). */
+static void trace_read(struct direct *d, int owner, int reduced, int phase, int step, int chunk, size_t off_bytes,
+                       size_t bytes, double t0) {
+    if (!tracing(d) || !bytes || owner == d->r) return;
+    trace_label(d, phase, step, chunk, off_bytes);
+    double t1 = ccl__now();
+    ccl__prims_trace(&d->p, CCL__TR_RECV, owner, t0, t1, bytes);
+    if (reduced) ccl__prims_trace(&d->p, CCL__TR_REDUCE, owner, t0, t1, bytes);
+}
+
+/* Read every peer's piece (the same labels from each). */
+static void trace_read_all(struct direct *d, int reduced, int phase, int step, int chunk, size_t off_bytes,
+                           size_t bytes, double t0) {
+    for (int q = 0; q < d->n; q++) trace_read(d, q, reduced, phase, step, chunk, off_bytes, bytes, t0);
+}
+
+static double trace_now(const struct direct *d) { return tracing(d) ? ccl__now() : 0; }
+
 /* ---- the collectives ---- */
 
 /* All-reduce, and reduce (only the root copies the result out). */
@@ -203,23 +248,38 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         CCL_CHECK(begin_round(&d, 1));
+        double t0 = trace_now(&d);
         d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
         if (m * es <= ONE_SHOT_BYTES) {
+            /* One step: every rank that wants the result reads every input. */
+            trace_published(&d, everyone ? -1 : a->id.root, CCL__TR_REDUCE_PHASE, 0, 0, off * es, m * es, t0);
+            t0 = trace_now(&d);
             if (wants) reduce_all(&d, (char *)a->recvbuf + off * es, 0, m);
+            if (wants) trace_read_all(&d, 1, CCL__TR_REDUCE_PHASE, 0, 0, off * es, m * es, t0);
             CCL_CHECK(end_round(&d));
             continue;
         }
-        size_t so = ccl__block_off(m, d.n, d.r);
-        reduce_all(&d, out_area(&d, d.r) + so * es, so * es, ccl__block_len(m, d.n, d.r));
+        /* Step 0 reduces slice q of every input on rank q; step 1 copies
+         * the finished slices out. */
+        for (int q = 0; tracing(&d) && q < d.n; q++)
+            trace_published(&d, q, CCL__TR_REDUCE_SCATTER, 0, q, (off + ccl__block_off(m, d.n, q)) * es,
+                            ccl__block_len(m, d.n, q) * es, t0);
+        t0 = trace_now(&d);
+        size_t so = ccl__block_off(m, d.n, d.r), sl = ccl__block_len(m, d.n, d.r);
+        reduce_all(&d, out_area(&d, d.r) + so * es, so * es, sl);
+        trace_read_all(&d, 1, CCL__TR_REDUCE_SCATTER, 0, d.r, (off + so) * es, sl * es, t0);
         CCL_CHECK(settle(&d));
+        t0 = trace_now(&d);
         publish(&d, REDUCED);
+        trace_published(&d, everyone ? -1 : a->id.root, CCL__TR_ALL_GATHER, 1, d.r, (off + so) * es, sl * es, t0);
         if (wants) {
             CCL_CHECK(wait_flag(&d, REDUCED, d.g, -1));
             for (int q = 0; q < d.n; q++) {
-                size_t qo = ccl__block_off(m, d.n, q);
-                d.p.compute->copy((char *)a->recvbuf + (off + qo) * es, out_area(&d, q) + qo * es,
-                                  ccl__block_len(m, d.n, q) * es);
+                size_t qo = ccl__block_off(m, d.n, q), ql = ccl__block_len(m, d.n, q);
+                t0 = trace_now(&d);
+                d.p.compute->copy((char *)a->recvbuf + (off + qo) * es, out_area(&d, q) + qo * es, ql * es);
+                trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 1, q, (off + qo) * es, ql * es, t0);
             }
         }
         CCL_CHECK(end_round(&d));
@@ -244,11 +304,16 @@ static ccl_status_t direct_reduce_scatter(struct ccl_comm *comm, const struct cc
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         CCL_CHECK(begin_round(&d, 1));
+        double t0 = trace_now(&d);
         for (int b = 0; b < d.n; b++)
             d.p.compute->copy(in_area(&d, d.r) + (size_t)b * m * es,
                               ccl__at(a->sendbuf, (size_t)b * count + off, es), m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
+        for (int q = 0; tracing(&d) && q < d.n; q++) /* block q of every input goes to rank q */
+            trace_published(&d, q, CCL__TR_REDUCE_SCATTER, 0, q, ((size_t)q * count + off) * es, m * es, t0);
+        t0 = trace_now(&d);
         reduce_all(&d, (char *)a->recvbuf + off * es, (size_t)d.r * m * es, m);
+        trace_read_all(&d, 1, CCL__TR_REDUCE_SCATTER, 0, d.r, ((size_t)d.r * count + off) * es, m * es, t0);
         CCL_CHECK(end_round(&d));
     }
     return CCL_OK;
@@ -262,12 +327,16 @@ static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__c
         size_t m = count - off < per ? count - off : per;
         const char *mine = ccl__at(a->sendbuf, off, es);
         CCL_CHECK(begin_round(&d, 1));
+        double t0 = trace_now(&d);
         d.p.compute->copy(in_area(&d, d.r), mine, m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
+        trace_published(&d, -1, CCL__TR_ALL_GATHER, 0, d.r, ((size_t)d.r * count + off) * es, m * es, t0);
         for (int q = 0; q < d.n; q++) {
             char *to = (char *)a->recvbuf + ((size_t)q * count + off) * es;
             const void *from = q == d.r ? (const void *)mine : in_area(&d, q);
+            t0 = trace_now(&d);
             if (to != from) d.p.compute->copy(to, from, m * es);
+            trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 0, q, ((size_t)q * count + off) * es, m * es, t0);
         }
         CCL_CHECK(end_round(&d));
     }
@@ -283,12 +352,16 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         CCL_CHECK(begin_round(&d, d.r == root));
+        double t0 = trace_now(&d);
         if (d.r == root) {
             d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
             CCL_CHECK(post(&d, m * es));
+            trace_published(&d, -1, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
         } else {
             CCL_CHECK(await_posted(&d, m * es, root));
+            t0 = trace_now(&d);
             d.p.compute->copy((char *)a->recvbuf + off * es, in_area(&d, root), m * es);
+            trace_read(&d, root, 0, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
         }
         CCL_CHECK(end_round(&d));
     }

@@ -41,10 +41,20 @@ static int real_rank(const struct fold *f, int me) { return me < f->rem ? 2 * me
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-static void at(struct ccl__prims *p, int algo, int phase, int step, size_t off) {
-    if (__builtin_expect(p->comm->trace != NULL, 0))
-        ccl__prims_at(p, algo, phase, step - 1, phase, step, step, (uint32_t)(off / p->chunk_elems),
-                      (uint64_t)off * p->esize);
+/* For the trace: the exchanges that follow are step `step` (both
+ * partners send and receive in it); exchange() labels each slice. */
+static void at(struct ccl__prims *p, int algo, int phase, int step) {
+    if (__builtin_expect(p->comm->trace != NULL, 0)) ccl__prims_at(p, algo, phase, step, phase, step, 0, 0, 0);
+}
+
+/* The slice at element `off`: the piece of the buffer the trace files it
+ * under (round = slice number, so a piece keeps its name from step to
+ * step when, as in rd, every exchange cuts the whole buffer alike). */
+static void at_slice(struct ccl__prims *p, size_t off) {
+    if (__builtin_expect(p->comm->trace != NULL, 0)) {
+        p->tr.round = (uint32_t)(off / p->chunk_elems);
+        p->tr.offset = (uint64_t)off * p->esize;
+    }
 }
 
 /* Sends elements [soff, soff + slen) of buf to `peer` while receiving
@@ -57,8 +67,12 @@ static ccl_status_t exchange(struct ccl__prims *p, int peer, char *buf, size_t s
                              size_t rlen, int reduce, int div, int peer_first) {
     size_t c = p->chunk_elems;
     for (size_t k = 0; k < slen || k < rlen; k += c) {
-        if (k < slen) CCL_CHECK(ccl__prims_send(p, peer, ccl__at(buf, soff + k, p->esize), min_sz(c, slen - k)));
+        if (k < slen) {
+            at_slice(p, soff + k);
+            CCL_CHECK(ccl__prims_send(p, peer, ccl__at(buf, soff + k, p->esize), min_sz(c, slen - k)));
+        }
         if (k < rlen) {
+            at_slice(p, roff + k);
             char *at_buf = (char *)ccl__at(buf, roff + k, p->esize);
             CCL_CHECK(ccl__prims_step(p, &(struct ccl__step){.src = reduce ? at_buf : NULL, .dst = at_buf,
                                                              .n = min_sz(c, rlen - k), .nrecv = 1, .recv = {peer},
@@ -73,7 +87,7 @@ static ccl_status_t exchange(struct ccl__prims *p, int peer, char *buf, size_t s
  * (unfold). */
 static ccl_status_t fold_in(struct ccl__prims *p, const struct fold *f, int rank, char *buf, size_t count) {
     if (rank >= 2 * f->rem) return CCL_OK;
-    at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, 0, 0);
+    at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, 0);
     if (f->me < 0) return exchange(p, rank + 1, buf, 0, count, 0, 0, 0, 0, 0);
     return exchange(p, rank - 1, buf, 0, 0, 0, count, 1, 0, 1);
 }
@@ -82,7 +96,7 @@ static ccl_status_t fold_out(struct ccl__prims *p, const struct fold *f, int ran
     if (rank >= 2 * f->rem) return CCL_OK;
     int steps = 0;
     while ((1 << steps) < f->p2) steps++;
-    at(p, CCL__TR_RD, CCL__TR_BROADCAST, steps + 1, 0);
+    at(p, CCL__TR_RD, CCL__TR_BROADCAST, steps + 1);
     if (f->me < 0) return exchange(p, rank + 1, buf, 0, 0, 0, count, 0, 0, 0);
     return exchange(p, rank - 1, buf, 0, count, 0, 0, 0, 0, 0);
 }
@@ -107,7 +121,7 @@ static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__c
 
 static ccl_status_t rd_among(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div) {
     for (int mask = 1, step = 1; mask < f->p2; mask <<= 1, step++) {
-        at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, step, 0);
+        at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, step);
         int last = mask * 2 == f->p2;
         CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, 0, count, 0, count, 1, last ? div : 0,
                            (f->me & mask) != 0));
@@ -123,7 +137,7 @@ static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, char *
         int mid = (lo + hi) / 2, keep_low = !(f->me & mask);
         int klo = keep_low ? lo : mid, khi = keep_low ? mid : hi, slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
         size_t ko = ccl__block_off(count, f->p2, klo), so = ccl__block_off(count, f->p2, slo);
-        at(p, CCL__TR_RHD, CCL__TR_REDUCE_SCATTER, step, ko);
+        at(p, CCL__TR_RHD, CCL__TR_REDUCE_SCATTER, step);
         CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, so, ccl__block_off(count, f->p2, shi) - so, ko,
                            ccl__block_off(count, f->p2, khi) - ko, 1, mask == 1 ? div : 0, (f->me & mask) != 0));
         lo = klo, hi = khi;
@@ -132,7 +146,7 @@ static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, char *
     for (int mask = 1; mask < f->p2; mask *= 2, step++) {
         int width = hi - lo, plo = (f->me & mask) ? lo - width : hi;
         size_t mo = ccl__block_off(count, f->p2, lo), po = ccl__block_off(count, f->p2, plo);
-        at(p, CCL__TR_RHD, CCL__TR_ALL_GATHER, step, mo);
+        at(p, CCL__TR_RHD, CCL__TR_ALL_GATHER, step);
         CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, mo, ccl__block_off(count, f->p2, hi) - mo, po,
                            ccl__block_off(count, f->p2, plo + width) - po, 0, 0, 0));
         if (plo < lo) lo = plo;
@@ -170,7 +184,7 @@ static ccl_status_t rd_all_gather(struct ccl_comm *comm, const struct ccl__coll_
     for (int mask = 1, step = 1; mask < comm->nranks; mask <<= 1, step++) {
         int partner = comm->rank ^ mask;
         size_t mine = (size_t)(comm->rank & ~(mask - 1)) * count, theirs = (size_t)(partner & ~(mask - 1)) * count;
-        at(&p, CCL__TR_RD, CCL__TR_ALL_GATHER, step, mine);
+        at(&p, CCL__TR_RD, CCL__TR_ALL_GATHER, step);
         CCL_CHECK(exchange(&p, partner, buf, mine, (size_t)mask * count, theirs, (size_t)mask * count, 0, 0, 0));
     }
     return ccl__prims_flush(comm, p.what);

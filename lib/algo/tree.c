@@ -104,14 +104,34 @@ static struct ccl__step down_step(const struct node *t, const void *src, void *d
     return s;
 }
 
-static void trace_at(struct ccl__prims *p, int phase, int depth, size_t j, size_t off) {
-    ccl__prims_at(p, CCL__TR_TREE, phase, depth - 1, phase, depth, (int)j, (uint32_t)j, (uint64_t)off * p->esize);
-}
-
 static int depth_of(int n, int rank, int root) {
     int v = ccl__mod(rank - root, n), d = 0;
     for (; v; v &= v - 1) d++;
     return d;
+}
+
+/* ---- trace labels ----
+ * A trace step is a level of the tree, so that a learner's replay sees
+ * data move one level per step: on the way down, a node at depth d
+ * receives in step d-1 and sends in step d; on the way up, with `deep`
+ * the deepest node's depth, it receives in step deep-1-d and sends in
+ * step deep-d (children first: a node sends only after every child's data
+ * arrived). Pieces are (chunk = tree, round = slice of that tree's data). */
+static void trace_level(struct ccl__prims *p, int up, int deep, int depth, int up_steps, int tree, size_t slice,
+                        size_t off) {
+    int send = up ? deep - depth : up_steps + depth;
+    ccl__prims_at(p, CCL__TR_TREE, up ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST, send - 1,
+                  up ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST, send, tree, (uint32_t)slice,
+                  (uint64_t)off * p->esize);
+}
+
+static int binomial_deepest(int n) {
+    int deep = 0;
+    for (int v = 1; v < n; v++) {
+        int d = depth_of(n, v, 0);
+        deep = d > deep ? d : deep;
+    }
+    return deep;
 }
 
 /* Broadcast (down the binomial tree) or reduce (up it), chunk by chunk. */
@@ -127,7 +147,7 @@ static ccl_status_t binomial_run(struct ccl_comm *comm, const struct ccl__coll_a
         const char *src = a->sendbuf ? ccl__at(a->sendbuf, off, p.esize) : NULL;
         char *dst = a->recvbuf ? (char *)ccl__at(a->recvbuf, off, p.esize) : NULL;
         if (__builtin_expect(comm->trace != NULL, 0))
-            trace_at(&p, reduce ? CCL__TR_REDUCE_PHASE : CCL__TR_BROADCAST, d, off / p.chunk_elems, off);
+            trace_level(&p, reduce, binomial_deepest(comm->nranks), d, 0, 0, off / p.chunk_elems, off);
         struct ccl__step s = reduce ? up_step(&t, src, dst, n, div) : down_step(&t, src, dst, n);
         CCL_CHECK(ccl__prims_step(&p, &s));
     }
@@ -149,6 +169,25 @@ static void half(size_t count, int h, size_t *off, size_t *len) {
     *len = h ? count - first : first;
 }
 
+static int dtree_depth(int n, int rank, int t) {
+    struct node x;
+    int d = 0;
+    for (dtree(n, rank, t, &x); x.parent >= 0; dtree(n, x.parent, t, &x)) d++;
+    return d;
+}
+
+/* The deeper of the two trees' deepest nodes: both trees' levels share
+ * trace steps. */
+static int dtree_deepest(int n) {
+    int deep = 0;
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < n; r++) {
+            int d = dtree_depth(n, r, t);
+            deep = d > deep ? d : deep;
+        }
+    return deep;
+}
+
 static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
@@ -160,6 +199,9 @@ static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__col
     half(a->id.count, 0, &off[0], &len[0]);
     half(a->id.count, 1, &off[1], &len[1]);
     size_t chunks = (len[0] + p.chunk_elems - 1) / p.chunk_elems;
+    int tracing = __builtin_expect(comm->trace != NULL, 0);
+    int deep = tracing ? dtree_deepest(n) : 0, depth[2] = {0, 0};
+    for (int h = 0; tracing && h < 2; h++) depth[h] = dtree_depth(n, comm->rank, h);
     /* Up, every chunk of both trees; then down. The roots reduce into
      * recvbuf and send from there. */
     for (int phase = 0; phase < 2; phase++)
@@ -170,9 +212,7 @@ static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__col
                 size_t m = len[h] - start < p.chunk_elems ? len[h] - start : p.chunk_elems, e = off[h] + start;
                 const char *src = ccl__at(a->sendbuf, e, p.esize);
                 char *dst = (char *)ccl__at(a->recvbuf, e, p.esize);
-                int ph = phase ? CCL__TR_BROADCAST : CCL__TR_REDUCE_PHASE;
-                if (__builtin_expect(comm->trace != NULL, 0))
-                    ccl__prims_at(&p, CCL__TR_TREE, ph, h, ph, h, (int)j, (uint32_t)j, (uint64_t)e * p.esize);
+                if (tracing) trace_level(&p, !phase, deep, depth[h], deep, h, j, e);
                 struct ccl__step s;
                 if (phase == 0) s = up_step(&t[h], src, dst, m, div);
                 else s = down_step(&t[h], dst, dst, m);

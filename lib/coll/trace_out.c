@@ -120,45 +120,58 @@ static ccl_status_t write_file(struct ccl_comm *comm, const char *path, struct c
     return CCL_OK;
 }
 
-/* Collective: every rank's events to rank 0, which writes the file. */
+/* What each rank tells rank 0 before its events. */
+struct trace_head {
+    uint64_t events, dropped;
+    double clock_offset;
+};
+
+/* Collective: every rank's events to rank 0, which writes the file. Only
+ * point-to-point messages: a CCL_ALGO forced for the application's
+ * collectives (rd gathers on 2^k ranks only) must not stop the trace. */
 static ccl_status_t gather_and_write(struct ccl_comm *comm, struct ccl__trace *t, const char *path) {
     int n = comm->nranks;
-    uint64_t mine[2] = {t->n, t->dropped}, *counts = calloc((size_t)n * 2, sizeof(uint64_t));
+    size_t esz = sizeof(struct ccl__trace_event);
+    struct trace_head mine = {t->n, t->dropped, comm->clock_offset};
+    if (comm->rank != 0) {
+        ccl_status_t st = ccl_send(&mine, sizeof(mine), CCL_UINT8, 0, comm);
+        if (st == CCL_OK) st = ccl_send(t->ev, t->n * esz, CCL_UINT8, 0, comm);
+        return st;
+    }
+    struct trace_head *heads = calloc((size_t)n, sizeof(*heads));
+    uint64_t *per = calloc((size_t)n, sizeof(uint64_t));
     double *offsets = calloc((size_t)n, sizeof(double));
     struct ccl__trace_event *all = NULL;
-    ccl_status_t st = counts && offsets ? CCL_OK : CCL_ERR_NO_MEMORY;
-    if (st == CCL_OK) st = ccl_all_gather(mine, counts, 2, CCL_UINT64, comm);
-    if (st == CCL_OK) st = ccl_all_gather(&comm->clock_offset, offsets, 1, CCL_FLOAT64, comm);
-    uint64_t total = 0, dropped = 0, *per = counts ? malloc(sizeof(uint64_t) * (size_t)n) : NULL;
-    if (st == CCL_OK && !per) st = CCL_ERR_NO_MEMORY;
-    for (int r = 0; r < n && st == CCL_OK; r++) per[r] = counts[2 * r], total += per[r], dropped += counts[2 * r + 1];
-    size_t esz = sizeof(struct ccl__trace_event);
-    if (st == CCL_OK && comm->rank == 0) {
-        all = malloc(esz * (total ? total : 1));
-        if (!all) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "trace: out of memory for %llu events",
-                                      (unsigned long long)total);
+    ccl_status_t st = heads && per && offsets ? CCL_OK : CCL_ERR_NO_MEMORY;
+    if (st == CCL_OK) {
+        heads[0] = mine;
+        st = ccl_group_start();
+        for (int r = 1; r < n && st == CCL_OK; r++) st = ccl_recv(&heads[r], sizeof(heads[r]), CCL_UINT8, r, comm);
+        ccl_status_t end = ccl_group_end();
+        if (st == CCL_OK) st = end;
     }
+    uint64_t total = 0, dropped = 0;
+    for (int r = 0; r < n && st == CCL_OK; r++)
+        per[r] = heads[r].events, offsets[r] = heads[r].clock_offset, total += per[r], dropped += heads[r].dropped;
+    if (st == CCL_OK && !(all = malloc(esz * (total ? total : 1))))
+        st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "trace: out of memory for %llu events", (unsigned long long)total);
     /* If rank 0 cannot hold the events, the others' sends fail on timeout:
      * acceptable for a diagnostic path, and every rank gets an error. */
     if (st == CCL_OK) {
-        if (comm->rank == 0) {
-            memcpy(all, t->ev, esz * per[0]);
-            uint64_t at = per[0];
-            st = ccl_group_start();
-            for (int r = 1; r < n && st == CCL_OK; r++) {
-                st = ccl_recv(all + at, per[r] * esz, CCL_UINT8, r, comm);
-                at += per[r];
-            }
-            ccl_status_t end = ccl_group_end();
-            if (st == CCL_OK) st = end;
-            if (st == CCL_OK) st = write_file(comm, path, all, per, offsets, dropped);
-        } else {
-            st = ccl_send(t->ev, per[comm->rank] * esz, CCL_UINT8, 0, comm);
+        memcpy(all, t->ev, esz * per[0]);
+        uint64_t at = per[0];
+        st = ccl_group_start();
+        for (int r = 1; r < n && st == CCL_OK; r++) {
+            st = ccl_recv(all + at, per[r] * esz, CCL_UINT8, r, comm);
+            at += per[r];
         }
+        ccl_status_t end = ccl_group_end();
+        if (st == CCL_OK) st = end;
+        if (st == CCL_OK) st = write_file(comm, path, all, per, offsets, dropped);
     }
     free(all);
     free(per);
-    free(counts);
+    free(heads);
     free(offsets);
     return st;
 }

@@ -96,6 +96,10 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
  * both operations). Paths that move data without slots (the direct
  * algorithm's windows) publish and check the same identity. */
 struct ccl__slot_meta ccl__prims_stamp(const struct ccl__prims *p, size_t bytes);
+/* Records one trace event of `kind` (enum ccl__trace_kind) with peer,
+ * under the labels ccl__prims_at set: for paths that move data without
+ * steps (the direct algorithm's window reads). Tracing must be on. */
+void ccl__prims_trace(struct ccl__prims *p, int kind, int peer, double t0, double t1, size_t bytes);
 ccl_status_t ccl__prims_check_meta(struct ccl__prims *p, int peer, const struct ccl__slot_meta *m, size_t bytes);
 
 #define CCL__STEP_MAX_PEERS 16

@@ -89,7 +89,7 @@ ccl_status_t ccl__prims_check_meta(struct ccl__prims *p, int peer, const struct 
 
 /* ---- tracing: each step records its receives, reduction and sends ---- */
 
-static void trace_one(struct ccl__prims *p, int kind, int peer, double t0, double t1, size_t bytes) {
+void ccl__prims_trace(struct ccl__prims *p, int kind, int peer, double t0, double t1, size_t bytes) {
     struct ccl__trace *t = p->comm->trace;
     struct ccl__conn *c = p->comm->conns[peer];
     int recv_side = kind != CCL__TR_SEND;
@@ -107,9 +107,11 @@ static void trace_one(struct ccl__prims *p, int kind, int peer, double t0, doubl
 static void trace_step(struct ccl__prims *p, const struct ccl__step *s, const struct ccl__step_state *st,
                        size_t bytes) {
     double t1 = ccl__now();
-    for (int i = 0; i < s->nrecv; i++) trace_one(p, CCL__TR_RECV, s->recv[i], st->t0, st->tc, bytes);
-    if (s->reduce && s->nrecv) trace_one(p, CCL__TR_REDUCE, s->recv[0], st->ta, st->tc, bytes);
-    for (int i = 0; i < s->nsend; i++) trace_one(p, CCL__TR_SEND, s->send[i], s->nrecv ? st->tc : st->t0, t1, bytes);
+    for (int i = 0; i < s->nrecv; i++) ccl__prims_trace(p, CCL__TR_RECV, s->recv[i], st->t0, st->tc, bytes);
+    /* One reduction per input, so every received piece is tied to the
+     * arithmetic that consumed it (a tree node adds each child's data). */
+    for (int i = 0; s->reduce && i < s->nrecv; i++) ccl__prims_trace(p, CCL__TR_REDUCE, s->recv[i], st->ta, st->tc, bytes);
+    for (int i = 0; i < s->nsend; i++) ccl__prims_trace(p, CCL__TR_SEND, s->send[i], s->nrecv ? st->tc : st->t0, t1, bytes);
 }
 
 /* ---- the step ---- */

@@ -15,6 +15,53 @@ from .tracefile import TraceError, load
 from .values import Values
 
 COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+# What each algorithm can be explained for: where libccl runs it and its
+# trace labels every piece of the buffer alike from step to step.
+ALGOS = {
+    "ring": COLLS,
+    "tree": ("all_reduce", "broadcast", "reduce"),
+    "rd": ("all_reduce",),
+    "direct": COLLS,
+}
+
+# Per algorithm (the trace's label: broadcast and reduce on the ring are a
+# chain), then per phase.
+ALGO_PHASE_TEXT = {
+    "tree": {
+        "reduce": ("Partial sums climb the tree one level per step: a rank adds what each child sends to its "
+                   "own data (its own first, then the children) and passes the sum to its parent. The root "
+                   "ends with the sum over all ranks."),
+        "broadcast": ("The result goes down the tree one level per step: each rank stores what its parent "
+                      "sends and forwards it to its children (no arithmetic)."),
+        "reduce-2": ("The buffer is halved and each half climbs its own binary tree (c0 tree 0, c1 tree 1) at "
+                     "the same time, one level per step: a rank adds what each child sends to its own data "
+                     "and passes the sum to its parent, so each tree's root ends with its half summed over "
+                     "all ranks. The second tree is the first shifted or mirrored, so that a rank that works "
+                     "as an inner node of one is a leaf of the other and both trees' links share the load."),
+        "broadcast-2": ("Each tree's root sends its finished half back down its tree, one level per step: each "
+                        "rank stores what its parent sends and forwards it to its children."),
+    },
+    "rd": {
+        "reduce": ("In each step every rank taking part swaps its whole buffer with its partner, the rank "
+                   "whose number (among the P taking part) differs in one bit, and both add the two: after "
+                   "log2(P) steps every one of them holds the sum over all ranks, in log2(P) steps instead "
+                   "of the ring's 2(N-1), moving the whole buffer each time. When N is not a power of two, "
+                   "the first 2R ranks pair up before that (step 0): the even one hands its data to the odd "
+                   "one, which adds it and takes part for both."),
+        "broadcast": "The ranks that sat out get the finished result back from their partner.",
+    },
+    "direct": {
+        "reduce": ("Every rank has put its input in its shared window. Nothing travels hop by hop: every rank "
+                   "that wants the result reads every peer's window in place and adds the inputs up itself, "
+                   "in rank order, so every copy of the result has the same bits. One step."),
+        "reduce-scatter": ("Every rank reads its own slice of every peer's input straight from the peer's "
+                           "window and adds them up, in rank order: rank q ends up owning slice q summed over "
+                           "all ranks."),
+        "all-gather": ("Every rank copies the pieces it lacks (each finished slice, or each rank's block) "
+                       "straight out of their owners' windows."),
+        "broadcast": "Every rank copies the root's buffer straight out of the root's window: one step.",
+    },
+}
 
 PHASE_TEXT = {
     "reduce-scatter": ("In each step every rank sends one chunk to the next rank on the ring, which adds its "
@@ -68,7 +115,8 @@ def run(args, script_dir, workdir):
            "--out", trace, "--values", values, "--root", str(args.root)]
     if args.transport:
         cmd += ["--transport", args.transport]
-    env = dict(os.environ, CCL_ALGO=args.algo)
+    # Forced for the explained collective only (CCL_ALGO's per-collective form).
+    env = dict(os.environ, CCL_ALGO=f"{args.collective.replace('_', '')}:{args.algo}")
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         raise TraceError(f"{' '.join(cmd)} failed (status {proc.returncode}):\n{proc.stdout.rstrip()}")
@@ -166,6 +214,47 @@ def para(out, text):
     print(textwrap.fill(text, width=100), file=out)
 
 
+def edges(coll, key=None):
+    """'r1->r2, r3->r2' for the transfers of the first phase (of one piece)."""
+    first = coll.transfers[0].send.phase if coll.transfers else None
+    seen = []
+    for t in coll.transfers:
+        if t.send.phase == first and (key is None or t.send.chunk == key) and (t.src, t.dst) not in seen:
+            seen.append((t.src, t.dst))
+    return ", ".join(f"r{a}->r{b}" for a, b in seen)
+
+
+def show_structure(out, vals, coll, parts, multi):
+    """How the ranks are wired, as this algorithm uses them."""
+    algo = coll.algo
+    if algo in ("ring", "chain"):
+        order = formulas.ring_order(coll, start=chain_start(coll))
+        ring = algo == "ring"
+        print(("Ring: " if ring else "Chain: ") + " -> ".join(f"r{r}" for r in order)
+              + (f" -> r{order[0]}" if ring else ""), file=out)
+        print(f"The buffer is cut into {len(parts)} pieces; chunk cK is the part rank K ends up owning:" if ring
+              else f"The buffer moves in {len(parts)} piece(s):", file=out)
+    elif algo == "tree" and vals.coll == "all_reduce":
+        for h in sorted({k[0] for k in parts}):
+            print(f"Tree {h} (carries c{h}), child -> parent: {edges(coll, h)}", file=out)
+        print("The buffer is halved: chunk c0 is the half tree 0 carries, c1 the half tree 1 carries:", file=out)
+    elif algo == "tree":
+        print(f"Binomial tree rooted at r{vals.root}, " + ("child -> parent: " if vals.coll == "reduce"
+                                                           else "parent -> child: ") + edges(coll), file=out)
+        print(f"The buffer moves in {len(parts)} piece(s):", file=out)
+    elif algo == "rd":
+        for step in coll.steps:
+            pairs = sorted({tuple(sorted((t.src, t.dst))) for t in coll.transfers if t.step == step})
+            print(f"Step {step} partners: " + ", ".join(f"r{a}<->r{b}" for a, b in pairs), file=out)
+        print(f"The whole buffer moves in every exchange, as {len(parts)} piece(s):", file=out)
+    else:
+        print("One host: every rank publishes its data in a shared window and its peers read it there in "
+              "place (the trace tells each read as a transfer from the window's owner).", file=out)
+        print(f"The buffer moves in {len(parts)} piece(s):", file=out)
+    print("  " + "   ".join(f"{piece_label(k, multi)} = bytes {o}-{o + b - 1}" for k, (o, b) in parts.items()),
+          file=out)
+
+
 def chain_start(coll):
     """The rank that only sends (a chain's start); 0 on a ring."""
     receivers = {t.dst for t in coll.transfers}
@@ -181,14 +270,7 @@ def show_header(out, vals, coll, parts, multi):
     op = ", op sum" if vals.coll in ("all_reduce", "reduce_scatter", "reduce") else ""
     print(f"count {vals.count} x {vals.dtype} (the whole buffer: D = {D} bytes){op}, "
           f"transport {', '.join(transport)}.", file=out)
-    order = formulas.ring_order(coll, start=chain_start(coll))
-    ring = coll.algo == "ring"
-    print(("Ring: " if ring else "Chain: ") + " -> ".join(f"r{r}" for r in order)
-          + (f" -> r{order[0]}" if ring else ""), file=out)
-    print(f"The buffer is cut into {len(parts)} pieces; chunk cK is the part rank K ends up owning:" if ring
-          else f"The buffer moves in {len(parts)} piece(s):", file=out)
-    print("  " + "   ".join(f"{piece_label(k, multi)} = bytes {o}-{o + b - 1}" for k, (o, b) in parts.items()),
-          file=out)
+    show_structure(out, vals, coll, parts, multi)
     print(file=out)
 
 
@@ -202,14 +284,23 @@ def phase_steps(story):
     return phases
 
 
+def phase_text(algo, vals, phase, number):
+    texts = ALGO_PHASE_TEXT.get(algo)
+    if texts is None:  # the ring and its chain
+        alone = phase == "all-gather" and number == 1
+        return PHASE_TEXT.get("all-gather-only" if alone else phase, "")
+    if algo == "tree" and vals.coll == "all_reduce":
+        phase += "-2"
+    return texts.get(phase, "")
+
+
 def show_steps(out, vals, story, parts, multi):
     phases = phase_steps(story)
     for step, phase, moves, held in story.steps:
         number, steps = next((i + 1, s) for i, (p, s) in enumerate(phases) if p == phase and step in s)
         if step == steps[0]:
             print(f"\n== Phase {number}: {phase}, steps {steps[0]}-{steps[-1]} ==", file=out)
-            alone = phase == "all-gather" and number == 1
-            para(out, PHASE_TEXT.get("all-gather-only" if alone else phase, ""))
+            para(out, phase_text(story.coll.algo, vals, phase, number))
         print(file=out)
         show_step(out, vals, step, phase, moves, steps, multi)
         if vals.nranks <= 4 or step == steps[-1]:
@@ -242,7 +333,7 @@ def show_result(out, vals, story, parts, multi):
 
 
 def show_totals(out, vals, coll):
-    t = formulas.totals(coll, vals)
+    t = formulas.totals(coll, vals, coll.algo)
     print(f"\n== Totals (N = {vals.nranks}, D = {t.D} bytes) ==", file=out)
     print(f"  expected per rank, each way: {t.formula}", file=out)
     print("  rank      sent  received   expected sent/received", file=out)
@@ -263,6 +354,9 @@ def explain(trace_path, values_path, out=sys.stdout):
     vals = Values(values_path)
     trace = load(trace_path)
     coll = trace.collective(coll=vals.coll)
+    if coll.algo not in ("ring", "chain", "tree", "rd", "direct"):
+        raise TraceError(f"{trace_path}: the {vals.coll} ran {coll.algo}, which explain cannot follow "
+                         f"(it follows {', '.join(ALGOS)})")
     story = replay(coll, vals.nranks)
     parts = pieces(coll)
     multi = several_rounds(parts)
@@ -283,8 +377,10 @@ def explain(trace_path, values_path, out=sys.stdout):
 def main(args, script_dir):
     if args.collective not in COLLS:
         raise TraceError(f"unknown collective '{args.collective}' (one of: {', '.join(COLLS)})")
-    if args.algo != "ring":
-        raise TraceError("only --algo ring is implemented by libccl")
+    if args.algo not in ALGOS:
+        raise TraceError(f"explain follows --algo {', '.join(ALGOS)}; not '{args.algo}'")
+    if args.collective not in ALGOS[args.algo]:
+        raise TraceError(f"--algo {args.algo} is explained for {', '.join(ALGOS[args.algo])}, not {args.collective}")
     if args.ranks < 2:
         raise TraceError("--ranks must be at least 2: one rank moves no data")
     if args.count is None:
@@ -293,7 +389,7 @@ def main(args, script_dir):
         os.makedirs(args.keep, exist_ok=True)
         trace, values = run(args, script_dir, args.keep)
         ok = explain(trace, values)
-        print(f"\nKept {trace} and {values}: `ccl-trace render {trace} -o ring.svg` draws it; "
+        print(f"\nKept {trace} and {values}: `ccl-trace render {trace} -o {args.algo}.svg` draws it; "
               "ui.perfetto.dev opens the trace.")
         return 0 if ok else 1
     with tempfile.TemporaryDirectory(prefix="ccl-trace-") as tmp:

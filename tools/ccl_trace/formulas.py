@@ -1,5 +1,7 @@
-"""What the ring algorithms should move, from the textbook formulas, and the
-traced totals to hold them against.
+"""What each algorithm should move, from its own formula, and the traced
+totals to hold them against: the ring (and the chain along it), the
+double binary tree and the binomial tree, recursive doubling, and the
+single-host direct algorithm.
 
 D is the whole buffer in bytes: count x element size for all_reduce,
 broadcast and reduce; nranks x count x element size for reduce_scatter
@@ -53,17 +55,29 @@ def ring_order(coll, start=0):
     return order
 
 
-def totals(coll, values):
-    """Traced bytes per rank and step count, against the formulas."""
-    N, D = values.nranks, buffer_bytes(values)
+def traced(coll, values):
+    """A Totals with the traced side filled in."""
     t = Totals()
-    t.D = D
-    for r in range(N):
+    t.D = buffer_bytes(values)
+    for r in range(values.nranks):
         t.sent[r] = t.received[r] = 0
     for tr in coll.transfers:
         t.sent[tr.src] += tr.send.bytes
         t.received[tr.dst] += tr.recv.bytes
     t.steps = len(coll.steps)
+    return t
+
+
+def totals(coll, values, algo="ring"):
+    """Traced bytes per rank and step count, against the algorithm's formula."""
+    t = traced(coll, values)
+    {"ring": ring_totals, "chain": ring_totals, "tree": tree_totals, "rd": rd_totals,
+     "direct": direct_totals}[algo](t, coll, values)
+    return t
+
+
+def ring_totals(t, coll, values):
+    N, D = values.nranks, t.D
     nxt, prev = ring_neighbours(coll)
     if values.coll == "all_reduce":
         t.want_steps, t.steps_formula = 2 * (N - 1), "2(N-1)"
@@ -94,4 +108,154 @@ def totals(coll, values):
         for r in range(N):
             t.want_sent[r] = 0 if r == last else D
             t.want_received[r] = 0 if r == first else D
-    return t
+
+
+# ---- trees (lib/algo/tree.c) ----
+
+def btree(n, v):
+    """The in-order binary tree on 0..n-1 (node 0 the root with one child):
+    (parent, [children])."""
+    if v == 0:
+        top = 1
+        while top * 2 < n:
+            top *= 2
+        return -1, ([top] if n > 1 else [])
+    bit = v & -v
+    up = (v ^ bit) | (bit << 1)
+    parent = v ^ bit if up >= n else up
+    kids = []
+    low = bit >> 1
+    if low:
+        kids.append(v - low)
+        c = low
+        while c > 0 and v + c >= n:
+            c >>= 1
+        if c > 0:
+            kids.append(v + c)
+    return parent, kids
+
+
+def dtree(n, rank, tree):
+    """Tree 0 or 1 of the double binary tree: the second is the first
+    shifted by one rank (even n) or mirrored (odd n)."""
+    def map_in(x):
+        return x if tree == 0 else (n - 1 - x if n % 2 else (x - 1) % n)
+
+    def map_out(x):
+        return x if tree == 0 or x < 0 else (n - 1 - x if n % 2 else (x + 1) % n)
+    parent, kids = btree(n, map_in(rank))
+    return map_out(parent), [map_out(k) for k in kids]
+
+
+def depth(parent_of, rank):
+    d = 0
+    while parent_of(rank) >= 0:
+        rank, d = parent_of(rank), d + 1
+    return d
+
+
+def binomial(n, rank, root):
+    """(parent, [children]) in the binomial tree rooted at root."""
+    v = (rank - root) % n
+    low = v & -v if v else 1
+    while not v and low < n:
+        low <<= 1
+    parent = (v - low + root) % n if v else -1
+    kids, b = [], low >> 1
+    while b >= 1:
+        if v + b < n:
+            kids.append((v + b + root) % n)
+        b >>= 1
+    return parent, kids
+
+
+def tree_totals(t, coll, values):
+    N = values.nranks
+    if values.coll == "all_reduce":
+        first = (values.count + 1) // 2
+        half = [first * values.esize, (values.count - first) * values.esize]
+        deep = 0
+        for r in range(N):
+            t.want_sent[r] = t.want_received[r] = 0
+        for h in (0, 1):
+            for r in range(N):
+                parent, kids = dtree(N, r, h)
+                # up: a node sends its half to its parent and gets each child's; down: the reverse
+                moved = (parent >= 0) * half[h] + len(kids) * half[h]
+                t.want_sent[r] += moved
+                t.want_received[r] += moved
+                if half[h]:
+                    deep = max(deep, depth(lambda x, h=h: dtree(N, x, h)[0], r))
+        t.want_steps, t.steps_formula = 2 * deep, f"2 x the deepest level ({deep})"
+        t.formula = (f"per tree, its half of D ({half[0]} and {half[1]} bytes) once over every edge up and once "
+                     "down: a rank moves the half to its parent and to each child, and back")
+        return
+    # binomial broadcast (down) or reduce (up): D over every edge once
+    D, root = t.D, values.root
+    deep = max(bin((r - root) % N).count("1") for r in range(N))
+    for r in range(N):
+        parent, kids = binomial(N, r, root)
+        down, up = len(kids) * D, (parent >= 0) * D
+        t.want_sent[r], t.want_received[r] = (down, up) if values.coll == "broadcast" else (up, down)
+    t.want_steps, t.steps_formula = deep, "the deepest level = the most 1 bits in a rank's distance from the root"
+    t.formula = f"D = {D} over every edge of the binomial tree once: a rank moves D per child and D to/from its parent"
+
+
+# ---- recursive doubling (lib/algo/rd.c) ----
+
+def rd_totals(t, coll, values):
+    N, D = values.nranks, t.D
+    P = 1
+    while P * 2 <= N:
+        P *= 2
+    R, logP = N - P, P.bit_length() - 1
+    for r in range(N):
+        takes_part = r >= 2 * R or r % 2 == 1
+        moved = logP * D * takes_part + D * (r < 2 * R)
+        t.want_sent[r] = t.want_received[r] = moved
+    t.want_steps = logP + (2 if R else 0)
+    t.steps_formula = f"log2(P) = {logP}" + (" + 2 (fold in, fold out)" if R else "")
+    t.formula = (f"D = {D} per exchange: log2(P) = {logP} exchanges among the P = {P} ranks"
+                 + (f"; the first 2R = {2 * R} ranks pair up first (one hands its data in, "
+                    "gets the result back), one more D each way" if R else ""))
+
+
+# ---- single-host direct (lib/algo/direct.c) ----
+
+ONE_SHOT_BYTES = 16384  # direct.c: a round this small is reduced whole by every reader
+
+
+def direct_totals(t, coll, values):
+    N, D, root = values.nranks, t.D, values.root
+    base, extra = divmod(values.count, N)
+    slice_ = [(base + (r < extra)) * values.esize for r in range(N)]
+    c = values.coll
+    if c in ("all_reduce", "reduce") and D <= ONE_SHOT_BYTES:
+        readers = list(range(N)) if c == "all_reduce" else [root]
+        for r in range(N):
+            t.want_sent[r] = D * sum(1 for q in readers if q != r)
+            t.want_received[r] = D * (N - 1) if r in readers else 0
+        t.want_steps, t.steps_formula = 1, "1"
+        t.formula = (f"every rank that wants the result reads all {N - 1} peers' whole buffers (D = {D}) "
+                     "and reduces them itself: one step")
+    elif c in ("all_reduce", "reduce"):
+        for r in range(N):
+            t.want_sent[r] = D - slice_[r]                       # slice q of my input, to rank q
+            t.want_received[r] = (N - 1) * slice_[r]             # my slice of every input
+            gather = [q for q in range(N) if q != r and (c == "all_reduce" or q == root)]
+            t.want_sent[r] += len(gather) * slice_[r]            # my finished slice, to every reader
+            if c == "all_reduce" or r == root:
+                t.want_received[r] += D - slice_[r]              # every finished slice
+        t.want_steps, t.steps_formula = 2, "2"
+        t.formula = "rank q reduces slice q of every input (step 0), then readers copy every finished slice (step 1)"
+    elif c == "broadcast":
+        for r in range(N):
+            t.want_sent[r] = (N - 1) * D if r == root else 0
+            t.want_received[r] = 0 if r == root else D
+        t.want_steps, t.steps_formula = 1, "1"
+        t.formula = f"every rank reads the root's buffer (D = {D}) from its window: one step"
+    else:  # all_gather, reduce_scatter: one block of D/N per pair
+        for r in range(N):
+            t.want_sent[r] = t.want_received[r] = (N - 1) * D // N
+        t.want_steps, t.steps_formula = 1, "1"
+        t.formula = f"(N-1)/N x D = {(N - 1) * D // N}: one block read from (or by) every peer, all in one step"

@@ -43,8 +43,31 @@ class Cli(TracerTest):
         self.assertTrue(os.path.exists(os.path.join(keep, "trace.json")))
         self.assertTrue(os.path.exists(os.path.join(keep, "values.txt")))
 
+    def test_explain_other_algorithms(self):
+        """tree, rd and direct on the same 4 ranks as the ring above: each
+        story with its own structure, phases and formula."""
+        cases = {
+            "tree": ("Tree 0 (carries c0), child -> parent:", "== Phase 1: reduce, steps 0-1 ==",
+                     "== Phase 2: broadcast, steps 2-3 ==", "steps: 4 traced, expected 2 x the deepest level (2) = 4: ok"),
+            "rd": ("Step 1 partners: r0<->r1, r2<->r3", "Step 2 partners: r0<->r2, r1<->r3",
+                   "steps: 2 traced, expected log2(P) = 2 = 2: ok"),
+            "direct": ("every rank publishes its data in a shared window", "steps: 1 traced, expected 1 = 1: ok",
+                       "r0 sends c0 (bytes 0-63) to r1, which adds its own c0"),
+        }
+        for algo, wants in cases.items():
+            with self.subTest(algo=algo):
+                p = tool("explain", "--ranks", "4", "--algo", algo)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                self.assertIn(f"A real {algo} all_reduce on 4 ranks", p.stdout)
+                for want in wants + ("Every traced total matches its formula.",):
+                    self.assertIn(want, p.stdout)
+                self.assertEqual(p.stdout.count("(the run's output; the replay agrees)"), 4)
+                self.assertNotIn("MISMATCH", p.stdout)
+                self.assertNotIn("problem:", p.stdout)
+
     def test_explain_bad_arguments(self):
-        for args in (["bogus"], ["--ranks", "1"], ["--algo", "tree"]):
+        for args in (["bogus"], ["--ranks", "1"], ["--algo", "rhd"], ["--algo", "rd", "reduce_scatter"],
+                     ["--algo", "tree", "all_gather"]):
             p = tool("explain", *args)
             self.assertEqual(p.returncode, 2, args)
             self.assertTrue(p.stderr.startswith("ccl-trace: "), p.stderr)

@@ -30,9 +30,9 @@ def need_runner(test):
 class Run:
     """One real traced run: its trace, values, replay and totals."""
 
-    def __init__(self, workdir, coll, ranks, count, transport=None, root=0, dtype=None, compare=True):
-        self.trace_path = os.path.join(workdir, f"{coll}-{ranks}.json")
-        self.values_path = os.path.join(workdir, f"{coll}-{ranks}.txt")
+    def __init__(self, workdir, coll, ranks, count, transport=None, root=0, dtype=None, compare=True, algo="ring"):
+        self.trace_path = os.path.join(workdir, f"{coll}-{ranks}-{algo}.json")
+        self.values_path = os.path.join(workdir, f"{coll}-{ranks}-{algo}.txt")
         cmd = [RUNNER, "--ranks", str(ranks), "--count", str(count), "--coll", coll, "--out", self.trace_path,
                "--values", self.values_path, "--root", str(root)]
         if transport:
@@ -41,8 +41,9 @@ class Run:
             cmd += ["--dtype", dtype]
         if compare:
             cmd.append("--compare-untraced")
-        # The ring's formulas and pictures are what these tests check.
-        env = dict(os.environ, CCL_ALGO="ring")
+        # Forced for every collective of the process (the trace's own
+        # gathering at destroy must not depend on it).
+        env = dict(os.environ, CCL_ALGO=algo)
         self.proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    timeout=240)
         self.output = self.proc.stdout
@@ -52,7 +53,7 @@ class Run:
         self.values = Values(self.values_path)
         self.coll = self.trace.collective(coll=coll)
         self.story = replay(self.coll, ranks)
-        self.totals = formulas.totals(self.coll, self.values)
+        self.totals = formulas.totals(self.coll, self.values, self.coll.algo)
         self.ranks = ranks
 
 
