@@ -4,11 +4,14 @@
  * small and mid-size messages finish sooner.
  *
  * All-reduce runs a double binary tree: the data is halved, each half is
- * reduced up one binary tree and broadcast down it. The second tree is the
- * first shifted by one rank (even N) or mirrored (odd N), so the inner
- * nodes of one are leaves of the other: apart from the roots, every rank
- * forwards data in at most one tree, and its links carry about the same
- * load. All reductions go up (every chunk of both trees) before anything
+ * reduced up one binary tree and broadcast down it. In the first tree the
+ * inner nodes are the even ranks (the odd ones are leaves); the second is
+ * the first shifted by one rank, so its inner nodes are the odd ranks, plus
+ * rank 0 when N is odd (as the first tree's root, rank 0 has one child):
+ * every other rank forwards data in at most one tree, and the links carry
+ * about the same load. (Mirroring the tree for odd N, the other usual
+ * choice, maps even ranks to even ranks: the same ranks would be inner
+ * nodes of both trees.) All reductions go up (every chunk of both trees) before anything
  * comes down, so no step waits for a round trip through the root.
  *
  * Each element is reduced in one fixed order (a node's own data, then its
@@ -66,9 +69,9 @@ static void btree(int n, int v, int *parent, int kids[2], int *nkids) {
 /* Tree t (0 or 1) of the double binary tree, for `rank`. */
 static void dtree(int n, int rank, int t, struct node *out) {
     int map_in = rank, kids[2], nk, parent;
-    if (t == 1) map_in = n % 2 ? n - 1 - rank : ccl__mod(rank - 1, n);
+    if (t == 1) map_in = ccl__mod(rank - 1, n);
     btree(n, map_in, &parent, kids, &nk);
-#define MAP_OUT(x) (t == 0 || (x) < 0 ? (x) : n % 2 ? n - 1 - (x) : ((x) + 1) % n)
+#define MAP_OUT(x) (t == 0 || (x) < 0 ? (x) : ((x) + 1) % n)
     out->parent = MAP_OUT(parent);
     out->nkids = nk;
     for (int i = 0; i < nk; i++) out->kids[i] = MAP_OUT(kids[i]);

@@ -137,12 +137,12 @@ def btree(n, v):
 
 def dtree(n, rank, tree):
     """Tree 0 or 1 of the double binary tree: the second is the first
-    shifted by one rank (even n) or mirrored (odd n)."""
+    shifted by one rank."""
     def map_in(x):
-        return x if tree == 0 else (n - 1 - x if n % 2 else (x - 1) % n)
+        return x if tree == 0 else (x - 1) % n
 
     def map_out(x):
-        return x if tree == 0 or x < 0 else (n - 1 - x if n % 2 else (x + 1) % n)
+        return x if tree == 0 or x < 0 else (x + 1) % n
     parent, kids = btree(n, map_in(rank))
     return map_out(parent), [map_out(k) for k in kids]
 
