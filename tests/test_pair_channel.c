@@ -131,17 +131,6 @@ END_TEST
 
 /* ---- strangers ---- */
 
-/* A copy of the wire hello (boot_pair.c): strangers forge it. */
-struct forged_hello {
-    uint32_t magic;
-    uint32_t version;
-    uint8_t secret[CCL__SECRET_BYTES];
-    uint64_t comm_id;
-    int32_t from;
-    int32_t to;
-};
-#define FORGED_MAGIC 0x52494150u
-
 static int dial_raw(const union ccl__sa *a) {
     int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd >= 0 && connect(fd, &a->sa, ccl__sa_len(a)) != 0) {
@@ -173,8 +162,9 @@ static int body_strangers(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     int held[NHELD] = {-1, -1, -1};
     if (rank == 2) {
         const union ccl__sa *target = &comm->peers[0].pair_addr;
-        struct forged_hello zero = {.magic = FORGED_MAGIC, .version = 1, .comm_id = comm->comm_id, .from = 1, .to = 0};
-        struct forged_hello elsewhere = zero;
+        struct ccl__pair_hello zero = {
+            .magic = CCL__PAIR_MAGIC, .version = CCL__PAIR_VERSION, .comm_id = comm->comm_id, .from = 1, .to = 0};
+        struct ccl__pair_hello elsewhere = zero;
         memcpy(elsewhere.secret, comm->secret, sizeof elsewhere.secret); /* an insider, at the wrong rank */
         elsewhere.to = 1;
         elsewhere.from = 2;

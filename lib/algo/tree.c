@@ -144,13 +144,14 @@ static ccl_status_t binomial_run(struct ccl_comm *comm, const struct ccl__coll_a
     struct node t;
     binomial(comm->nranks, comm->rank, a->id.root, &t);
     int d = depth_of(comm->nranks, comm->rank, a->id.root);
+    int deep = __builtin_expect(comm->trace != NULL, 0) ? binomial_deepest(comm->nranks) : 0;
     int div = reduce && a->id.op == CCL_AVG ? comm->nranks : 0;
     for (size_t off = 0; off < a->id.count; off += p.chunk_elems) {
         size_t n = a->id.count - off < p.chunk_elems ? a->id.count - off : p.chunk_elems;
         const char *src = a->sendbuf ? ccl__at(a->sendbuf, off, p.esize) : NULL;
         char *dst = a->recvbuf ? (char *)ccl__at(a->recvbuf, off, p.esize) : NULL;
         if (__builtin_expect(comm->trace != NULL, 0))
-            trace_level(&p, reduce, binomial_deepest(comm->nranks), d, 0, 0, off / p.chunk_elems, off);
+            trace_level(&p, reduce, deep, d, 0, 0, off / p.chunk_elems, off);
         struct ccl__step s = reduce ? up_step(&t, src, dst, n, div) : down_step(&t, src, dst, n);
         CCL_CHECK(ccl__prims_step(&p, &s));
     }

@@ -15,20 +15,8 @@
 #include "core/boot_proto.h"
 #include "core/log.h"
 
-#define PAIR_MAGIC 0x52494150u /* "PAIR" */
-#define PAIR_VERSION 1
 #define MAX_UNPROVEN 64        /* connections still owing a hello; the oldest goes first */
 #define PUMP_MS 50             /* how often a wait looks at deadlines and the communicator's health */
-
-/* First bytes on every connection: who is calling whom, and the proof. */
-struct pair_hello {
-    uint32_t magic;
-    uint32_t version;
-    uint8_t secret[CCL__SECRET_BYTES];
-    uint64_t comm_id;
-    int32_t from;
-    int32_t to;
-};
 
 struct pair_msg_hdr {
     uint32_t tag;
@@ -51,7 +39,7 @@ struct inbound {
     enum stage stage;
     double hello_deadline;
     size_t got; /* of the hello, the header or the body */
-    struct pair_hello hello;
+    struct ccl__pair_hello hello;
     struct pair_msg_hdr hdr;
     struct msg *msg; /* BODY: being filled */
     char where[64];
@@ -75,7 +63,8 @@ ccl_status_t ccl__pair_listen(struct ccl_comm *comm, union ccl__sa *addr) {
     comm->pairs = ch;
     ch->out = malloc((size_t)comm->nranks * sizeof(*ch->out));
     ch->gone = calloc((size_t)comm->nranks, 1);
-    if (!ch->out || !ch->gone) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory for the pair channel");
+    if (!ch->out || !ch->gone)
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory for the pair channel");
     for (int p = 0; p < comm->nranks; p++) ch->out[p] = -1;
     char host[80];
     snprintf(host, sizeof(host), strchr(comm->boot_addr, ':') ? "[%s]:0" : "%s:0", comm->boot_addr);
@@ -107,8 +96,10 @@ static void peer_gone(struct ccl_comm *comm, struct ccl__pair_chan *ch, int i, c
     drop_inbound(ch, i);
 }
 
-static int prove(struct ccl_comm *comm, struct ccl__pair_chan *ch, const struct pair_hello *h, char *why, size_t n) {
-    if (h->version != PAIR_VERSION) snprintf(why, n, "protocol version %u, expected %u", h->version, PAIR_VERSION);
+static int prove(struct ccl_comm *comm, struct ccl__pair_chan *ch, const struct ccl__pair_hello *h, char *why,
+                 size_t n) {
+    if (h->version != CCL__PAIR_VERSION)
+        snprintf(why, n, "protocol version %u, expected %u", h->version, CCL__PAIR_VERSION);
     else if (!ccl__secret_equal(h->secret, comm->secret, CCL__SECRET_BYTES)) snprintf(why, n, "wrong secret");
     else if (h->comm_id != comm->comm_id)
         snprintf(why, n, "communicator id %016llx, expected %016llx", (unsigned long long)h->comm_id,
@@ -194,7 +185,7 @@ static void read_inbound(struct ccl_comm *comm, struct ccl__pair_chan *ch, int i
             return;
         }
         b->got += (size_t)r;
-        if (b->stage == HELLO && b->got >= sizeof(b->hello.magic) && b->hello.magic != PAIR_MAGIC) {
+        if (b->stage == HELLO && b->got >= sizeof(b->hello.magic) && b->hello.magic != CCL__PAIR_MAGIC) {
             char why[64];
             snprintf(why, sizeof(why), "not a libccl pair hello (magic %08x)", b->hello.magic);
             refuse(comm, ch, i, why);
@@ -326,7 +317,7 @@ static ccl_status_t dial(struct ccl_comm *comm, struct ccl__pair_chan *ch, int p
                               comm->peers[peer].hostname, where);
     ccl__sock_nonblock(fd);
     ch->out[peer] = fd;
-    struct pair_hello h = {.magic = PAIR_MAGIC, .version = PAIR_VERSION, .comm_id = comm->comm_id,
+    struct ccl__pair_hello h = {.magic = CCL__PAIR_MAGIC, .version = CCL__PAIR_VERSION, .comm_id = comm->comm_id,
                            .from = comm->rank, .to = peer};
     memcpy(h.secret, comm->secret, sizeof(h.secret));
     st = write_all(comm, ch, peer, &h, sizeof(h), deadline, "when greeted");
@@ -399,8 +390,9 @@ ccl_status_t ccl__pair_recv(struct ccl_comm *comm, int peer, uint32_t tag, void 
     pthread_mutex_unlock(&ch->lock);
     if (!m) return st;
     if (m->bytes != bytes)
-        st = ccl__set_error(comm, CCL_ERR_REMOTE, "pair channel: rank %d sent %u bytes under tag %u, rank %d expected %zu",
-                            peer, m->bytes, tag, comm->rank, bytes);
+        st = ccl__set_error(comm, CCL_ERR_REMOTE,
+                            "pair channel: rank %d sent %u bytes under tag %u, rank %d expected %zu", peer, m->bytes,
+                            tag, comm->rank, bytes);
     else if (bytes) memcpy(buf, m->data, bytes);
     free(m);
     return st;

@@ -29,6 +29,20 @@
 /* The largest message; a bigger one is refused on both sides. */
 #define CCL__PAIR_MAX_BYTES (1u << 20)
 
+#define CCL__PAIR_MAGIC 0x52494150u /* "PAIR" */
+#define CCL__PAIR_VERSION 1
+
+/* First bytes on every connection: who is calling whom, and the proof.
+ * Then messages: struct { uint32_t tag, bytes; } and the bytes. */
+struct ccl__pair_hello {
+    uint32_t magic;
+    uint32_t version;
+    uint8_t secret[CCL__SECRET_BYTES];
+    uint64_t comm_id;
+    int32_t from;
+    int32_t to;
+};
+
 /* Listen on comm->boot_addr (an address peers reached the root from, so
  * they can reach us there too); *addr gets where. Before the record is
  * built; comm->pairs owns the socket from here to ccl__pair_close. */

@@ -354,7 +354,7 @@ def explain(trace_path, values_path, out=sys.stdout):
     vals = Values(values_path)
     trace = load(trace_path)
     coll = trace.collective(coll=vals.coll)
-    if coll.algo not in ("ring", "chain", "tree", "rd", "direct"):
+    if coll.algo not in set(ALGOS) | {"chain"}:  # the ring's broadcast and reduce run as a chain
         raise TraceError(f"{trace_path}: the {vals.coll} ran {coll.algo}, which explain cannot follow "
                          f"(it follows {', '.join(ALGOS)})")
     story = replay(coll, vals.nranks)
