@@ -239,6 +239,7 @@ static void run_child(const struct launcher *l, int rank, int out_fd, int err_fd
     setenv_int("CCL_LOCAL_RANK", rank);
     setenv("CCL_ROOT_ADDR", root_addr, 1);
     setenv("CCL_SECRET", secret, 1);
+    setenv("CCL_BIND", "core", 0); /* one core per rank, as MPI launchers do; the user's CCL_BIND wins */
     if (l->opt.host_per_rank) {
         char host[32];
         snprintf(host, sizeof(host), "cclrun-host%d", rank);

@@ -105,6 +105,9 @@ int bench_fork_ranks(int n, int host_per_rank, int *rank, ccl_unique_id_t *id, i
         fprintf(stderr, "--ranks: out of memory\n");
         failed = 1;
     }
+    /* One core per rank, as MPI launchers do (see CCL_BIND); the user's
+     * own CCL_BIND wins. */
+    setenv("CCL_BIND", "core", 0);
     fflush(stdout);
     fflush(stderr);
     for (; !failed && started < n; started++) {

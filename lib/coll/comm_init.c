@@ -111,6 +111,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
         if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
     if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_direct(comm);
+    if (st == CCL_OK) st = ccl__plan_bind(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {
         char links[160];

@@ -22,6 +22,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_SHM_WINDOW_BYTES", "2097152", "bytes of the shared window each rank exposes to its host for the direct algorithm (0: none)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
     {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a host has more ranks than hardware threads)"},
+    {"CCL_BIND", "none", "pin the thread that creates a communicator: core (a core per rank of this machine, round robin when there are more ranks) or none; cclrun and the benchmarks' --ranks set core"},
     {"CCL_ALGO", "", "force algorithms: one of ring, tree, rd, rhd, bruck, pairwise, direct for every collective it runs, or per collective (allreduce:tree,broadcast:ring)"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
     {"CCL_SECRET", "", "job secret (hex) for ccl_comm_init_env; cclrun sets it"},
@@ -97,6 +98,7 @@ static void params_load(void) {
     params.slots = (int)env_long("CCL_SLOTS", 8, 2, 64);
     params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
     params.spin_us_set = getenv("CCL_SPIN_US") && *getenv("CCL_SPIN_US");
+    copy_str(params.bind, sizeof(params.bind), env_or("CCL_BIND", "none"));
     copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));

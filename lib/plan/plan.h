@@ -32,6 +32,14 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
  * steals the time of the rank it waits for, so waits yield at once. */
 void ccl__plan_waiting(struct ccl_comm *comm);
 
+/* CCL_BIND=core: pins the calling thread to one of the cores it may use,
+ * the i-th for the i-th rank of this machine (a hardware thread each when
+ * cores are too few, round robin when those are too). Unpinned, the
+ * scheduler can leave two spinning ranks on one core for milliseconds, and
+ * every wait then costs a context switch. A value other than none or core
+ * fails init. */
+ccl_status_t ccl__plan_bind(struct ccl_comm *comm);
+
 /* Reads CCL_ALGO into comm->algo_forced; a name that is neither an
  * algorithm nor collective:algorithm fails init. */
 ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm);

@@ -1,6 +1,9 @@
-/* Local topology through hwloc: where this process may run. */
+/* Local topology through hwloc: where this process may run, and pinning
+ * it there. */
 #include <hwloc.h>
+#include <string.h>
 
+#include "core/log.h"
 #include "plan/plan.h"
 
 void ccl__plan_local_topology(struct ccl__peer_info *self) {
@@ -22,4 +25,60 @@ void ccl__plan_local_topology(struct ccl__peer_info *self) {
     }
     hwloc_bitmap_free(cpus);
     hwloc_topology_destroy(topo);
+}
+
+/* This rank's place among the ranks of its machine (the real machine, not
+ * CCL_HOST_ID: ranks posing as hosts still share its cores). */
+static int local_index(const struct ccl_comm *comm, int *nlocal) {
+    const char *mine = comm->peers[comm->rank].machine_id;
+    int index = 0;
+    *nlocal = 0;
+    for (int r = 0; r < comm->nranks; r++) {
+        if (strcmp(comm->peers[r].machine_id, mine) != 0) continue;
+        index += r < comm->rank;
+        ++*nlocal;
+    }
+    return index;
+}
+
+static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal) {
+    int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_CORE);
+    int pus = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_PU);
+    if (pus < 1) return;
+    /* A core each when there are enough, else a hardware thread each, else
+     * round robin over the hardware threads: a fixed share of a core hands
+     * it over at each yield, where the scheduler would now and then stack
+     * three ranks on one core and leave another idle (measured: 4 ranks on
+     * 2 threads, 20 runs of the 8 B..64 KiB sweep, slowest/fastest run up
+     * to 5.5x unpinned, under 2.5x pinned). */
+    hwloc_obj_type_t type = cores >= nlocal ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+    int place = pus < nlocal ? index % pus : index;
+    hwloc_obj_t obj = hwloc_get_obj_inside_cpuset_by_type(topo, allowed, type, (unsigned)place);
+    char where[64] = "?";
+    if (obj && obj->cpuset) hwloc_bitmap_list_snprintf(where, sizeof where, obj->cpuset);
+    if (!obj || !obj->cpuset || hwloc_set_cpubind(topo, obj->cpuset, HWLOC_CPUBIND_THREAD) != 0) {
+        CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: could not pin to cpus %s; running unpinned", where);
+        return;
+    }
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: local rank %d of %d pinned to %s %d of %d (cpus %s)", index,
+             nlocal, type == HWLOC_OBJ_CORE ? "core" : "hardware thread", place,
+             type == HWLOC_OBJ_CORE ? cores : pus, where);
+}
+
+ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
+    const char *mode = comm->params.bind;
+    if (strcmp(mode, "none") == 0) return CCL_OK;
+    if (strcmp(mode, "core") != 0)
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_BIND=%s: want none or core", mode);
+    int nlocal, index = local_index(comm, &nlocal);
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return CCL_OK;
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+    if (hwloc_topology_load(topo) == 0 && allowed && hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_THREAD) == 0)
+        bind_to(comm, topo, allowed, index, nlocal);
+    else
+        CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: hwloc cannot tell where this thread may run; running unpinned");
+    hwloc_bitmap_free(allowed);
+    hwloc_topology_destroy(topo);
+    return CCL_OK;
 }

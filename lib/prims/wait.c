@@ -16,6 +16,7 @@
 
 #define LIVENESS_PERIOD_S 0.1 /* how often a sleeping waiter checks its peers */
 #define MAX_POLLFDS 64
+#define TIGHT_SPIN_S 4e-6 /* how long a wait spins without yielding the core */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -139,7 +140,12 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     double spin_s = w->comm->spin_s;
     double now = ccl__now(), idle = now - w->idle_since;
     if (idle < spin_s) {
-        for (int i = 0; i < 16; i++) cpu_relax();
+        /* Past the first microseconds, a spinning rank also yields: when the
+         * scheduler has put the peer it waits for on the same core, a pure
+         * spin would hold that core for all of spin_s on every wait. Alone on
+         * its core, sched_yield returns at once. */
+        if (idle < TIGHT_SPIN_S) for (int i = 0; i < 16; i++) cpu_relax();
+        else sched_yield();
         return CCL_OK;
     }
     if (idle > w->comm->params.timeout_s) return timeout_error(w, idle);

@@ -1,0 +1,144 @@
+/* CCL_BIND: where init pins each rank's thread, checked from the masks the
+ * ranks report to each other. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <string.h>
+
+#include "harness.h"
+#include "util.h"
+
+/* What the thread of this child could use before init (set in setup). */
+static cpu_set_t before;
+
+static void record_mask(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)rank;
+    (void)nranks;
+    (void)id;
+    (void)arg;
+    CPU_ZERO(&before);
+    sched_getaffinity(0, sizeof before, &before);
+}
+
+/* Every rank's mask after init, gathered on every rank. */
+static int gather_masks(ccl_comm_t *comm, struct harness_tally *t, cpu_set_t *all) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    EXPECT(t, sched_getaffinity(0, sizeof mine, &mine) == 0, "sched_getaffinity failed");
+    return EXPECT_OK(t, ccl_all_gather(&mine, all, sizeof mine, CCL_UINT8, comm)) == CCL_OK;
+}
+
+/* CCL_BIND=core: each mask is inside what the rank could use; with enough
+ * CPUs no two ranks share one; with too few each rank gets one CPU and the
+ * CPUs are shared evenly (round robin). */
+static int body_pinned(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    cpu_set_t all[8];
+    if (!gather_masks(comm, &t, all)) return t.fails;
+    int allowed = CPU_COUNT(&before);
+    int per_cpu[CPU_SETSIZE] = {0};
+    for (int r = 0; r < nranks; r++) {
+        cpu_set_t inside;
+        CPU_AND(&inside, &all[r], &before);
+        EXPECT(&t, CPU_COUNT(&all[r]) > 0 && CPU_EQUAL(&inside, &all[r]),
+               "rank %d is pinned to %d CPUs, not all of them among the %d it could use", r, CPU_COUNT(&all[r]), allowed);
+        EXPECT(&t, CPU_COUNT(&all[r]) < allowed || allowed == 1, "rank %d was left on all %d CPUs", r, allowed);
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) per_cpu[cpu] += CPU_ISSET(cpu, &all[r]);
+        for (int q = 0; q < r && nranks <= allowed; q++) {
+            cpu_set_t both;
+            CPU_AND(&both, &all[r], &all[q]);
+            EXPECT(&t, CPU_COUNT(&both) == 0, "ranks %d and %d share a CPU with %d CPUs for %d ranks", q, r, allowed,
+                   nranks);
+        }
+        if (nranks > allowed) EXPECT(&t, CPU_COUNT(&all[r]) == 1, "rank %d has %d CPUs, not one", r, CPU_COUNT(&all[r]));
+    }
+    if (nranks > allowed) {
+        int lo = nranks / allowed, hi = (nranks + allowed - 1) / allowed;
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &before))
+                EXPECT(&t, per_cpu[cpu] >= lo && per_cpu[cpu] <= hi, "CPU %d holds %d of %d ranks (want %d..%d)", cpu,
+                       per_cpu[cpu], nranks, lo, hi);
+    }
+    float x = (float)rank, sum = 0;
+    EXPECT_OK(&t, ccl_all_reduce(&x, &sum, 1, CCL_FLOAT32, CCL_SUM, comm));
+    EXPECT(&t, sum == (float)(nranks * (nranks - 1) / 2), "all-reduce after pinning gave %g", (double)sum);
+    return t.fails;
+}
+
+static const struct {
+    int nranks, host_per_rank;
+} pinned_cases[] = {{1, 0}, {2, 0}, {3, 0}, {5, 0}, {2, 1}, {3, 1}};
+
+START_TEST(pinned) {
+    struct harness_run run = {.nranks = pinned_cases[_i].nranks,
+                              .host_per_rank = pinned_cases[_i].host_per_rank,
+                              .transport = pinned_cases[_i].host_per_rank ? "tcp" : NULL,
+                              .body = body_pinned,
+                              .setup = record_mask,
+                              .env = "CCL_BIND=core"};
+    util_run_clean(&run, 0, "CCL_BIND=core, %d ranks%s", run.nranks, run.host_per_rank ? " as hosts" : "");
+}
+END_TEST
+
+/* A launcher that gave the job one CPU: both ranks stay on it. */
+START_TEST(restricted_mask) {
+    cpu_set_t mask, one;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
+    int last = -1;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &mask)) last = cpu;
+    CPU_ZERO(&one);
+    CPU_SET(last, &one);
+    /* Check runs each test in a process of its own: this stays here. */
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    struct harness_run run = {.nranks = 2, .body = body_pinned, .setup = record_mask, .env = "CCL_BIND=core"};
+    util_run_clean(&run, 0, "CCL_BIND=core on CPU %d alone", last);
+}
+END_TEST
+
+/* CCL_BIND=none (the library's default): init leaves the mask alone. */
+static int body_untouched(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    cpu_set_t all[8];
+    if (!gather_masks(comm, &t, all)) return t.fails;
+    EXPECT(&t, CPU_EQUAL(&all[rank], &before), "init changed the mask from %d CPUs to %d", CPU_COUNT(&before),
+           CPU_COUNT(&all[rank]));
+    return t.fails;
+}
+
+static const char *const untouched_env[] = {"CCL_BIND=none", NULL};
+
+START_TEST(untouched) {
+    struct harness_run run = {.nranks = 3, .body = body_untouched, .setup = record_mask, .env = untouched_env[_i]};
+    util_run_clean(&run, 0, "%s", untouched_env[_i] ? untouched_env[_i] : "CCL_BIND unset");
+}
+END_TEST
+
+static int init_must_fail(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "init with CCL_BIND=socket returned %s", ccl_status_string(st));
+    return t.fails;
+}
+
+START_TEST(bad_value_fails_init) {
+    struct harness_run run = {.nranks = 2, .env = "CCL_BIND=socket", .init_check = init_must_fail,
+                              .ccl_timeout = "10", .deadline_s = 60};
+    util_run_clean(&run, 0, "CCL_BIND=socket");
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("bind");
+    util_add_loop_case(s, "pinned", pinned, (int)(sizeof pinned_cases / sizeof pinned_cases[0]), 60);
+    TCase *tc = tcase_create("other");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, restricted_mask);
+    tcase_add_loop_test(tc, untouched, 0, 2);
+    tcase_add_test(tc, bad_value_fails_init);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
