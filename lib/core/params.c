@@ -18,7 +18,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default hostname+boot id)"},
     {"CCL_SOCKET_IFNAME", "", "network interface for sockets (default: first non-loopback)"},
     {"CCL_SHM_SLOT_BYTES", "131072", "bytes per shared-memory FIFO slot (a pipeline chunk)"},
-    {"CCL_TCP_SLOT_BYTES", "524288", "bytes per TCP staging slot (a pipeline chunk)"},
+    {"CCL_TCP_SLOT_BYTES", "131072", "bytes per TCP staging slot (a pipeline chunk)"},
     {"CCL_SHM_WINDOW_BYTES", "2097152", "bytes of the shared window each rank exposes to its host for the direct algorithm (0: none)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
     {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a host has more ranks than hardware threads)"},
@@ -91,7 +91,7 @@ static void params_load(void) {
     copy_str(params.host_id, sizeof(params.host_id), hid && *hid ? hid : params.machine_id);
     copy_str(params.ifname, sizeof(params.ifname), env_or("CCL_SOCKET_IFNAME", ""));
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
-    params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
+    params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     /* 0, or at least 64 KiB (the window holds four staging areas); whole pages */
     params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;
     if (params.shm_window_bytes && params.shm_window_bytes < (64 << 10)) params.shm_window_bytes = 64 << 10;
