@@ -60,6 +60,7 @@ struct opts {
     ccl_dtype_t dtype;
     enum pattern pattern;
     const char *out, *values, *transport;
+    int ranks_per_host; /* 0: one host; else CCL_HOST_ID = rank / this */
 };
 
 /* What one rank reports back, followed in the shared map by its output. */
@@ -76,7 +77,7 @@ struct shared {
 
 static void usage(FILE *f) {
     fprintf(f, "Usage: ccl_trace_run --ranks N --count C --coll COLL --out FILE.json [--dtype int64|int32]\n"
-               "                     [--transport shm|tcp] [--root R] [--values FILE.txt]\n"
+               "                     [--transport shm|tcp] [--ranks-per-host K] [--root R] [--values FILE.txt]\n"
                "                     [--compare-untraced] [--timeout SECONDS]\n"
                "COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce (op: sum).\n"
                "C is the call's count argument: all elements for all_reduce/broadcast/reduce,\n"
@@ -126,6 +127,9 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         } else if (!strcmp(a, "--root")) {
             if (parse_long(v, 0, MAX_RANKS - 1, &x)) return bad_usage("--root must be a rank, not '%s'", v);
             o->root = (int)x;
+        } else if (!strcmp(a, "--ranks-per-host")) {
+            if (parse_long(v, 1, MAX_RANKS, &x)) return bad_usage("--ranks-per-host must be 1..256, not '%s'", v);
+            o->ranks_per_host = (int)x;
         } else if (!strcmp(a, "--timeout")) {
             if (parse_long(v, 1, 3600, &x)) return bad_usage("--timeout must be 1..3600 seconds, not '%s'", v);
             o->timeout_s = (int)x;
@@ -246,6 +250,11 @@ static int rank_main(const struct opts *o, int r, int id_fd, const char *trace, 
     if (trace) setenv("CCL_TRACE", trace, 1);
     else unsetenv("CCL_TRACE");
     if (o->transport) setenv("CCL_TRANSPORT", o->transport, 1);
+    if (o->ranks_per_host) {
+        char host[32];
+        snprintf(host, sizeof host, "trace-host%d", r / o->ranks_per_host);
+        setenv("CCL_HOST_ID", host, 1);
+    }
     ccl_unique_id_t id;
     size_t got = 0;
     while (got < sizeof id) {

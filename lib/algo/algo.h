@@ -70,6 +70,12 @@ struct ccl__ring_spec {
     const int *order; /* [n] the rank at each position */
     const int *blk;   /* [n] the block each position owns */
     int div;
+    /* How the trace labels this ring's steps when it is one part of a
+     * bigger algorithm (zero: a plain ring): the algorithm, the number of
+     * its first step, the number of its first block, and where its buffer
+     * starts in the call's (elements). */
+    int trace_algo, step_base, chunk_base;
+    size_t elem_base;
 };
 ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a, const struct ccl__ring_spec *s);
 

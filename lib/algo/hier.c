@@ -26,8 +26,12 @@ static ccl_status_t hier_all_reduce(struct ccl_comm *comm, const struct ccl__col
     size_t count = a->id.count, es = ccl_dtype_size(a->id.dtype);
     /* The sum is complete after step 1 on one host, after step 2 otherwise:
      * divide there, once. */
+    /* The trace numbers the three rings' steps one after another; block i
+     * inside a host is chunk i, sub-block b of place i across hosts is
+     * chunk L + i H + b. */
     struct ccl__ring_spec inside = {.what = CCL__RING_REDUCE_SCATTER, .n = L, .pos = place,
-                                    .order = comm->ring + first, .blk = comm->identity, .div = H == 1 ? div : 0};
+                                    .order = comm->ring + first, .blk = comm->identity, .div = H == 1 ? div : 0,
+                                    .trace_algo = CCL__TR_HIER};
     if (L > 1) CCL_CHECK(ccl__ring_run(comm, a, &inside));
     else ccl__algo_local_copy(a, count);
 
@@ -38,13 +42,15 @@ static ccl_status_t hier_all_reduce(struct ccl_comm *comm, const struct ccl__col
         block.recvbuf = (char *)a->recvbuf + off * es;
         block.sendbuf = block.recvbuf;
         struct ccl__ring_spec across = {.what = CCL__RING_ALL_REDUCE, .n = H, .pos = h, .order = comm->across,
-                                        .blk = comm->identity, .div = div};
+                                        .blk = comm->identity, .div = div, .trace_algo = CCL__TR_HIER,
+                                        .step_base = L - 1, .chunk_base = L + place * H, .elem_base = off};
         CCL_CHECK(ccl__ring_run(comm, &block, &across));
     }
 
     if (L == 1) return CCL_OK;
     inside.what = CCL__RING_ALL_GATHER;
     inside.div = 0;
+    inside.step_base = L - 1 + 2 * (H - 1);
     return ccl__ring_run(comm, a, &inside);
 }
 

@@ -38,6 +38,7 @@ struct ring {
     int n, pos;
     const int *order; /* [n]: the rank at each position */
     const int *blk;   /* [n]: the block each position owns */
+    const struct ccl__ring_spec *label; /* trace labels of a ring inside another algorithm, or NULL */
     int prev, next;   /* ranks */
     int div;
     int in_recvbuf;   /* reduce-scatter results and all-gather inputs sit at their block in recvbuf */
@@ -71,7 +72,14 @@ static inline void at(struct ring *R, int q, size_t j, int rph, int rstep, int s
     if (__builtin_expect(R->comm->trace == NULL, 1)) return;
     int b = R->blk[ccl__mod(q, R->n)];
     uint64_t off = (uint64_t)(block_off(&R->B, b) + j * R->p.chunk_elems) * R->p.esize;
-    ccl__prims_at(&R->p, CCL__TR_RING, rph, rstep, sph, sstep, b, (uint32_t)j, off);
+    const struct ccl__ring_spec *l = R->label;
+    if (!l) {
+        ccl__prims_at(&R->p, CCL__TR_RING, rph, rstep, sph, sstep, b, (uint32_t)j, off);
+        return;
+    }
+    ccl__prims_at(&R->p, l->trace_algo, rph, rstep < 0 ? rstep : l->step_base + rstep, sph,
+                  sstep < 0 ? sstep : l->step_base + sstep, l->chunk_base + b, (uint32_t)j,
+                  off + (uint64_t)l->elem_base * R->p.esize);
 }
 
 #define RS CCL__TR_REDUCE_SCATTER
@@ -152,7 +160,7 @@ ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a
     static const enum phase phases[] = {[CCL__RING_ALL_REDUCE] = RS_THEN_AG, [CCL__RING_REDUCE_SCATTER] = RS_ONLY,
                                         [CCL__RING_ALL_GATHER] = AG_ONLY};
     struct ring R = {.comm = comm, .n = s->n, .pos = s->pos, .order = s->order, .blk = s->blk, .div = s->div,
-                     .in_recvbuf = 1};
+                     .in_recvbuf = 1, .label = s->trace_algo ? s : NULL};
     return ring_rounds(&R, a, phases[s->what], 1);
 }
 

@@ -1,7 +1,7 @@
 """What each algorithm should move, from its own formula, and the traced
 totals to hold them against: the ring (and the chain along it), the
-double binary tree and the binomial tree, recursive doubling, and the
-single-host direct algorithm.
+double binary tree and the binomial tree, recursive doubling, the
+single-host direct algorithm and the hierarchical one.
 
 D is the whole buffer in bytes: count x element size for all_reduce,
 broadcast and reduce; nranks x count x element size for reduce_scatter
@@ -72,7 +72,7 @@ def totals(coll, values, algo="ring"):
     """Traced bytes per rank and step count, against the algorithm's formula."""
     t = traced(coll, values)
     {"ring": ring_totals, "chain": ring_totals, "tree": tree_totals, "rd": rd_totals,
-     "direct": direct_totals}[algo](t, coll, values)
+     "direct": direct_totals, "hier": hier_totals}[algo](t, coll, values)
     return t
 
 
@@ -259,3 +259,65 @@ def direct_totals(t, coll, values):
             t.want_sent[r] = t.want_received[r] = (N - 1) * D // N
         t.want_steps, t.steps_formula = 1, "1"
         t.formula = f"(N-1)/N x D = {(N - 1) * D // N}: one block read from (or by) every peer, all in one step"
+
+
+# ---- hierarchical (lib/algo/hier.c) ----
+
+def blocks(count, n):
+    """Element lengths of count split into n near-equal blocks (the first count % n one longer)."""
+    base, extra = divmod(count, n)
+    return [base + (b < extra) for b in range(n)]
+
+
+def hosts_of(coll, n):
+    """The hosts, as sorted rank lists: ranks that trade over shared memory share one."""
+    host = list(range(n))
+
+    def find(r):
+        while host[r] != r:
+            r = host[r]
+        return r
+    for t in coll.transfers:
+        if t.send.transport == "shm":
+            host[find(t.src)] = find(t.dst)
+    groups = {}
+    for r in range(n):
+        groups.setdefault(find(r), []).append(r)
+    return sorted(groups.values())
+
+
+def ring_share(lens, pos, what):
+    """(sent, received) elements of the rank at ring position pos, block b
+    being lens[b]: a reduce-scatter sends every block but its own and gets
+    every one but its predecessor's; an all-gather sends every one but its
+    successor's and gets every one but its own."""
+    n, total = len(lens), sum(lens)
+    prev, nxt = lens[(pos - 1) % n], lens[(pos + 1) % n]
+    if what == "reduce_scatter":
+        return total - lens[pos], total - prev
+    if what == "all_gather":
+        return total - nxt, total - lens[pos]
+    return 2 * total - lens[pos] - nxt, 2 * total - prev - lens[pos]
+
+
+def hier_totals(t, coll, values):
+    N, es = values.nranks, values.esize
+    hosts = hosts_of(coll, N)
+    H, L = len(hosts), len(hosts[0])
+    inside = blocks(values.count, L)
+    for h, ranks in enumerate(hosts):
+        for place, r in enumerate(ranks):
+            sent = recv = 0
+            if L > 1:
+                for what in ("reduce_scatter", "all_gather"):
+                    s, v = ring_share(inside, place, what)
+                    sent, recv = sent + s, recv + v
+            if H > 1 and inside[place]:
+                s, v = ring_share(blocks(inside[place], H), h, "all_reduce")
+                sent, recv = sent + s, recv + v
+            t.want_sent[r], t.want_received[r] = sent * es, recv * es
+    t.want_steps = 2 * (L - 1) + 2 * (H - 1)
+    t.steps_formula = f"(L-1) + 2(H-1) + (L-1) with L = {L} ranks per host, H = {H} hosts"
+    t.formula = ("a ring reduce-scatter of the L blocks inside each host, a ring all-reduce of block i among "
+                 "the ranks at place i of every host, a ring all-gather inside each host: about "
+                 "2(L-1)/L x D inside and 2(H-1)/H x D/L across")

@@ -2,7 +2,8 @@
 double binary tree (all-reduce), the binomial tree (broadcast, reduce),
 recursive doubling (all-reduce, folding the extra ranks in and out when N
 is not a power of two) and the single-host direct algorithm (every
-collective, one-step and two-step rounds). For each, over rank counts
+collective, one-step and two-step rounds); the hierarchical all-reduce's
+three rings (labels, step numbers, which links, totals, the result). For each, over rank counts
 that include 1-off-a-power-of-two, primes and 8: every send has its
 receive and flow, the replay finds no problem, every rank's replayed
 values equal what the run produced, and the traced bytes per rank and
@@ -63,6 +64,29 @@ class Algorithms(TracerTest):
         # More than a one-step round: slices reduced by their owners, then gathered.
         self.check("direct", "all_reduce", 3, 3001)
         self.check("direct", "reduce", 3, 3001, root=1)
+
+    def test_hier_all_reduce(self):
+        # (ranks, ranks per host, count): 2x2, 3 hosts of 2 (count not divisible), 2 hosts of 3, one per host
+        for ranks, per_host, count in ((4, 2, 12), (6, 2, 13), (6, 3, 7), (3, 1, 5)):
+            with self.subTest(ranks=ranks, per_host=per_host, count=count):
+                run = self.run_coll("all_reduce", ranks, count, algo="hier", ranks_per_host=per_host)
+                self.assertEqual({e.algo for e in run.coll.events}, {"hier"})
+                self.assert_flows_paired(run)
+                self.assertEqual(run.coll.unmatched, [])
+                L, H = per_host, ranks // per_host
+                # inside (L-1 steps), across (2(H-1)), inside again (L-1), numbered in that order
+                self.assertEqual(sorted(run.coll.steps), list(range(2 * (L - 1) + 2 * (H - 1))))
+                for t in run.coll.transfers:
+                    across = L - 1 <= t.step < L - 1 + 2 * (H - 1)
+                    self.assertEqual(t.src // L != t.dst // L, across, f"{t} in step {t.step}")
+                    self.assertLessEqual(t.send.offset + t.send.bytes, count * run.values.esize)
+                t = run.totals
+                self.assertTrue(t.bytes_ok, f"sent {t.sent} received {t.received}, formula {t.want_sent} "
+                                            f"{t.want_received}")
+                self.assertTrue(t.steps_ok, f"{t.steps} steps, formula {t.steps_formula} = {t.want_steps}")
+                want = [sum(run.values.inputs[r][i] for r in range(ranks)) for i in range(count)]
+                for r in range(ranks):
+                    self.assertEqual(run.values.outputs[r], want, f"rank {r}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ def need_runner(test):
 class Run:
     """One real traced run: its trace, values, replay and totals."""
 
-    def __init__(self, workdir, coll, ranks, count, transport=None, root=0, dtype=None, compare=True, algo="ring"):
+    def __init__(self, workdir, coll, ranks, count, transport=None, root=0, dtype=None, compare=True, algo="ring",
+                 ranks_per_host=None):
         self.trace_path = os.path.join(workdir, f"{coll}-{ranks}-{algo}.json")
         self.values_path = os.path.join(workdir, f"{coll}-{ranks}-{algo}.txt")
         cmd = [RUNNER, "--ranks", str(ranks), "--count", str(count), "--coll", coll, "--out", self.trace_path,
@@ -39,6 +40,8 @@ class Run:
             cmd += ["--transport", transport]
         if dtype:
             cmd += ["--dtype", dtype]
+        if ranks_per_host:
+            cmd += ["--ranks-per-host", str(ranks_per_host)]
         if compare:
             cmd.append("--compare-untraced")
         # Forced for every collective of the process (the trace's own
