@@ -13,7 +13,8 @@
  * so a rank may fill one buffer while a slow peer still reads the other.
  *
  * Round g of an all-reduce on rank r of N, over one chunk of the input:
- *   1. wait until every peer's `done` >= g - 2: nobody reads buffer g % 2
+ *   1. wait until every peer's `done` >= g - 2 (or `posted` >= g - 1, which
+ *      it publishes only later): nobody reads buffer g % 2
  *   2. copy the chunk into in; publish the call's identity and posted = g
  *   3. wait until every peer's `posted` >= g and check its identity; reduce
  *      slice r of the chunk from every rank's in area, in rank order
@@ -34,6 +35,7 @@
  * all-gather and broadcast copy in, then copy out.
  */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "algo/algo.h"
@@ -43,14 +45,21 @@
 #define ONE_SHOT_BYTES 16384
 
 struct ctrl {
-    struct ccl__slot_meta meta[2]; /* the call each buffer's `posted` belongs to */
     _Alignas(64) _Atomic uint64_t posted;  /* last round whose input is in the window */
+    struct ccl__slot_meta meta[2];         /* the call each buffer's `posted` belongs to */
     _Alignas(64) _Atomic uint64_t reduced; /* last round whose out area is complete */
     _Alignas(64) _Atomic uint64_t done;    /* last round whose reads of peers' windows are over */
 };
 _Static_assert(sizeof(struct ctrl) <= CTRL_BYTES, "the control block fits its page");
+/* A reader that sees `posted` move has the call's identity in the same
+ * cache line: one transfer between cores per peer and round, not two. */
+_Static_assert(offsetof(struct ctrl, meta) + sizeof(((struct ctrl *)0)->meta) <= 64, "posted and meta share a line");
 
-enum flag { POSTED, REDUCED, DONE };
+/* FREE: the peer no longer reads the buffer of round `want` + 2; it has
+ * published done >= want, or posted >= want + 1 (a rank posts a round
+ * only after it finished the one before, so in the steady state the line
+ * it must read anyway answers, and `done` is never fetched). */
+enum flag { POSTED, REDUCED, DONE, FREE };
 
 struct direct {
     struct ccl__prims p; /* the call's identity and compute engine */
@@ -66,6 +75,14 @@ static struct ctrl *ctrl_of(const struct direct *d, int rank) { return (struct c
 static _Atomic uint64_t *flag_of(const struct direct *d, int rank, enum flag f) {
     struct ctrl *c = ctrl_of(d, rank);
     return f == POSTED ? &c->posted : f == REDUCED ? &c->reduced : &c->done;
+}
+
+static int reached(const struct direct *d, int rank, enum flag f, uint64_t want) {
+    if (f == FREE) {
+        if (atomic_load_explicit(&ctrl_of(d, rank)->posted, memory_order_acquire) > want) return 1;
+        f = DONE;
+    }
+    return atomic_load_explicit(flag_of(d, rank, f), memory_order_acquire) >= want;
 }
 
 static uint8_t *in_area(const struct direct *d, int rank) {
@@ -97,9 +114,7 @@ static ccl_status_t poll_flag(void *ctx, int *moved) {
     struct flag_wait *w = ctx;
     int k = 0;
     for (int i = 0; i < w->npending; i++) {
-        int peer = w->pending[i]->peer;
-        if (atomic_load_explicit(flag_of(w->d, peer, w->f), memory_order_acquire) < w->want)
-            w->pending[k++] = w->pending[i];
+        if (!reached(w->d, w->pending[i]->peer, w->f, w->want)) w->pending[k++] = w->pending[i];
     }
     if (k < w->npending) *moved = 1;
     w->npending = k;
@@ -146,7 +161,7 @@ static ccl_status_t settle(const struct direct *d) {
 /* Starts the next round; `writes`: this rank fills its buffer in it. */
 static ccl_status_t begin_round(struct direct *d, int writes) {
     d->g = ++d->comm->direct_rounds;
-    if (writes && d->g > 2) CCL_CHECK(wait_flag(d, DONE, d->g - 2, -1));
+    if (writes && d->g > 2) CCL_CHECK(wait_flag(d, FREE, d->g - 2, -1));
     return CCL_OK;
 }
 
