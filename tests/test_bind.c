@@ -115,16 +115,9 @@ START_TEST(untouched) {
 }
 END_TEST
 
-static int init_must_fail(int rank, ccl_status_t st, void *arg) {
-    (void)arg;
-    struct harness_tally t = {rank, 0};
-    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "init with CCL_BIND=socket returned %s", ccl_status_string(st));
-    return t.fails;
-}
-
 START_TEST(bad_value_fails_init) {
-    struct harness_run run = {.nranks = 2, .env = "CCL_BIND=socket", .init_check = init_must_fail,
-                              .ccl_timeout = "10", .deadline_s = 60};
+    struct harness_run run = {.nranks = 2, .env = "CCL_BIND=socket", .init_check = util_init_invalid_argument,
+                              .arg = "CCL_BIND=socket", .ccl_timeout = "10", .deadline_s = 60};
     util_run_clean(&run, 0, "CCL_BIND=socket");
 }
 END_TEST

@@ -24,3 +24,9 @@ void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char 
     harness_describe(run, expected_dead, why, sizeof why);
     ck_assert_msg(harness_problems(run, expected_dead) == 0, "%s: %s", context, why);
 }
+
+int util_init_invalid_argument(int rank, ccl_status_t st, void *arg) {
+    struct harness_tally t = {rank, 0};
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "init with %s returned %s", (const char *)arg, ccl_status_string(st));
+    return t.fails;
+}

@@ -20,4 +20,8 @@ void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, in
 void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A harness init_check: init must fail with CCL_ERR_INVALID_ARGUMENT; arg
+ * is the environment that should make it fail (for the message). */
+int util_init_invalid_argument(int rank, ccl_status_t st, void *arg);
+
 #endif

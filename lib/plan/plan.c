@@ -168,11 +168,21 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
+int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index) {
+    const char *mine = comm->peers[comm->rank].machine_id;
+    int n = 0;
+    *index = 0;
+    for (int r = 0; r < comm->nranks; r++) {
+        if (strcmp(comm->peers[r].machine_id, mine) != 0) continue;
+        *index += r < comm->rank;
+        n++;
+    }
+    return n;
+}
+
 void ccl__plan_waiting(struct ccl_comm *comm) {
     const struct ccl__peer_info *me = &comm->peers[comm->rank];
-    int local = 0;
-    /* The real machine, not CCL_HOST_ID: ranks posing as hosts still share CPUs. */
-    for (int r = 0; r < comm->nranks; r++) local += strcmp(comm->peers[r].machine_id, me->machine_id) == 0;
+    int index, local = ccl__plan_machine_ranks(comm, &index);
     long threads = me->ncores > 0 ? me->ncores : sysconf(_SC_NPROCESSORS_ONLN);
     int crowded = threads > 0 && local > threads;
     comm->spin_s = comm->params.spin_us * 1e-6;

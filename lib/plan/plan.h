@@ -27,6 +27,11 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
  * every other rank maps (all on one host), else left off. */
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
 
+/* How many ranks run on this rank's machine (the real one, not
+ * CCL_HOST_ID: ranks posing as hosts still share its cores), and in
+ * *index this rank's place among them in rank order. */
+int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index);
+
 /* How waits behave: spinning helps when every rank has a hardware thread
  * of its own; with more ranks than threads on a host, a spinning rank
  * steals the time of the rank it waits for, so waits yield at once. */

@@ -6,39 +6,36 @@
 #include "core/log.h"
 #include "plan/plan.h"
 
+/* The machine's topology and the CPUs `how` (process or thread) may run
+ * on; 0 on success, with both to be freed by unload_topology. */
+static int load_topology(hwloc_topology_t *topo, hwloc_bitmap_t *cpus, int how) {
+    *cpus = NULL;
+    if (hwloc_topology_init(topo) != 0) return -1;
+    if (hwloc_topology_load(*topo) == 0 && (*cpus = hwloc_bitmap_alloc()) && hwloc_get_cpubind(*topo, *cpus, how) == 0)
+        return 0;
+    hwloc_bitmap_free(*cpus);
+    hwloc_topology_destroy(*topo);
+    return -1;
+}
+
+static void unload_topology(hwloc_topology_t topo, hwloc_bitmap_t cpus) {
+    hwloc_bitmap_free(cpus);
+    hwloc_topology_destroy(topo);
+}
+
 void ccl__plan_local_topology(struct ccl__peer_info *self) {
     self->numa_node = -1;
     self->ncores = 0;
     hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) return;
-    if (hwloc_topology_load(topo) != 0) {
-        hwloc_topology_destroy(topo);
-        return;
-    }
-    hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
-    if (cpus && hwloc_get_cpubind(topo, cpus, HWLOC_CPUBIND_PROCESS) == 0) {
+    hwloc_bitmap_t cpus;
+    if (load_topology(&topo, &cpus, HWLOC_CPUBIND_PROCESS) == 0) {
         self->ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, cpus, HWLOC_OBJ_PU);
         hwloc_obj_t numa = hwloc_get_next_obj_covering_cpuset_by_type(topo, cpus, HWLOC_OBJ_NUMANODE, NULL);
         /* Only a binding inside one NUMA node says where the rank lives. */
         if (numa && !hwloc_get_next_obj_covering_cpuset_by_type(topo, cpus, HWLOC_OBJ_NUMANODE, numa))
             self->numa_node = (int32_t)numa->os_index;
+        unload_topology(topo, cpus);
     }
-    hwloc_bitmap_free(cpus);
-    hwloc_topology_destroy(topo);
-}
-
-/* This rank's place among the ranks of its machine (the real machine, not
- * CCL_HOST_ID: ranks posing as hosts still share its cores). */
-static int local_index(const struct ccl_comm *comm, int *nlocal) {
-    const char *mine = comm->peers[comm->rank].machine_id;
-    int index = 0;
-    *nlocal = 0;
-    for (int r = 0; r < comm->nranks; r++) {
-        if (strcmp(comm->peers[r].machine_id, mine) != 0) continue;
-        index += r < comm->rank;
-        ++*nlocal;
-    }
-    return index;
 }
 
 static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal) {
@@ -70,15 +67,14 @@ ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
     if (strcmp(mode, "none") == 0) return CCL_OK;
     if (strcmp(mode, "core") != 0)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_BIND=%s: want none or core", mode);
-    int nlocal, index = local_index(comm, &nlocal);
+    int index, nlocal = ccl__plan_machine_ranks(comm, &index);
     hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) return CCL_OK;
-    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-    if (hwloc_topology_load(topo) == 0 && allowed && hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_THREAD) == 0)
-        bind_to(comm, topo, allowed, index, nlocal);
-    else
+    hwloc_bitmap_t allowed;
+    if (load_topology(&topo, &allowed, HWLOC_CPUBIND_THREAD) != 0) {
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: hwloc cannot tell where this thread may run; running unpinned");
-    hwloc_bitmap_free(allowed);
-    hwloc_topology_destroy(topo);
+        return CCL_OK;
+    }
+    bind_to(comm, topo, allowed, index, nlocal);
+    unload_topology(topo, allowed);
     return CCL_OK;
 }

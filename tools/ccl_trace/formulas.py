@@ -35,6 +35,12 @@ def buffer_bytes(values):
     return values.count * values.esize * (values.nranks if per_rank_blocks else 1)
 
 
+def blocks(count, n):
+    """Element lengths of count split into n near-equal blocks (the first count % n one longer)."""
+    base, extra = divmod(count, n)
+    return [base + (b < extra) for b in range(n)]
+
+
 def ring_neighbours(coll):
     """next and prev rank of every rank, from who sends to whom."""
     nxt = {}
@@ -88,8 +94,7 @@ def ring_totals(t, coll, values):
                          "moves 2D less its own chunk and one neighbour's")
         # A rank sends every chunk but its own (reduce-scatter) and every one
         # but its successor's (all-gather); chunk r belongs to rank r.
-        base, extra = divmod(values.count, N)
-        blk = [(base + (r < extra)) * values.esize for r in range(N)]
+        blk = [b * values.esize for b in blocks(values.count, N)]
         for r in range(N):
             t.want_sent[r] = 2 * D - blk[r] - blk[nxt.get(r, (r + 1) % N)]
             t.want_received[r] = 2 * D - blk[prev.get(r, (r - 1) % N)] - blk[r]
@@ -227,8 +232,7 @@ ONE_SHOT_BYTES = 16384  # direct.c: a round this small is reduced whole by every
 
 def direct_totals(t, coll, values):
     N, D, root = values.nranks, t.D, values.root
-    base, extra = divmod(values.count, N)
-    slice_ = [(base + (r < extra)) * values.esize for r in range(N)]
+    slice_ = [b * values.esize for b in blocks(values.count, N)]
     c = values.coll
     if c in ("all_reduce", "reduce") and D <= ONE_SHOT_BYTES:
         readers = list(range(N)) if c == "all_reduce" else [root]
@@ -262,12 +266,6 @@ def direct_totals(t, coll, values):
 
 
 # ---- hierarchical (lib/algo/hier.c) ----
-
-def blocks(count, n):
-    """Element lengths of count split into n near-equal blocks (the first count % n one longer)."""
-    base, extra = divmod(count, n)
-    return [base + (b < extra) for b in range(n)]
-
 
 def hosts_of(coll, n):
     """The hosts, as sorted rank lists: ranks that trade over shared memory share one."""
