@@ -107,7 +107,10 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_env(ccl_comm_t **comm);
  * *newcomm = NULL. */
 #define CCL_SPLIT_NOCOLOR (-1)
 CCL_API CCL_NODISCARD ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_comm_t **newcomm);
-/* Waits for queued operations, then frees everything. */
+/* Waits for queued operations, then frees everything. Calls this thread's
+ * open group recorded on comm do not run: their requests complete, and the
+ * group's end returns, with CCL_ERR_INVALID_USAGE. Any later call on comm
+ * returns CCL_ERR_INVALID_USAGE. */
 CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm);
 /* Thread-safe: every pending and later call on comm returns CCL_ERR_ABORTED,
  * and the other ranks are told. Still call ccl_comm_destroy afterwards. */
@@ -196,7 +199,10 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_d
 /* *done = 1 once the request finished; returns its status then (CCL_OK or an
  * error), CCL_INPROGRESS before. The request stays valid until ccl_wait. */
 CCL_API ccl_status_t ccl_test(ccl_request_t *req, int *done);
-/* Waits for the request, frees it and returns its status. */
+/* Waits for the request, releases it and returns its status. A released
+ * request is never handed back to malloc: a second ccl_wait or a ccl_test
+ * on it returns CCL_ERR_INVALID_USAGE, at least until 256 newer requests
+ * have been released (its memory may then serve a new request). */
 CCL_API ccl_status_t ccl_wait(ccl_request_t *req);
 
 #ifdef __cplusplus

@@ -5,8 +5,9 @@
  * ccl_comm_last_error, write no buffer, and leave the communicator working
  * (a correct all_reduce follows every group of bad calls). Every rank makes
  * the same bad calls, so none of them may communicate. Also: init with bad
- * arguments, status strings, calls on a destroyed or foreign communicator,
- * an unbalanced ccl_group_end, and counts that differ between ranks.
+ * arguments, status strings, calls on a destroyed or foreign communicator
+ * (also one destroyed inside a group), a request waited twice, an
+ * unbalanced ccl_group_end, and counts that differ between ranks.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -222,6 +223,39 @@ static void destroyed_comm(struct harness_tally *t, struct state *s) {
     expect_still_works(t, s, "calls on a destroyed communicator");
 }
 
+/* A communicator destroyed between a group's start and end, after calls
+ * on it were recorded (one blocking, one async, one on the live
+ * communicator too): the end reports the lost calls, the request completes
+ * with the same status, and nothing touches the freed communicator. */
+static void destroyed_inside_group(struct harness_tally *t, struct state *s) {
+    ccl_comm_t *dup = NULL;
+    if (EXPECT_OK(t, ccl_comm_split(s->comm, 0, s->rank, &dup)) != CCL_OK || !dup) return;
+    ccl_request_t *req = NULL;
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8], z[8];
+    EXPECT_OK(t, ccl_group_start());
+    EXPECT_OK(t, ccl_all_reduce(x, y, 8, CCL_FLOAT32, CCL_SUM, dup));
+    EXPECT_OK(t, ccl_barrier_async(dup, &req));
+    EXPECT_OK(t, ccl_all_reduce(x, z, 8, CCL_FLOAT32, CCL_MAX, s->comm));
+    EXPECT_OK(t, ccl_comm_destroy(dup));
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_group_end());
+    if (req) EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_wait(req));
+    for (int i = 0; i < 8; i++)
+        EXPECT(t, z[i] == x[i], "the live communicator's call in that group: z[%d] = %g, expected %g", i, z[i], x[i]);
+    expect_still_works(t, s, "a communicator destroyed inside a group");
+}
+
+/* A request waited twice, or tested after its wait. */
+static void request_reused(struct harness_tally *t, struct state *s) {
+    ccl_request_t *req = NULL;
+    if (EXPECT_OK(t, ccl_barrier_async(s->comm, &req)) != CCL_OK || !req) return;
+    EXPECT_OK(t, ccl_wait(req));
+    int done = -1;
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_wait(req));
+    EXPECT_STATUS(t, CCL_ERR_INVALID_USAGE, ccl_test(req, &done));
+    EXPECT(t, done == -1, "ccl_test on a waited request wrote its flag");
+    expect_still_works(t, s, "a request waited twice");
+}
+
 static int body_bad_args(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
@@ -236,6 +270,8 @@ static int body_bad_args(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     bad_counts(&t, s);
     bad_handles(&t, s);
     destroyed_comm(&t, s);
+    destroyed_inside_group(&t, s);
+    request_reused(&t, s);
     if (rank == 0) fprintf(stderr, "[args] %d ranks: last error example: \"%s\"\n", nranks, ccl_comm_last_error(comm));
     free(s);
     return t.fails;

@@ -92,9 +92,8 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
     if (st < 0) return st;
     struct ccl_request *req = NULL;
     if (req_out) {
-        req = malloc(sizeof(*req));
+        req = ccl__request_new(comm);
         if (!req) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory for a request");
-        ccl__request_init(req, comm, 1);
     }
     call->req = req;
     if (!call->is_p2p) call->coll.id.seq = comm->coll_seq++;
@@ -106,13 +105,13 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
         return run_inline(call);
     } else {
         struct ccl_request local;
-        ccl__request_init(&local, comm, 0);
+        ccl__request_init(&local, comm);
         st = ccl__submit_batch(comm, call, 1, &local, 1);
         if (st == CCL_OK) st = ccl__request_wait(&local);
         return st;
     }
     if (st < 0) {
-        free(req);
+        if (req) ccl__request_retire(req);
         return st;
     }
     if (req_out) *req_out = req;

@@ -33,6 +33,9 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out);
 /* Groups (group.c). */
 int ccl__group_open(void);
 ccl_status_t ccl__group_record(const struct ccl__call *call);
+/* comm is being destroyed: drop this thread's recorded calls on it (their
+ * requests complete with CCL_ERR_INVALID_USAGE, and so does the group's end). */
+void ccl__group_forget(const struct ccl_comm *comm);
 /* Runs a batch of calls of one communicator as one operation. */
 /* With inline_ok, an idle communicator runs it in this thread. */
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,

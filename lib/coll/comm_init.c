@@ -164,7 +164,8 @@ CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm) {
     if (comm->trace && comm->params.trace[0]) st = ccl__trace_end(comm, comm->params.trace);
     else if (comm->trace) ccl__trace_destroy(comm->trace);
     ccl__registry_remove(comm);
-    comm_free(comm); /* waits for queued operations first */
+    ccl__group_forget(comm); /* calls this thread's open group recorded on it will not run */
+    comm_free(comm);         /* waits for queued operations first */
     return st;
 }
 

@@ -3,10 +3,31 @@
 #include <stdlib.h>
 
 #include "coll/coll.h"
+#include "core/log.h"
 
 static _Thread_local int group_depth;
 static _Thread_local struct ccl__call *group_calls;
 static _Thread_local int group_n, group_cap;
+static _Thread_local int group_lost; /* a recorded call's communicator was destroyed before the end */
+
+/* A recorded call that will never run: its request (if any) completes
+ * with the status the group end returns. */
+static void drop_call(struct ccl__call *call) {
+    if (call->req) {
+        call->req->status = CCL_ERR_INVALID_USAGE;
+        atomic_store_explicit(&call->req->done, 1, memory_order_release);
+    }
+    group_lost = 1;
+}
+
+void ccl__group_forget(const struct ccl_comm *comm) {
+    int k = 0;
+    for (int i = 0; i < group_n; i++) {
+        if (group_calls[i].comm == comm) drop_call(&group_calls[i]);
+        else group_calls[k++] = group_calls[i];
+    }
+    group_n = k;
+}
 
 int ccl__group_open(void) { return group_depth > 0; }
 
@@ -42,6 +63,14 @@ static ccl_status_t run_group(struct ccl__call *calls, int n) {
     }
     /* Inline execution would finish one communicator's batch before the
      * next is queued: only safe when the group has one communicator. */
+    /* Calls recorded on another thread's communicator that was destroyed
+     * since (this thread's own destroys removed theirs already). */
+    int live = 0;
+    for (int i = 0; i < n; i++) {
+        if (ccl__registry_has(calls[i].comm)) calls[live++] = calls[i];
+        else drop_call(&calls[i]);
+    }
+    n = live;
     for (int i = 0; i < n; i++) {
         int seen = 0;
         for (int k = 0; k < i && !seen; k++) seen = calls[k].comm == calls[i].comm;
@@ -60,7 +89,7 @@ static ccl_status_t run_group(struct ccl__call *calls, int n) {
         struct ccl_request *w = NULL;
         if (blocking) {
             w = &waits[nwaits++];
-            ccl__request_init(w, comm, 0);
+            ccl__request_init(w, comm);
         }
         ccl_status_t st = ccl__submit_batch(comm, batch, m, w, ncomms == 1);
         if (st < 0) {
@@ -83,8 +112,13 @@ CCL_API ccl_status_t ccl_group_end(void) {
     if (group_depth == 0) return CCL_ERR_INVALID_USAGE;
     if (--group_depth > 0) return CCL_OK;
     ccl_status_t st = group_n ? run_group(group_calls, group_n) : CCL_OK;
+    if (group_lost) {
+        CCL_WARN(CCL__SUB_COLL, -1, "ccl_group_end: a communicator was destroyed after the group recorded calls on it; "
+                                   "those calls did not run");
+        if (st == CCL_OK) st = CCL_ERR_INVALID_USAGE;
+    }
     free(group_calls);
     group_calls = NULL;
-    group_n = group_cap = 0;
+    group_n = group_cap = group_lost = 0;
     return st;
 }

@@ -2,6 +2,7 @@
 #include "core/exec.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/log.h"
 
@@ -26,11 +27,50 @@ ccl_status_t ccl__exec_create(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
-void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm, int heap) {
+void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm) {
     atomic_init(&req->done, 0);
     req->status = CCL_OK;
     req->exec = comm->exec;
-    req->heap = heap;
+    req->magic = 0;
+}
+
+/* Retired user requests, oldest first (see ccl__request_new). */
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct retired {
+    struct retired *next;
+} *retired_head, *retired_tail;
+static int retired_n;
+_Static_assert(sizeof(struct ccl_request) >= sizeof(struct retired), "a retired request holds the queue link");
+
+struct ccl_request *ccl__request_new(struct ccl_comm *comm) {
+    struct ccl_request *req = NULL;
+    pthread_mutex_lock(&retired_lock);
+    if (retired_n > CCL__REQUESTS_KEPT) {
+        struct retired *r = retired_head;
+        retired_head = r->next;
+        if (!retired_head) retired_tail = NULL;
+        retired_n--;
+        req = (struct ccl_request *)(void *)r;
+    }
+    pthread_mutex_unlock(&retired_lock);
+    if (!req && !(req = malloc(sizeof(*req)))) return NULL;
+    ccl__request_init(req, comm);
+    req->magic = CCL__REQUEST_LIVE;
+    return req;
+}
+
+int ccl__request_live(const struct ccl_request *req) { return req->magic == CCL__REQUEST_LIVE; }
+
+void ccl__request_retire(struct ccl_request *req) {
+    /* The link overlays the request's first bytes; the magic stays cleared. */
+    memset(req, 0, sizeof(*req));
+    struct retired *r = (struct retired *)(void *)req;
+    pthread_mutex_lock(&retired_lock);
+    if (retired_tail) retired_tail->next = r;
+    else retired_head = r;
+    retired_tail = r;
+    retired_n++;
+    pthread_mutex_unlock(&retired_lock);
 }
 
 /* Called with the lock held. */
@@ -162,7 +202,7 @@ static void call_release(struct ccl__op *op) { (void)op; /* lives on the caller'
 
 void ccl__exec_call(struct ccl_comm *comm, void (*fn)(struct ccl_comm *comm, void *arg), void *arg) {
     struct ccl_request req;
-    ccl__request_init(&req, comm, 0);
+    ccl__request_init(&req, comm);
     struct ccl_request *reqs[1] = {&req};
     /* These run even on a failed communicator: destroy pauses tracing
      * through here whatever state the communicator is in. */

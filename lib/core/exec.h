@@ -10,6 +10,7 @@
 #define CCL_EXEC_H
 
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "core/comm.h"
 
@@ -21,8 +22,9 @@ struct ccl_request {
     _Atomic int done;
     ccl_status_t status;
     struct ccl__exec *exec;
-    int heap; /* allocated for the user (async), freed by ccl_wait */
+    uint32_t magic; /* CCL__REQUEST_LIVE: handed to the user (ccl__request_new), not yet waited */
 };
+#define CCL__REQUEST_LIVE 0x52455131u
 
 /* An operation; the layer above defines what it carries (it embeds this as
  * the first member and provides run and release). */
@@ -40,7 +42,15 @@ ccl_status_t ccl__exec_create(struct ccl_comm *comm);
 /* Runs what is queued, stops the thread, frees. */
 void ccl__exec_destroy(struct ccl_comm *comm);
 
-void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm, int heap);
+void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm);
+/* A request for the user (heap), and its end. A retired request is not
+ * given back to malloc: it waits behind the next CCL__REQUESTS_KEPT
+ * retirements before it is reused, so a second ccl_wait or ccl_test on it
+ * finds it not live (CCL_ERR_INVALID_USAGE) instead of freed memory. */
+#define CCL__REQUESTS_KEPT 256
+struct ccl_request *ccl__request_new(struct ccl_comm *comm);
+void ccl__request_retire(struct ccl_request *req);
+int ccl__request_live(const struct ccl_request *req);
 /* Queue op (its reqs complete when it finishes). With inline_ok, an idle
  * communicator runs it right here. Takes ownership of op. */
 void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok);

@@ -20,7 +20,9 @@
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CCL_REDUCE_HAVE_X86_SIMD 1
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #endif
 
 /* ---- bit views ---- */
@@ -414,10 +416,32 @@ static const ccl__reduce_fn simd_rows[CCL_NUM_DTYPES][CCL_NUM_OPS] = {
 };
 static const div_fn simd_div[CCL_NUM_DTYPES] = {[CCL_FLOAT16] = div_f16_simd, [CCL_BFLOAT16] = div_bf16_simd};
 
+/* Asked of the CPU itself (cpuid), not through __builtin_cpu_supports:
+ * clang 14 does not know the "f16c" feature name there. AVX also needs the
+ * operating system to save the YMM registers (OSXSAVE, then XCR0 bits 1
+ * and 2), or its instructions fault. */
+static int probe_avx2_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned osxsave = 1u << 27, avx = 1u << 28, f16c = 1u << 29;
+    if ((c & (osxsave | avx | f16c)) != (osxsave | avx | f16c)) return 0;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    if ((xcr0_lo & 6u) != 6u) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b & (1u << 5)) != 0; /* AVX2 */
+}
+
 static int cpu_has_avx2_f16c(void) {
-    /* Cheap after the first call: the CPU model is cached by libgcc. */
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    /* Probed once; racing first calls compute the same answer. */
+    static _Atomic int known; /* 0 unknown, 1 no, 2 yes */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (!k) {
+        k = probe_avx2_f16c() ? 2 : 1;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k == 2;
 }
 
 static int use_simd(ccl_dtype_t dtype) {
