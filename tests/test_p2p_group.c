@@ -5,6 +5,7 @@
  * too), a cyclic pipeline of large messages in a group (would deadlock if
  * the group ran its calls one after another), many sends and receives to
  * every peer (self included) in one group, matched in issue order per pair,
+ * thousands of small messages to one peer and to self in one group,
  * a group mixing a collective with p2p, and nested groups.
  */
 #define _GNU_SOURCE
@@ -233,6 +234,59 @@ out:
 START_TEST(many_in_one_group) { matrix_run_short(_i, body_many, "grouped exchange", NULL); }
 END_TEST
 
+/* ---- thousands of small messages to one peer (and to self) in one group ----
+ * Per (peer, direction) the messages go strictly in issue order; the cost
+ * of finding the next one must not grow with the group (it once grew with
+ * its square per poll: 8000 pairs took about a minute, past the deadline). */
+
+#define PAIRS 8000
+
+static int body_many_small(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int peer = (rank + 1) % nranks;
+    uint32_t *out = malloc(PAIRS * 4), *in = malloc(PAIRS * 4), *self_in = malloc(PAIRS * 4);
+    if (!out || !in || !self_in) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    for (uint32_t k = 0; k < PAIRS; k++) out[k] = (uint32_t)rank * 1000003u + k * 7u;
+    memset(in, 0xcd, PAIRS * 4);
+    memset(self_in, 0xcd, PAIRS * 4);
+    double t0 = harness_now();
+    if (EXPECT_OK(&t, ccl_group_start()) != CCL_OK) goto out;
+    for (int k = 0; k < PAIRS; k++) {
+        EXPECT_OK(&t, ccl_send(&out[k], 1, CCL_UINT32, peer, comm));
+        EXPECT_OK(&t, ccl_recv(&in[k], 1, CCL_UINT32, peer, comm));
+        EXPECT_OK(&t, ccl_send(&out[k], 1, CCL_UINT32, rank, comm));
+        EXPECT_OK(&t, ccl_recv(&self_in[k], 1, CCL_UINT32, rank, comm));
+    }
+    if (EXPECT_OK(&t, ccl_group_end()) != CCL_OK) goto out;
+    if (rank == 0) fprintf(stderr, "[p2p] %d ranks: a group of %d sends and receives to a peer and to self: %.3f s\n",
+                           nranks, PAIRS, harness_now() - t0);
+    size_t bad = 0, bad_self = 0;
+    for (uint32_t k = 0; k < PAIRS; k++) {
+        bad += in[k] != (uint32_t)peer * 1000003u + k * 7u;
+        bad_self += self_in[k] != out[k];
+    }
+    EXPECT(&t, bad == 0, "%zu of %d messages from rank %d wrong or out of order", bad, PAIRS, peer);
+    EXPECT(&t, bad_self == 0, "%zu of %d messages to self wrong or out of order", bad_self, PAIRS);
+out:
+    free(out);
+    free(in);
+    free(self_in);
+    return t.fails;
+}
+
+static const char *const many_small_transports[] = {"shm", "tcp"};
+
+START_TEST(many_small_to_one_peer) {
+    struct harness_run run = {.nranks = 2, .transport = many_small_transports[_i], .body = body_many_small,
+                              .deadline_s = 30};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 /* ---- a collective and p2p in one group; nested groups ---- */
 
 #define MIX_COUNT 100003
@@ -294,6 +348,7 @@ static Suite *suite(void) {
     matrix_add_short_loop(s, "many_in_one_group", many_in_one_group, 300);
     matrix_add_short_loop(s, "collective_and_p2p_group", collective_and_p2p_group, 300);
     util_add_loop_case(s, "staged_cycle_tcp", staged_cycle_tcp, 1, 150);
+    util_add_loop_case(s, "many_small_to_one_peer", many_small_to_one_peer, 2, 60);
     return s;
 }
 

@@ -17,13 +17,21 @@ struct lane {
     struct ccl__prims p;
     struct ccl__step step;
     struct ccl__step_state st;
-    int busy; /* step holds the chunk being moved */
+    int busy;         /* step holds the chunk being moved */
+    int next_in_line; /* the lane after this one on its (peer, direction), or -1 */
 };
 
+/* Lanes queue per (peer, direction) in issue order; only each queue's head
+ * moves, so a poll costs the number of queues with work left, not the
+ * number of transfers (thousands of small messages to one peer stay
+ * linear). */
 struct p2p_run {
     struct ccl_comm *comm;
     struct lane *lanes;
     int n;
+    int *head, *tail; /* [2 * nranks]: per queue (2 * peer + is_send) its first and last lane, or -1 */
+    int *queues;      /* the queues that still have lanes */
+    int nqueues;
     struct ccl__conn **waiting; /* the connections something is still owed on */
     int nwaiting;
 };
@@ -33,11 +41,10 @@ static size_t total_bytes(const struct ccl__p2p_xfer *x) { return x->count * ccl
 /* Sends to self are copied straight into the matching receive from self
  * (k-th send with k-th receive). */
 static ccl_status_t match_self(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, const char *what) {
-    int r = comm->rank;
+    int r = comm->rank, j = 0; /* j: where the search for the next receive from self resumes */
     for (int i = 0; i < n; i++) {
-        if (x[i].peer != r || !x[i].is_send || x[i].matched) continue;
-        int j = 0;
-        while (j < n && !(x[j].peer == r && !x[j].is_send && !x[j].matched)) j++;
+        if (x[i].peer != r || !x[i].is_send) continue;
+        while (j < n && !(x[j].peer == r && !x[j].is_send)) j++;
         size_t bytes = total_bytes(&x[i]);
         if (j == n || total_bytes(&x[j]) != bytes) {
             ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "%s: a send to self has no receive from self of %zu bytes",
@@ -47,6 +54,7 @@ static ccl_status_t match_self(struct ccl_comm *comm, struct ccl__p2p_xfer *x, i
         if (bytes) memmove(x[j].buf, x[i].buf, bytes);
         x[i].matched = x[j].matched = 1;
         x[i].done_bytes = x[j].done_bytes = bytes;
+        j++;
     }
     for (int i = 0; i < n; i++)
         if (x[i].peer == r && !x[i].matched) {
@@ -73,36 +81,53 @@ static void next_step(struct lane *l) {
     l->busy = 1;
 }
 
-/* Moves every lane that is first in line as far as it can. */
+/* Moves the head of every queue as far as it can; a head that finishes
+ * hands over to the next lane of its queue at once. */
 static ccl_status_t poll_lanes(void *ctx, int *moved) {
     struct p2p_run *r = ctx;
-    int left = 0;
+    int kept = 0;
     r->nwaiting = 0;
+    for (int i = 0; i < r->nqueues; i++) {
+        int q = r->queues[i], at = r->head[q];
+        while (at >= 0) {
+            struct lane *l = &r->lanes[at];
+            struct ccl__p2p_xfer *x = l->x;
+            while (x->done_bytes < total_bytes(x)) {
+                if (!l->busy) next_step(l);
+                ccl_status_t st = ccl__step_try(&l->p, &l->step, &l->st, moved);
+                if (st == CCL_INPROGRESS) break;
+                if (st < 0) return st;
+                x->done_bytes += l->step.n * l->p.esize;
+                l->busy = 0;
+                *moved = 1;
+            }
+            if (x->done_bytes < total_bytes(x)) break;
+            at = l->next_in_line;
+        }
+        r->head[q] = at;
+        if (at < 0) continue;
+        r->queues[kept++] = q;
+        /* a peer's two queues sit side by side in the list: list its connection once */
+        struct ccl__conn *c = r->comm->conns[q / 2];
+        if (!r->nwaiting || r->waiting[r->nwaiting - 1] != c) r->waiting[r->nwaiting++] = c;
+    }
+    r->nqueues = kept;
+    return kept ? CCL_INPROGRESS : CCL_OK;
+}
+
+/* Queues the lanes in issue order; the queue list is in peer order. */
+static void queue_lanes(struct p2p_run *r, int nranks) {
+    for (int q = 0; q < 2 * nranks; q++) r->head[q] = r->tail[q] = -1;
     for (int i = 0; i < r->n; i++) {
         struct lane *l = &r->lanes[i];
-        struct ccl__p2p_xfer *x = l->x;
-        if (x->done_bytes == total_bytes(x)) continue;
-        left = 1;
-        struct ccl__conn *c = r->comm->conns[x->peer];
-        int listed = 0;
-        for (int k = 0; k < r->nwaiting && !listed; k++) listed = r->waiting[k] == c;
-        if (!listed) r->waiting[r->nwaiting++] = c;
-        int first = 1;
-        for (int k = 0; k < i && first; k++) {
-            const struct ccl__p2p_xfer *y = r->lanes[k].x;
-            first = !(y->peer == x->peer && y->is_send == x->is_send && y->done_bytes < total_bytes(y));
-        }
-        while (first && x->done_bytes < total_bytes(x)) {
-            if (!l->busy) next_step(l);
-            ccl_status_t st = ccl__step_try(&l->p, &l->step, &l->st, moved);
-            if (st == CCL_INPROGRESS) break;
-            if (st < 0) return st;
-            x->done_bytes += l->step.n * l->p.esize;
-            l->busy = 0;
-            *moved = 1;
-        }
+        int q = 2 * l->x->peer + (l->x->is_send != 0);
+        l->next_in_line = -1;
+        if (r->tail[q] >= 0) r->lanes[r->tail[q]].next_in_line = i;
+        else r->head[q] = i;
+        r->tail[q] = i;
     }
-    return left ? CCL_INPROGRESS : CCL_OK;
+    for (int q = 0; q < 2 * nranks; q++)
+        if (r->head[q] >= 0) r->queues[r->nqueues++] = q;
 }
 
 ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what) {
@@ -115,7 +140,14 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
     CCL_CHECK(match_self(comm, x, n, what));
     struct p2p_run r = {.comm = comm, .waiting = comm->scratch_conns};
     r.lanes = calloc(n > 0 ? (size_t)n : 1u, sizeof(*r.lanes));
-    if (!r.lanes) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", what);
+    r.head = malloc(sizeof(int) * 6 * (size_t)comm->nranks);
+    if (!r.lanes || !r.head) {
+        free(r.lanes);
+        free(r.head);
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", what);
+    }
+    r.tail = r.head + 2 * comm->nranks;
+    r.queues = r.tail + 2 * comm->nranks;
     ccl_status_t st = CCL_OK;
     for (int i = 0; i < n && st == CCL_OK; i++) {
         if (x[i].peer == comm->rank) continue;
@@ -127,8 +159,12 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         l->p.trace_kind = kind;
         snprintf(l->p.what, sizeof(l->p.what), "%s", what);
     }
-    if (st == CCL_OK) st = ccl__wait(comm, what, r.waiting, &r.nwaiting, poll_lanes, &r);
+    if (st == CCL_OK) {
+        queue_lanes(&r, comm->nranks);
+        st = ccl__wait(comm, what, r.waiting, &r.nwaiting, poll_lanes, &r);
+    }
     if (st == CCL_OK) st = ccl__prims_flush(comm, what);
     free(r.lanes);
+    free(r.head);
     return st;
 }
