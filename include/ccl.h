@@ -82,7 +82,9 @@ typedef struct ccl_request ccl_request_t;
 
 /* ---- status and version ---- */
 CCL_API const char *ccl_status_string(ccl_status_t status);
-/* The last error on this communicator, as a sentence ("" when none). */
+/* The last error on this communicator, as a sentence ("" when none). With
+ * NULL: why the calling thread's last communicator creation (init or
+ * split) failed. */
 CCL_API const char *ccl_comm_last_error(const ccl_comm_t *comm);
 CCL_API int ccl_version(void);
 CCL_API size_t ccl_dtype_size(ccl_dtype_t dtype);

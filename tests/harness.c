@@ -132,7 +132,7 @@ static __attribute__((noreturn)) void child_main(struct harness_run *run, int ra
     if (run->setup) run->setup(rank, run->nranks, &id, run->arg);
 
     ccl_comm_t *comm = NULL;
-    ccl_status_t st = ccl_comm_init_rank(&comm, run->nranks, id, rank);
+    ccl_status_t st = ccl_comm_init_rank(&comm, run->nranks, id, run->claim ? run->claim[rank] : rank);
     if (run->init_check) {
         t.fails += run->init_check(rank, st, run->arg);
     } else if (st != CCL_OK) {

@@ -98,6 +98,7 @@ struct harness_run {
     harness_init_check_fn init_check;
     harness_parent_fn parent;
     int lenient_destroy;            /* ccl_comm_destroy may fail (failed/aborted comms) */
+    const int *claim;               /* [nranks]: the rank each child passes to init (NULL: its own) */
 
     /* ---- what happened ---- */
     char shm_prefix[32];            /* CCL_SHM_PREFIX given to the children */

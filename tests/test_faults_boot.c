@@ -5,7 +5,8 @@
  * set), within CCL_TIMEOUT, with no crash or hang. Strangers connecting to
  * the root while the ranks join (closing at once, random bytes, a truncated
  * or wrong-secret hello, silence held open): init still succeeds and a
- * collective works.
+ * collective works; so it does behind a thousand silent connections. Two
+ * processes claiming one rank: every init fails, naming both addresses.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -207,11 +208,98 @@ START_TEST(garbage_at_root) {
 }
 END_TEST
 
+/* ---- a crowd of silent strangers at the root ----
+ * More silent connections than the root keeps places for, all made before
+ * any rank connects and held open: the ranks still join at once (before,
+ * the root read only the first 256 connections, so the ranks waited behind
+ * strangers until CCL_TIMEOUT). */
+
+#define CROWD 1000
+
+static int parent_crowd(struct harness_run *run, void *arg) {
+    (void)arg;
+    const struct ccl__unique_id *uid = (const void *)run->id.internal;
+    int *fds = malloc(sizeof(int) * CROWD), fails = 0, opened = 0;
+    if (!fds) return 1;
+    for (int k = 0; k < CROWD; k++)
+        if ((fds[k] = stranger_connect(uid)) >= 0) opened++;
+    double t0 = harness_now();
+    for (int r = 0; r < run->nranks; r++) fails += harness_send(run, r, "go") != 0;
+    char msg[HARNESS_MSG_BYTES];
+    for (int r = 0; r < run->nranks; r++)
+        if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0) {
+            fprintf(stderr, "parent: rank %d never reported a finished init\n", r);
+            fails++;
+        }
+    fprintf(stderr, "[faults] %d silent strangers held at the root: every rank joined %.2f s after they started\n",
+            opened, harness_now() - t0);
+    if (opened < CROWD / 2) {
+        fprintf(stderr, "parent: only %d of %d strangers could connect\n", opened, CROWD);
+        fails++;
+    }
+    for (int k = 0; k < CROWD; k++)
+        if (fds[k] >= 0) close(fds[k]);
+    free(fds);
+    return fails;
+}
+
+START_TEST(silent_crowd_at_root) {
+    util_raise_fd_limit(4 * CROWD);
+    struct harness_run run = {
+        .nranks = 3,
+        .transport = secret_transports[_i],
+        .ccl_timeout = "8", /* below the root's 10 s wait for a hello: the crowd must not be waited out */
+        .deadline_s = 60,
+        .setup = wait_for_go,
+        .body = body_after_garbage,
+        .parent = parent_crowd,
+    };
+    util_run_clean(&run, 0, "a crowd of %d silent strangers at the root (%s)", CROWD, secret_transports[_i]);
+}
+END_TEST
+
+/* ---- two processes claim one rank ---- */
+
+static const int dup_claims[3] = {0, 1, 1};
+
+static int init_duplicate(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    const char *why = ccl_comm_last_error(NULL);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "process %d (claiming rank %d): init returned %s, expected %s", rank,
+           dup_claims[rank], ccl_status_string(st), ccl_status_string(CCL_ERR_INVALID_USAGE));
+    EXPECT(&t, strstr(why, "rank 1 of 3 was claimed twice, from ") != NULL, "the error does not name the claim: \"%s\"",
+           why);
+    /* both addresses: "from A and from B" */
+    const char *a = strstr(why, "from "), *b = a ? strstr(a + 5, " and from ") : NULL;
+    EXPECT(&t, a && b && b > a + 5 && strchr(b + 10, ':') != NULL, "the error does not give two addresses: \"%s\"",
+           why);
+    if (rank == 0) fprintf(stderr, "[faults] duplicate rank: \"%s\"\n", why);
+    return t.fails;
+}
+
+START_TEST(duplicate_rank) {
+    struct harness_run run = {
+        .nranks = 3,
+        .transport = secret_transports[_i],
+        .claim = dup_claims,
+        .ccl_timeout = "20",
+        .deadline_s = 60,
+        .init_check = init_duplicate,
+    };
+    util_run_clean(&run, 0, "two processes claiming rank 1 (%s)", secret_transports[_i]);
+    ck_assert_msg(run.elapsed_s < 10, "a duplicate claim took %.1f s to fail every rank (CCL_TIMEOUT 20)",
+                  run.elapsed_s);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("faults_boot");
     util_add_loop_case(s, "wrong_secret", wrong_secret, 2, 60);
     util_add_loop_case(s, "garbage_at_root", garbage_at_root, (int)(sizeof garbage_cases / sizeof garbage_cases[0]),
                        150);
+    util_add_loop_case(s, "silent_crowd_at_root", silent_crowd_at_root, 2, 90);
+    util_add_loop_case(s, "duplicate_rank", duplicate_rank, 2, 90);
     return s;
 }
 

@@ -27,6 +27,7 @@
 #include "harness.h"
 #include "transports/tcp/tcp.h"
 #include "transports/transport.h"
+#include "util.h"
 
 #define RANK_ALARM_S 60
 #define RUN_DEADLINE_S 90.0
@@ -490,9 +491,11 @@ static void strangers_rank1(struct rank_ctx *c) {
 START_TEST(strangers_dropped) { run_pair("strangers", strangers_rank0, strangers_rank1, NULL, 0); }
 END_TEST
 
-/* More silent strangers than rank 0 keeps places for: the oldest are
- * evicted, so the real peer still gets in well before they would time out. */
-#define FLOOD 80
+/* Many more silent strangers than rank 0 keeps places for, all connected
+ * before the real peer: the oldest are evicted at once, so the real peer
+ * gets in without waiting for them to time out (before, places were freed
+ * only after half a second of silence: 1000 strangers delayed set-up 8 s). */
+#define FLOOD 1000
 
 static void flood_rank0(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
@@ -512,7 +515,8 @@ static void flood_rank1(struct rank_ctx *c) {
     up_to_setup(c, comm, use);
     union ccl__sa at;
     memcpy(&at, blob_of(comm, 0), sizeof(at));
-    int fds[FLOOD];
+    static int fds[FLOOD];
+    util_raise_fd_limit(2 * FLOOD + 256);
     for (int i = 0; i < FLOOD; i++) fds[i] = stranger(c, &at, NULL, 0, 0);
     finish_setup(c, comm, use);
     barrier(c);

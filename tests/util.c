@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/resource.h>
 
 void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, int timeout_s) {
     TCase *tc = tcase_create(name);
@@ -29,4 +30,11 @@ int util_init_invalid_argument(int rank, ccl_status_t st, void *arg) {
     struct harness_tally t = {rank, 0};
     EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "init with %s returned %s", (const char *)arg, ccl_status_string(st));
     return t.fails;
+}
+
+void util_raise_fd_limit(long want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)want ? (rlim_t)want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) fprintf(stderr, "util: cannot raise the open-file limit to %ld\n", want);
 }

@@ -24,4 +24,8 @@ void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char 
  * is the environment that should make it fail (for the message). */
 int util_init_invalid_argument(int rank, ccl_status_t st, void *arg);
 
+/* Raises this process's open-file limit to at least `want` descriptors
+ * (up to the hard limit), for tests that hold many connections open. */
+void util_raise_fd_limit(long want);
+
 #endif

@@ -132,6 +132,7 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
     if (st != CCL_OK) {
         /* The message lives in the comm we are about to free: log it. */
         CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank failed (%s): %s", ccl_status_string(st), comm->last_error);
+        ccl__note_init_failure(comm->last_error);
         comm_free(comm);
         return st;
     }

@@ -4,6 +4,7 @@
  * secret, garbage, silence) are logged and dropped; they never stop or
  * crash the root.
  */
+#define _GNU_SOURCE /* accept4 */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,8 +20,16 @@
 #include "core/params.h"
 #include "core/peer.h"
 
+/* Connections that have not proven the secret yet are capped; when a new
+ * one arrives with every place taken, the oldest goes. A real rank sends
+ * its hello as it connects, and the root reads a connection as soon as it
+ * accepts it, so strangers, however many and however silent, cannot keep
+ * a real rank out: they only push each other out. */
+#define MAX_UNPROVEN 512
+
 struct pending {
     int fd;
+    double since;
     double hello_deadline;
     size_t got;                         /* of the hello, then of the record */
     struct ccl__boot_hello hello;
@@ -37,23 +46,56 @@ struct root {
     uint32_t record_bytes;    /* every rank's (this build's) */
     int joined;
     int *fds;                 /* [nranks] */
+    char (*addrs)[64];        /* [nranks]: where each joined rank connected from */
     uint8_t *records;         /* [nranks][record_bytes], opaque here */
+    uint8_t *told;            /* [nranks]: after a failure, the ranks that have heard of it */
+    int ntold;
+    struct ccl__boot_table_hdr failure; /* status != CCL_OK once the job cannot form */
     struct pending *pend;
     int npend, cap_pend;
+    struct pollfd *pfd;       /* [cap_pend + 1] */
+    int dropped;              /* connections refused or dropped */
 };
 
+/* The first few drops are warnings, the rest INFO (a flood of strangers
+ * must not flood the log); the root ends with their count. */
+#define DROPS_WARNED 8
+
 static void drop(struct root *r, int i, const char *why) {
-    CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
+    if (r->dropped++ < DROPS_WARNED)
+        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
+    else
+        CCL_INFO(CCL__SUB_BOOT, -1, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
     close(r->pend[i].fd);
     free(r->pend[i].record);
     r->pend[i] = r->pend[--r->npend];
 }
 
+static void refuse_with(struct root *r, int i, const struct ccl__boot_table_hdr *h) {
+    ccl__sock_send_all(r->pend[i].fd, h, sizeof(*h), ccl__now() + 1.0);
+    drop(r, i, h->msg);
+}
+
 static void refuse(struct root *r, int i, int32_t status, const char *fmt, int a, int b) {
     struct ccl__boot_table_hdr h = {.status = status};
     snprintf(h.msg, sizeof(h.msg), fmt, a, b);
-    ccl__sock_send_all(r->pend[i].fd, &h, sizeof(h), ccl__now() + 1.0);
-    drop(r, i, h.msg);
+    refuse_with(r, i, &h);
+}
+
+/* The job cannot form: every rank that joined hears why now, every rank
+ * that comes later when it does. */
+static void fail_job(struct root *r, int32_t status, const char *msg) {
+    r->failure.status = status;
+    snprintf(r->failure.msg, sizeof(r->failure.msg), "%s", msg);
+    CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: %s", msg);
+    for (int k = 0; k < r->nranks; k++) {
+        if (r->fds[k] < 0) continue;
+        ccl__sock_send_all(r->fds[k], &r->failure, sizeof(r->failure), ccl__now() + 1.0);
+        close(r->fds[k]);
+        r->fds[k] = -1;
+        r->told[k] = 1;
+        r->ntold++;
+    }
 }
 
 /* A complete hello and record arrived on pending connection i: adopt or
@@ -72,13 +114,19 @@ static void adopt(struct root *r, int i) {
     if (r->nranks == 0) {
         r->nranks = h.nranks;
         r->fds = malloc(sizeof(int) * (size_t)h.nranks);
+        r->addrs = calloc((size_t)h.nranks, sizeof(*r->addrs));
+        r->told = calloc((size_t)h.nranks, 1);
         r->records = calloc((size_t)h.nranks, r->record_bytes);
-        if (!r->fds || !r->records) {
+        if (!r->fds || !r->addrs || !r->told || !r->records) {
             refuse(r, i, CCL_ERR_NO_MEMORY, "bootstrap root out of memory (%d ranks)%.0d", h.nranks, 0);
             r->nranks = 0;
             free(r->fds);
+            free(r->addrs);
+            free(r->told);
             free(r->records);
             r->fds = NULL;
+            r->addrs = NULL;
+            r->told = NULL;
             r->records = NULL;
             return;
         }
@@ -89,11 +137,24 @@ static void adopt(struct root *r, int i) {
                r->nranks);
         return;
     }
+    if (r->failure.status != CCL_OK) {
+        if (!r->told[h.rank]) r->told[h.rank] = 1, r->ntold++;
+        refuse_with(r, i, &r->failure);
+        return;
+    }
     if (r->fds[h.rank] >= 0) {
-        refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "rank %d joined twice (of %d ranks)", h.rank, r->nranks);
+        /* Two processes hold the secret and one rank: no way to tell which
+         * is the real one, so nobody goes on. */
+        char msg[sizeof(r->failure.msg)];
+        snprintf(msg, sizeof(msg), "rank %d of %d was claimed twice, from %s and from %s; no rank may go on "
+                 "(two processes started as one rank, or a stranger holds the job's secret)", h.rank, r->nranks,
+                 r->addrs[h.rank], r->pend[i].addr);
+        fail_job(r, CCL_ERR_INVALID_USAGE, msg);
+        refuse_with(r, i, &r->failure);
         return;
     }
     r->fds[h.rank] = r->pend[i].fd;
+    snprintf(r->addrs[h.rank], sizeof(r->addrs[h.rank]), "%s", r->pend[i].addr);
     memcpy(r->records + (size_t)h.rank * r->record_bytes, r->pend[i].record, r->record_bytes);
     r->joined++;
     CCL_TRACE(CCL__SUB_BOOT, -1, "bootstrap root: rank %d of %d joined from %s", h.rank, h.nranks, r->pend[i].addr);
@@ -133,49 +194,94 @@ static void feed(struct root *r, int i) {
     if (!in_hello && p->got == hb + p->hello.record_bytes) adopt(r, i);
 }
 
-static int accept_one(struct root *r) {
-    int fd;
-    if (ccl__sock_accept(r->lfd, ccl__now(), &fd) != CCL_OK) return 0;
-    if (r->npend == r->cap_pend) {
-        int cap = r->cap_pend ? r->cap_pend * 2 : 16;
-        struct pending *grown = realloc(r->pend, sizeof(*grown) * (size_t)cap);
-        if (!grown) {
-            close(fd);
-            return 0;
-        }
-        r->pend = grown;
-        r->cap_pend = cap;
+/* The oldest connection that has not proven the secret, or -1. */
+static int oldest_unproven(const struct root *r, int *count) {
+    int oldest = -1;
+    *count = 0;
+    for (int i = 0; i < r->npend; i++) {
+        if (r->pend[i].record) continue;
+        (*count)++;
+        if (oldest < 0 || r->pend[i].since < r->pend[oldest].since) oldest = i;
     }
-    ccl__sock_nonblock(fd);
+    return oldest;
+}
+
+static int grow_pending(struct root *r) {
+    if (r->npend < r->cap_pend) return 1;
+    int cap = r->cap_pend ? r->cap_pend * 2 : 16;
+    struct pending *grown = realloc(r->pend, sizeof(*grown) * (size_t)cap);
+    if (!grown) return 0;
+    r->pend = grown;
+    struct pollfd *pfd = realloc(r->pfd, sizeof(*pfd) * (size_t)(cap + 1));
+    if (!pfd) return 0;
+    r->pfd = pfd;
+    r->cap_pend = cap;
+    return 1;
+}
+
+/* Takes one connection from the backlog and reads what it already sent.
+ * Returns 0 when the backlog is empty (or nothing more can be taken). */
+static int accept_one(struct root *r) {
+    int fd = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int unproven, oldest = oldest_unproven(r, &unproven);
+    if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) return 1;
+        /* Out of descriptors: strangers hold them. The oldest goes, and
+         * the next round takes the newcomer. */
+        if ((errno == EMFILE || errno == ENFILE) && oldest >= 0) {
+            drop(r, oldest, "out of file descriptors: the oldest connection without a hello goes");
+            return 1;
+        }
+        return 0;
+    }
+    if (unproven >= MAX_UNPROVEN) drop(r, oldest, "too many connections without a hello: the oldest goes");
+    if (!grow_pending(r)) {
+        close(fd);
+        return 0;
+    }
     struct pending *p = &r->pend[r->npend++];
-    p->fd = fd;
-    p->got = 0;
-    p->record = NULL;
-    p->hello_deadline = ccl__now() + CCL__BOOT_HELLO_S;
+    *p = (struct pending){.fd = fd, .since = ccl__now()};
+    p->hello_deadline = p->since + CCL__BOOT_HELLO_S;
     union ccl__sa peer;
     socklen_t len = sizeof(peer);
     if (getpeername(fd, &peer.sa, &len) == 0) ccl__sa_str(&peer, p->addr, sizeof(p->addr));
     else snprintf(p->addr, sizeof(p->addr), "?");
+    feed(r, r->npend - 1);
+    return 1;
+}
+
+/* One turn of the root's loop: drop connections silent too long, read
+ * what arrived, take new connections. Returns 0 once the deadline passed. */
+static int serve_pending(struct root *r) {
+    double now = ccl__now();
+    if (now > r->deadline) return 0;
+    for (int i = r->npend - 1; i >= 0; i--)
+        if (now > r->pend[i].hello_deadline) drop(r, i, "said nothing in time");
+    if (!grow_pending(r)) return 1;
+    int n = 0;
+    r->pfd[n++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
+    for (int i = 0; i < r->npend; i++) r->pfd[n++] = (struct pollfd){.fd = r->pend[i].fd, .events = POLLIN};
+    if (poll(r->pfd, (nfds_t)n, 100) <= 0) return 1;
+    /* Pending entries move when one is dropped: walk backwards. */
+    for (int i = n - 1; i >= 1; i--)
+        if (r->pfd[i].revents && i - 1 < r->npend && r->pend[i - 1].fd == r->pfd[i].fd) feed(r, i - 1);
+    /* A bounded batch, so the connections already here are read again soon. */
+    for (int k = 0; k < 64 && (r->pfd[0].revents & POLLIN) && accept_one(r); k++) {
+    }
     return 1;
 }
 
 static ccl_status_t gather(struct root *r) {
-    while (r->nranks == 0 || r->joined < r->nranks) {
-        double now = ccl__now();
-        if (now > r->deadline) return CCL_ERR_TIMEOUT;
-        for (int i = r->npend - 1; i >= 0; i--)
-            if (now > r->pend[i].hello_deadline) drop(r, i, "said nothing in time");
-        struct pollfd fds[1 + 256];
-        int n = 0;
-        fds[n++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
-        for (int i = 0; i < r->npend && n < 257; i++) fds[n++] = (struct pollfd){.fd = r->pend[i].fd, .events = POLLIN};
-        if (poll(fds, (nfds_t)n, 100) <= 0) continue;
-        /* Pending entries move when one is dropped: walk backwards. */
-        for (int i = n - 1; i >= 1; i--)
-            if (fds[i].revents && i - 1 < r->npend && r->pend[i - 1].fd == fds[i].fd) feed(r, i - 1);
-        if (fds[0].revents & POLLIN) accept_one(r);
+    while (r->failure.status == CCL_OK && (r->nranks == 0 || r->joined < r->nranks))
+        if (!serve_pending(r)) return CCL_ERR_TIMEOUT;
+    return (ccl_status_t)r->failure.status;
+}
+
+/* After a failure: tell every rank that still comes, until all have heard
+ * or the deadline passes. */
+static void tell_latecomers(struct root *r) {
+    while (r->ntold < r->nranks && serve_pending(r)) {
     }
-    return CCL_OK;
 }
 
 static void send_tables(struct root *r) {
@@ -217,10 +323,15 @@ static void *root_main(void *arg) {
         send_tables(r);
         for (int round = 0; round < CCL__BOOT_ROUNDS && serve_round(r); round++) {
         }
+    } else if (r->failure.status != CCL_OK) {
+        tell_latecomers(r);
     } else {
         CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: gave up after %.0f s with %d of %d ranks joined", r->timeout_s,
                  r->joined, r->nranks);
     }
+    if (r->dropped > DROPS_WARNED)
+        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: dropped %d connections that did not join (%d not shown; "
+                 "CCL_DEBUG=INFO shows them)", r->dropped, r->dropped - DROPS_WARNED);
     for (int k = 0; k < r->nranks; k++)
         if (r->fds[k] >= 0) close(r->fds[k]);
     for (int i = 0; i < r->npend; i++) {
@@ -229,8 +340,11 @@ static void *root_main(void *arg) {
     }
     close(r->lfd);
     free(r->fds);
+    free(r->addrs);
+    free(r->told);
     free(r->records);
     free(r->pend);
+    free(r->pfd);
     free(r);
     return NULL;
 }
@@ -245,6 +359,7 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
         free(r);
         return st;
     }
+    ccl__sock_nonblock(r->lfd);
     memcpy(r->secret, secret, CCL__SECRET_BYTES);
     r->timeout_s = timeout_s;
     r->record_bytes = (uint32_t)record_bytes;

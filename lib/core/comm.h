@@ -104,6 +104,10 @@ ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *
  * message, tell every peer through the transports. Returns st. */
 ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st);
 
+/* A communicator creation on this thread failed with msg: what
+ * ccl_comm_last_error(NULL) returns from now on. */
+void ccl__note_init_failure(const char *msg);
+
 /* CCL_OK, or the status that failed/aborted the communicator. */
 static inline ccl_status_t ccl__comm_health(struct ccl_comm *comm) {
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed)) return CCL_ERR_ABORTED;

@@ -39,8 +39,14 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st) {
     return st;
 }
 
+/* Why this thread's last communicator creation failed: there is no
+ * communicator to hold the sentence. */
+static _Thread_local char init_error[256];
+
+void ccl__note_init_failure(const char *msg) { snprintf(init_error, sizeof(init_error), "%s", msg); }
+
 CCL_API const char *ccl_comm_last_error(const ccl_comm_t *comm) {
-    if (!comm) return "communicator is NULL";
+    if (!comm) return init_error[0] ? init_error : "communicator is NULL";
     if (!ccl__registry_has(comm)) return "not a live communicator (destroyed or never created)";
     /* The string is only ever replaced whole, under the lock; returning the
      * buffer is what NCCL's ncclGetLastError does too. */

@@ -84,6 +84,7 @@ struct ccl__tcp_state {
     union ccl__sa addr;           /* where listen_fd listens */
     struct ccl__tcp_conn **conns; /* [nranks], owned here */
     _Atomic int *fds;             /* [nranks] conns[p]->fd, or -1 */
+    int dropped;                  /* connections set-up refused (strangers) */
 };
 
 /* Data path (tcp.c). */

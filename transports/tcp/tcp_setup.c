@@ -24,8 +24,8 @@
 /* Longest sleep of the accept loop, so an abort is noticed even when poison
  * could not reach the listener. */
 #define ACCEPT_POLL_S 0.1
-/* A pending connection this old may be evicted when all places are taken. */
-#define EVICT_AFTER_S 0.5
+/* Connections taken from the backlog per turn of the accept loop. */
+#define ACCEPT_BATCH 256
 /* Longest single connect attempt, for the same reason as ACCEPT_POLL_S. */
 #define DIAL_STEP_S 0.5
 
@@ -141,8 +141,15 @@ static ccl_status_t dial(struct ccl_comm *comm, struct ccl__tcp_state *s, int p,
 
 /* ---- accepting higher ranks ---- */
 
-static void drop(struct ccl_comm *comm, struct pending *pd, const char *why) {
-    CCL_WARN(CCL__SUB_NET, comm->rank, "tcp: dropped connection from %s: %s", pd->from, why);
+/* The first few drops of a set-up are warnings, the rest INFO (a flood of
+ * strangers must not flood the log); set-up ends with their count. */
+#define DROPS_WARNED 8
+
+static void drop(struct ccl_comm *comm, struct ccl__tcp_state *s, struct pending *pd, const char *why) {
+    if (s->dropped++ < DROPS_WARNED)
+        CCL_WARN(CCL__SUB_NET, comm->rank, "tcp: dropped connection from %s: %s", pd->from, why);
+    else
+        CCL_INFO(CCL__SUB_NET, comm->rank, "tcp: dropped connection from %s: %s", pd->from, why);
     close(pd->fd);
     pd->fd = -1;
 }
@@ -179,21 +186,21 @@ static ccl_status_t read_hello(struct ccl_comm *comm, struct ccl__tcp_state *s, 
     if (r <= 0) {
         snprintf(why, sizeof(why), "%s after %zu of %zu hello bytes", r == 0 ? "closed" : strerror(errno), pd->got,
                  sizeof(pd->hello));
-        drop(comm, pd, why);
+        drop(comm, s, pd, why);
         return CCL_OK;
     }
     pd->got += (size_t)r;
     /* A wrong magic is garbage: no need to wait for the rest of it. */
     if (pd->got >= sizeof(pd->hello.magic) && pd->hello.magic != CCL__TCP_HELLO_MAGIC) {
         snprintf(why, sizeof(why), "not a libccl tcp hello (magic %08x)", pd->hello.magic);
-        drop(comm, pd, why);
+        drop(comm, s, pd, why);
         return CCL_OK;
     }
     if (pd->got < sizeof(pd->hello)) return CCL_OK;
     int rank = check_hello(comm, s, use, &pd->hello, why, sizeof(why));
     explicit_bzero(pd->hello.secret, sizeof(pd->hello.secret));
     if (rank < 0) {
-        drop(comm, pd, why);
+        drop(comm, s, pd, why);
         return CCL_OK;
     }
     struct ccl__tcp_conn *c;
@@ -206,13 +213,6 @@ static ccl_status_t read_hello(struct ccl_comm *comm, struct ccl__tcp_state *s, 
     return CCL_OK;
 }
 
-/* Room for one more pending connection: when strangers fill every place,
- * the oldest goes once it has been silent for EVICT_AFTER_S (real peers
- * send their hello at once); until then the backlog holds the newcomers. */
-static int room_for_one(const struct pending *pend, int npend, double now) {
-    return npend < MAX_PENDING || now - pend[0].since >= EVICT_AFTER_S;
-}
-
 static int compact(struct pending *pend, int npend) {
     int n = 0;
     for (int i = 0; i < npend; i++)
@@ -220,9 +220,14 @@ static int compact(struct pending *pend, int npend) {
     return n;
 }
 
-/* Takes the connections waiting in the backlog while there is room. */
-static ccl_status_t accept_new(struct ccl_comm *comm, int lfd, struct pending *pend, int *npend) {
-    while (room_for_one(pend, *npend, ccl__now())) {
+/* Takes the connections waiting in the backlog (a bounded batch) and
+ * reads what each already sent. When strangers fill every place, the
+ * oldest goes at once: a real peer sends its hello as it connects, so it
+ * is read, and adopted, as soon as it is accepted; strangers only push
+ * each other out. */
+static ccl_status_t accept_new(struct ccl_comm *comm, struct ccl__tcp_state *s, const uint8_t *use, int lfd,
+                               struct pending *pend, int *npend, int *adopted) {
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
         union ccl__sa from;
         socklen_t len = sizeof(from);
         memset(&from, 0, sizeof(from));
@@ -235,7 +240,7 @@ static ccl_status_t accept_new(struct ccl_comm *comm, int lfd, struct pending *p
             return ccl__set_error(comm, CCL_ERR_SYSTEM, "tcp: accept: %s", strerror(errno));
         }
         if (*npend == MAX_PENDING) {
-            drop(comm, &pend[0], "too many connections without a hello");
+            drop(comm, s, &pend[0], "too many connections without a hello");
             memmove(&pend[0], &pend[1], sizeof(pend[0]) * (MAX_PENDING - 1));
             (*npend)--;
         }
@@ -244,6 +249,9 @@ static ccl_status_t accept_new(struct ccl_comm *comm, int lfd, struct pending *p
         pd->fd = fd;
         pd->since = ccl__now();
         ccl__sa_str(&from, pd->from, sizeof(pd->from));
+        ccl_status_t st = read_hello(comm, s, use, pd, adopted);
+        if (st != CCL_OK) return st;
+        if (pd->fd < 0) (*npend)--; /* adopted or dropped already */
     }
     return CCL_OK;
 }
@@ -285,15 +293,13 @@ static ccl_status_t accept_peers(struct ccl_comm *comm, struct ccl__tcp_state *s
                 char why[96];
                 snprintf(why, sizeof(why), "no complete hello within %g s (%zu of %zu bytes)", HELLO_TIMEOUT_S,
                          pend[i].got, sizeof(pend[i].hello));
-                drop(comm, &pend[i], why);
+                drop(comm, s, &pend[i], why);
             } else if (pend[i].since + HELLO_TIMEOUT_S < wake) {
                 wake = pend[i].since + HELLO_TIMEOUT_S;
             }
         }
         npend = compact(pend, npend);
-        int room = room_for_one(pend, npend, now);
-        if (!room && pend[0].since + EVICT_AFTER_S < wake) wake = pend[0].since + EVICT_AFTER_S;
-        pfd[0] = (struct pollfd){.fd = lfd, .events = room ? POLLIN : 0};
+        pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         for (int i = 0; i < npend; i++) pfd[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
         int ms = (int)((wake - now) * 1000.0) + 1;
         if (poll(pfd, (nfds_t)npend + 1, ms) < 0 && errno != EINTR) {
@@ -303,11 +309,16 @@ static ccl_status_t accept_peers(struct ccl_comm *comm, struct ccl__tcp_state *s
         for (int i = 0; i < npend && st == CCL_OK; i++)
             if (pfd[i + 1].revents) st = read_hello(comm, s, use, &pend[i], &adopted);
         npend = compact(pend, npend);
-        if (st == CCL_OK && adopted < expected && pfd[0].revents) st = accept_new(comm, lfd, pend, &npend);
+        if (st == CCL_OK && adopted < expected && pfd[0].revents)
+            st = accept_new(comm, s, use, lfd, pend, &npend, &adopted);
         if (st != CCL_OK) break;
     }
     for (int i = 0; i < npend; i++)
-        if (pend[i].fd >= 0) drop(comm, &pend[i], st == CCL_OK ? "set-up finished before its hello" : "set-up failed");
+        if (pend[i].fd >= 0)
+            drop(comm, s, &pend[i], st == CCL_OK ? "set-up finished before its hello" : "set-up failed");
+    if (s->dropped > DROPS_WARNED)
+        CCL_WARN(CCL__SUB_NET, comm->rank, "tcp: dropped %d connections that were not peers during set-up (%d not "
+                 "shown; CCL_DEBUG=INFO shows them)", s->dropped, s->dropped - DROPS_WARNED);
     return st;
 }
 
