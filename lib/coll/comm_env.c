@@ -2,9 +2,14 @@
  * Communicators from the launcher's environment, and splitting one.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "coll/coll.h"
 #include "core/bootstrap.h"
@@ -23,6 +28,19 @@ static const char *env_first(const char *const *names, const char **which) {
     return NULL;
 }
 
+/* A bad environment: logged, kept for ccl_comm_last_error(NULL), and
+ * CCL_ERR_INVALID_ARGUMENT. */
+__attribute__((format(printf, 2, 3))) static ccl_status_t refuse_env(int rank, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: %s", msg);
+    ccl__note_init_failure(msg);
+    return CCL_ERR_INVALID_ARGUMENT;
+}
+
 static int parse_int(const char *s, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
@@ -31,21 +49,61 @@ static int parse_int(const char *s, int *out) {
     return 0;
 }
 
-/* CCL_SECRET as hex; without it, a secret derived from the root address and
- * the launcher's job id. The derived one keeps ranks of different jobs apart;
- * it is no protection against someone who can read the environment: set
- * CCL_SECRET (cclrun does) where that matters. */
-static void job_secret(const char *root, uint8_t out[CCL__SECRET_BYTES]) {
-    const char *hex = getenv("CCL_SECRET");
+/* ---- the job's secret ----
+ * Every connection of the job proves the secret, so whoever holds it can
+ * join as a rank. ccl_get_unique_id draws it at random, and it travels
+ * inside the id. A job started from the environment needs one that every
+ * rank has and nobody else does:
+ *   CCL_SECRET        16 to 32 bytes as hex (cclrun sets 32 at random);
+ *   CCL_SECRET_FILE   a file holding that hex, owned by this user and
+ *                     readable by nobody else (mode 0600 or stricter), on
+ *                     a file system every rank sees (as HPC launchers do).
+ * Without either, the secret is derived from the root address and the
+ * launcher's job id. That keeps concurrent jobs apart, but anyone who can
+ * reach the root can compute it and join: every rank says so, loudly. */
+
+#define SECRET_MIN_BYTES 16
+
+/* hex (surrounding whitespace allowed) -> out, zero-padded; -1 unless it is
+ * an even number of 2 * SECRET_MIN_BYTES to 2 * CCL__SECRET_BYTES hex digits. */
+static int parse_secret(const char *hex, uint8_t out[CCL__SECRET_BYTES]) {
+    while (*hex == ' ' || *hex == '\t' || *hex == '\n' || *hex == '\r') hex++;
+    size_t n = strspn(hex, "0123456789abcdefABCDEF"), end = n;
+    while (hex[end] == ' ' || hex[end] == '\t' || hex[end] == '\n' || hex[end] == '\r') end++;
+    if (hex[end] || n % 2 || n < 2 * SECRET_MIN_BYTES || n > 2 * CCL__SECRET_BYTES) return -1;
     memset(out, 0, CCL__SECRET_BYTES);
-    if (hex && *hex) {
-        size_t n = strlen(hex);
-        for (size_t i = 0; i + 1 < n && i / 2 < CCL__SECRET_BYTES; i += 2) {
-            unsigned b;
-            if (sscanf(hex + i, "%2x", &b) == 1) out[i / 2] = (uint8_t)b;
-        }
-        return;
+    for (size_t i = 0; i < n; i += 2) {
+        unsigned b;
+        if (sscanf(hex + i, "%2x", &b) != 1) return -1;
+        out[i / 2] = (uint8_t)b;
     }
+    return 0;
+}
+
+static ccl_status_t secret_from_file(const char *path, int rank, uint8_t out[CCL__SECRET_BYTES]) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC); /* a link is fine: the file it leads to is checked */
+    if (fd < 0) return refuse_env(rank, "cannot open CCL_SECRET_FILE %s: %s", path, strerror(errno));
+    struct stat st = {0};
+    char buf[4 * CCL__SECRET_BYTES + 1];
+    ssize_t got = -1;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0) why = "cannot stat it";
+    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (st.st_uid != geteuid()) why = "owned by another user";
+    else if (st.st_mode & 077) why = "readable or writable by others (chmod 600 it)";
+    else if ((got = read(fd, buf, sizeof(buf) - 1)) < 0) why = "cannot read it";
+    close(fd);
+    if (!why) {
+        buf[got] = 0;
+        if (parse_secret(buf, out) != 0) why = "does not hold 32 to 64 hex digits";
+    }
+    explicit_bzero(buf, sizeof(buf));
+    if (why) return refuse_env(rank, "CCL_SECRET_FILE %s (mode %04o): %s", path, (unsigned)(st.st_mode & 07777), why);
+    return CCL_OK;
+}
+
+/* The job id a launcher gives every rank, for the derived secret. */
+static void derive_secret(const char *root, uint8_t out[CCL__SECRET_BYTES]) {
     static const char *const ids[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_orte_ess_jobid",
                                       "PMIX_NAMESPACE", "PMI_JOBID", NULL};
     const char *which = "", *job = env_first(ids, &which);
@@ -59,6 +117,24 @@ static void job_secret(const char *root, uint8_t out[CCL__SECRET_BYTES]) {
     }
 }
 
+static ccl_status_t job_secret(const char *root, int rank, uint8_t out[CCL__SECRET_BYTES]) {
+    const char *hex = getenv("CCL_SECRET"), *file = getenv("CCL_SECRET_FILE");
+    memset(out, 0, CCL__SECRET_BYTES);
+    if (hex && *hex && file && *file) return refuse_env(rank, "both CCL_SECRET and CCL_SECRET_FILE are set; set one");
+    if (file && *file) return secret_from_file(file, rank, out);
+    if (hex && *hex) {
+        if (parse_secret(hex, out) == 0) return CCL_OK;
+        return refuse_env(rank, "CCL_SECRET is not 32 to 64 hex digits");
+    }
+    derive_secret(root, out);
+    CCL_WARN(CCL__SUB_INIT, rank,
+             "ccl_comm_init_env: INSECURE: no CCL_SECRET or CCL_SECRET_FILE, so the job's secret is derived from "
+             "the root address and job id; anyone who can reach %s can compute it, join as a rank and feed this "
+             "job data. Set CCL_SECRET_FILE to a file only you can read (README: Security)",
+             root);
+    return CCL_OK;
+}
+
 CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
     if (!comm) return CCL_ERR_INVALID_ARGUMENT;
     *comm = NULL;
@@ -68,27 +144,20 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
     const char *rv_name = "", *sv_name = "";
     const char *rv = env_first(rank_vars, &rv_name), *sv = env_first(size_vars, &sv_name);
     int rank, size;
-    if (!rv || !sv || parse_int(rv, &rank) || parse_int(sv, &size) || size < 1 || rank >= size) {
-        CCL_WARN(CCL__SUB_INIT, -1,
-                 "ccl_comm_init_env: no usable rank/size in the environment (%s=%s, %s=%s); set CCL_RANK and "
-                 "CCL_WORLD_SIZE, or run under torchrun, Slurm, mpirun or cclrun",
-                 rv ? rv_name : "rank", rv ? rv : "unset", sv ? sv_name : "size", sv ? sv : "unset");
-        return CCL_ERR_INVALID_ARGUMENT;
-    }
+    if (!rv || !sv || parse_int(rv, &rank) || parse_int(sv, &size) || size < 1 || rank >= size)
+        return refuse_env(-1,
+                          "no usable rank/size in the environment (%s=%s, %s=%s); set CCL_RANK and CCL_WORLD_SIZE, "
+                          "or run under torchrun, Slurm, mpirun or cclrun",
+                          rv ? rv_name : "rank", rv ? rv : "unset", sv ? sv_name : "size", sv ? sv : "unset");
     char root[256];
     const char *ra = getenv("CCL_ROOT_ADDR"), *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
     if (ra && *ra) snprintf(root, sizeof(root), "%s", ra);
     else if (ma && *ma && mp && *mp) snprintf(root, sizeof(root), strchr(ma, ':') ? "[%s]:%s" : "%s:%s", ma, mp);
-    else {
-        CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: set CCL_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)");
-        return CCL_ERR_INVALID_ARGUMENT;
-    }
+    else return refuse_env(rank, "set CCL_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)");
     struct ccl__unique_id uid = {.magic = CCL__UID_MAGIC};
-    if (ccl__sa_parse(root, &uid.root) != CCL_OK) {
-        CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: cannot resolve the root address '%s'", root);
-        return CCL_ERR_INVALID_ARGUMENT;
-    }
-    job_secret(root, uid.secret);
+    if (ccl__sa_parse(root, &uid.root) != CCL_OK) return refuse_env(rank, "cannot resolve the root address '%s'", root);
+    ccl_status_t sst = job_secret(root, rank, uid.secret);
+    if (sst != CCL_OK) return sst;
     CCL_INFO(CCL__SUB_INIT, rank, "init from environment: rank %d of %d (%s, %s), root %s", rank, size, rv_name,
              sv_name, root);
     if (rank == 0) {
