@@ -243,7 +243,7 @@ static ccl_status_t attach_peer(struct ccl_comm *comm, struct shm_state *st, int
     if (h->magic != SHM_MAGIC || h->bytes != pm->bytes || h->owner != p)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: %s is not rank %d's segment (bad header)", blob, p);
     if (h->comm_id != comm->comm_id || h->nranks != comm->nranks ||
-        memcmp(h->secret, comm->secret, sizeof(h->secret)) != 0)
+        !ccl__secret_equal(h->secret, comm->secret, sizeof(h->secret)))
         return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's segment %s belongs to another communicator", p,
                               blob);
     if (h->slots != (uint32_t)comm->params.slots || h->slot_bytes != comm->params.shm_slot_bytes)
