@@ -7,7 +7,8 @@
  * the same bad calls, so none of them may communicate. Also: init with bad
  * arguments, status strings, calls on a destroyed or foreign communicator
  * (also one destroyed inside a group), a request waited twice, an
- * unbalanced ccl_group_end, and counts that differ between ranks.
+ * unbalanced ccl_group_end, counts that differ between ranks, and under
+ * CCL_CHECK=1 every kind of disagreement named at once.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -401,6 +402,80 @@ START_TEST(counts_differ_between_ranks) {
 }
 END_TEST
 
+/* ---- CCL_CHECK=1: ranks that disagree ----
+ * Every scenario: one rank (or two) calls with other arguments than the
+ * rest. Every rank must get CCL_ERR_INVALID_USAGE at once, with a sentence
+ * naming two ranks and both calls, no buffer written, and the
+ * communicator still working afterwards. Every call fits the buffers, so
+ * a check that let one through could not write out of bounds. */
+
+struct disagreement {
+    const char *what;
+    int odd_rank; /* the rank that calls differently */
+    const char *said; /* in every rank's last error */
+};
+
+static const struct disagreement disagreements[] = {
+    {"broadcast roots differ", 2, "rank 2 called broadcast"},
+    {"reduce roots differ", 1, "rank 1 called reduce"},
+    {"count 0 against 500", 1, "(count 0, float32, sum)"},
+    {"dtypes differ", 2, "(count 500, int32, sum)"},
+    {"ops differ", 1, "(count 500, float32, max)"},
+    {"another collective", 2, "rank 2 called all_gather"},
+};
+
+static ccl_status_t call_disagreeing(int which, int odd, float *in, float *out, ccl_comm_t *comm) {
+    switch (which) {
+    case 0: return ccl_broadcast(in, out, 500, CCL_FLOAT32, odd ? 1 : 0, comm);
+    case 1: return ccl_reduce(in, out, 500, CCL_FLOAT32, CCL_SUM, odd ? 2 : 0, comm);
+    case 2: return ccl_all_reduce(in, out, odd ? 0 : 500, CCL_FLOAT32, CCL_SUM, comm);
+    case 3: return ccl_all_reduce(in, out, 500, odd ? CCL_INT32 : CCL_FLOAT32, CCL_SUM, comm);
+    case 4: return ccl_all_reduce(in, out, 500, CCL_FLOAT32, odd ? CCL_MAX : CCL_SUM, comm);
+    default: return odd ? ccl_all_gather(in, out, 150, CCL_FLOAT32, comm)
+                        : ccl_all_reduce(in, out, 500, CCL_FLOAT32, CCL_SUM, comm);
+    }
+}
+
+static int body_check_mode(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    struct state *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->comm = comm;
+    s->rank = rank;
+    s->nranks = nranks;
+    for (int k = 0; k < (int)(sizeof disagreements / sizeof disagreements[0]); k++) {
+        const struct disagreement *d = &disagreements[k];
+        arm(s);
+        double t0 = harness_now();
+        ccl_status_t st = call_disagreeing(k, rank == d->odd_rank, s->in, s->out, comm);
+        const char *why = ccl_comm_last_error(comm);
+        EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "%s: returned %s, expected %s", d->what, ccl_status_string(st),
+               ccl_status_string(CCL_ERR_INVALID_USAGE));
+        EXPECT(&t, strstr(why, d->said) && strstr(why, "rank 0 called"), "%s: the error \"%s\" does not say \"%s\"",
+               d->what, why, d->said);
+        EXPECT(&t, harness_now() - t0 < 5.0, "%s: took %.1f s to fail", d->what, harness_now() - t0);
+        EXPECT(&t, memcmp(s->out, s->out_saved, sizeof s->out) == 0, "%s: wrote the output", d->what);
+        if (rank == 0) fprintf(stderr, "[args] CCL_CHECK, %s: \"%s\"\n", d->what, why);
+        expect_still_works(&t, s, d->what);
+    }
+    free(s);
+    return t.fails;
+}
+
+START_TEST(check_mode_names_disagreement) {
+    struct harness_run run = {
+        .nranks = 3,
+        .transport = arg_transports[_i],
+        .body = body_check_mode,
+        .env = "CCL_CHECK=1",
+        .ccl_timeout = "30",
+        .deadline_s = 90,
+    };
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("args");
     util_add_loop_case(s, "bad_arguments_on_a_working_comm", bad_arguments_on_a_working_comm, 2, 150);
@@ -410,6 +485,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, names_and_strings);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "counts_differ_between_ranks", counts_differ_between_ranks, 2, 90);
+    util_add_loop_case(s, "check_mode_names_disagreement", check_mode_names_disagreement, 2, 120);
     return s;
 }
 

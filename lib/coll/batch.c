@@ -24,6 +24,9 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
         if (kind != CCL__K_BARRIER && !(kind == CCL__K_REDUCE && !a.recvbuf)) ccl__algo_local_copy(&a, a.id.count);
         return CCL_OK;
     }
+    /* Before the count-0 shortcut: a rank called with nothing to move
+     * must still find out that the others were not. */
+    if (comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &a));
     if (a.id.count == 0 && kind != CCL__K_BARRIER) return CCL_OK;
     ccl__algo_fn fn = ccl__plan_call(comm, &a);
     if (!fn) return ccl__comm_fail(comm, CCL_ERR_UNSUPPORTED);

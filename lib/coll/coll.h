@@ -26,6 +26,11 @@ struct ccl__call {
     struct ccl_request *req; /* the user's async request, or NULL */
 };
 
+/* CCL_CHECK=1 (check_args.c): the ranks compare this collective's
+ * arguments before it runs; a difference is CCL_ERR_INVALID_USAGE on every
+ * rank, naming two ranks and both calls. */
+ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll_args *a);
+
 /* Issue a validated call: recorded if a group is open on this thread,
  * else run. With req_out, returns at once with a request. */
 ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out);

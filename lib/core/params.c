@@ -25,7 +25,9 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_BIND", "none", "pin the thread that creates a communicator: core (a core per rank of this machine, round robin when there are more ranks) or none; cclrun and the benchmarks' --ranks set core"},
     {"CCL_ALGO", "", "force algorithms: one of ring, tree, rd, rhd, bruck, pairwise, direct for every collective it runs, or per collective (allreduce:tree,broadcast:ring)"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
-    {"CCL_SECRET", "", "job secret (hex) for ccl_comm_init_env; cclrun sets it"},
+    {"CCL_SECRET", "", "job secret (32 to 64 hex digits) for ccl_comm_init_env; cclrun sets it"},
+    {"CCL_SECRET_FILE", "", "a file (mode 0600, owned by the user) holding the job secret for ccl_comm_init_env"},
+    {"CCL_CHECK", "0", "1: before every collective, compare its arguments across ranks; a difference is an error naming both ranks (the same on every rank)"},
     {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c communicator id)"},
     {"CCL_TRACE_MAX_EVENTS", "4000000", "events kept per rank while tracing; later ones are dropped"},
 };
@@ -96,6 +98,7 @@ static void params_load(void) {
     params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;
     if (params.shm_window_bytes && params.shm_window_bytes < (64 << 10)) params.shm_window_bytes = 64 << 10;
     params.slots = (int)env_long("CCL_SLOTS", 8, 2, 64);
+    params.check = (int)env_long("CCL_CHECK", 0, 0, 1);
     params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
     params.spin_us_set = getenv("CCL_SPIN_US") && *getenv("CCL_SPIN_US");
     copy_str(params.bind, sizeof(params.bind), env_or("CCL_BIND", "none"));

@@ -22,6 +22,7 @@ struct ccl__params {
     int spin_us;              /* CCL_SPIN_US: busy-wait before yielding */
     int spin_us_set;          /* CCL_SPIN_US was given (else the planner may lower it) */
     char bind[16];            /* CCL_BIND: "none" or "core" */
+    int check;                /* CCL_CHECK: compare every collective's arguments across ranks first */
     char algo[160];           /* CCL_ALGO: "" (planner's choice), "tree", or "allreduce:tree,broadcast:ring" */
     char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */
     char trace[256];          /* CCL_TRACE: trace file written at destroy ("" = off) */

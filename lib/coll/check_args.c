@@ -1,0 +1,92 @@
+/*
+ * CCL_CHECK=1: before every collective the ranks all-gather what each one
+ * was called with and compare, so ranks that disagree (another count,
+ * dtype, op or root, or another collective altogether) all get
+ * CCL_ERR_INVALID_USAGE, naming two ranks and both calls, instead of
+ * mixing data, returning different results or waiting out CCL_TIMEOUT.
+ * Nothing of the call itself has moved, so the communicator stays usable.
+ * The price is one small ring all-gather per collective.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "coll/coll.h"
+
+/* The check's all-gather is stamped with the call's number and this bit,
+ * so its slots can never pass for a user call's: a rank without CCL_CHECK
+ * facing one with it fails on the stamp instead of taking the record as
+ * data. */
+#define CHECK_SEQ_BIT 0x80000000u
+
+struct call_record {
+    int32_t kind;
+    uint32_t seq;
+    uint64_t count;
+    int32_t dtype, op, root, reserved;
+};
+
+static int reducing(int kind) {
+    return kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE_SCATTER || kind == CCL__K_REDUCE;
+}
+
+static int rooted(int kind) { return kind == CCL__K_BROADCAST || kind == CCL__K_REDUCE; }
+
+/* The fields that must agree for this kind of call; the rest are zero. */
+static struct call_record record_of(const struct ccl__coll_id *id) {
+    struct call_record r = {.kind = id->kind, .seq = id->seq};
+    if (id->kind == CCL__K_BARRIER) return r;
+    r.count = id->count;
+    r.dtype = (int32_t)id->dtype;
+    if (reducing(id->kind)) r.op = (int32_t)id->op;
+    if (rooted(id->kind)) r.root = id->root;
+    return r;
+}
+
+static int same(const struct call_record *a, const struct call_record *b) {
+    return a->kind == b->kind && a->seq == b->seq && a->count == b->count && a->dtype == b->dtype &&
+           a->op == b->op && a->root == b->root;
+}
+
+static void describe(const struct call_record *r, char *buf, size_t n) {
+    int k = r->kind;
+    if ((unsigned)k >= CCL__NUM_OP_KINDS || !ccl__op_kind_name(k)) {
+        snprintf(buf, n, "an unknown call (kind %d)", k);
+        return;
+    }
+    int o = snprintf(buf, n, "%s #%u", ccl__op_kind_name(k), r->seq);
+    if (k == CCL__K_BARRIER || o < 0 || (size_t)o >= n) return;
+    o += snprintf(buf + o, n - (size_t)o, " (count %llu, %s", (unsigned long long)r->count,
+                  (unsigned)r->dtype < CCL_NUM_DTYPES ? ccl_dtype_name((ccl_dtype_t)r->dtype) : "?");
+    if (reducing(k) && (size_t)o < n)
+        o += snprintf(buf + o, n - (size_t)o, ", %s",
+                      (unsigned)r->op < CCL_NUM_OPS ? ccl_op_name((ccl_op_t)r->op) : "?");
+    if (rooted(k) && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", root %d", r->root);
+    if ((size_t)o < n) snprintf(buf + o, n - (size_t)o, ")");
+}
+
+ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    int n = comm->nranks;
+    struct call_record mine = record_of(&a->id), *all = malloc(sizeof(*all) * (size_t)n);
+    if (!all) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "CCL_CHECK: out of memory");
+    /* Always the ring: it runs every all-gather, whatever CCL_ALGO forces. */
+    struct ccl__coll_args g = {
+        .id = {.kind = CCL__K_ALL_GATHER, .seq = a->id.seq | CHECK_SEQ_BIT, .count = sizeof(mine),
+               .dtype = CCL_UINT8, .op = CCL_SUM, .root = -1},
+        .sendbuf = &mine,
+        .recvbuf = all,
+        .mem = CCL__MEM_HOST, /* the records live here, whatever memory the call's buffers are */
+        .plan = {.algo = CCL__ALGO_RING, .chunk_bytes = comm->ring_chunk_bytes},
+    };
+    ccl_status_t st = ccl__algo_ring.run[CCL__K_ALL_GATHER](comm, &g);
+    for (int q = 1; q < n && st == CCL_OK; q++) {
+        if (same(&all[0], &all[q])) continue;
+        char first[160], other[160];
+        describe(&all[0], first, sizeof first);
+        describe(&all[q], other, sizeof other);
+        st = ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                            "CCL_CHECK: the ranks disagree: rank 0 called %s, rank %d called %s; nothing was sent",
+                            first, q, other);
+    }
+    free(all);
+    return st;
+}
