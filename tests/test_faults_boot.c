@@ -155,22 +155,35 @@ struct garbage_case {
 
 static const struct garbage_case garbage_cases[] = {{"shm", 1}, {"tcp", 0}, {NULL, 1}};
 
+/* Parent side: every rank may start its init now. Returns the failures. */
+static int release_ranks(struct harness_run *run) {
+    int fails = 0;
+    for (int r = 0; r < run->nranks; r++) fails += harness_send(run, r, "go") != 0;
+    return fails;
+}
+
+/* Parent side: every rank reports a finished init within within_s of the
+ * run's start. Returns the failures. */
+static int await_inits(struct harness_run *run, double within_s) {
+    char msg[HARNESS_MSG_BYTES];
+    int fails = 0;
+    for (int r = 0; r < run->nranks; r++)
+        if (harness_recv(run, r, msg, sizeof msg, run->start + within_s) != 0) {
+            fprintf(stderr, "parent: rank %d never reported a finished init\n", r);
+            fails++;
+        }
+    return fails;
+}
+
 static int parent_garbage(struct harness_run *run, void *arg) {
     const struct garbage_case *gc = arg;
     const struct ccl__unique_id *uid = (const void *)run->id.internal;
     int held[HELD] = {-1, -1, -1}, fails = 0;
-    if (!gc->strangers_first)
-        for (int r = 0; r < run->nranks; r++) fails += harness_send(run, r, "go") != 0;
+    if (!gc->strangers_first) fails += release_ranks(run);
     int failed = strangers(uid, run->nranks, held);
     if (failed) fprintf(stderr, "parent: %d stranger connections could not even connect\n", failed);
-    if (gc->strangers_first)
-        for (int r = 0; r < run->nranks; r++) fails += harness_send(run, r, "go") != 0;
-    char msg[HARNESS_MSG_BYTES];
-    for (int r = 0; r < run->nranks; r++)
-        if (harness_recv(run, r, msg, sizeof msg, run->start + 90) != 0) {
-            fprintf(stderr, "parent: rank %d never reported a finished init\n", r);
-            fails++;
-        }
+    if (gc->strangers_first) fails += release_ranks(run);
+    fails += await_inits(run, 90);
     for (int k = 0; k < HELD; k++)
         if (held[k] >= 0) close(held[k]);
     return fails;
@@ -224,13 +237,8 @@ static int parent_crowd(struct harness_run *run, void *arg) {
     for (int k = 0; k < CROWD; k++)
         if ((fds[k] = stranger_connect(uid)) >= 0) opened++;
     double t0 = harness_now();
-    for (int r = 0; r < run->nranks; r++) fails += harness_send(run, r, "go") != 0;
-    char msg[HARNESS_MSG_BYTES];
-    for (int r = 0; r < run->nranks; r++)
-        if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0) {
-            fprintf(stderr, "parent: rank %d never reported a finished init\n", r);
-            fails++;
-        }
+    fails += release_ranks(run);
+    fails += await_inits(run, 60);
     fprintf(stderr, "[faults] %d silent strangers held at the root: every rank joined %.2f s after they started\n",
             opened, harness_now() - t0);
     if (opened < CROWD / 2) {

@@ -67,9 +67,9 @@ static int parse_int(const char *s, int *out) {
 /* hex (surrounding whitespace allowed) -> out, zero-padded; -1 unless it is
  * an even number of 2 * SECRET_MIN_BYTES to 2 * CCL__SECRET_BYTES hex digits. */
 static int parse_secret(const char *hex, uint8_t out[CCL__SECRET_BYTES]) {
-    while (*hex == ' ' || *hex == '\t' || *hex == '\n' || *hex == '\r') hex++;
-    size_t n = strspn(hex, "0123456789abcdefABCDEF"), end = n;
-    while (hex[end] == ' ' || hex[end] == '\t' || hex[end] == '\n' || hex[end] == '\r') end++;
+    static const char space[] = " \t\r\n";
+    hex += strspn(hex, space);
+    size_t n = strspn(hex, "0123456789abcdefABCDEF"), end = n + strspn(hex + n, space);
     if (hex[end] || n % 2 || n < 2 * SECRET_MIN_BYTES || n > 2 * CCL__SECRET_BYTES) return -1;
     memset(out, 0, CCL__SECRET_BYTES);
     for (size_t i = 0; i < n; i += 2) {

@@ -61,8 +61,6 @@ static ccl_status_t run_group(struct ccl__call *calls, int n) {
         first = CCL_ERR_NO_MEMORY;
         goto out;
     }
-    /* Inline execution would finish one communicator's batch before the
-     * next is queued: only safe when the group has one communicator. */
     /* Calls recorded on another thread's communicator that was destroyed
      * since (this thread's own destroys removed theirs already). */
     int live = 0;
@@ -71,6 +69,8 @@ static ccl_status_t run_group(struct ccl__call *calls, int n) {
         else drop_call(&calls[i]);
     }
     n = live;
+    /* Inline execution would finish one communicator's batch before the
+     * next is queued: only safe when the group has one communicator. */
     for (int i = 0; i < n; i++) {
         int seen = 0;
         for (int k = 0; k < i && !seen; k++) seen = calls[k].comm == calls[i].comm;

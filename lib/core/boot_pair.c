@@ -53,6 +53,7 @@ struct ccl__pair_chan {
     struct inbound *in;
     int nin, cap;
     struct msg *head; /* arrived, not yet received: arrival order */
+    int dropped;      /* connections refused (strangers) */
 };
 
 ccl_status_t ccl__pair_listen(struct ccl_comm *comm, union ccl__sa *addr) {
@@ -81,7 +82,8 @@ static void drop_inbound(struct ccl__pair_chan *ch, int i) {
 }
 
 static void refuse(struct ccl_comm *comm, struct ccl__pair_chan *ch, int i, const char *why) {
-    CCL_WARN(CCL__SUB_BOOT, comm->rank, "pair channel: dropped connection from %s: %s", ch->in[i].where, why);
+    CCL_DROP(CCL__SUB_BOOT, comm->rank, ch->dropped, "pair channel: dropped connection from %s: %s", ch->in[i].where,
+             why);
     drop_inbound(ch, i);
 }
 
@@ -408,6 +410,7 @@ void ccl__pair_close(struct ccl_comm *comm) {
     struct ccl__pair_chan *ch = comm->pairs;
     if (!ch) return;
     comm->pairs = NULL;
+    ccl__log_drops_total(CCL__SUB_BOOT, comm->rank, "pair channel", ch->dropped);
     if (ch->lfd >= 0) close(ch->lfd);
     for (int p = 0; ch->out && p < comm->nranks; p++)
         if (ch->out[p] >= 0) close(ch->out[p]);

@@ -57,15 +57,8 @@ struct root {
     int dropped;              /* connections refused or dropped */
 };
 
-/* The first few drops are warnings, the rest INFO (a flood of strangers
- * must not flood the log); the root ends with their count. */
-#define DROPS_WARNED 8
-
 static void drop(struct root *r, int i, const char *why) {
-    if (r->dropped++ < DROPS_WARNED)
-        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
-    else
-        CCL_INFO(CCL__SUB_BOOT, -1, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
+    CCL_DROP(CCL__SUB_BOOT, -1, r->dropped, "bootstrap root: dropped connection from %s: %s", r->pend[i].addr, why);
     close(r->pend[i].fd);
     free(r->pend[i].record);
     r->pend[i] = r->pend[--r->npend];
@@ -223,7 +216,9 @@ static int grow_pending(struct root *r) {
  * Returns 0 when the backlog is empty (or nothing more can be taken). */
 static int accept_one(struct root *r) {
     int fd = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    int unproven, oldest = oldest_unproven(r, &unproven);
+    /* Only a full house or a shortage of descriptors needs the oldest. */
+    int unproven = 0, oldest = -1;
+    if (fd < 0 || r->npend >= MAX_UNPROVEN) oldest = oldest_unproven(r, &unproven);
     if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) return 1;
         /* Out of descriptors: strangers hold them. The oldest goes, and
@@ -329,9 +324,7 @@ static void *root_main(void *arg) {
         CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: gave up after %.0f s with %d of %d ranks joined", r->timeout_s,
                  r->joined, r->nranks);
     }
-    if (r->dropped > DROPS_WARNED)
-        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: dropped %d connections that did not join (%d not shown; "
-                 "CCL_DEBUG=INFO shows them)", r->dropped, r->dropped - DROPS_WARNED);
+    ccl__log_drops_total(CCL__SUB_BOOT, -1, "bootstrap root", r->dropped);
     for (int k = 0; k < r->nranks; k++)
         if (r->fds[k] >= 0) close(r->fds[k]);
     for (int i = 0; i < r->npend; i++) {

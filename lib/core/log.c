@@ -90,3 +90,9 @@ void ccl__log(int level, unsigned subsys, int rank, const char *fmt, ...) {
     fprintf(log_file ? log_file : stderr, "%s:%d:%s [%ld.%06ld] CCL %s %s: %s\n", log_host, (int)getpid(), who,
             (long)tv.tv_sec, (long)tv.tv_usec, level_names[level], subsys_name(subsys), msg);
 }
+
+void ccl__log_drops_total(unsigned subsys, int rank, const char *listener, int count) {
+    if (count > CCL__DROPS_WARNED)
+        CCL_WARN(subsys, rank, "%s: dropped %d connections that were not peers (%d not shown; CCL_DEBUG=INFO shows them)",
+                 listener, count, count - CCL__DROPS_WARNED);
+}

@@ -40,4 +40,16 @@ void ccl__log(int level, unsigned subsys, int rank, const char *fmt, ...) __attr
 #define CCL_TRACE(sub, rank, ...) \
     do { if (CCL__LOG_ON(CCL__LOG_TRACE, sub)) ccl__log(CCL__LOG_TRACE, sub, rank, __VA_ARGS__); } while (0)
 
+/* Connections a listener refuses (strangers, garbage, silence): the first
+ * CCL__DROPS_WARNED of a listener's life are warnings, the rest INFO, so a
+ * flood of strangers cannot flood the log; ccl__log_drops_total ends the
+ * listener's life with their count. `count` is the listener's own int. */
+#define CCL__DROPS_WARNED 8
+#define CCL_DROP(sub, rank, count, ...)                                      \
+    do {                                                                     \
+        if ((count)++ < CCL__DROPS_WARNED) CCL_WARN(sub, rank, __VA_ARGS__); \
+        else CCL_INFO(sub, rank, __VA_ARGS__);                               \
+    } while (0)
+void ccl__log_drops_total(unsigned subsys, int rank, const char *listener, int count);
+
 #endif

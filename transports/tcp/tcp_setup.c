@@ -141,15 +141,8 @@ static ccl_status_t dial(struct ccl_comm *comm, struct ccl__tcp_state *s, int p,
 
 /* ---- accepting higher ranks ---- */
 
-/* The first few drops of a set-up are warnings, the rest INFO (a flood of
- * strangers must not flood the log); set-up ends with their count. */
-#define DROPS_WARNED 8
-
 static void drop(struct ccl_comm *comm, struct ccl__tcp_state *s, struct pending *pd, const char *why) {
-    if (s->dropped++ < DROPS_WARNED)
-        CCL_WARN(CCL__SUB_NET, comm->rank, "tcp: dropped connection from %s: %s", pd->from, why);
-    else
-        CCL_INFO(CCL__SUB_NET, comm->rank, "tcp: dropped connection from %s: %s", pd->from, why);
+    CCL_DROP(CCL__SUB_NET, comm->rank, s->dropped, "tcp: dropped connection from %s: %s", pd->from, why);
     close(pd->fd);
     pd->fd = -1;
 }
@@ -316,9 +309,7 @@ static ccl_status_t accept_peers(struct ccl_comm *comm, struct ccl__tcp_state *s
     for (int i = 0; i < npend; i++)
         if (pend[i].fd >= 0)
             drop(comm, s, &pend[i], st == CCL_OK ? "set-up finished before its hello" : "set-up failed");
-    if (s->dropped > DROPS_WARNED)
-        CCL_WARN(CCL__SUB_NET, comm->rank, "tcp: dropped %d connections that were not peers during set-up (%d not "
-                 "shown; CCL_DEBUG=INFO shows them)", s->dropped, s->dropped - DROPS_WARNED);
+    ccl__log_drops_total(CCL__SUB_NET, comm->rank, "tcp set-up", s->dropped);
     return st;
 }
 
