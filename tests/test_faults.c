@@ -300,11 +300,74 @@ START_TEST(abort_while_waiting) {
 }
 END_TEST
 
+/* ---- a rank that leaves right after its last call is not a death ---- */
+
+/* The root arrives late, so its predecessor in the reduction blocks on a
+ * full FIFO towards it while the first rank, which has committed all it
+ * had to give, returns, destroys its communicator and exits. The others
+ * must finish the call: what a rank committed before it left is still
+ * theirs to read, and a wait blocked on someone else does not depend on
+ * it. */
+#define LEAVER_ROOT 2
+#define LEAVER_COUNT ((size_t)3 * 1024) /* 12 KiB of float32: three 4 KiB slots, one more than a FIFO holds */
+
+struct leaver_case {
+    const char *name, *transport, *env;
+};
+
+static const struct leaver_case leaver_cases[] = {
+    {"3 ranks shm, ring", "shm", "CCL_ALGO=reduce:ring CCL_SLOTS=2 CCL_SHM_SLOT_BYTES=4096"},
+    {"3 ranks shm, tree", "shm", "CCL_ALGO=reduce:tree CCL_SLOTS=2 CCL_SHM_SLOT_BYTES=4096"},
+    {"3 ranks tcp, ring", "tcp", "CCL_ALGO=reduce:ring CCL_SLOTS=2 CCL_TCP_SLOT_BYTES=4096"},
+};
+#define LEAVER_CASES ((int)(sizeof leaver_cases / sizeof leaver_cases[0]))
+
+static int body_leaver(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    struct ref_case rc = {CCL_FLOAT32, CCL_SUM, nranks, 77};
+    size_t bytes = LEAVER_COUNT * sizeof(float);
+    float *send = malloc(bytes), *recv = malloc(bytes), *want = malloc(bytes);
+    ck_assert_ptr_nonnull(send);
+    ck_assert_ptr_nonnull(recv);
+    ck_assert_ptr_nonnull(want);
+    ref_reduce_input(&rc, rank, 0, LEAVER_COUNT, send);
+    if (rank == LEAVER_ROOT) {
+        struct timespec ts = {0, 400 * 1000 * 1000}; /* past the waiters' first liveness checks */
+        nanosleep(&ts, NULL);
+    }
+    ccl_status_t st = ccl_reduce(send, recv, LEAVER_COUNT, CCL_FLOAT32, CCL_SUM, LEAVER_ROOT, comm);
+    EXPECT(&t, st == CCL_OK, "reduce returned %s: %s", ccl_status_string(st), ccl_comm_last_error(comm));
+    if (st == CCL_OK && rank == LEAVER_ROOT) {
+        ref_reduce_expected(&rc, 0, LEAVER_COUNT, want);
+        EXPECT(&t, memcmp(recv, want, bytes) == 0, "the root's result differs from the reference");
+    }
+    free(send);
+    free(recv);
+    free(want);
+    return t.fails; /* rank 0 destroys and exits at once; the others may still be inside the call */
+}
+
+START_TEST(leaver_is_not_a_death) {
+    const struct leaver_case *lc = &leaver_cases[_i];
+    struct harness_run run = {
+        .env = lc->env,
+        .nranks = 3,
+        .body = body_leaver,
+        .transport = lc->transport,
+        .ccl_timeout = FAULT_CCL_TIMEOUT,
+        .deadline_s = 60,
+    };
+    util_run_clean(&run, 0, "%s", lc->name);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("faults");
     util_add_loop_case(s, "kill_during_all_reduce", kill_during_all_reduce, KILL_CASES, 200);
     util_add_loop_case(s, "abort_while_waiting", abort_while_waiting,
                        (int)(sizeof abort_configs / sizeof abort_configs[0]), 200);
+    util_add_loop_case(s, "leaver_is_not_a_death", leaver_is_not_a_death, LEAVER_CASES, 100);
     return s;
 }
 

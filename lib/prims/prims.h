@@ -137,6 +137,7 @@ ccl_status_t ccl__prims_recv_reduce(struct ccl__prims *p, int from, const void *
 /* A step in progress, for callers that drive several at once. */
 struct ccl__step_state {
     int started; /* slots acquired and compute work submitted */
+    struct ccl__conn *blocked; /* the connection whose slot the last try could not have */
     struct ccl__compute_ticket ticket;
     const void *in[CCL__STEP_MAX_PEERS];
     void *out[CCL__STEP_MAX_PEERS];

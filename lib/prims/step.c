@@ -124,14 +124,14 @@ static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s,
         struct ccl__conn *c = comm->conns[s->recv[i]];
         struct ccl__slot_meta m;
         ccl_status_t r = c->t->recv_acquire(c, &st->in[i], &m);
-        if (r == CCL_INPROGRESS) return r;
+        if (r == CCL_INPROGRESS) return st->blocked = c, r;
         if (r < 0) return ccl__comm_fail(comm, r);
         if (!meta_matches(p, &m, bytes)) return mismatch(p, s->recv[i], &m, bytes);
     }
     for (int i = 0; i < s->nsend; i++) {
         struct ccl__conn *c = comm->conns[s->send[i]];
         ccl_status_t r = c->t->send_acquire(c, &st->out[i]);
-        if (r == CCL_INPROGRESS) return r;
+        if (r == CCL_INPROGRESS) return st->blocked = c, r;
         if (r < 0) return ccl__comm_fail(comm, r);
     }
     return CCL_OK;
@@ -187,6 +187,7 @@ ccl_status_t ccl__step_try(struct ccl__prims *p, const struct ccl__step *s, stru
     size_t bytes = s->n * p->esize;
     int tracing = __builtin_expect(p->comm->trace != NULL, 0);
     if (!st->started) {
+        st->blocked = NULL;
         ccl_status_t r = acquire_all(p, s, st, bytes);
         if (r != CCL_OK) return r;
         if (tracing) st->ta = ccl__now();
@@ -205,26 +206,28 @@ struct step_wait {
     struct ccl__prims *p;
     const struct ccl__step *s;
     struct ccl__step_state st;
+    struct ccl__conn *waiting[1];
+    int nwaiting;
 };
 
+/* The wait depends on the one connection that keeps the step from its
+ * slots (none while compute runs), never on the others: a peer that has
+ * committed everything it owed this step and left is not a failure. */
 static ccl_status_t poll_step(void *ctx, int *moved) {
     struct step_wait *w = ctx;
-    return ccl__step_try(w->p, w->s, &w->st, moved);
+    ccl_status_t st = ccl__step_try(w->p, w->s, &w->st, moved);
+    w->waiting[0] = w->st.blocked;
+    w->nwaiting = st == CCL_INPROGRESS && w->st.blocked;
+    return st;
 }
 
 ccl_status_t ccl__prims_step(struct ccl__prims *p, const struct ccl__step *s) {
     struct step_wait w = {.p = p, .s = s};
     if (__builtin_expect(p->comm->trace != NULL, 0)) w.st.t0 = ccl__now();
-    /* Most steps find their slots at once: only a step that must wait
-     * lists the connections it waits on. */
     int moved = 0;
-    ccl_status_t st = ccl__step_try(p, s, &w.st, &moved);
+    ccl_status_t st = poll_step(&w, &moved);
     if (st != CCL_INPROGRESS) return st;
-    struct ccl__conn *conns[2 * CCL__STEP_MAX_PEERS];
-    int nc = 0;
-    for (int i = 0; i < s->nrecv; i++) conns[nc++] = p->comm->conns[s->recv[i]];
-    for (int i = 0; i < s->nsend; i++) conns[nc++] = p->comm->conns[s->send[i]];
-    return ccl__wait(p->comm, p->what, conns, &nc, poll_step, &w);
+    return ccl__wait(p->comm, p->what, w.waiting, &w.nwaiting, poll_step, &w);
 }
 
 ccl_status_t ccl__prims_send(struct ccl__prims *p, int to, const void *src, size_t n) {

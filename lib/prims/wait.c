@@ -34,6 +34,7 @@ struct ccl__waiter {
     unsigned idle_rounds;
     double idle_since; /* ccl__now() of the last progress */
     double next_check; /* next liveness check of the peers */
+    ccl_status_t gone; /* a waited-on peer's liveness check failed: look once more before failing */
     const char *what;  /* for the timeout message */
 };
 
@@ -46,6 +47,7 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
     w->idle_rounds = 0;
     w->idle_since = ccl__now();
     w->next_check = w->idle_since + LIVENESS_PERIOD_S;
+    w->gone = CCL_OK;
     w->what = what;
 }
 
@@ -153,7 +155,10 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
         w->next_check = now + LIVENESS_PERIOD_S;
         for (int i = 0; i < *w->nconns; i++) {
             struct ccl__conn *c = w->conns[i];
-            if (c && (st = c->t->check_peer(c)) < 0) return ccl__comm_fail(w->comm, st);
+            if (c && (st = c->t->check_peer(c)) < 0) {
+                w->gone = st;
+                return CCL_OK;
+            }
         }
     }
     if (idle < spin_s + w->comm->yield_s) {
@@ -223,5 +228,15 @@ ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn
         if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) return st;
         if (moved) waiter_progress(&w);
         else if ((st = waiter_idle(&w)) < 0) return st;
+        if (w.gone == CCL_OK) continue;
+        /* The peer may have committed what this wait needs just before it
+         * left: its stores are visible now that its exit is, so one more
+         * look settles it. */
+        moved = 0;
+        if ((st = progress_conns(&w, &moved)) < 0) return st;
+        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) return st;
+        if (!moved) return ccl__comm_fail(comm, w.gone);
+        w.gone = CCL_OK;
+        waiter_progress(&w);
     }
 }
