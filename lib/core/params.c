@@ -14,6 +14,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_DEBUG_SUBSYS", "ALL", "comma list of INIT,BOOT,NET,SHM,COLL,P2P,PLAN,ENV (^X excludes)"},
     {"CCL_DEBUG_FILE", "", "log to this file instead of stderr (%h host, %p pid)"},
     {"CCL_TIMEOUT", "300", "seconds a wait may go without progress before CCL_ERR_TIMEOUT"},
+    {"CCL_LINK_TIMEOUT", "10", "seconds a tcp peer's host may leave our packets unanswered before the link counts as down (0: only CCL_TIMEOUT)"},
     {"CCL_TRANSPORT", "", "force one transport for every peer: shm or tcp"},
     {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default hostname+boot id)"},
     {"CCL_SOCKET_IFNAME", "", "network interface for sockets (default: first non-loopback)"},
@@ -87,6 +88,7 @@ static void params_load(void) {
         timeout = 300.0;
     }
     params.timeout_s = timeout;
+    params.link_timeout_s = (double)env_long("CCL_LINK_TIMEOUT", 10, 0, 86400);
     copy_str(params.transport, sizeof(params.transport), env_or("CCL_TRANSPORT", ""));
     default_host_id(params.machine_id, sizeof(params.machine_id));
     const char *hid = getenv("CCL_HOST_ID");

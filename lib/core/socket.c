@@ -219,6 +219,29 @@ void ccl__sock_nodelay(int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+void ccl__sock_keepalive(int fd, double link_timeout_s) {
+    if (!(link_timeout_s > 0)) return;
+    int one = 1, idle = 1, interval = 1, probes = (int)link_timeout_s;
+    if (probes < 1) probes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+}
+
+int ccl__sock_silent_s(int fd, double *silent_s) {
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
+    /* Only retransmitted data proves a silence: a fresh send is unacked
+     * for a round trip, and a full receive window is answered (probes are
+     * acknowledged) by a host that is merely slow to read. */
+    if (ti.tcpi_unacked == 0 || ti.tcpi_retransmits == 0) return 0;
+    *silent_s = ti.tcpi_last_ack_recv / 1000.0;
+    return 1;
+}
+
 ccl_status_t ccl__sock_listen(union ccl__sa *addr, int *fd) {
     *fd = -1;
     socklen_t len = ccl__sa_len(addr);

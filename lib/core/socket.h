@@ -47,6 +47,12 @@ ccl_status_t ccl__sock_send_all(int fd, const void *buf, size_t n, double deadli
 ccl_status_t ccl__sock_recv_all(int fd, void *buf, size_t n, double deadline);
 void ccl__sock_nonblock(int fd);
 void ccl__sock_nodelay(int fd);
+/* Kernel keepalive on an idle connection: about 1 + link_timeout_s seconds
+ * of an unanswering peer host fail the socket with ETIMEDOUT (0: off). */
+void ccl__sock_keepalive(int fd, double link_timeout_s);
+/* 1 and *silent_s = seconds since the peer's host last acknowledged
+ * anything, when data we sent is waiting for retransmission; else 0. */
+int ccl__sock_silent_s(int fd, double *silent_s);
 
 /* Constant-time comparison for secrets. */
 int ccl__secret_equal(const void *a, const void *b, size_t n);

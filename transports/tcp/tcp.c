@@ -57,6 +57,21 @@ static ccl_status_t fail_closed(struct ccl__tcp_conn *c) {
     return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) closed its connection", c->base.peer, peer_host(c));
 }
 
+/* The peer's host stopped answering: a cut link, a dead host or a
+ * partition, told apart from a live peer that is merely late. */
+static ccl_status_t fail_unreachable(struct ccl__tcp_conn *c, double silent_s) {
+    const struct ccl__params *prm = &c->base.comm->params;
+    if (silent_s > 0)
+        return conn_fail(c, CCL_ERR_REMOTE,
+                         "rank %d (%.64s) cannot be reached: its host has acknowledged nothing for %.1f s "
+                         "(CCL_LINK_TIMEOUT=%g); the link or the host is down",
+                         c->base.peer, peer_host(c), silent_s, prm->link_timeout_s);
+    return conn_fail(c, CCL_ERR_REMOTE,
+                     "rank %d (%.64s) cannot be reached: its host stopped answering keepalives "
+                     "(CCL_LINK_TIMEOUT=%g); the link or the host is down",
+                     c->base.peer, peer_host(c), prm->link_timeout_s);
+}
+
 /* An error from send/recv other than EAGAIN/EINTR. */
 static ccl_status_t fail_io(struct ccl__tcp_conn *c, int err, const char *what) {
     switch (err) {
@@ -64,7 +79,7 @@ static ccl_status_t fail_io(struct ccl__tcp_conn *c, int err, const char *what) 
     case ECONNRESET:
     case ENOTCONN:
     case ESHUTDOWN: return fail_closed(c);
-    case ETIMEDOUT:
+    case ETIMEDOUT: return fail_unreachable(c, 0);
     case EHOSTUNREACH:
     case ENETUNREACH:
     case ENETDOWN:
@@ -336,12 +351,19 @@ static ccl_status_t tcp_check_peer(struct ccl__conn *base) {
     struct ccl__tcp_conn *c = tcp_conn(base);
     if (c->failed) return c->failed;
     if (c->peer_done) return CCL_OK;
+    double silent_s = 0, link_s = c->base.comm->params.link_timeout_s;
+    if (link_s > 0 && ccl__sock_silent_s(c->fd, &silent_s) && silent_s > link_s) return fail_unreachable(c, silent_s);
     struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
     if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))) return CCL_OK;
     if (c->recv_ready < c->nslots) {
         int moved = 0;
         ccl_status_t st = read_frames(c, &moved);
         if (st < 0 || c->peer_done) return st;
+    }
+    if (p.revents & POLLERR) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err) return fail_io(c, err, "connection");
     }
     if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return fail_closed(c);
     int unread = 0;
@@ -380,6 +402,7 @@ ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct c
     }
     ccl__sock_nonblock(fd);
     ccl__sock_nodelay(fd);
+    ccl__sock_keepalive(fd, comm->params.link_timeout_s);
     /* SO_SNDBUF/SO_RCVBUF are left alone: setting them turns off the
      * kernel's buffer autotuning, which grows past what we could ask for. */
     *out = c;

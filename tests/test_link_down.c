@@ -1,0 +1,214 @@
+/* ctest: TIMEOUT 300 LABELS faults SKIP_RETURN_CODE 77 */
+/*
+ * A link that goes down is told apart from a peer that is late. Every rank
+ * runs in a network namespace of its own, cabled to a bridge (netlab.h):
+ *  - cut: in the middle of an all-reduce loop, one rank's cable is pulled at
+ *    the switch. Every rank must get CCL_ERR_REMOTE within a few seconds of
+ *    CCL_LINK_TIMEOUT, long before CCL_TIMEOUT, and some rank's error must
+ *    say which peer cannot be reached.
+ *  - late: one rank sleeps for several link timeouts before it calls, while
+ *    a peer's send to it fills every buffer on the way. Nobody may be
+ *    declared dead: the calls finish bit-exact.
+ * Without root or iproute2 the suite is skipped (exit 77) with the reason.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "netlab.h"
+#include "util.h"
+
+#define NRANKS 3
+#define LINK_TIMEOUT_S 2.0
+#define CCL_TIMEOUT_S 60.0
+#define ENV "CCL_LINK_TIMEOUT=2"
+#define TIMEOUT_STR "60"
+#define NOTICE_LIMIT_S 15.0 /* link timeout + keepalive start + slack; CCL_TIMEOUT is 60 */
+#define LOOP_COUNT ((size_t)64 << 10) /* 256 KiB of float32 per all-reduce */
+
+static struct netlab lab;
+
+static void enter_namespace(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks, (void)id, (void)arg;
+    if (netlab_enter(&lab, rank) != 0) {
+        fprintf(stderr, "[rank %d] cannot enter network namespace %s\n", rank, lab.ns[rank]);
+        _exit(3);
+    }
+}
+
+/* ---- cut ---- */
+
+static const int victims[] = {1, 0};
+#define CUT_CASES ((int)(sizeof victims / sizeof victims[0]))
+
+static int body_cut(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks, (void)arg;
+    struct harness_tally t = {rank, 0};
+    float *in = malloc(LOOP_COUNT * sizeof(float)), *out = malloc(LOOP_COUNT * sizeof(float));
+    if (!in || !out) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    for (size_t i = 0; i < LOOP_COUNT; i++) in[i] = (float)(i % 7);
+    ccl_status_t st = CCL_OK;
+    double end = harness_now() + CCL_TIMEOUT_S + 30;
+    for (int it = 0; harness_now() < end; it++) {
+        st = ccl_all_reduce(in, out, LOOP_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+        if (st != CCL_OK) break;
+        if (it == 0) harness_child_send("started");
+    }
+    const char *why = ccl_comm_last_error(comm);
+    int named = strstr(why, "cannot be reached") != NULL;
+    harness_child_send("error %d %.6f %d", (int)st, harness_now(), named);
+    fprintf(stderr, "[rank %d] %s: %s\n", rank, ccl_status_string(st), why);
+    EXPECT(&t, st == CCL_ERR_REMOTE, "the loop ended with %s, expected a remote failure", ccl_status_string(st));
+    free(in);
+    free(out);
+    return t.fails;
+}
+
+static int parent_cut(struct harness_run *run, void *arg) {
+    int victim = *(const int *)arg;
+    char msg[HARNESS_MSG_BYTES];
+    for (int r = 0; r < run->nranks; r++)
+        if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0 || strcmp(msg, "started") != 0) {
+            fprintf(stderr, "parent: rank %d never started its loop\n", r);
+            return 1;
+        }
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    double cut = harness_now();
+    if (netlab_cable(&lab, victim, 0) != 0) {
+        fprintf(stderr, "parent: cannot pull rank %d's cable\n", victim);
+        return 1;
+    }
+    int fails = 0, named = 0;
+    double worst = 0;
+    for (int r = 0; r < run->nranks; r++) {
+        int st = 0, says = 0;
+        double when = 0;
+        if (harness_recv(run, r, msg, sizeof msg, cut + CCL_TIMEOUT_S + 20) != 0 ||
+            sscanf(msg, "error %d %lf %d", &st, &when, &says) != 3) {
+            fprintf(stderr, "parent: rank %d reported no error after the cut\n", r);
+            fails++;
+            continue;
+        }
+        named += says;
+        if (when - cut > worst) worst = when - cut;
+        if (when - cut > NOTICE_LIMIT_S) {
+            fprintf(stderr, "parent: rank %d noticed the cut after %.1f s (CCL_LINK_TIMEOUT=%g, CCL_TIMEOUT=%g)\n", r,
+                    when - cut, LINK_TIMEOUT_S, CCL_TIMEOUT_S);
+            fails++;
+        }
+    }
+    if (!named) {
+        fprintf(stderr, "parent: no rank's error said that a peer cannot be reached\n");
+        fails++;
+    }
+    fprintf(stderr, "[faults] rank %d's cable pulled (%d ranks, tcp, CCL_LINK_TIMEOUT=%g): every rank erred within "
+            "%.2f s, %d named the unreachable peer\n", victim, run->nranks, LINK_TIMEOUT_S, worst, named);
+    return fails;
+}
+
+START_TEST(cut_cable) {
+    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0); /* after an earlier case's cut */
+    struct harness_run run = {
+        .nranks = NRANKS,
+        .body = body_cut,
+        .arg = (void *)&victims[_i],
+        .transport = "tcp",
+        .host_per_rank = 1,
+        .env = ENV,
+        .ccl_timeout = TIMEOUT_STR,
+        .deadline_s = 150,
+        .setup = enter_namespace,
+        .parent = parent_cut,
+        .lenient_destroy = 1,
+    };
+    util_run_clean(&run, 0, "rank %d's cable pulled", victims[_i]);
+}
+END_TEST
+
+/* ---- late ---- */
+
+#define LATE_RANK 1
+#define LATE_SLEEP_S 6 /* three link timeouts */
+#define P2P_COUNT ((size_t)16 << 20) /* 64 MiB of float32: more than every buffer between two hosts */
+
+static int body_late(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    float *buf = malloc(P2P_COUNT * sizeof(float));
+    if (!buf) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    if (rank == LATE_RANK) {
+        struct timespec ts = {LATE_SLEEP_S, 0};
+        nanosleep(&ts, NULL);
+    }
+    ccl_status_t st = CCL_OK;
+    if (rank == 0) {
+        for (size_t i = 0; i < P2P_COUNT; i++) buf[i] = (float)(i % 1000);
+        st = ccl_send(buf, P2P_COUNT, CCL_FLOAT32, LATE_RANK, comm);
+    } else if (rank == LATE_RANK) {
+        st = ccl_recv(buf, P2P_COUNT, CCL_FLOAT32, 0, comm);
+        size_t bad = 0;
+        for (size_t i = 0; st == CCL_OK && i < P2P_COUNT; i++) bad += buf[i] != (float)(i % 1000);
+        EXPECT(&t, bad == 0, "%zu received values differ from what rank 0 sent", bad);
+    }
+    EXPECT(&t, st == CCL_OK, "send/recv returned %s: %s", ccl_status_string(st), ccl_comm_last_error(comm));
+    for (size_t i = 0; i < LOOP_COUNT; i++) buf[i] = (float)(rank + 1);
+    st = ccl_all_reduce(buf, buf, LOOP_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+    EXPECT(&t, st == CCL_OK, "all_reduce returned %s: %s", ccl_status_string(st), ccl_comm_last_error(comm));
+    float want = (float)(nranks * (nranks + 1) / 2);
+    size_t bad = 0;
+    for (size_t i = 0; st == CCL_OK && i < LOOP_COUNT; i++) bad += buf[i] != want;
+    EXPECT(&t, bad == 0, "%zu all-reduce results differ from %g", bad, (double)want);
+    free(buf);
+    return t.fails;
+}
+
+START_TEST(late_is_not_down) {
+    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0);
+    struct harness_run run = {
+        .nranks = NRANKS,
+        .body = body_late,
+        .transport = "tcp",
+        .host_per_rank = 1,
+        .env = ENV,
+        .ccl_timeout = TIMEOUT_STR,
+        .deadline_s = 120,
+        .setup = enter_namespace,
+    };
+    util_run_clean(&run, 0, "rank %d %d s late", LATE_RANK, LATE_SLEEP_S);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("link_down");
+    util_add_loop_case(s, "cut_cable", cut_cable, CUT_CASES, 200);
+    TCase *tc = tcase_create("late_is_not_down");
+    tcase_set_timeout(tc, 150);
+    tcase_add_test(tc, late_is_not_down);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    char why[256];
+    if (netlab_up(&lab, NRANKS, why, sizeof why) != 0) {
+        printf("skipped: %s\n", why);
+        return 77;
+    }
+    /* The same name inside every namespace: the root (here) and each rank
+     * pick the lab's interface. */
+    setenv("CCL_SOCKET_IFNAME", lab.ifname, 1);
+    int rc = harness_main(suite());
+    netlab_down(&lab);
+    return rc;
+}
