@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "container.h"
 
 #include "core/params.h"
 
@@ -79,6 +80,7 @@ static void child_environment(const struct harness_run *run, int rank) {
     setenv("CCL_TIMEOUT", run->ccl_timeout ? run->ccl_timeout : DEFAULT_CCL_TIMEOUT, 1);
     setenv("CCL_SHM_PREFIX", run->shm_prefix, 1);
     apply_env_list(run->env);
+    if (run->rank_env && run->rank_env[rank]) apply_env_list(run->rank_env[rank]);
 }
 
 static int recv_packet(int fd, void *buf, size_t n, double deadline, size_t *len);
@@ -115,6 +117,7 @@ static __attribute__((noreturn)) void child_main(struct harness_run *run, int ra
         close(ctrl);
     }
     close_range(CHILD_CTRL_FD + 1, ~0u, 0);
+    if (run->containers && run->containers[rank]) container_enter(rank, run->containers[rank]);
     child_environment(run, rank);
 
     struct harness_tally t = {.rank = rank, .fails = 0};

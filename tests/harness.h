@@ -94,11 +94,13 @@ struct harness_run {
     const char *ccl_timeout;        /* CCL_TIMEOUT (seconds) for children; default "60" */
     double deadline_s;              /* parent kills everything after this; default 240 */
     const char *env;                /* extra "NAME=VALUE NAME=VALUE ..." for every child */
+    const char *const *rank_env;    /* [nranks]: more of the same for one child (NULL entries: none) */
     harness_setup_fn setup;
     harness_init_check_fn init_check;
     harness_parent_fn parent;
     int lenient_destroy;            /* ccl_comm_destroy may fail (failed/aborted comms) */
     const int *claim;               /* [nranks]: the rank each child passes to init (NULL: its own) */
+    const int *containers;          /* [nranks]: CONTAINER_* bits (container.h) each child runs in (NULL: none) */
 
     /* ---- what happened ---- */
     char shm_prefix[32];            /* CCL_SHM_PREFIX given to the children */

@@ -362,12 +362,83 @@ START_TEST(leaver_is_not_a_death) {
 }
 END_TEST
 
+/* ---- a timeout names the rank that is behind ---- */
+
+/* Rank 2 stays in its own code past CCL_TIMEOUT (as a rank does that
+ * skipped a call, or called with count 0 and went on). The others wait in
+ * an all-reduce; whichever times out first must follow "waiting on" to
+ * rank 2 and say that it is not inside the library. */
+#define BEHIND_RANK 2
+#define BEHIND_TIMEOUT "2"
+#define BEHIND_SLEEP_S 6
+
+struct behind_case {
+    const char *name, *transport, *env;
+};
+
+static const struct behind_case behind_cases[] = {
+    {"3 ranks shm, ring", "shm", "CCL_ALGO=allreduce:ring"},
+    {"4 ranks tcp, ring", "tcp", "CCL_ALGO=allreduce:ring"},
+};
+#define BEHIND_CASES ((int)(sizeof behind_cases / sizeof behind_cases[0]))
+
+static int body_behind(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks, (void)arg;
+    struct harness_tally t = {rank, 0};
+    if (rank == BEHIND_RANK) {
+        struct timespec ts = {BEHIND_SLEEP_S, 0};
+        nanosleep(&ts, NULL);
+        return t.fails;
+    }
+    float buf[1000] = {0};
+    ccl_status_t st = ccl_all_reduce(buf, buf, 1000, CCL_FLOAT32, CCL_SUM, comm);
+    const char *why = ccl_comm_last_error(comm);
+    EXPECT(&t, st == CCL_ERR_TIMEOUT || st == CCL_ERR_REMOTE, "all_reduce returned %s", ccl_status_string(st));
+    char want[64];
+    snprintf(want, sizeof want, "rank %d is behind: it is not inside a libccl call", BEHIND_RANK);
+    int named = st == CCL_ERR_TIMEOUT && strstr(why, want) != NULL;
+    harness_child_send("named %d", named);
+    if (st == CCL_ERR_TIMEOUT) fprintf(stderr, "[faults] rank %d timed out: %s\n", rank, why);
+    if (st == CCL_ERR_TIMEOUT) EXPECT(&t, named, "the timeout does not name rank %d as behind: %s", BEHIND_RANK, why);
+    return t.fails;
+}
+
+static int parent_behind(struct harness_run *run, void *arg) {
+    (void)arg;
+    int named = 0;
+    for (int r = 0; r < run->nranks; r++) {
+        if (r == BEHIND_RANK) continue;
+        char msg[HARNESS_MSG_BYTES];
+        int n = 0;
+        if (harness_recv(run, r, msg, sizeof msg, run->start + 40) == 0 && sscanf(msg, "named %d", &n) == 1) named += n;
+    }
+    if (named == 0) fprintf(stderr, "parent: no rank's timeout named rank %d as the one behind\n", BEHIND_RANK);
+    return named == 0;
+}
+
+START_TEST(timeout_names_rank_behind) {
+    const struct behind_case *bc = &behind_cases[_i];
+    struct harness_run run = {
+        .nranks = bc->transport[0] == 't' ? 4 : 3,
+        .body = body_behind,
+        .transport = bc->transport,
+        .env = bc->env,
+        .ccl_timeout = BEHIND_TIMEOUT,
+        .parent = parent_behind,
+        .lenient_destroy = 1,
+        .deadline_s = 60,
+    };
+    util_run_clean(&run, 0, "%s, rank %d behind", bc->name, BEHIND_RANK);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("faults");
     util_add_loop_case(s, "kill_during_all_reduce", kill_during_all_reduce, KILL_CASES, 200);
     util_add_loop_case(s, "abort_while_waiting", abort_while_waiting,
                        (int)(sizeof abort_configs / sizeof abort_configs[0]), 200);
     util_add_loop_case(s, "leaver_is_not_a_death", leaver_is_not_a_death, LEAVER_CASES, 100);
+    util_add_loop_case(s, "timeout_names_rank_behind", timeout_names_rank_behind, BEHIND_CASES, 100);
     return s;
 }
 

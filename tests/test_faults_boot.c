@@ -6,7 +6,9 @@
  * the root while the ranks join (closing at once, random bytes, a truncated
  * or wrong-secret hello, silence held open): init still succeeds and a
  * collective works; so it does behind a thousand silent connections. Two
- * processes claiming one rank: every init fails, naming both addresses.
+ * processes claiming one rank: every init fails, naming both addresses. A
+ * rank killed in each phase of set-up: every other init fails within a
+ * second, naming it, with nothing left in /dev/shm.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -14,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/boot_proto.h"
@@ -301,6 +305,95 @@ START_TEST(duplicate_rank) {
 }
 END_TEST
 
+/* ---- a rank killed in every set-up phase ---- */
+
+/* The victim dies (CCL_TEST_KILL_AT) in one phase of set-up. Every other
+ * rank's init must fail within a second, naming it, and nothing may stay
+ * in /dev/shm: the victim's segment, if it made one, is removed by the
+ * survivors. */
+#define SETUP_VICTIM 1
+#define SETUP_NOTICE_S 1.0
+
+struct setup_kill_case {
+    const char *phase;
+    const char *transport; /* NULL: auto, hosts of 2 */
+    int nranks;
+};
+
+static const struct setup_kill_case setup_kills[] = {
+    {"joined", "shm", 3},     {"setup", "shm", 3},   {"connected", "shm", 3}, {"joined", "tcp", 3},
+    {"setup", "tcp", 3},      {"connect", "tcp", 3}, {"connected", "tcp", 3}, {"setup", NULL, 4},
+    {"connect", NULL, 4},     {"connected", NULL, 4},
+};
+#define SETUP_KILLS ((int)(sizeof setup_kills / sizeof setup_kills[0]))
+
+static int init_after_victim(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    harness_child_send("init %d %.6f", (int)st, harness_now());
+    const char *why = ccl_comm_last_error(NULL);
+    EXPECT(&t, st == CCL_ERR_REMOTE, "init returned %s: %s", ccl_status_string(st), why);
+    char victim[16];
+    snprintf(victim, sizeof victim, "rank %d", SETUP_VICTIM);
+    EXPECT(&t, strstr(why, victim) != NULL, "the error does not name %s: \"%s\"", victim, why);
+    return t.fails;
+}
+
+static int parent_setup_kill(struct harness_run *run, void *arg) {
+    const struct setup_kill_case *kc = arg;
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    /* WNOWAIT: the harness reaps it later. */
+    if (waitid(P_PID, (id_t)run->pid[SETUP_VICTIM], &info, WEXITED | WNOWAIT) != 0) return 1;
+    double died = harness_now(), worst = 0;
+    int fails = 0;
+    for (int r = 0; r < run->nranks; r++) {
+        if (r == SETUP_VICTIM) continue;
+        char msg[HARNESS_MSG_BYTES];
+        int st = 0;
+        double when = 0;
+        if (harness_recv(run, r, msg, sizeof msg, died + 30) != 0 || sscanf(msg, "init %d %lf", &st, &when) != 2) {
+            fprintf(stderr, "parent: rank %d's init did not return after the victim died\n", r);
+            fails++;
+            continue;
+        }
+        if (when - died > worst) worst = when - died;
+    }
+    fprintf(stderr, "[faults] rank %d killed at set-up phase '%s' (%d ranks, %s): every other init failed within "
+            "%.3f s\n", SETUP_VICTIM, kc->phase, run->nranks, kc->transport ? kc->transport : "auto, hosts of 2", worst);
+    if (worst > SETUP_NOTICE_S) {
+        fprintf(stderr, "parent: survivors needed %.2f s (want under %.1f s; CCL_TIMEOUT is 30)\n", worst,
+                SETUP_NOTICE_S);
+        fails++;
+    }
+    return fails;
+}
+
+START_TEST(killed_in_setup) {
+    const struct setup_kill_case *kc = &setup_kills[_i];
+    char kill_at[48];
+    snprintf(kill_at, sizeof kill_at, "CCL_TEST_KILL_AT=%s", kc->phase);
+    const char *rank_env[HARNESS_MAX_RANKS] = {0};
+    rank_env[SETUP_VICTIM] = kill_at;
+    struct harness_run run = {
+        .nranks = kc->nranks,
+        .transport = kc->transport,
+        .ranks_per_host = kc->transport ? 0 : 2,
+        .arg = (void *)kc,
+        .rank_env = rank_env,
+        .init_check = init_after_victim,
+        .parent = parent_setup_kill,
+        .ccl_timeout = "30",
+        .deadline_s = 60,
+    };
+    util_run_clean(&run, 1u << SETUP_VICTIM, "rank %d killed at '%s'", SETUP_VICTIM, kc->phase);
+    int vs = run.status[SETUP_VICTIM];
+    ck_assert_msg(WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL, "the victim did not die at '%s' (status 0x%x)",
+                  kc->phase, vs);
+    ck_assert_msg(run.shm_leftovers == 0, "'%s': %d /dev/shm entries left behind", kc->phase, run.shm_leftovers);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("faults_boot");
     util_add_loop_case(s, "wrong_secret", wrong_secret, 2, 60);
@@ -308,6 +401,7 @@ static Suite *suite(void) {
                        150);
     util_add_loop_case(s, "silent_crowd_at_root", silent_crowd_at_root, 2, 90);
     util_add_loop_case(s, "duplicate_rank", duplicate_rank, 2, 90);
+    util_add_loop_case(s, "killed_in_setup", killed_in_setup, SETUP_KILLS, 90);
     return s;
 }
 

@@ -58,6 +58,7 @@ static struct ccl_comm *comm_new(void) {
     memset(&fake, 0, sizeof fake);
     struct ccl_comm *comm = calloc(1, sizeof(*comm));
     ck_assert_ptr_nonnull(comm);
+    comm->boot_fd = -1; /* no bootstrap root: set-up steps have nobody to hear from */
     comm->magic = CCL__COMM_MAGIC;
     comm->nranks = 1;
     comm->params = *ccl__params_get();

@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -187,6 +188,7 @@ static void shm_down(struct ccl_comm *comm) {
 static struct ccl_comm *comm_new(const struct rank_ctx *c, uint64_t comm_id, int slots, size_t slot_bytes) {
     struct ccl_comm *comm = calloc(1, sizeof(*comm));
     if (!comm) abort();
+    comm->boot_fd = -1; /* no bootstrap root: set-up steps have nobody to hear from */
     comm->magic = CCL__COMM_MAGIC;
     comm->rank = c->rank;
     comm->nranks = c->nranks;
@@ -216,9 +218,15 @@ static void comm_free(struct ccl_comm *comm) {
     free(comm);
 }
 
+/* As init reports it: pids are compared only within one PID namespace. */
+static uint32_t own_pid_ns(void) {
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint32_t)sb.st_ino : 0;
+}
+
 /* local_init, the info exchange, setup: returns setup's status. */
 static ccl_status_t up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
-    struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .numa_node = -1, .ncores = 1};
+    struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .numa_node = -1, .ncores = 1, .pid_ns = own_pid_ns()};
     snprintf(me.host_id, sizeof(me.host_id), "%s", comm->params.host_id);
     gethostname(me.hostname, sizeof(me.hostname) - 1);
     me.transport_mask = 1u << ccl__transport_index(shm);
@@ -576,7 +584,7 @@ static void body_failure(struct rank_ctx *c) {
     if (culprit && w->f == FAIL_ASYMMETRIC_USE) use[0] = 0;
 
     if (culprit && w->f == FAIL_PEER_NO_SETUP) {
-        struct ccl__peer_info me = {.rank = c->rank, .pid = getpid()};
+        struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .pid_ns = own_pid_ns()};
         EXPECT_OK(&c->t, shm->local_init(comm, my_blob(comm)));
         allgather_info(c, comm, &me);
         shm_down(comm);

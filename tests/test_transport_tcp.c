@@ -122,6 +122,7 @@ static uint8_t *blob_of(struct ccl_comm *comm, int r) { return (uint8_t *)ccl__p
 static struct ccl_comm *comm_new(int rank, size_t slot_bytes, int slots, double timeout_s) {
     struct ccl_comm *comm = calloc(1, sizeof(*comm));
     if (!comm) abort();
+    comm->boot_fd = -1; /* no bootstrap root: set-up steps have nobody to hear from */
     comm->magic = CCL__COMM_MAGIC;
     comm->rank = rank;
     comm->nranks = 2;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coll/coll.h"
@@ -66,6 +67,7 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     pthread_mutex_init(&comm->err_lock, NULL);
     comm->wake = &comm->local_wake;
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    comm->boot_fd = -1;
     comm->on_fail = ccl__conns_poison;
     comm->conns = calloc((size_t)nranks, sizeof(*comm->conns));
     comm->scratch_conns = calloc((size_t)nranks, sizeof(*comm->scratch_conns));
@@ -99,10 +101,13 @@ static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd) {
 static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_id *uid) {
     int root_fd = -1;
     CCL_CHECK(ccl__boot_connect(comm, uid, ccl__conns_record_bytes(), &root_fd));
+    comm->boot_fd = root_fd;
     struct ccl__peer_info self = {.rank = comm->rank, .pid = getpid()};
     snprintf(self.host_id, sizeof(self.host_id), "%s", comm->params.host_id);
     snprintf(self.machine_id, sizeof(self.machine_id), "%s", comm->params.machine_id);
     gethostname(self.hostname, sizeof(self.hostname) - 1);
+    struct stat ns;
+    if (stat("/proc/self/ns/pid", &ns) == 0) self.pid_ns = (uint32_t)ns.st_ino;
     ccl__plan_local_topology(&self);
     ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
     if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
@@ -119,6 +124,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
         CCL_INFO(CCL__SUB_INIT, comm->rank, "comm %016llx: rank %d of %d on %s ready: %s",
                  (unsigned long long)comm->comm_id, comm->rank, comm->nranks, self.hostname, links);
     }
+    comm->boot_fd = -1;
     close(root_fd);
     return st;
 }

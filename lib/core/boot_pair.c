@@ -406,6 +406,28 @@ ccl_status_t ccl__pair_exchange(struct ccl_comm *comm, int peer, uint32_t tag, c
     return ccl__pair_recv(comm, peer, tag, theirs, bytes);
 }
 
+int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, size_t bytes) {
+    struct ccl__pair_chan *ch = comm->pairs;
+    if (!ch || pthread_mutex_trylock(&ch->lock) != 0) return 0;
+    drain(comm, ch);
+    struct msg *found = NULL;
+    for (struct msg **m = &ch->head; *m; m = &(*m)->next)
+        if ((*m)->tag == tag) {
+            found = *m;
+            *m = found->next;
+            break;
+        }
+    pthread_mutex_unlock(&ch->lock);
+    if (!found) return 0;
+    int ok = found->bytes == bytes;
+    if (ok) {
+        *from = found->from;
+        memcpy(buf, found->data, bytes);
+    }
+    free(found);
+    return ok;
+}
+
 void ccl__pair_close(struct ccl_comm *comm) {
     struct ccl__pair_chan *ch = comm->pairs;
     if (!ch) return;

@@ -65,6 +65,16 @@ ccl_status_t ccl__pair_recv(struct ccl_comm *comm, int peer, uint32_t tag, void 
 ccl_status_t ccl__pair_exchange(struct ccl_comm *comm, int peer, uint32_t tag, const void *mine, void *theirs,
                                 size_t bytes);
 
+/* Without blocking (and without waiting for the lock): takes the oldest
+ * message under tag from any peer that is already here; 1 with *from and
+ * buf filled, 0 if none (a message of the wrong size is dropped). For
+ * answering questions from inside a wait. */
+int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, size_t bytes);
+
+/* Tags of the library's own pair-channel messages. */
+#define CCL__PAIR_TAG_WHERE_Q 0x57484552u /* "where are you?" (a timed-out wait asks) */
+#define CCL__PAIR_TAG_WHERE_A 0x57484541u /* the answer, from inside a wait */
+
 /* Close every socket and drop queued messages. */
 void ccl__pair_close(struct ccl_comm *comm);
 

@@ -291,23 +291,62 @@ static void send_tables(struct root *r) {
 }
 
 /* One round: every rank's status in, the first failure (or OK) out to all.
- * A rank whose connection dies counts as failed with CCL_ERR_REMOTE. */
+ * A rank whose connection dies counts as failed with CCL_ERR_REMOTE. The
+ * first failure is answered at once to every rank still in its phase (it
+ * watches the root while it waits on peers, so a death in set-up is an
+ * error everywhere within moments, not at CCL_TIMEOUT); each rank still
+ * gets exactly one answer per round. */
 static int serve_round(struct root *r) {
     struct ccl__boot_round_msg out = {.status = CCL_OK, .rank = -1};
-    for (int k = 0; k < r->nranks; k++) {
-        struct ccl__boot_round_msg in;
-        if (r->fds[k] < 0) continue;
-        ccl_status_t st = ccl__sock_recv_all(r->fds[k], &in, sizeof(in), ccl__now() + r->timeout_s);
-        if (st != CCL_OK) in = (struct ccl__boot_round_msg){.status = CCL_ERR_REMOTE, .rank = k};
-        if (in.status != CCL_OK && out.status == CCL_OK) out = (struct ccl__boot_round_msg){in.status, k, 0};
-        if (st != CCL_OK) {
-            close(r->fds[k]);
-            r->fds[k] = -1;
+    int n = r->nranks, waiting = 0;
+    uint8_t *in_round = calloc((size_t)n, 1), *answered = calloc((size_t)n, 1);
+    struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
+    if (!in_round || !answered || !pfd) {
+        free(in_round), free(answered), free(pfd);
+        return 0;
+    }
+    for (int k = 0; k < n; k++) waiting += in_round[k] = r->fds[k] >= 0;
+    double dl = ccl__now() + r->timeout_s;
+    while (waiting > 0) {
+        int np = 0;
+        for (int k = 0; k < n; k++)
+            if (in_round[k]) pfd[np++] = (struct pollfd){.fd = r->fds[k], .events = POLLIN};
+        double left = dl - ccl__now();
+        int rc = left > 0 ? poll(pfd, (nfds_t)np, (int)(left * 1000) + 1) : 0;
+        if (rc < 0 && errno == EINTR) continue;
+        int failed_now = 0;
+        for (int k = 0, i = 0; k < n; k++) {
+            if (!in_round[k]) continue;
+            int ready = rc > 0 && pfd[i++].revents;
+            if (rc > 0 && !ready) continue;
+            struct ccl__boot_round_msg in;
+            /* Past the deadline (rc == 0) a rank that has not answered is lost. */
+            ccl_status_t st = rc > 0 ? ccl__sock_recv_all(r->fds[k], &in, sizeof(in), ccl__now() + 1.0) : CCL_ERR_TIMEOUT;
+            if (st != CCL_OK) {
+                in = (struct ccl__boot_round_msg){.status = CCL_ERR_REMOTE, .rank = k};
+                close(r->fds[k]);
+                r->fds[k] = -1;
+                answered[k] = 1;
+            }
+            in_round[k] = 0;
+            waiting--;
+            if (in.status != CCL_OK && out.status == CCL_OK) {
+                out = (struct ccl__boot_round_msg){in.status, k, 0};
+                failed_now = 1;
+            }
         }
+        if (!failed_now) continue;
+        out.root_time = ccl__now();
+        for (int k = 0; k < n; k++)
+            if (r->fds[k] >= 0 && !answered[k]) {
+                ccl__sock_send_all(r->fds[k], &out, sizeof(out), ccl__now() + 1.0);
+                answered[k] = 1;
+            }
     }
     out.root_time = ccl__now();
-    for (int k = 0; k < r->nranks; k++)
-        if (r->fds[k] >= 0) ccl__sock_send_all(r->fds[k], &out, sizeof(out), ccl__now() + r->timeout_s);
+    for (int k = 0; k < n; k++)
+        if (r->fds[k] >= 0 && !answered[k]) ccl__sock_send_all(r->fds[k], &out, sizeof(out), ccl__now() + r->timeout_s);
+    free(in_round), free(answered), free(pfd);
     return out.status == CCL_OK;
 }
 

@@ -2,6 +2,7 @@
 #include "core/bootstrap.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,14 @@ ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const void *
     return CCL_OK;
 }
 
+ccl_status_t ccl__boot_told(struct ccl_comm *comm) {
+    if (comm->boot_fd < 0) return CCL_OK;
+    struct pollfd p = {.fd = comm->boot_fd, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0) return CCL_OK;
+    comm->boot_told = 1;
+    return ccl__set_error(comm, CCL_ERR_REMOTE, "init: set-up failed on another rank");
+}
+
 ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mine) {
     struct ccl__boot_round_msg m = {.status = mine, .rank = comm->rank};
     double t0 = ccl__now(), dl = t0 + comm->params.timeout_s;
@@ -104,7 +113,7 @@ ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mi
     if (comm->clock_shared_with_root) comm->clock_offset = 0; /* one kernel, one monotonic clock */
     else if (first_round || est > comm->clock_offset) comm->clock_offset = est;
     comm->clock_rtt = t1 - t0;
-    if (m.status != CCL_OK && mine == CCL_OK)
+    if (m.status != CCL_OK && (mine == CCL_OK || (comm->boot_told && m.rank != comm->rank)))
         return ccl__set_error(comm, CCL_ERR_REMOTE, "init: rank %d failed during set-up (%s)", m.rank,
                               ccl_status_string((ccl_status_t)m.status));
     return (ccl_status_t)m.status;

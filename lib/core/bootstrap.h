@@ -56,5 +56,9 @@ ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const void *
  * its status; all get CCL_OK only if every rank sent CCL_OK, otherwise the
  * first failure (and which rank) comes back to all. */
 ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mine);
+/* For set-up steps that wait on peers: CCL_ERR_REMOTE once the root has
+ * answered the current round early, i.e. some rank failed or died (the
+ * round that follows names it); CCL_OK otherwise. Never blocks. */
+ccl_status_t ccl__boot_told(struct ccl_comm *comm);
 
 #endif

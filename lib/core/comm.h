@@ -57,6 +57,7 @@ struct ccl_comm {
     int *identity;                      /* [nranks]: 0, 1, 2, ... (rings whose blocks are their positions) */
     size_t chunk_bytes;                 /* the same for any pair: smallest slot of every link */
     double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
+    int machine_ranks, machine_cpus;    /* ranks of this communicator on this machine, CPUs this rank may use */
     /* The direct path: every rank's shared window, when every rank has one
      * this process maps (one host); the same decision on every rank. */
     uint8_t **windows;                  /* [nranks], NULL when the direct path is off */
@@ -70,6 +71,9 @@ struct ccl_comm {
     struct ccl__wake_words local_wake;  /* used until shm provides shared words */
     struct ccl__wake_words *wake;       /* where peers ring us */
     int event_fd;                       /* wakes poll() waiters on local abort */
+    int boot_fd;                        /* the bootstrap root's connection while set-up runs, else -1 */
+    int boot_told;                      /* the root answered a set-up round early: another rank failed */
+    int set_up;                         /* every rank's transports completed set-up (the last round passed) */
     _Atomic int aborted;                /* ccl_comm_abort was called */
     _Atomic int failed_status;          /* first error that failed the comm, CCL_OK while healthy */
     /* Set by the layer that owns the transports: tells every peer we failed
@@ -107,6 +111,10 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st);
 /* A communicator creation on this thread failed with msg: what
  * ccl_comm_last_error(NULL) returns from now on. */
 void ccl__note_init_failure(const char *msg);
+
+/* Fault tests: dies with SIGKILL when CCL_TEST_KILL_AT names this set-up
+ * phase ("joined", "setup", "connect", "connected"). */
+void ccl__test_kill_point(const struct ccl_comm *comm, const char *phase);
 
 /* CCL_OK, or the status that failed/aborted the communicator. */
 static inline ccl_status_t ccl__comm_health(struct ccl_comm *comm) {

@@ -1,5 +1,6 @@
 /* Per-communicator error state, failure propagation and the registry of
  * live communicators. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,12 @@ ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *
     pthread_mutex_unlock(&comm->err_lock);
     CCL_INFO(CCL__SUB_ALL, comm->rank, "error (%s): %s", ccl_status_string(st), msg);
     return st;
+}
+
+void ccl__test_kill_point(const struct ccl_comm *comm, const char *phase) {
+    if (!comm->params.test_kill_at[0] || strcmp(comm->params.test_kill_at, phase) != 0) return;
+    CCL_WARN(CCL__SUB_INIT, comm->rank, "CCL_TEST_KILL_AT=%s: this process kills itself now", phase);
+    raise(SIGKILL);
 }
 
 ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st) {

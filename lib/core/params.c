@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -16,19 +17,20 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_TIMEOUT", "300", "seconds a wait may go without progress before CCL_ERR_TIMEOUT"},
     {"CCL_LINK_TIMEOUT", "10", "seconds a tcp peer's host may leave our packets unanswered before the link counts as down (0: only CCL_TIMEOUT)"},
     {"CCL_TRANSPORT", "", "force one transport for every peer: shm or tcp"},
-    {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default hostname+boot id)"},
+    {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default: the kernel's boot id and the /dev/shm directory)"},
     {"CCL_SOCKET_IFNAME", "", "network interface for sockets (default: first non-loopback)"},
     {"CCL_SHM_SLOT_BYTES", "131072", "bytes per shared-memory FIFO slot (a pipeline chunk)"},
     {"CCL_TCP_SLOT_BYTES", "131072", "bytes per TCP staging slot (a pipeline chunk)"},
     {"CCL_SHM_WINDOW_BYTES", "2097152", "bytes of the shared window each rank exposes to its host for the direct algorithm (0: none)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
-    {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a host has more ranks than hardware threads)"},
+    {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a machine has more ranks than CPUs to use)"},
     {"CCL_BIND", "none", "pin the thread that creates a communicator: core (a core per rank of this machine, round robin when there are more ranks) or none; cclrun and the benchmarks' --ranks set core"},
     {"CCL_ALGO", "", "force algorithms: one of ring, tree, rd, rhd, bruck, pairwise, direct for every collective it runs, or per collective (allreduce:tree,broadcast:ring)"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
     {"CCL_SECRET", "", "job secret (32 to 64 hex digits) for ccl_comm_init_env; cclrun sets it"},
     {"CCL_SECRET_FILE", "", "a file (mode 0600, owned by the user) holding the job secret for ccl_comm_init_env"},
     {"CCL_CHECK", "0", "1: before every collective, compare its arguments across ranks; a difference is an error naming both ranks (the same on every rank)"},
+    {"CCL_TEST_KILL_AT", "", "for fault tests: this process kills itself (SIGKILL) at a set-up phase: joined, setup, connect or connected"},
     {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c communicator id)"},
     {"CCL_TRACE_MAX_EVENTS", "4000000", "events kept per rank while tracing; later ones are dropped"},
 };
@@ -64,11 +66,10 @@ static void copy_str(char *dst, size_t n, const char *src) {
     snprintf(dst, n, "%s", src);
 }
 
-/* Hostname plus the kernel's boot id: distinct for two machines (or two
- * boots) that share a hostname, equal for every process of one machine. */
-static void default_host_id(char *dst, size_t n) {
-    char host[64] = "unknown";
-    gethostname(host, sizeof(host) - 1);
+/* The machine is the kernel: its boot id is the same in every container
+ * and namespace of one boot, and differs between machines. Hostnames are
+ * not: a UTS namespace changes them, and two machines may share one. */
+static void default_machine_id(char *dst, size_t n) {
     char boot[40] = "";
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
@@ -76,7 +77,25 @@ static void default_host_id(char *dst, size_t n) {
         fclose(f);
         boot[strcspn(boot, "\n")] = 0;
     }
-    snprintf(dst, n, "%.30s:%.32s", host, boot);
+    if (boot[0]) {
+        snprintf(dst, n, "boot:%.36s", boot);
+        return;
+    }
+    char host[64] = "unknown";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(dst, n, "host:%.58s", host);
+}
+
+/* Shared memory needs more than one machine: shm_open names live in the
+ * /dev/shm directory, and a container may have a private one. Ranks whose
+ * /dev/shm is the same directory (device and inode) can open each other's
+ * segments; the others talk over sockets even on one machine. */
+static void default_host_id(const char *machine, char *dst, size_t n) {
+    struct stat sb;
+    if (stat("/dev/shm", &sb) == 0)
+        snprintf(dst, n, "%.41s/shm:%llx.%llx", machine, (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino);
+    else
+        snprintf(dst, n, "%s", machine);
 }
 
 static void params_load(void) {
@@ -90,9 +109,10 @@ static void params_load(void) {
     params.timeout_s = timeout;
     params.link_timeout_s = (double)env_long("CCL_LINK_TIMEOUT", 10, 0, 86400);
     copy_str(params.transport, sizeof(params.transport), env_or("CCL_TRANSPORT", ""));
-    default_host_id(params.machine_id, sizeof(params.machine_id));
+    default_machine_id(params.machine_id, sizeof(params.machine_id));
     const char *hid = getenv("CCL_HOST_ID");
-    copy_str(params.host_id, sizeof(params.host_id), hid && *hid ? hid : params.machine_id);
+    if (hid && *hid) copy_str(params.host_id, sizeof(params.host_id), hid);
+    else default_host_id(params.machine_id, params.host_id, sizeof(params.host_id));
     copy_str(params.ifname, sizeof(params.ifname), env_or("CCL_SOCKET_IFNAME", ""));
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
@@ -107,6 +127,7 @@ static void params_load(void) {
     copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));
+    copy_str(params.test_kill_at, sizeof(params.test_kill_at), env_or("CCL_TEST_KILL_AT", ""));
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
 }
 

@@ -22,9 +22,9 @@ struct ccl__peer_info {
     char hostname[64];                /* for messages only */
     char machine_id[CCL__HOST_ID_BYTES]; /* the real machine (CCL_HOST_ID may pretend otherwise): shares CPUs */
     int32_t numa_node;                /* from hwloc: where this rank's CPUs are, -1 unknown */
-    int32_t ncores;                   /* hardware threads (PUs) this rank may run on, 0 unknown */
+    int32_t ncores;                   /* CPUs this rank may use: its affinity, capped by a cgroup quota; 0 unknown */
     uint32_t transport_mask;          /* transports that initialised locally, by registry index */
-    uint32_t reserved;
+    uint32_t pid_ns;                  /* inode of its /proc/self/ns/pid: pids compare only within one, 0 unknown */
     union ccl__sa pair_addr;          /* where this rank's pair channel listens (core/boot_pair.h) */
 };
 

@@ -191,6 +191,8 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
      * cost of a sleep and wake-up (measured: 4 ranks on 2 threads, 8 B
      * all-reduce 7 us with yield, 80 us sleeping at once). */
     if (crowded && !comm->params.spin_us_set) comm->spin_s = 0;
-    CCL_INFO(CCL__SUB_PLAN, comm->rank, "%d ranks on this machine, %ld hardware threads: waits spin %.0f us, yield %.0f us",
+    comm->machine_ranks = local;
+    comm->machine_cpus = (int)threads;
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "%d ranks on this machine, %ld CPUs to use: waits spin %.0f us, yield %.0f us",
              local, threads, comm->spin_s * 1e6, comm->yield_s * 1e6);
 }

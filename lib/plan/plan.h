@@ -15,6 +15,8 @@
 
 /* hwloc summary of where this process runs: NUMA node and usable cores. */
 void ccl__plan_local_topology(struct ccl__peer_info *self);
+/* CPUs the cgroup quota allows this process, rounded up (0: no quota). */
+int ccl__plan_cpu_quota(void);
 
 /* use[t][p] = 1 when transport t connects this rank to peer p. */
 ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use);

@@ -36,6 +36,8 @@ void ccl__plan_local_topology(struct ccl__peer_info *self) {
             self->numa_node = (int32_t)numa->os_index;
         unload_topology(topo, cpus);
     }
+    int quota = ccl__plan_cpu_quota();
+    if (quota > 0 && (self->ncores == 0 || quota < self->ncores)) self->ncores = quota;
 }
 
 static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal) {

@@ -6,10 +6,12 @@
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/boot_pair.h"
 #include "core/log.h"
 #include "core/socket.h"
 #include "transports/transport.h"
@@ -17,6 +19,8 @@
 #define LIVENESS_PERIOD_S 0.1 /* how often a sleeping waiter checks its peers */
 #define MAX_POLLFDS 64
 #define TIGHT_SPIN_S 4e-6 /* how long a wait spins without yielding the core */
+#define WHERE_ANSWER_S 1.0 /* how long a timed-out wait gives a peer to say where it is */
+#define WHERE_HOPS 8       /* how far it follows "waiting on" from rank to rank */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -60,13 +64,98 @@ static void waiter_progress(struct ccl__waiter *w) {
     }
 }
 
+/* ---- where is everybody? ---- */
+
+/* What a waiting rank tells a timed-out one about itself. */
+struct where {
+    char what[48];      /* the call it waits in: "all_reduce #7" */
+    int32_t waiting_on; /* the rank it waits on, -1 if none (compute, or a flush) */
+};
+
+static int blocking_peer(const struct ccl__waiter *w) {
+    for (int i = 0; i < *w->nconns; i++)
+        if (w->conns[i]) return w->conns[i]->peer;
+    return -1;
+}
+
+/* Answers every "where are you?" that has arrived: a rank can only answer
+ * from inside a wait, so one that does not answer is not in the library. */
+static void answer_where(const struct ccl__waiter *w) {
+    struct ccl_comm *comm = w->comm;
+    int from;
+    uint32_t q;
+    while (ccl__pair_poll(comm, CCL__PAIR_TAG_WHERE_Q, &from, &q, sizeof(q))) {
+        struct where a = {.waiting_on = blocking_peer(w)};
+        snprintf(a.what, sizeof(a.what), "%s", w->what);
+        ccl__pair_send(comm, from, CCL__PAIR_TAG_WHERE_A, &a, sizeof(a)); /* best effort */
+    }
+}
+
+/* 1 and *a when peer answered within WHERE_ANSWER_S, 0 when it did not,
+ * -1 when it cannot be asked. Keeps answering others meanwhile: they may
+ * be asking us at the same moment. */
+static int ask_where(const struct ccl__waiter *w, int peer, struct where *a) {
+    uint32_t q = 1;
+    if (ccl__pair_send(w->comm, peer, CCL__PAIR_TAG_WHERE_Q, &q, sizeof(q)) != CCL_OK) return -1;
+    for (double end = ccl__now() + WHERE_ANSWER_S; ccl__now() < end;) {
+        answer_where(w);
+        int from;
+        while (ccl__pair_poll(w->comm, CCL__PAIR_TAG_WHERE_A, &from, a, sizeof(*a)))
+            if (from == peer) return 1; /* answers from earlier questions are dropped */
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* Follows "waiting on" from the rank this wait depends on to the rank that
+ * is behind, and says what that one is doing. */
+static void trace_blame(const struct ccl__waiter *w, char *out, size_t n) {
+    struct ccl_comm *comm = w->comm;
+    size_t o = 0;
+    out[0] = 0;
+    int at = blocking_peer(w);
+    uint64_t asked = 0;
+    for (int hop = 0; at >= 0 && hop < WHERE_HOPS && o + 64 < n; hop++) {
+        if (at == comm->rank) {
+            o += (size_t)snprintf(out + o, n - o, " (this rank)");
+            break;
+        }
+        if (at < 64 && (asked >> at & 1)) break; /* a cycle: every rank named waits on the next */
+        if (at < 64) asked |= 1ull << at;
+        struct where a;
+        int r = ask_where(w, at, &a);
+        a.what[sizeof(a.what) - 1] = 0;
+        if (r < 0) {
+            o += (size_t)snprintf(out + o, n - o, "; rank %d cannot be asked (it is gone)", at);
+            break;
+        }
+        if (r == 0) {
+            o += (size_t)snprintf(out + o, n - o,
+                                  "; rank %d is behind: it is not inside a libccl call (it has not called %s, or "
+                                  "is stuck outside the library)",
+                                  at, w->what);
+            break;
+        }
+        if (strcmp(a.what, w->what) != 0) {
+            o += (size_t)snprintf(out + o, n - o, "; rank %d is in %s instead, waiting on rank %d", at, a.what,
+                                  (int)a.waiting_on);
+            break;
+        }
+        o += (size_t)snprintf(out + o, n - o, "; rank %d is in %s too, waiting on rank %d", at, a.what,
+                              (int)a.waiting_on);
+        at = a.waiting_on;
+    }
+}
+
 static ccl_status_t timeout_error(struct ccl__waiter *w, double idle) {
-    char peers[128] = "";
+    char peers[128] = "", blame[320];
     size_t o = 0;
     for (int i = 0; i < *w->nconns && o + 12 < sizeof(peers); i++)
         if (w->conns[i]) o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "", w->conns[i]->peer);
-    ccl__set_error(w->comm, CCL_ERR_TIMEOUT, "%s: no progress for %.1f s (CCL_TIMEOUT=%g) waiting on rank(s) %s",
-                   w->what, idle, w->comm->params.timeout_s, o ? peers : "-");
+    trace_blame(w, blame, sizeof(blame));
+    ccl__set_error(w->comm, CCL_ERR_TIMEOUT, "%s: no progress for %.1f s (CCL_TIMEOUT=%g) waiting on rank(s) %s%s",
+                   w->what, idle, w->comm->params.timeout_s, o ? peers : "-", blame);
     return ccl__comm_fail(w->comm, CCL_ERR_TIMEOUT);
 }
 
@@ -153,6 +242,7 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     if (idle > w->comm->params.timeout_s) return timeout_error(w, idle);
     if (now >= w->next_check) {
         w->next_check = now + LIVENESS_PERIOD_S;
+        answer_where(w);
         for (int i = 0; i < *w->nconns; i++) {
             struct ccl__conn *c = w->conns[i];
             if (c && (st = c->t->check_peer(c)) < 0) {

@@ -96,11 +96,19 @@ static int liveness_lock_free(int fd) {
     return fd >= 0 && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
 }
 
+/* A pid names the peer only inside its own PID namespace: a container's
+ * rank may share our /dev/shm and not our pids. The segment lock works
+ * across them. */
+static int pid_comparable(const struct ccl_comm *comm, const struct ccl__peer_info *pi) {
+    const struct ccl__peer_info *me = &comm->peers[comm->rank];
+    return pi->pid > 0 && me->pid_ns != 0 && pi->pid_ns == me->pid_ns;
+}
+
 static ccl_status_t shm_check_peer(struct ccl__conn *c) {
     struct ccl_comm *comm = c->comm;
     const struct ccl__peer_info *pi = &comm->peers[c->peer];
     int hn = (int)sizeof(pi->hostname);
-    if (pi->pid > 0 && kill(pi->pid, 0) != 0 && errno == ESRCH)
+    if (pid_comparable(comm, pi) && kill(pi->pid, 0) != 0 && errno == ESRCH)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited", c->peer, pi->pid, hn,
                               pi->hostname);
     if (liveness_lock_free(shm_conn(c)->peer_fd))

@@ -343,6 +343,27 @@ void ccl__shm_poison(struct ccl_comm *comm, int status) {
     }
 }
 
+/* Set-up failed, perhaps because a peer died between creating its segment
+ * and removing its name at the end of set-up: its name would stay in
+ * /dev/shm for good. Every survivor removes every peer's name it was told
+ * (a name already gone is fine); the segments themselves go with their
+ * last mapping. */
+static void remove_peer_names(struct ccl_comm *comm, const struct shm_state *st) {
+    if (!comm->blobs || !comm->peers) return;
+    size_t plen = strlen(comm->params.shm_prefix);
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank) continue;
+        const char *name = (const char *)ccl__peer_blob(comm, p, &ccl__transport_shm);
+        /* Only names this transport makes: "/<prefix>-<hex>" */
+        if (!memchr(name, '\0', CCL__TRANSPORT_BLOB_BYTES) || name[0] != '/' ||
+            strncmp(name + 1, comm->params.shm_prefix, plen) != 0 || name[1 + plen] != '-' || strchr(name + 1, '/') ||
+            strcmp(name, st->name) == 0)
+            continue;
+        if (shm_unlink(name) == 0)
+            CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: removed rank %d's segment name %s after a failed set-up", p, name);
+    }
+}
+
 void ccl__shm_teardown(struct ccl_comm *comm) {
     struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st) return;
@@ -358,6 +379,7 @@ void ccl__shm_teardown(struct ccl_comm *comm) {
     if (st->fd >= 0) close(st->fd);
     if (st->named && shm_unlink(st->name) != 0 && errno != ENOENT)
         CCL_WARN(CCL__SUB_SHM, comm->rank, "shm: cannot remove %s: %s", st->name, strerror(errno));
+    if (!comm->set_up) remove_peer_names(comm, st);
     free(st->peers);
     free(st->conns);
     free(st);

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/log.h"
 #include "transports/tcp/tcp.h"
@@ -113,7 +114,7 @@ static ccl_status_t dial(struct ccl_comm *comm, struct ccl__tcp_state *s, int p,
     int fd = -1;
     ccl_status_t st;
     do {
-        if ((st = ccl__comm_health(comm)) < 0) return st;
+        if ((st = ccl__comm_health(comm)) < 0 || (st = ccl__boot_told(comm)) < 0) return st;
         double step = ccl__now() + DIAL_STEP_S;
         st = ccl__sock_connect(&addr, step < deadline ? step : deadline, &fd);
     } while (st == CCL_ERR_TIMEOUT && ccl__now() < deadline);
@@ -270,11 +271,11 @@ static ccl_status_t accept_peers(struct ccl_comm *comm, struct ccl__tcp_state *s
     int expected = 0, adopted = 0, npend = 0;
     for (int p = comm->rank + 1; p < comm->nranks; p++) expected += use[p] != 0;
     struct pending pend[MAX_PENDING];
-    struct pollfd pfd[MAX_PENDING + 1];
+    struct pollfd pfd[MAX_PENDING + 2];
     int lfd = atomic_load(&s->listen_fd);
     ccl_status_t st = CCL_OK;
     while (adopted < expected) {
-        if ((st = ccl__comm_health(comm)) < 0) break;
+        if ((st = ccl__comm_health(comm)) < 0 || (st = ccl__boot_told(comm)) < 0) break;
         double now = ccl__now();
         if (now >= deadline) {
             st = timeout_error(comm, s, use);
@@ -294,8 +295,10 @@ static ccl_status_t accept_peers(struct ccl_comm *comm, struct ccl__tcp_state *s
         npend = compact(pend, npend);
         pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         for (int i = 0; i < npend; i++) pfd[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        /* The root answers early when a rank fails: wake for it at once. */
+        pfd[npend + 1] = (struct pollfd){.fd = comm->boot_fd, .events = POLLIN};
         int ms = (int)((wake - now) * 1000.0) + 1;
-        if (poll(pfd, (nfds_t)npend + 1, ms) < 0 && errno != EINTR) {
+        if (poll(pfd, (nfds_t)npend + 2, ms) < 0 && errno != EINTR) {
             st = ccl__set_error(comm, CCL_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
             break;
         }
@@ -321,6 +324,7 @@ ccl_status_t ccl__tcp_connect(struct ccl_comm *comm, const uint8_t *use, struct 
     ccl_status_t st = CCL_OK;
     for (int p = 0; p < comm->rank && st == CCL_OK; p++)
         if (use[p] && !s->conns[p]) st = dial(comm, s, p, deadline);
+    ccl__test_kill_point(comm, "connect"); /* dialed the lower ranks, the higher ones wait for us */
     if (st == CCL_OK) st = accept_peers(comm, s, use, deadline);
     for (int p = 0; p < comm->nranks; p++)
         if (use[p] && s->conns[p]) conns[p] = &s->conns[p]->base;
