@@ -476,6 +476,57 @@ START_TEST(check_mode_names_disagreement) {
 }
 END_TEST
 
+/* ---- the same disagreements without CCL_CHECK ----
+ * What the data flow proves is caught always: each chunk carries its
+ * call's identity. Where no chunk can prove it within the call (two ranks
+ * that both believe they are a broadcast's root send and never receive),
+ * the next call finds the stale chunk; where a rank is simply not there
+ * (it called with count 0 and went on), the others' timeout names it. So
+ * no rank may come through the call and the next one with CCL_OK. */
+
+#define NO_CHECK_TIMEOUT "3"
+#define NSCENARIOS ((int)(sizeof disagreements / sizeof disagreements[0]))
+
+static int body_no_check(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks;
+    int k = *(const int *)arg;
+    const struct disagreement *d = &disagreements[k];
+    struct harness_tally t = {rank, 0};
+    struct state *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->comm = comm;
+    s->rank = rank;
+    s->nranks = nranks;
+    arm(s);
+    double t0 = harness_now();
+    ccl_status_t st = call_disagreeing(k, rank == d->odd_rank, s->in, s->out, comm);
+    ccl_status_t next = st == CCL_OK ? ccl_barrier(comm) : st;
+    const char *why = ccl_comm_last_error(comm);
+    EXPECT(&t, next != CCL_OK, "%s: the call returned %s and the next one %s: the disagreement went unnoticed",
+           d->what, ccl_status_string(st), ccl_status_string(next));
+    EXPECT(&t, harness_now() - t0 < 15.0, "%s: took %.1f s to fail", d->what, harness_now() - t0);
+    fprintf(stderr, "[args] without CCL_CHECK, %s: rank %d: %s in the call%s after %.2f s: \"%s\"\n", d->what, rank,
+            ccl_status_string(st), st == CCL_OK ? ", failed in the next" : "", harness_now() - t0, why);
+    free(s);
+    return t.fails;
+}
+
+START_TEST(disagreement_without_check) {
+    static int which[2 * NSCENARIOS];
+    which[_i] = _i % NSCENARIOS;
+    struct harness_run run = {
+        .nranks = 3,
+        .transport = arg_transports[_i / NSCENARIOS],
+        .body = body_no_check,
+        .arg = &which[_i],
+        .ccl_timeout = NO_CHECK_TIMEOUT,
+        .lenient_destroy = 1,
+        .deadline_s = 60,
+    };
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("args");
     util_add_loop_case(s, "bad_arguments_on_a_working_comm", bad_arguments_on_a_working_comm, 2, 150);
@@ -486,6 +537,7 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "counts_differ_between_ranks", counts_differ_between_ranks, 2, 90);
     util_add_loop_case(s, "check_mode_names_disagreement", check_mode_names_disagreement, 2, 120);
+    util_add_loop_case(s, "disagreement_without_check", disagreement_without_check, 2 * NSCENARIOS, 90);
     return s;
 }
 
