@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -657,6 +658,41 @@ START_TEST(check_peer_sees_reaped_pid) {
 }
 END_TEST
 
+/* Rank 1 dies right after set-up made its segment (its name still in
+ * /dev/shm) and rank 0 does not clean up either, as when every rank of a
+ * job is killed during set-up. The next set-up on this host removes the
+ * orphan, and only it: rank 0's own segment, alive and locked, stays. */
+static int name_exists(const char *name) {
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
+}
+
+static void body_orphan(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c, 7, 2, 4096);
+    uint8_t use[MAX_RANKS];
+    all_but_self(c, use);
+    EXPECT_OK(&c->t, up_to_setup(c, comm, use));
+    barrier(c);
+    if (c->rank == 1) _exit(c->t.fails); /* killed in set-up: no teardown */
+    char orphan[CCL__TRANSPORT_BLOB_BYTES], mine[CCL__TRANSPORT_BLOB_BYTES];
+    memcpy(orphan, ccl__peer_blob(comm, 1, shm), sizeof(orphan));
+    memcpy(mine, ccl__peer_blob(comm, 0, shm), sizeof(mine));
+    for (double t0 = harness_now(); kill(comm->peers[1].pid, 0) == 0 && harness_now() - t0 < 10;) usleep(1000);
+    EXPECT(&c->t, name_exists(orphan), "rank 1's segment %s is not there to be orphaned", orphan);
+    struct ccl_comm *next = comm_new(c, 8, 2, 4096);
+    EXPECT_OK(&c->t, shm->local_init(next, my_blob(next)));
+    EXPECT(&c->t, !name_exists(orphan), "the next set-up did not remove the orphan %s", orphan);
+    EXPECT(&c->t, name_exists(mine), "the next set-up removed the live segment %s", mine);
+    shm_down(next);
+    comm_free(next);
+    shm_down(comm);
+    comm_free(comm);
+}
+
+START_TEST(orphan_removed_by_next_setup) { run_ranks(2, "orp", body_orphan, NULL, REAP_ANY_ORDER); }
+END_TEST
+
 START_TEST(failed_setups_leave_nothing) {
     run_ranks(failures[_i].nranks, failures[_i].tag, body_failure, &failures[_i], REAP_IN_RANK_ORDER);
 }
@@ -804,6 +840,7 @@ static Suite *shm_suite(void) {
     tcase_add_test(ranks, poison_reaches_every_peer);
     tcase_add_test(ranks, check_peer_sees_zombie);
     tcase_add_test(ranks, check_peer_sees_reaped_pid);
+    tcase_add_test(ranks, orphan_removed_by_next_setup);
     tcase_add_loop_test(ranks, failed_setups_leave_nothing, 0, (int)(sizeof(failures) / sizeof(failures[0])));
     suite_add_tcase(s, ranks);
     return s;

@@ -1,6 +1,7 @@
 /* The shared-memory transport's set-up, teardown and poison (see shm.h for
  * the segment layout). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -19,6 +21,7 @@
 #define SHM_MAGIC 0x31306d68736c6363ull /* "cclshm01" in memory */
 #define SHM_PAGE 4096u
 #define SHM_RANDOM_BYTES 16
+#define SHM_ORPHAN_AGE_S 60 /* an unlocked name without a header this old is an orphan */
 
 struct shm_header {
     uint64_t magic;
@@ -93,10 +96,41 @@ static ccl_status_t sys_error(struct ccl_comm *comm, const char *what, const cha
                           strerror(err));
 }
 
+/* A name in /dev/shm lives only during set-up. One whose creator is gone
+ * (its liveness lock, which the header says it took, is free) was left by
+ * a job whose every rank on this host died in set-up, so nobody removed
+ * it: the next set-up here removes it. Only this user's names with our
+ * prefix are looked at; a live creator, in any namespace, holds its lock. */
+static void sweep_orphans(struct ccl_comm *comm, const char *prefix) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    size_t plen = strlen(prefix);
+    char name[300];
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, plen) != 0 || e->d_name[plen] != '-') continue;
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        int fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+        if (fd < 0) continue;
+        struct stat sb = {0};
+        struct shm_header h;
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        /* Creators lock at once after creating; one that died before it
+         * wrote its header is judged by age instead. */
+        int header = fstat(fd, &sb) == 0 && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.liveness_lock == 1;
+        int old = time(NULL) - sb.st_ctime > SHM_ORPHAN_AGE_S;
+        if (sb.st_uid == geteuid() && (header || old) && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK &&
+            shm_unlink(name) == 0)
+            CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: removed %s, left by a set-up whose ranks all died", name);
+        close(fd);
+    }
+    closedir(d);
+}
+
 ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]) {
     const char *prefix = comm->params.shm_prefix[0] ? comm->params.shm_prefix : "ccl";
     if (strchr(prefix, '/'))
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: CCL_SHM_PREFIX \"%s\" must not contain '/'", prefix);
+    sweep_orphans(comm, prefix);
 
     uint8_t rnd[SHM_RANDOM_BYTES];
     size_t got = 0;
@@ -136,6 +170,7 @@ static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, 
     st->fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (st->fd < 0) return sys_error(comm, "cannot create segment", st->name);
     st->named = 1;
+    int locked = hold_liveness_lock(comm, st->fd); /* at once: a name with a free lock is an orphan */
     /* 0600 whatever the umask: only this user's processes may attach. */
     if (fchmod(st->fd, 0600) != 0) return sys_error(comm, "fchmod", st->name);
     if (ftruncate(st->fd, (off_t)bytes) != 0) return sys_error(comm, "ftruncate", st->name);
@@ -155,7 +190,7 @@ static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, 
     if (base == MAP_FAILED) return sys_error(comm, "mmap", st->name);
     st->hdr = base;
     st->bytes = bytes;
-    st->hdr->liveness_lock = (uint32_t)hold_liveness_lock(comm, st->fd);
+    st->hdr->liveness_lock = (uint32_t)locked;
     return CCL_OK;
 }
 
