@@ -29,6 +29,15 @@ struct state {
     float in_saved[BUF_ELEMS * 8], out_saved[BUF_ELEMS * 8];
 };
 
+static struct state *state_new(ccl_comm_t *comm, int rank, int nranks) {
+    struct state *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->comm = comm;
+    s->rank = rank;
+    s->nranks = nranks;
+    return s;
+}
+
 static void arm(struct state *s) {
     for (size_t i = 0; i < sizeof s->in / sizeof s->in[0]; i++) {
         s->in[i] = (float)i + 0.5f;
@@ -260,11 +269,8 @@ static void request_reused(struct harness_tally *t, struct state *s) {
 static int body_bad_args(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
-    struct state *s = calloc(1, sizeof *s);
+    struct state *s = state_new(comm, rank, nranks);
     if (!s) return 1;
-    s->comm = comm;
-    s->rank = rank;
-    s->nranks = nranks;
     bad_buffers(&t, s);
     bad_types(&t, s);
     bad_ranks(&t, s);
@@ -439,11 +445,8 @@ static ccl_status_t call_disagreeing(int which, int odd, float *in, float *out, 
 static int body_check_mode(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
-    struct state *s = calloc(1, sizeof *s);
+    struct state *s = state_new(comm, rank, nranks);
     if (!s) return 1;
-    s->comm = comm;
-    s->rank = rank;
-    s->nranks = nranks;
     for (int k = 0; k < (int)(sizeof disagreements / sizeof disagreements[0]); k++) {
         const struct disagreement *d = &disagreements[k];
         arm(s);
@@ -492,11 +495,8 @@ static int body_no_check(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     int k = *(const int *)arg;
     const struct disagreement *d = &disagreements[k];
     struct harness_tally t = {rank, 0};
-    struct state *s = calloc(1, sizeof *s);
+    struct state *s = state_new(comm, rank, nranks);
     if (!s) return 1;
-    s->comm = comm;
-    s->rank = rank;
-    s->nranks = nranks;
     arm(s);
     double t0 = harness_now();
     ccl_status_t st = call_disagreeing(k, rank == d->odd_rank, s->in, s->out, comm);

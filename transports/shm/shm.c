@@ -6,7 +6,6 @@
  * the counters orders the slot contents, so no lock is needed. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 
@@ -88,14 +87,6 @@ static int shm_wait_fd(struct ccl__conn *c, short *events) {
     return -1;
 }
 
-/* The peer holds a lock on its segment while it lives (shm_setup.c). A free
- * lock means it is gone even if its pid still exists (an unreaped zombie,
- * or a reused pid). */
-static int liveness_lock_free(int fd) {
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    return fd >= 0 && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
-}
-
 /* A pid names the peer only inside its own PID namespace: a container's
  * rank may share our /dev/shm and not our pids. The segment lock works
  * across them. */
@@ -111,7 +102,7 @@ static ccl_status_t shm_check_peer(struct ccl__conn *c) {
     if (pid_comparable(comm, pi) && kill(pi->pid, 0) != 0 && errno == ESRCH)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited", c->peer, pi->pid, hn,
                               pi->hostname);
-    if (liveness_lock_free(shm_conn(c)->peer_fd))
+    if (ccl__shm_lock_free(shm_conn(c)->peer_fd))
         return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited or left the communicator",
                               c->peer, pi->pid, hn, pi->hostname);
     return CCL_OK;

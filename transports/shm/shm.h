@@ -71,6 +71,9 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use);
 ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns);
 ccl_status_t ccl__shm_setup_done(struct ccl_comm *comm);
 void ccl__shm_teardown(struct ccl_comm *comm);
+/* 1 when nobody holds the liveness lock on a segment (shm_setup.c): its
+ * creator has gone, even as a zombie or with its pid reused. */
+int ccl__shm_lock_free(int fd);
 void ccl__shm_poison(struct ccl_comm *comm, int status);
 void *ccl__shm_window(struct ccl_comm *comm, int rank, size_t *bytes);
 struct ccl__wake_words *ccl__shm_shared_wake(struct ccl_comm *comm);

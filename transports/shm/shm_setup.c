@@ -96,6 +96,21 @@ static ccl_status_t sys_error(struct ccl_comm *comm, const char *what, const cha
                           strerror(err));
 }
 
+/* Hold a lock for as long as this process lives: a peer that finds it free
+ * knows we are gone, even while we are an unreaped zombie or our pid has
+ * been reused. Best effort: without it peers still have kill(pid, 0). */
+static int hold_liveness_lock(struct ccl_comm *comm, int fd) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return 1;
+    CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: no liveness lock (%s); peers rely on the pid", strerror(errno));
+    return 0;
+}
+
+int ccl__shm_lock_free(int fd) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    return fd >= 0 && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
+}
+
 /* A name in /dev/shm lives only during set-up. One whose creator is gone
  * (its liveness lock, which the header says it took, is free) was left by
  * a job whose every rank on this host died in set-up, so nobody removed
@@ -113,13 +128,11 @@ static void sweep_orphans(struct ccl_comm *comm, const char *prefix) {
         if (fd < 0) continue;
         struct stat sb = {0};
         struct shm_header h;
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
         /* Creators lock at once after creating; one that died before it
          * wrote its header is judged by age instead. */
         int header = fstat(fd, &sb) == 0 && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.liveness_lock == 1;
         int old = time(NULL) - sb.st_ctime > SHM_ORPHAN_AGE_S;
-        if (sb.st_uid == geteuid() && (header || old) && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK &&
-            shm_unlink(name) == 0)
+        if (sb.st_uid == geteuid() && (header || old) && ccl__shm_lock_free(fd) && shm_unlink(name) == 0)
             CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: removed %s, left by a set-up whose ranks all died", name);
         close(fd);
     }
@@ -154,16 +167,6 @@ ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSP
     memset(blob, 0, CCL__TRANSPORT_BLOB_BYTES);
     memcpy(blob, st->name, (size_t)len + 1);
     return CCL_OK;
-}
-
-/* Hold a lock for as long as this process lives: a peer that finds it free
- * knows we are gone, even while we are an unreaped zombie or our pid has
- * been reused. Best effort: without it peers still have kill(pid, 0). */
-static int hold_liveness_lock(struct ccl_comm *comm, int fd) {
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return 1;
-    CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: no liveness lock (%s); peers rely on the pid", strerror(errno));
-    return 0;
 }
 
 static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, size_t bytes) {
@@ -250,11 +253,17 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
     return CCL_OK;
 }
 
+/* Rank p's segment name from its record, or NULL when it is not one (not
+ * terminated, not "/name", or with a directory in it). */
+static const char *peer_segment_name(struct ccl_comm *comm, int p) {
+    const char *name = (const char *)ccl__peer_blob(comm, p, &ccl__transport_shm);
+    return memchr(name, '\0', CCL__TRANSPORT_BLOB_BYTES) && name[0] == '/' && !strchr(name + 1, '/') ? name : NULL;
+}
+
 /* Open and check rank p's segment; fills st->peers[p]. */
 static ccl_status_t attach_peer(struct ccl_comm *comm, struct shm_state *st, int p) {
-    const char *blob = (const char *)ccl__peer_blob(comm, p, &ccl__transport_shm);
-    if (!memchr(blob, '\0', CCL__TRANSPORT_BLOB_BYTES) || blob[0] != '/' || strchr(blob + 1, '/'))
-        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d sent a malformed segment name", p);
+    const char *blob = peer_segment_name(comm, p);
+    if (!blob) return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d sent a malformed segment name", p);
     struct shm_peer_map *pm = &st->peers[p];
     pm->fd = shm_open(blob, O_RDWR | O_CLOEXEC, 0);
     if (pm->fd < 0) {
@@ -388,10 +397,9 @@ static void remove_peer_names(struct ccl_comm *comm, const struct shm_state *st)
     size_t plen = strlen(comm->params.shm_prefix);
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank) continue;
-        const char *name = (const char *)ccl__peer_blob(comm, p, &ccl__transport_shm);
+        const char *name = peer_segment_name(comm, p);
         /* Only names this transport makes: "/<prefix>-<hex>" */
-        if (!memchr(name, '\0', CCL__TRANSPORT_BLOB_BYTES) || name[0] != '/' ||
-            strncmp(name + 1, comm->params.shm_prefix, plen) != 0 || name[1 + plen] != '-' || strchr(name + 1, '/') ||
+        if (!name || strncmp(name + 1, comm->params.shm_prefix, plen) != 0 || name[1 + plen] != '-' ||
             strcmp(name, st->name) == 0)
             continue;
         if (shm_unlink(name) == 0)
