@@ -75,15 +75,16 @@ void ccl__conns_private_wake(struct ccl_comm *comm) {
 ccl_status_t ccl__conns_setup(struct ccl_comm *comm, int root_fd, ccl_status_t planned, uint8_t *const *use) {
     uint32_t mine = comm->peers[comm->rank].transport_mask; /* the ones whose local_init worked */
     ccl_status_t st = planned;
-    ccl__test_kill_point(comm, "joined");
+    ccl__test_fault_point(comm, "joined");
     for (int t = 0; t < ccl__ntransports && st == CCL_OK; t++)
         if (mine & (1u << t)) st = ccl__transports[t]->setup(comm, use[t]);
     if (st == CCL_OK) ccl__conns_share_wake(comm);
-    ccl__test_kill_point(comm, "setup");
+    ccl__test_fault_point(comm, "setup");
     CCL_CHECK(ccl__boot_round(comm, root_fd, st));
+    ccl__test_fault_point(comm, "connecting");
     for (int t = 0; t < ccl__ntransports && st == CCL_OK; t++)
         if (mine & (1u << t)) st = ccl__transports[t]->connect(comm, use[t], comm->conns);
-    ccl__test_kill_point(comm, "connected");
+    ccl__test_fault_point(comm, "connected");
     CCL_CHECK(ccl__boot_round(comm, root_fd, st));
     for (int t = 0; t < ccl__ntransports && st == CCL_OK; t++)
         if (mine & (1u << t)) st = ccl__transports[t]->setup_done(comm);

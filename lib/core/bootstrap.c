@@ -113,8 +113,21 @@ ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mi
     if (comm->clock_shared_with_root) comm->clock_offset = 0; /* one kernel, one monotonic clock */
     else if (first_round || est > comm->clock_offset) comm->clock_offset = est;
     comm->clock_rtt = t1 - t0;
-    if (m.status != CCL_OK && (mine == CCL_OK || (comm->boot_told && m.rank != comm->rank)))
+    if (m.status == CCL_OK || m.rank == comm->rank) return (ccl_status_t)m.status;
+    /* The root answers with the first rank it saw fail. When that is
+     * another rank and this rank failed on a peer (a segment removed, a
+     * listener closed, a wait that ran out), that failure is most likely a
+     * consequence of the first: blame the first rank and keep this rank's
+     * symptom beside it. A failure this rank judged alone (a bad argument,
+     * as every rank may find at once) stays its own. */
+    if (mine != CCL_OK && !comm->boot_told && mine != CCL_ERR_REMOTE && mine != CCL_ERR_TIMEOUT) return mine;
+    if (mine == CCL_OK || comm->boot_told)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "init: rank %d failed during set-up (%s)", m.rank,
                               ccl_status_string((ccl_status_t)m.status));
-    return (ccl_status_t)m.status;
+    char symptom[sizeof comm->last_error];
+    pthread_mutex_lock(&comm->err_lock);
+    memcpy(symptom, comm->last_error, sizeof symptom);
+    pthread_mutex_unlock(&comm->err_lock);
+    return ccl__set_error(comm, CCL_ERR_REMOTE, "init: rank %d failed during set-up (%s); here, after it: %s", m.rank,
+                          ccl_status_string((ccl_status_t)m.status), symptom);
 }

@@ -112,9 +112,10 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st);
  * ccl_comm_last_error(NULL) returns from now on. */
 void ccl__note_init_failure(const char *msg);
 
-/* Fault tests: dies with SIGKILL when CCL_TEST_KILL_AT names this set-up
- * phase ("joined", "setup", "connect", "connected"). */
-void ccl__test_kill_point(const struct ccl_comm *comm, const char *phase);
+/* Fault tests: at a set-up phase ("joined", "setup", "connecting",
+ * "connect", "connected"), dies with SIGKILL when CCL_TEST_KILL_AT names
+ * it, sleeps 0.2 s when CCL_TEST_STALL_AT does (to open a race window). */
+void ccl__test_fault_point(const struct ccl_comm *comm, const char *phase);
 
 /* CCL_OK, or the status that failed/aborted the communicator. */
 static inline ccl_status_t ccl__comm_health(struct ccl_comm *comm) {

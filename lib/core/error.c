@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/comm.h"
 #include "core/log.h"
@@ -28,8 +29,12 @@ ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *
     return st;
 }
 
-void ccl__test_kill_point(const struct ccl_comm *comm, const char *phase) {
-    if (!comm->params.test_kill_at[0] || strcmp(comm->params.test_kill_at, phase) != 0) return;
+void ccl__test_fault_point(const struct ccl_comm *comm, const char *phase) {
+    if (strcmp(comm->params.test_stall_at, phase) == 0) {
+        CCL_WARN(CCL__SUB_INIT, comm->rank, "CCL_TEST_STALL_AT=%s: this process sleeps 0.2 s", phase);
+        nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
+    }
+    if (strcmp(comm->params.test_kill_at, phase) != 0) return;
     CCL_WARN(CCL__SUB_INIT, comm->rank, "CCL_TEST_KILL_AT=%s: this process kills itself now", phase);
     raise(SIGKILL);
 }

@@ -30,7 +30,8 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_SECRET", "", "job secret (32 to 64 hex digits) for ccl_comm_init_env; cclrun sets it"},
     {"CCL_SECRET_FILE", "", "a file (mode 0600, owned by the user) holding the job secret for ccl_comm_init_env"},
     {"CCL_CHECK", "0", "1: before every collective, compare its arguments across ranks; a difference is an error naming both ranks (the same on every rank)"},
-    {"CCL_TEST_KILL_AT", "", "for fault tests: this process kills itself (SIGKILL) at a set-up phase: joined, setup, connect or connected"},
+    {"CCL_TEST_KILL_AT", "", "for fault tests: this process kills itself (SIGKILL) at a set-up phase: joined, setup, connecting, connect or connected"},
+    {"CCL_TEST_STALL_AT", "", "for fault tests: this process sleeps 0.2 s at a set-up phase (the phases of CCL_TEST_KILL_AT)"},
     {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c communicator id)"},
     {"CCL_TRACE_MAX_EVENTS", "4000000", "events kept per rank while tracing; later ones are dropped"},
 };
@@ -128,6 +129,7 @@ static void params_load(void) {
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));
     copy_str(params.test_kill_at, sizeof(params.test_kill_at), env_or("CCL_TEST_KILL_AT", ""));
+    copy_str(params.test_stall_at, sizeof(params.test_stall_at), env_or("CCL_TEST_STALL_AT", ""));
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
 }
 

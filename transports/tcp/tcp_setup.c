@@ -324,7 +324,7 @@ ccl_status_t ccl__tcp_connect(struct ccl_comm *comm, const uint8_t *use, struct 
     ccl_status_t st = CCL_OK;
     for (int p = 0; p < comm->rank && st == CCL_OK; p++)
         if (use[p] && !s->conns[p]) st = dial(comm, s, p, deadline);
-    ccl__test_kill_point(comm, "connect"); /* dialed the lower ranks, the higher ones wait for us */
+    ccl__test_fault_point(comm, "connect"); /* dialed the lower ranks, the higher ones wait for us */
     if (st == CCL_OK) st = accept_peers(comm, s, use, deadline);
     for (int p = 0; p < comm->nranks; p++)
         if (use[p] && s->conns[p]) conns[p] = &s->conns[p]->base;
