@@ -115,6 +115,29 @@ START_TEST(untouched) {
 }
 END_TEST
 
+/* A launcher that bound each rank to a CPU of its own, in reverse order:
+ * CCL_BIND=core leaves every rank where it is (a guard: pinning inside a
+ * one-CPU mask could not move it either, but the plan's places rely on it). */
+static void launcher_binds_reversed(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)id, (void)arg;
+    cpu_set_t all, one;
+    CPU_ZERO(&one);
+    if (sched_getaffinity(0, sizeof all, &all) == 0) {
+        int k = 0, want = (nranks - 1 - rank) % CPU_COUNT(&all);
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &all) && k++ == want) CPU_SET(cpu, &one);
+        sched_setaffinity(0, sizeof one, &one);
+    }
+    record_mask(rank, nranks, id, arg);
+}
+
+START_TEST(launcher_bound) {
+    struct harness_run run = {.nranks = 3, .body = body_untouched, .setup = launcher_binds_reversed,
+                              .env = "CCL_BIND=core"};
+    util_run_clean(&run, 0, "CCL_BIND=core after a launcher bound every rank");
+}
+END_TEST
+
 START_TEST(bad_value_fails_init) {
     struct harness_run run = {.nranks = 2, .env = "CCL_BIND=socket", .init_check = util_init_invalid_argument,
                               .arg = "CCL_BIND=socket", .ccl_timeout = "10", .deadline_s = 60};
@@ -129,6 +152,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, restricted_mask);
     tcase_add_loop_test(tc, untouched, 0, 2);
+    tcase_add_test(tc, launcher_bound);
     tcase_add_test(tc, bad_value_fails_init);
     suite_add_tcase(s, tc);
     return s;

@@ -227,7 +227,7 @@ static uint32_t own_pid_ns(void) {
 
 /* local_init, the info exchange, setup: returns setup's status. */
 static ccl_status_t up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
-    struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .numa_node = -1, .ncores = 1, .pid_ns = own_pid_ns()};
+    struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .ncores = 1, .pid_ns = own_pid_ns()};
     snprintf(me.host_id, sizeof(me.host_id), "%s", comm->params.host_id);
     gethostname(me.hostname, sizeof(me.hostname) - 1);
     me.transport_mask = 1u << ccl__transport_index(shm);

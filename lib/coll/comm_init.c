@@ -85,9 +85,9 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
 /* The plan (a bad CCL_ALGO or CCL_TRANSPORT anywhere fails init
  * everywhere: the manager's first round carries the status), then the
  * transports. */
-static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd) {
+static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd, ccl_status_t st) {
     uint8_t **use = calloc((size_t)ccl__ntransports, sizeof(*use));
-    ccl_status_t st = use ? CCL_OK : CCL_ERR_NO_MEMORY;
+    if (!use && st == CCL_OK) st = CCL_ERR_NO_MEMORY;
     for (int t = 0; t < ccl__ntransports && st == CCL_OK; t++)
         if (!(use[t] = calloc((size_t)comm->nranks, 1))) st = CCL_ERR_NO_MEMORY;
     if (st == CCL_OK) st = ccl__plan_parse_algo(comm);
@@ -108,10 +108,12 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     gethostname(self.hostname, sizeof(self.hostname) - 1);
     struct stat ns;
     if (stat("/proc/self/ns/pid", &ns) == 0) self.pid_ns = (uint32_t)ns.st_ino;
-    ccl__plan_local_topology(&self);
+    /* A bad CCL_TOPO_FILE is reported in the first set-up round, so that
+     * every rank's init fails, not only this one's after a timeout. */
+    ccl_status_t topo_st = ccl__plan_local_topology(comm, &self);
     ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
     if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
-    if (st == CCL_OK) st = setup_transports(comm, root_fd);
+    if (st == CCL_OK) st = setup_transports(comm, root_fd, topo_st);
     for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
         if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
     if (st == CCL_OK) st = ccl__plan_ring(comm);

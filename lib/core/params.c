@@ -24,6 +24,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_SHM_WINDOW_BYTES", "2097152", "bytes of the shared window each rank exposes to its host for the direct algorithm (0: none)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
     {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a machine has more ranks than CPUs to use)"},
+    {"CCL_TOPO_FILE", "", "plan for this topology instead of the machine's: an hwloc XML file, or an hwloc synthetic description (\"pack:2 numa:2 core:8 pu:1\"); nothing is pinned then"},
     {"CCL_BIND", "none", "pin the thread that creates a communicator: core (a core per rank of this machine, round robin when there are more ranks) or none; cclrun and the benchmarks' --ranks set core"},
     {"CCL_ALGO", "", "force algorithms: one of ring, tree, rd, rhd, bruck, pairwise, direct for every collective it runs, or per collective (allreduce:tree,broadcast:ring)"},
     {"CCL_SHM_PREFIX", "ccl", "prefix of shared-memory segment names in /dev/shm"},
@@ -125,6 +126,7 @@ static void params_load(void) {
     params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
     params.spin_us_set = getenv("CCL_SPIN_US") && *getenv("CCL_SPIN_US");
     copy_str(params.bind, sizeof(params.bind), env_or("CCL_BIND", "none"));
+    copy_str(params.topo_file, sizeof(params.topo_file), env_or("CCL_TOPO_FILE", ""));
     copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));

@@ -14,6 +14,27 @@
 
 #define CCL__TRANSPORT_BLOB_BYTES 96
 #define CCL__HOST_ID_BYTES 64
+#define CCL__TOPO_CORES 64 /* cores of a rank's core map (a rank with more repeats the map) */
+
+/* What hwloc says about where a rank runs (or what CCL_TOPO_FILE says).
+ * Indexes are hwloc logical indexes on that rank's machine. The core map
+ * lets every rank compute where CCL_BIND will pin each peer, before any
+ * rank pinned itself: core k is the k-th core this rank may use. */
+struct ccl__topo_summary {
+    uint8_t source;         /* CCL__TOPO_NONE, _MACHINE, _XML or _SYNTHETIC */
+    uint8_t npackages;      /* of the machine */
+    uint8_t nnuma;          /* of the machine */
+    uint8_t ncore_map;      /* entries in core_package / core_numa */
+    int16_t package, numa;  /* where this rank's CPUs are; -1 when they span several or nobody knows */
+    int16_t core;           /* its core when its CPUs are one core (bound by its launcher), else -1 */
+    uint16_t ncores, npus;  /* cores and hardware threads it may use */
+    uint16_t machine_cores; /* cores of the machine */
+    uint32_t l2_kib, l3_kib; /* the caches of its first core (0: none found) */
+    uint8_t nnet, nrdma, ngpu; /* PCI devices near it: in its package, or on the machine if it spans packages */
+    uint8_t binds;          /* CCL_BIND=core will place it on core (its index among its machine's ranks) */
+    uint8_t core_package[CCL__TOPO_CORES], core_numa[CCL__TOPO_CORES];
+};
+enum { CCL__TOPO_NONE, CCL__TOPO_MACHINE, CCL__TOPO_XML, CCL__TOPO_SYNTHETIC };
 
 struct ccl__peer_info {
     int32_t rank;
@@ -21,11 +42,11 @@ struct ccl__peer_info {
     char host_id[CCL__HOST_ID_BYTES]; /* equal host_id <=> same machine */
     char hostname[64];                /* for messages only */
     char machine_id[CCL__HOST_ID_BYTES]; /* the real machine (CCL_HOST_ID may pretend otherwise): shares CPUs */
-    int32_t numa_node;                /* from hwloc: where this rank's CPUs are, -1 unknown */
     int32_t ncores;                   /* CPUs this rank may use: its affinity, capped by a cgroup quota; 0 unknown */
     uint32_t transport_mask;          /* transports that initialised locally, by registry index */
     uint32_t pid_ns;                  /* inode of its /proc/self/ns/pid: pids compare only within one, 0 unknown */
     union ccl__sa pair_addr;          /* where this rank's pair channel listens (core/boot_pair.h) */
+    struct ccl__topo_summary topo;
 };
 
 #endif

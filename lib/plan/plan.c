@@ -111,18 +111,13 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     int n = comm->nranks;
     comm->ring = malloc(sizeof(int) * (size_t)n);
     if (!comm->ring) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
-    int *placed = calloc((size_t)n, sizeof(int));
-    if (!placed) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
-    int k = 0;
-    for (int first = 0; first < n; first++) {
-        if (placed[first]) continue;
-        for (int r = first; r < n; r++)
-            if (!placed[r] && strcmp(comm->peers[r].host_id, comm->peers[first].host_id) == 0) {
-                placed[r] = 1;
-                comm->ring[k++] = r;
-            }
-    }
-    free(placed);
+    struct ccl__place *places = malloc(sizeof(*places) * (size_t)n);
+    if (!places) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    ccl__plan_places(n, comm->peers, places);
+    ccl__plan_order(n, places, comm->ring);
+    struct ccl__crossings x;
+    ccl__plan_crossings(n, places, comm->ring, &x);
+    free(places);
     for (int i = 0; i < n; i++)
         if (comm->ring[i] == comm->rank) comm->ring_pos = i;
     CCL_CHECK(plan_hosts(comm));
@@ -132,8 +127,9 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
         size_t o = 0;
         for (int i = 0; i < n && o + 16 < sizeof(line); i++)
             o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%d", i ? " -> " : "", comm->ring[i]);
-        CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: %s%s, chunk %zu bytes", line, o + 16 >= sizeof(line) ? " ..." : "",
-                 comm->ring_chunk_bytes);
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: %s%s, chunk %zu bytes; it crosses %d host, %d package and %d NUMA "
+                 "boundaries", line, o + 16 >= sizeof(line) ? " ..." : "", comm->ring_chunk_bytes, x.hosts, x.packages,
+                 x.numa);
     }
     return CCL_OK;
 }

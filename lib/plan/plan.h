@@ -13,16 +13,33 @@
 #include "core/comm.h"
 #include "transports/transport.h"
 
-/* hwloc summary of where this process runs: NUMA node and usable cores. */
-void ccl__plan_local_topology(struct ccl__peer_info *self);
+/* self->topo and self->ncores from hwloc: this machine, or the one
+ * CCL_TOPO_FILE describes (a bad one fails with the reason). */
+ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_info *self);
+
+/* Where a rank runs, or will once CCL_BIND pins it; -1: not known. host
+ * numbers hosts by their lowest rank. */
+struct ccl__place {
+    int host, package, numa, core;
+};
+void ccl__plan_places(int n, const struct ccl__peer_info *peers, struct ccl__place *out);
+/* The ring: hosts in order of their lowest rank, inside a host by
+ * package, NUMA node, core, then rank. */
+void ccl__plan_order(int n, const struct ccl__place *places, int *ring);
+/* How many ring links cross a host, a package (same host), a NUMA node
+ * (same package). */
+struct ccl__crossings {
+    int hosts, packages, numa;
+};
+void ccl__plan_crossings(int n, const struct ccl__place *places, const int *ring, struct ccl__crossings *out);
 /* CPUs the cgroup quota allows this process, rounded up (0: no quota). */
 int ccl__plan_cpu_quota(void);
 
 /* use[t][p] = 1 when transport t connects this rank to peer p. */
 ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use);
 
-/* Ring order: ranks of one host next to each other (one host crossing per
- * host on the ring), hosts in order of their lowest rank. */
+/* comm->ring from the places of every rank (ccl__plan_order), hosts,
+ * chunk sizes. */
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
 
 /* The direct path: comm->windows when every rank exposes a window that

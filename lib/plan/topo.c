@@ -1,17 +1,155 @@
-/* Local topology through hwloc: where this process may run, and pinning
- * it there. */
+/* Local topology through hwloc: a summary of where this process runs (or
+ * of what CCL_TOPO_FILE describes) for the peer table, and pinning. */
 #include <hwloc.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "plan/plan.h"
 
-/* The machine's topology and the CPUs `how` (process or thread) may run
- * on; 0 on success, with both to be freed by unload_topology. */
-static int load_topology(hwloc_topology_t *topo, hwloc_bitmap_t *cpus, int how) {
+/* The topology CCL_TOPO_FILE names (an XML file when one is readable there,
+ * else a synthetic description), or this machine's; I/O devices kept. */
+static ccl_status_t open_topology(struct ccl_comm *comm, const char *file, hwloc_topology_t *topo, int *source) {
+    if (hwloc_topology_init(topo) != 0)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "init: hwloc cannot start a topology");
+    hwloc_topology_set_io_types_filter(*topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    *source = CCL__TOPO_MACHINE;
+    if (file[0] && access(file, R_OK) == 0) {
+        *source = CCL__TOPO_XML;
+        if (hwloc_topology_set_xml(*topo, file) != 0) {
+            hwloc_topology_destroy(*topo);
+            return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TOPO_FILE=%s is not an hwloc XML file",
+                                  file);
+        }
+    } else if (file[0]) {
+        *source = CCL__TOPO_SYNTHETIC;
+        if (hwloc_topology_set_synthetic(*topo, file) != 0) {
+            hwloc_topology_destroy(*topo);
+            return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT,
+                                  "init: CCL_TOPO_FILE=%s is neither a readable file nor an hwloc synthetic topology "
+                                  "(\"pack:2 numa:2 core:8 pu:1\")",
+                                  file);
+        }
+    }
+    if (hwloc_topology_load(*topo) != 0) {
+        hwloc_topology_destroy(*topo);
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "init: hwloc cannot load the topology%s%s",
+                              file[0] ? " of CCL_TOPO_FILE=" : "", file);
+    }
+    return CCL_OK;
+}
+
+static int logical_of(hwloc_topology_t topo, hwloc_obj_t obj, hwloc_obj_type_t type) {
+    hwloc_obj_t a = hwloc_get_ancestor_obj_by_type(topo, type, obj);
+    return a ? (int)a->logical_index : 0;
+}
+
+/* NUMA nodes hang off the tree as memory children: the one whose CPUs
+ * cover the object's. */
+static int numa_of(hwloc_topology_t topo, hwloc_obj_t obj) {
+    hwloc_obj_t n = hwloc_get_next_obj_covering_cpuset_by_type(topo, obj->cpuset, HWLOC_OBJ_NUMANODE, NULL);
+    return n ? (int)n->logical_index : 0;
+}
+
+static uint32_t cache_kib(hwloc_topology_t topo, hwloc_obj_t core, hwloc_obj_type_t type) {
+    hwloc_obj_t c = hwloc_get_ancestor_obj_by_type(topo, type, core);
+    return c && c->attr ? (uint32_t)(c->attr->cache.size >> 10) : 0;
+}
+
+/* The cores `cpus` may use, where each sits, and whether they share one
+ * package, one NUMA node, one core. */
+static void summarize_cores(hwloc_topology_t topo, hwloc_const_bitmap_t cpus, struct ccl__topo_summary *s) {
+    int n = hwloc_get_nbobjs_inside_cpuset_by_type(topo, cpus, HWLOC_OBJ_CORE);
+    s->ncores = (uint16_t)(n > 0 ? n : 0);
+    s->npus = (uint16_t)hwloc_get_nbobjs_inside_cpuset_by_type(topo, cpus, HWLOC_OBJ_PU);
+    s->package = s->numa = s->core = -1;
+    for (int k = 0; k < n; k++) {
+        hwloc_obj_t core = hwloc_get_obj_inside_cpuset_by_type(topo, cpus, HWLOC_OBJ_CORE, (unsigned)k);
+        int pkg = logical_of(topo, core, HWLOC_OBJ_PACKAGE), numa = numa_of(topo, core);
+        if (k < CCL__TOPO_CORES) {
+            s->core_package[k] = (uint8_t)pkg;
+            s->core_numa[k] = (uint8_t)numa;
+            s->ncore_map = (uint8_t)(k + 1);
+        }
+        if (k == 0) {
+            s->package = (int16_t)pkg, s->numa = (int16_t)numa, s->core = (int16_t)core->logical_index;
+            s->l2_kib = cache_kib(topo, core, HWLOC_OBJ_L2CACHE);
+            s->l3_kib = cache_kib(topo, core, HWLOC_OBJ_L3CACHE);
+        }
+        if (pkg != s->package) s->package = -1;
+        if (numa != s->numa) s->numa = -1;
+    }
+    if (n != 1) s->core = -1;
+}
+
+/* Network adapters, RDMA devices and GPUs whose PCI bus hangs off the
+ * rank's package (or anywhere, when the rank spans packages). */
+static void summarize_devices(hwloc_topology_t topo, struct ccl__topo_summary *s) {
+    hwloc_obj_t pkg = s->package >= 0 ? hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, (unsigned)s->package) : NULL;
+    for (hwloc_obj_t d = hwloc_get_next_osdev(topo, NULL); d; d = hwloc_get_next_osdev(topo, d)) {
+        hwloc_obj_t at = hwloc_get_non_io_ancestor_obj(topo, d);
+        if (pkg && at && at->cpuset && !hwloc_bitmap_intersects(at->cpuset, pkg->cpuset)) continue;
+        switch (d->attr->osdev.type) {
+        case HWLOC_OBJ_OSDEV_NETWORK: s->nnet += s->nnet < 255; break;
+        case HWLOC_OBJ_OSDEV_OPENFABRICS: s->nrdma += s->nrdma < 255; break;
+        case HWLOC_OBJ_OSDEV_GPU:
+        case HWLOC_OBJ_OSDEV_COPROC: s->ngpu += s->ngpu < 255; break;
+        default: break;
+        }
+    }
+}
+
+ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_info *self) {
+    struct ccl__topo_summary *s = &self->topo;
+    memset(s, 0, sizeof *s);
+    s->package = s->numa = s->core = -1;
+    self->ncores = 0;
+    const char *file = comm->params.topo_file;
+    hwloc_topology_t topo;
+    int source = CCL__TOPO_MACHINE;
+    ccl_status_t st = open_topology(comm, file, &topo, &source);
+    if (st != CCL_OK && file[0]) return st;
+    if (st == CCL_OK) {
+        hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
+        /* A described machine is not where this process runs: the rank
+         * may use all of it, and CCL_BIND places it (without pinning). */
+        int got = cpus && (source != CCL__TOPO_MACHINE
+                               ? hwloc_bitmap_copy(cpus, hwloc_topology_get_topology_cpuset(topo)) == 0
+                               : hwloc_get_cpubind(topo, cpus, HWLOC_CPUBIND_PROCESS) == 0);
+        if (got) {
+            s->source = (uint8_t)source;
+            int np = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE), nn = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+            s->npackages = (uint8_t)(np > 0 ? (np < 255 ? np : 255) : 1);
+            s->nnuma = (uint8_t)(nn > 0 ? (nn < 255 ? nn : 255) : 1);
+            s->machine_cores = (uint16_t)hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+            summarize_cores(topo, cpus, s);
+            summarize_devices(topo, s);
+            self->ncores = s->npus;
+        }
+        hwloc_bitmap_free(cpus);
+        hwloc_topology_destroy(topo);
+    }
+    int quota = source == CCL__TOPO_MACHINE ? ccl__plan_cpu_quota() : 0;
+    if (quota > 0 && (self->ncores == 0 || quota < self->ncores)) self->ncores = quota;
+    /* A described machine: ranks are planned as if pinned (nothing is). */
+    s->binds = (strcmp(comm->params.bind, "core") == 0 || s->source > CCL__TOPO_MACHINE) && s->core < 0;
+    CCL_INFO(CCL__SUB_PLAN, comm->rank,
+             "topology (%s): %u packages, %u NUMA nodes, %u cores; this rank may use %u cores (%u threads) in package "
+             "%d, NUMA node %d; L2 %u KiB, L3 %u KiB; near it %u network, %u RDMA, %u GPU devices",
+             s->source == CCL__TOPO_XML ? "hwloc XML" : s->source == CCL__TOPO_SYNTHETIC ? "synthetic" : "this machine",
+             s->npackages, s->nnuma, s->machine_cores, s->ncores, s->npus, s->package, s->numa, s->l2_kib, s->l3_kib,
+             s->nnet, s->nrdma, s->ngpu);
+    return CCL_OK;
+}
+
+/* The machine's topology and the CPUs this thread may run on; 0 on
+ * success, with both to be freed by unload_topology. */
+static int load_topology(hwloc_topology_t *topo, hwloc_bitmap_t *cpus) {
     *cpus = NULL;
     if (hwloc_topology_init(topo) != 0) return -1;
-    if (hwloc_topology_load(*topo) == 0 && (*cpus = hwloc_bitmap_alloc()) && hwloc_get_cpubind(*topo, *cpus, how) == 0)
+    if (hwloc_topology_load(*topo) == 0 && (*cpus = hwloc_bitmap_alloc()) &&
+        hwloc_get_cpubind(*topo, *cpus, HWLOC_CPUBIND_THREAD) == 0)
         return 0;
     hwloc_bitmap_free(*cpus);
     hwloc_topology_destroy(*topo);
@@ -21,23 +159,6 @@ static int load_topology(hwloc_topology_t *topo, hwloc_bitmap_t *cpus, int how) 
 static void unload_topology(hwloc_topology_t topo, hwloc_bitmap_t cpus) {
     hwloc_bitmap_free(cpus);
     hwloc_topology_destroy(topo);
-}
-
-void ccl__plan_local_topology(struct ccl__peer_info *self) {
-    self->numa_node = -1;
-    self->ncores = 0;
-    hwloc_topology_t topo;
-    hwloc_bitmap_t cpus;
-    if (load_topology(&topo, &cpus, HWLOC_CPUBIND_PROCESS) == 0) {
-        self->ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, cpus, HWLOC_OBJ_PU);
-        hwloc_obj_t numa = hwloc_get_next_obj_covering_cpuset_by_type(topo, cpus, HWLOC_OBJ_NUMANODE, NULL);
-        /* Only a binding inside one NUMA node says where the rank lives. */
-        if (numa && !hwloc_get_next_obj_covering_cpuset_by_type(topo, cpus, HWLOC_OBJ_NUMANODE, numa))
-            self->numa_node = (int32_t)numa->os_index;
-        unload_topology(topo, cpus);
-    }
-    int quota = ccl__plan_cpu_quota();
-    if (quota > 0 && (self->ncores == 0 || quota < self->ncores)) self->ncores = quota;
 }
 
 static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal) {
@@ -69,10 +190,19 @@ ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
     if (strcmp(mode, "none") == 0) return CCL_OK;
     if (strcmp(mode, "core") != 0)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_BIND=%s: want none or core", mode);
+    if (comm->params.topo_file[0]) {
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: CCL_TOPO_FILE describes another machine: planned as "
+                 "pinned, nothing pinned");
+        return CCL_OK;
+    }
+    if (comm->peers[comm->rank].topo.core >= 0) {
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: already bound to one core (by the launcher): left as is");
+        return CCL_OK;
+    }
     int index, nlocal = ccl__plan_machine_ranks(comm, &index);
     hwloc_topology_t topo;
     hwloc_bitmap_t allowed;
-    if (load_topology(&topo, &allowed, HWLOC_CPUBIND_THREAD) != 0) {
+    if (load_topology(&topo, &allowed) != 0) {
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: hwloc cannot tell where this thread may run; running unpinned");
         return CCL_OK;
     }

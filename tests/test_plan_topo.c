@@ -1,0 +1,374 @@
+/* The planner's view of the machine: hwloc summaries (of this machine, an
+ * XML file, a synthetic description), where ranks sit, and a ring that
+ * crosses every host, package and NUMA boundary as few times as a ring
+ * can. */
+#define _GNU_SOURCE
+#include <hwloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "plan/plan.h"
+#include "util.h"
+
+static struct ccl_comm *bare_comm(const char *topo_file, const char *bind) {
+    struct ccl_comm *comm = calloc(1, sizeof(*comm));
+    ck_assert_ptr_nonnull(comm);
+    comm->boot_fd = -1;
+    comm->magic = CCL__COMM_MAGIC;
+    comm->nranks = 1;
+    pthread_mutex_init(&comm->err_lock, NULL);
+    comm->params = *ccl__params_get();
+    snprintf(comm->params.topo_file, sizeof comm->params.topo_file, "%s", topo_file);
+    snprintf(comm->params.bind, sizeof comm->params.bind, "%s", bind);
+    return comm;
+}
+
+static void bare_free(struct ccl_comm *comm) {
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm);
+}
+
+/* "pack:2 numa:2 core:4 pu:2": 16 cores, core k in package k / 8 and NUMA
+ * node k / 4. */
+static void check_two_sockets(const struct ccl__peer_info *me, int source) {
+    const struct ccl__topo_summary *s = &me->topo;
+    ck_assert_int_eq(s->source, source);
+    ck_assert_int_eq(s->npackages, 2);
+    ck_assert_int_eq(s->nnuma, 4);
+    ck_assert_int_eq(s->machine_cores, 16);
+    ck_assert_int_eq(s->ncores, 16);
+    ck_assert_int_eq(s->npus, 32);
+    ck_assert_int_eq(s->ncore_map, 16);
+    ck_assert_int_eq(s->package, -1); /* it may run anywhere: no one package */
+    ck_assert_int_eq(s->numa, -1);
+    ck_assert_int_eq(s->core, -1);
+    ck_assert_int_eq(s->binds, 1); /* a described machine is planned as pinned */
+    for (int k = 0; k < 16; k++) {
+        ck_assert_msg(s->core_package[k] == k / 8, "core %d in package %d", k, s->core_package[k]);
+        ck_assert_msg(s->core_numa[k] == k / 4, "core %d in NUMA node %d", k, s->core_numa[k]);
+    }
+    ck_assert_int_eq(me->ncores, 32);
+}
+
+START_TEST(summary_synthetic) {
+    struct ccl_comm *comm = bare_comm("pack:2 numa:2 core:4 pu:2", "none");
+    struct ccl__peer_info me;
+    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_OK);
+    check_two_sockets(&me, CCL__TOPO_SYNTHETIC);
+    bare_free(comm);
+}
+END_TEST
+
+/* path: a mkstemp template, replaced by the file written. */
+static void write_synthetic_xml(char *path, const char *description) {
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    hwloc_topology_t t;
+    ck_assert_int_eq(hwloc_topology_init(&t), 0);
+    ck_assert_int_eq(hwloc_topology_set_synthetic(t, description), 0);
+    ck_assert_int_eq(hwloc_topology_load(t), 0);
+    ck_assert_int_eq(hwloc_topology_export_xml(t, path, 0), 0);
+    hwloc_topology_destroy(t);
+}
+
+START_TEST(summary_xml) {
+    char path[] = "/tmp/ccl-topo-XXXXXX";
+    write_synthetic_xml(path, "pack:2 numa:2 core:4 pu:2");
+    struct ccl_comm *comm = bare_comm(path, "none");
+    struct ccl__peer_info me;
+    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_OK);
+    check_two_sockets(&me, CCL__TOPO_XML);
+    bare_free(comm);
+    unlink(path);
+}
+END_TEST
+
+/* This machine: the summary agrees with the affinity the process has. */
+START_TEST(summary_this_machine) {
+    struct ccl_comm *comm = bare_comm("", "none");
+    struct ccl__peer_info me;
+    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_OK);
+    cpu_set_t mask;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
+    const struct ccl__topo_summary *s = &me.topo;
+    ck_assert_int_eq(s->source, CCL__TOPO_MACHINE);
+    ck_assert_int_eq(s->npus, CPU_COUNT(&mask));
+    ck_assert_int_ge(s->npackages, 1);
+    ck_assert_int_ge(s->nnuma, 1);
+    ck_assert_int_ge(s->ncores, 1);
+    ck_assert_int_le(s->ncores, s->machine_cores);
+    ck_assert_int_eq(s->binds, 0); /* CCL_BIND=none */
+    ck_assert_int_eq(s->ncore_map, s->ncores < CCL__TOPO_CORES ? s->ncores : CCL__TOPO_CORES);
+    bare_free(comm);
+}
+END_TEST
+
+static const char *const bad_files[] = {"pack:two", "/nonexistent/dir/and nonsense:3", "core:0"};
+
+START_TEST(bad_topo_file) {
+    struct ccl_comm *comm = bare_comm(bad_files[_i], "none");
+    struct ccl__peer_info me;
+    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(comm->last_error, "CCL_TOPO_FILE=") && strstr(comm->last_error, bad_files[_i]),
+                  "the error does not name the setting: \"%s\"", comm->last_error);
+    bare_free(comm);
+}
+END_TEST
+
+/* ---- places and the ring, on hand-made peer tables ---- */
+
+#define MAXR 64
+
+struct table {
+    int n;
+    struct ccl__peer_info peers[MAXR];
+    struct ccl__place places[MAXR];
+    int ring[MAXR];
+};
+
+/* n ranks over `hosts` hosts, rank r on host r % hosts (a launcher that
+ * deals ranks round robin), each bound by its launcher to one core: its
+ * position on the host p = r / hosts goes to package p % pk, NUMA node
+ * (p / pk) % nn of that package, so neighbours in rank order sit apart. */
+static void dealt_table(struct table *T, int n, int hosts, int pk, int nn) {
+    memset(T, 0, sizeof *T);
+    T->n = n;
+    for (int r = 0; r < n; r++) {
+        struct ccl__peer_info *p = &T->peers[r];
+        p->rank = r;
+        snprintf(p->host_id, sizeof p->host_id, "host%d", r % hosts);
+        snprintf(p->machine_id, sizeof p->machine_id, "host%d", r % hosts);
+        int pos = r / hosts, pkg = pos % pk, numa = pkg * nn + (pos / pk) % nn;
+        p->topo = (struct ccl__topo_summary){.source = CCL__TOPO_MACHINE, .npackages = (uint8_t)pk,
+                                             .nnuma = (uint8_t)(pk * nn), .package = (int16_t)pkg,
+                                             .numa = (int16_t)numa, .core = (int16_t)pos, .ncores = 1, .npus = 1};
+    }
+    ccl__plan_places(n, T->peers, T->places);
+    ccl__plan_order(n, T->places, T->ring);
+}
+
+/* The fewest crossings a ring can make: it must enter and leave every
+ * host once (H links when H > 1), every package of a host once inside
+ * that host's run (P - 1 more links per host; the run's two ends are the
+ * host crossings), every NUMA node of a package likewise. */
+static void min_crossings(const struct table *T, struct ccl__crossings *want) {
+    memset(want, 0, sizeof *want);
+    int hosts = 0, seen_host[MAXR] = {0};
+    int pk_of_host[MAXR][16] = {{0}}, numa_of_pkg[MAXR][16][16] = {{{0}}};
+    for (int r = 0; r < T->n; r++) {
+        const struct ccl__place *p = &T->places[r];
+        if (!seen_host[p->host]++) hosts++;
+        pk_of_host[p->host][p->package] = 1;
+        numa_of_pkg[p->host][p->package][p->numa] = 1;
+    }
+    want->hosts = hosts > 1 ? hosts : 0;
+    for (int h = 0; h < MAXR; h++) {
+        int pk = 0;
+        for (int k = 0; k < 16; k++) {
+            if (!pk_of_host[h][k]) continue;
+            pk++;
+            int nn = 0;
+            for (int m = 0; m < 16; m++) nn += numa_of_pkg[h][k][m];
+            want->numa += nn - 1;
+        }
+        if (pk) want->packages += pk - 1;
+    }
+    /* A single host's ring closes on itself: its run wraps, one more
+     * package (and NUMA) crossing where the ends meet. */
+    if (hosts == 1) {
+        want->packages += want->packages > 0;
+        if (want->packages == 0) want->numa += want->numa > 0;
+    }
+}
+
+static void check_ring(const struct table *T, const char *what) {
+    int seen[MAXR] = {0};
+    for (int i = 0; i < T->n; i++) {
+        ck_assert_msg(T->ring[i] >= 0 && T->ring[i] < T->n && !seen[T->ring[i]]++, "%s: the ring is not a permutation",
+                      what);
+    }
+    struct ccl__crossings got, want;
+    ccl__plan_crossings(T->n, T->places, T->ring, &got);
+    min_crossings(T, &want);
+    ck_assert_msg(got.hosts == want.hosts && got.packages == want.packages && got.numa == want.numa,
+                  "%s: the ring crosses %d hosts, %d packages, %d NUMA nodes; the least is %d, %d, %d", what, got.hosts,
+                  got.packages, got.numa, want.hosts, want.packages, want.numa);
+    /* Rank order would cross far more often (what the old ring did). */
+    int order[MAXR];
+    for (int i = 0; i < T->n; i++) order[i] = i;
+    struct ccl__crossings naive;
+    ccl__plan_crossings(T->n, T->places, order, &naive);
+    ck_assert_int_ge(naive.hosts + naive.packages + naive.numa, got.hosts + got.packages + got.numa);
+}
+
+struct shape {
+    int n, hosts, packages, numa_per_package;
+};
+static const struct shape shapes[] = {
+    {16, 1, 2, 1}, {16, 1, 2, 2}, {32, 4, 2, 2}, {8, 2, 2, 1}, {12, 3, 2, 2}, {7, 1, 2, 2}, {64, 4, 2, 2}, {5, 5, 2, 2},
+};
+
+START_TEST(ring_crosses_least) {
+    const struct shape *s = &shapes[_i];
+    struct table *T = malloc(sizeof *T);
+    dealt_table(T, s->n, s->hosts, s->packages, s->numa_per_package);
+    char what[96];
+    snprintf(what, sizeof what, "%d ranks, %d hosts of %d packages x %d NUMA nodes", s->n, s->hosts, s->packages,
+             s->numa_per_package);
+    check_ring(T, what);
+    /* every host's ranks are one run of the ring */
+    for (int i = 1; i < T->n; i++)
+        for (int j = i + 1; j < T->n; j++)
+            if (T->places[T->ring[j]].host == T->places[T->ring[i - 1]].host &&
+                T->places[T->ring[i]].host != T->places[T->ring[i - 1]].host)
+                ck_abort_msg("%s: host %d appears twice on the ring", what, T->places[T->ring[j]].host);
+    free(T);
+}
+END_TEST
+
+/* Unbound ranks that CCL_BIND will pin: the i-th rank of a machine goes to
+ * the i-th core of its map, and the ring follows that. */
+START_TEST(places_of_pinned_ranks) {
+    struct table *T = malloc(sizeof *T);
+    memset(T, 0, sizeof *T);
+    T->n = 8;
+    for (int r = 0; r < T->n; r++) {
+        struct ccl__peer_info *p = &T->peers[r];
+        snprintf(p->host_id, sizeof p->host_id, "h");
+        snprintf(p->machine_id, sizeof p->machine_id, "h");
+        struct ccl__topo_summary *s = &p->topo;
+        s->source = CCL__TOPO_MACHINE, s->binds = 1, s->package = s->numa = s->core = -1, s->ncore_map = 4;
+        /* a map whose cores alternate packages (as some BIOSes number them) */
+        for (int k = 0; k < 4; k++) s->core_package[k] = (uint8_t)(k % 2), s->core_numa[k] = (uint8_t)(k % 2);
+    }
+    ccl__plan_places(T->n, T->peers, T->places);
+    for (int r = 0; r < T->n; r++) {
+        ck_assert_int_eq(T->places[r].core, r % 4);
+        ck_assert_int_eq(T->places[r].package, r % 2);
+    }
+    ccl__plan_order(T->n, T->places, T->ring);
+    check_ring(T, "8 ranks pinned over 4 cores of alternating packages");
+    ck_assert_int_eq(T->places[T->ring[0]].package, 0);
+    ck_assert_int_eq(T->places[T->ring[T->n - 1]].package, 1);
+    free(T);
+}
+END_TEST
+
+/* ---- in real processes ---- */
+
+/* Ranks bound by their "launcher" (setup) to CPU rank % 2: the ring puts
+ * the ranks of each CPU together, the same on every rank. */
+static void bind_to_cpu(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks, (void)id, (void)arg;
+    cpu_set_t all, one;
+    CPU_ZERO(&one);
+    if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2) return;
+    int k = 0, want = rank % 2;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &all) && k++ == want) CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof one, &one);
+}
+
+static int body_ring_follows_cores(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    cpu_set_t mask;
+    sched_getaffinity(0, sizeof mask, &mask);
+    char desc[512];
+    EXPECT_OK(&t, ccl_comm_describe(comm, desc, sizeof desc));
+    const char *ring = strstr(desc, "ring=");
+    EXPECT(&t, ring != NULL, "describe has no ring: %s", desc);
+    if (!ring) return t.fails;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || CPU_COUNT(&mask) != 1) {
+        fprintf(stderr, "[plan] fewer than 2 CPUs: the ring is rank order (%s)\n", ring);
+        return t.fails;
+    }
+    char want[128] = "ring=";
+    size_t o = 5;
+    for (int parity = 0; parity < 2; parity++)
+        for (int r = parity; r < nranks; r += 2) o += (size_t)snprintf(want + o, sizeof want - o, "%s%d", o > 5 ? "," : "", r);
+    EXPECT(&t, strncmp(ring, want, o) == 0 && (ring[o] == ' ' || ring[o] == 0), "want %s, got %.*s", want, (int)o + 4,
+           ring);
+    if (rank == 0) fprintf(stderr, "[plan] ranks bound to CPU rank %% 2: %.*s\n", (int)o, ring);
+    return t.fails;
+}
+
+START_TEST(ring_follows_launcher_binding) {
+    const char *env = "CCL_BIND=core";
+    struct harness_run run = {.nranks = 6, .transport = "shm", .env = env, .setup = bind_to_cpu,
+                              .body = body_ring_follows_cores};
+    util_run_clean(&run, 0, "6 ranks bound to CPU rank %% 2");
+}
+END_TEST
+
+/* A bad CCL_TOPO_FILE on one rank fails every rank's init: that rank
+ * with the reason, the others naming it. */
+static int init_bad_topo(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    const char *why = ccl_comm_last_error(NULL);
+    if (rank == 2) {
+        EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "init returned %s: %s", ccl_status_string(st), why);
+        EXPECT(&t, strstr(why, "CCL_TOPO_FILE=pack:two") != NULL, "the error does not say why: \"%s\"", why);
+    } else {
+        EXPECT(&t, st == CCL_ERR_REMOTE, "init returned %s: %s", ccl_status_string(st), why);
+        EXPECT(&t, strstr(why, "rank 2") != NULL, "the error does not name rank 2: \"%s\"", why);
+    }
+    return t.fails;
+}
+
+START_TEST(bad_topo_file_fails_every_rank) {
+    const char *rank_env[HARNESS_MAX_RANKS] = {0};
+    rank_env[2] = "CCL_TOPO_FILE=pack:two";
+    struct harness_run run = {.nranks = 3, .rank_env = rank_env, .init_check = init_bad_topo};
+    util_run_clean(&run, 0, "CCL_TOPO_FILE=pack:two on rank 2");
+}
+END_TEST
+
+/* Every rank planning on a described 2-socket machine: collectives still
+ * agree (the ring order is the same everywhere). */
+static int body_all_reduce(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t v[7], want[7];
+    for (int i = 0; i < 7; i++) v[i] = rank * 10 + i, want[i] = 10 * nranks * (nranks - 1) / 2 + nranks * i;
+    EXPECT_OK(&t, ccl_all_reduce(v, v, 7, CCL_INT32, CCL_SUM, comm));
+    for (int i = 0; i < 7; i++) EXPECT(&t, v[i] == want[i], "element %d: %d, want %d", i, v[i], want[i]);
+    return t.fails;
+}
+
+START_TEST(described_machine_runs) {
+    char path[] = "/tmp/ccl-topo-XXXXXX";
+    write_synthetic_xml(path, "pack:2 numa:2 core:2 pu:1");
+    char env[128];
+    snprintf(env, sizeof env, "CCL_TOPO_FILE=%s CCL_ALGO=ring", path);
+    struct harness_run run = {.nranks = 5, .env = env, .body = body_all_reduce};
+    util_run_clean(&run, 0, "5 ranks on a described 2-socket machine");
+    unlink(path);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("plan_topo");
+    TCase *tc = tcase_create("summary");
+    tcase_add_test(tc, summary_synthetic);
+    tcase_add_test(tc, summary_xml);
+    tcase_add_test(tc, summary_this_machine);
+    tcase_add_loop_test(tc, bad_topo_file, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("ring");
+    tcase_add_loop_test(tc, ring_crosses_least, 0, (int)(sizeof shapes / sizeof shapes[0]));
+    tcase_add_test(tc, places_of_pinned_ranks);
+    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "ring_follows_launcher_binding", ring_follows_launcher_binding, 1, 60);
+    util_add_loop_case(s, "bad_topo_file_fails_every_rank", bad_topo_file_fails_every_rank, 1, 60);
+    util_add_loop_case(s, "described_machine_runs", described_machine_runs, 1, 60);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
