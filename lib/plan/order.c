@@ -7,11 +7,12 @@
 
 #include "plan/plan.h"
 
-/* Where CCL_BIND=core pins the index-th rank of a machine: the index-th
- * core it may use (round robin over the map). */
-static void pinned_place(const struct ccl__topo_summary *s, int index, struct ccl__place *p) {
+/* Where CCL_BIND=core will pin the index-th of nlocal ranks of a machine
+ * (the core map repeats past its end). */
+static void pinned_place(const struct ccl__topo_summary *s, int index, int nlocal, struct ccl__place *p) {
     if (s->ncore_map == 0) return;
-    int k = index % s->ncore_map;
+    int slot, pu, ncores = s->ncores ? s->ncores : s->ncore_map;
+    int k = ccl__plan_pin_slot(index, nlocal, ncores, s->npus, &slot, &pu) % s->ncore_map;
     p->package = s->core_package[k], p->numa = s->core_numa[k], p->core = k;
 }
 
@@ -20,13 +21,11 @@ void ccl__plan_places(int n, const struct ccl__peer_info *peers, struct ccl__pla
         const struct ccl__topo_summary *s = &peers[r].topo;
         struct ccl__place *p = &out[r];
         *p = (struct ccl__place){.host = r, .package = -1, .numa = -1, .core = -1};
-        int index = 0;
-        for (int q = 0; q < r; q++) {
-            if (p->host == r && strcmp(peers[q].host_id, peers[r].host_id) == 0) p->host = out[q].host;
-            index += strcmp(peers[q].machine_id, peers[r].machine_id) == 0;
-        }
+        for (int q = 0; q < r && p->host == r; q++)
+            if (strcmp(peers[q].host_id, peers[r].host_id) == 0) p->host = out[q].host;
         if (s->binds) {
-            pinned_place(s, index, p);
+            int index, nlocal = ccl__plan_machine_ranks_of(n, peers, r, &index);
+            pinned_place(s, index, nlocal, p);
         } else {
             p->package = s->package, p->numa = s->numa;
             /* Unbound inside one package or node: its place there is not

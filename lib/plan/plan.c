@@ -164,16 +164,34 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
-int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index) {
-    const char *mine = comm->peers[comm->rank].machine_id;
-    int n = 0;
+int ccl__plan_machine_ranks_of(int n, const struct ccl__peer_info *peers, int rank, int *index) {
+    const char *mine = peers[rank].machine_id;
+    int count = 0;
     *index = 0;
-    for (int r = 0; r < comm->nranks; r++) {
-        if (strcmp(comm->peers[r].machine_id, mine) != 0) continue;
-        *index += r < comm->rank;
-        n++;
+    for (int r = 0; r < n; r++) {
+        if (strcmp(peers[r].machine_id, mine) != 0) continue;
+        *index += r < rank;
+        count++;
     }
-    return n;
+    return count;
+}
+
+int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index) {
+    return ccl__plan_machine_ranks_of(comm->nranks, comm->peers, comm->rank, index);
+}
+
+int ccl__plan_pin_slot(int index, int nlocal, int ncores, int npus, int *slot, int *pu) {
+    if (ncores < 1) ncores = 1;
+    if (npus < ncores) npus = ncores;
+    /* A core each when there are enough, else a hardware thread each, else
+     * round robin over the hardware threads: a fixed share of a core hands
+     * it over at each yield, where the scheduler would now and then stack
+     * three ranks on one core and leave another idle (measured: 4 ranks on
+     * 2 threads, 20 runs of the 8 B..64 KiB sweep, slowest/fastest run up
+     * to 5.5x unpinned, under 2.5x pinned). */
+    *pu = ncores < nlocal;
+    *slot = npus < nlocal ? index % npus : index;
+    return *pu ? *slot / (npus / ncores) : *slot;
 }
 
 void ccl__plan_waiting(struct ccl_comm *comm) {

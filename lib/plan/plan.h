@@ -50,6 +50,16 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
  * CCL_HOST_ID: ranks posing as hosts still share its cores), and in
  * *index this rank's place among them in rank order. */
 int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index);
+/* The same for any rank of a peer table. */
+int ccl__plan_machine_ranks_of(int n, const struct ccl__peer_info *peers, int rank, int *index);
+
+/* Where CCL_BIND=core pins the index-th of nlocal ranks of a machine, in
+ * the ncores cores and npus hardware threads a rank may use: *slot is a
+ * core (*pu = 0) when every rank gets one, else a hardware thread (*pu =
+ * 1), round robin when those are too few. Returns the core *slot lies in
+ * (threads numbered core by core, as hwloc does). The pinning and the
+ * places the ring is sorted by both follow this one rule. */
+int ccl__plan_pin_slot(int index, int nlocal, int ncores, int npus, int *slot, int *pu);
 
 /* How waits behave: spinning helps when every rank has a hardware thread
  * of its own; with more ranks than threads on a host, a spinning rank

@@ -169,14 +169,9 @@ static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t
     int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_CORE);
     int pus = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_PU);
     if (pus < 1) return;
-    /* A core each when there are enough, else a hardware thread each, else
-     * round robin over the hardware threads: a fixed share of a core hands
-     * it over at each yield, where the scheduler would now and then stack
-     * three ranks on one core and leave another idle (measured: 4 ranks on
-     * 2 threads, 20 runs of the 8 B..64 KiB sweep, slowest/fastest run up
-     * to 5.5x unpinned, under 2.5x pinned). */
-    hwloc_obj_type_t type = cores >= nlocal ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
-    int place = pus < nlocal ? index % pus : index;
+    int place, pu;
+    ccl__plan_pin_slot(index, nlocal, cores, pus, &place, &pu);
+    hwloc_obj_type_t type = pu ? HWLOC_OBJ_PU : HWLOC_OBJ_CORE;
     hwloc_obj_t obj = hwloc_get_obj_inside_cpuset_by_type(topo, allowed, type, (unsigned)place);
     char where[64] = "?";
     if (obj && obj->cpuset) hwloc_bitmap_list_snprintf(where, sizeof where, obj->cpuset);
