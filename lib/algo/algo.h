@@ -26,6 +26,7 @@ enum ccl__algo_id {
 struct ccl__call_plan {
     int algo;           /* enum ccl__algo_id */
     size_t chunk_bytes; /* a step's data at most; the same on every rank */
+    double predicted_us; /* the cost model's time for it, < 0 unknown */
 };
 
 struct ccl__coll_args {
@@ -82,6 +83,16 @@ ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a
 /* The direct algorithm's all-to-all (every pair's transfer at once), which
  * lives with the other point-to-point all-to-all in a2a.c. */
 ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a);
+
+/* The trees, in ranks: which 0 and 1 are the double binary tree's two
+ * trees, 2 the binomial tree rooted at rank 0. A rank's parent (-1 at the
+ * root), and how many levels deep the tree's deepest rank is. */
+int ccl__tree_parent(int n, int rank, int which);
+int ccl__tree_depth(int n, int which);
+
+/* Bytes the direct algorithm moves per round through a window of
+ * window_bytes (its in or out area). */
+size_t ccl__direct_area(size_t window_bytes);
 
 /* Copies sendbuf to recvbuf unless they are the same (one rank, or the
  * local share of a result). */

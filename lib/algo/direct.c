@@ -89,13 +89,15 @@ static uint8_t *in_area(const struct direct *d, int rank) {
     return d->comm->windows[rank] + CTRL_BYTES + (size_t)(d->g & 1) * 2 * d->area;
 }
 
+size_t ccl__direct_area(size_t window_bytes) { return ((window_bytes - CTRL_BYTES) / 4) & ~(size_t)63; }
+
 static uint8_t *out_area(const struct direct *d, int rank) { return in_area(d, rank) + d->area; }
 
 static ccl_status_t direct_init(struct direct *d, struct ccl_comm *comm, const struct ccl__coll_args *a) {
     d->comm = comm;
     d->n = comm->nranks;
     d->r = comm->rank;
-    d->area = ((comm->window_bytes - CTRL_BYTES) / 4) & ~(size_t)63;
+    d->area = ccl__direct_area(comm->window_bytes);
     d->g = d->g0 = comm->direct_rounds;
     return ccl__prims_init(&d->p, comm, &a->id, d->area, a->mem);
 }

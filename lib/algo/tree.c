@@ -192,6 +192,27 @@ static int dtree_deepest(int n) {
     return deep;
 }
 
+int ccl__tree_parent(int n, int rank, int which) {
+    struct node x;
+    if (which == 2) binomial(n, rank, 0, &x);
+    else dtree(n, rank, which, &x);
+    return x.parent;
+}
+
+int ccl__tree_depth(int n, int which) {
+    if (which == 2) {
+        int d = 0;
+        while ((1 << d) < n) d++;
+        return d;
+    }
+    int deep = 0;
+    for (int r = 0; r < n; r++) {
+        int d = dtree_depth(n, r, which);
+        deep = d > deep ? d : deep;
+    }
+    return deep;
+}
+
 static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));

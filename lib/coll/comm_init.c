@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/trace.h"
 #include "plan/plan.h"
+#include "plan/tune.h"
 #include "prims/regcache.h"
 #include "transports/manager.h"
 
@@ -47,6 +48,7 @@ static void comm_free(struct ccl_comm *comm) {
     free(comm->scratch_conns);
     free(comm->staged);
     free(comm->ring);
+    ccl__plan_model_free(comm);
     free(comm->windows);
     free(comm->host_first);
     free(comm->across);
@@ -111,6 +113,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     /* A bad CCL_TOPO_FILE is reported in the first set-up round, so that
      * every rank's init fails, not only this one's after a timeout. */
     ccl_status_t topo_st = ccl__plan_local_topology(comm, &self);
+    ccl__tune_local(comm, &self);
     ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
     if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
     if (st == CCL_OK) st = setup_transports(comm, root_fd, topo_st);
@@ -120,6 +123,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     if (st == CCL_OK) st = ccl__plan_direct(comm);
     if (st == CCL_OK) st = ccl__plan_bind(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
+    if (st == CCL_OK) st = ccl__plan_model(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {
         char links[160];
         ccl__conns_summary(comm, links, sizeof(links));

@@ -23,6 +23,7 @@
 #define CCL__MAX_OP_KINDS 16 /* room for enum ccl__op_kind (prims/prims.h) */
 
 struct ccl__conn;
+struct ccl__cost_state;
 struct ccl__exec;
 struct ccl__pair_chan;
 
@@ -61,11 +62,12 @@ struct ccl_comm {
     /* The direct path: every rank's shared window, when every rank has one
      * this process maps (one host); the same decision on every rank. */
     uint8_t **windows;                  /* [nranks], NULL when the direct path is off */
+    struct ccl__cost_state *cost;       /* the planner's model of this job (plan/model.c) */
     size_t window_bytes;                /* the smallest window of any rank */
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
     signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
     signed char algo_last[CCL__MAX_OP_KINDS];   /* the algorithm of each collective's last call, -1 none */
-    char algo_why[CCL__MAX_OP_KINDS][48];       /* and why it was chosen */
+    char algo_why[CCL__MAX_OP_KINDS][64];       /* and why it was chosen */
 
     /* waking and failure */
     struct ccl__wake_words local_wake;  /* used until shm provides shared words */

@@ -26,6 +26,7 @@ struct ccl__params {
     int spin_us_set;          /* CCL_SPIN_US was given (else the planner may lower it) */
     char bind[16];            /* CCL_BIND: "none" or "core" */
     char topo_file[256];      /* CCL_TOPO_FILE: an hwloc XML file or a synthetic description ("" = this machine) */
+    char tuning_file[256];    /* CCL_TUNING_FILE: cost-model figures of this machine ("none": no file) */
     int check;                /* CCL_CHECK: compare every collective's arguments across ranks first */
     char algo[160];           /* CCL_ALGO: "" (planner's choice), "tree", or "allreduce:tree,broadcast:ring" */
     char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */

@@ -36,6 +36,16 @@ struct ccl__topo_summary {
 };
 enum { CCL__TOPO_NONE, CCL__TOPO_MACHINE, CCL__TOPO_XML, CCL__TOPO_SYNTHETIC };
 
+/* Cost-model figures a rank brings to the job: from its machine's tuning
+ * file, or measured at init (copy and reduce). The planner combines every
+ * rank's, so that all hold the same (plan/tune.c). */
+#define CCL__TUNED_LINKS 8
+struct ccl__tuned_record {
+    uint32_t measured; /* bit per link class; bit 16: copy and reduce */
+    float alpha_us[CCL__TUNED_LINKS], bytes_per_us[CCL__TUNED_LINKS];
+    float copy_bytes_per_us, reduce_bytes_per_us;
+};
+
 struct ccl__peer_info {
     int32_t rank;
     int32_t pid;
@@ -47,6 +57,7 @@ struct ccl__peer_info {
     uint32_t pid_ns;                  /* inode of its /proc/self/ns/pid: pids compare only within one, 0 unknown */
     union ccl__sa pair_addr;          /* where this rank's pair channel listens (core/boot_pair.h) */
     struct ccl__topo_summary topo;
+    struct ccl__tuned_record tuned;
 };
 
 #endif

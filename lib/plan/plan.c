@@ -28,6 +28,10 @@ static const struct ccl__transport *forced_transport(const struct ccl_comm *comm
     return comm->params.transport[0] ? ccl__transport_by_name(comm->params.transport) : NULL;
 }
 
+int ccl__plan_pair_transport(const struct ccl_comm *comm, int a, int b) {
+    return choose(comm, forced_transport(comm), a, b);
+}
+
 ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
     const struct ccl__transport *forced = forced_transport(comm);
     if (comm->params.transport[0] && !forced) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "algo/algo.h"
+#include "plan/cost.h"
 #include "core/comm.h"
 #include "transports/transport.h"
 
@@ -34,6 +35,10 @@ struct ccl__crossings {
 void ccl__plan_crossings(int n, const struct ccl__place *places, const int *ring, struct ccl__crossings *out);
 /* CPUs the cgroup quota allows this process, rounded up (0: no quota). */
 int ccl__plan_cpu_quota(void);
+
+/* The transport (registry index) that connects ranks a and b, or -1; the
+ * same answer on every rank. */
+int ccl__plan_pair_transport(const struct ccl_comm *comm, int a, int b);
 
 /* use[t][p] = 1 when transport t connects this rank to peer p. */
 ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use);
@@ -73,6 +78,31 @@ void ccl__plan_waiting(struct ccl_comm *comm);
  * every wait then costs a context switch. A value other than none or core
  * fails init. */
 ccl_status_t ccl__plan_bind(struct ccl_comm *comm);
+
+/* The link class between two places on one host: NUMA node, package or
+ * neither apart (unknown places count as one NUMA node). */
+int ccl__plan_shm_class(const struct ccl__place *p, const struct ccl__place *q);
+
+/* The model's view of n ranks (peer table, ring order): link classes
+ * (pair_class(ctx, a, b): a transport's class, or -1 for shared memory,
+ * whose class the ranks' places give), hosts, oversubscription. The
+ * caller sets windows, ring_chunk and window_area. 0, or -1 out of
+ * memory. */
+int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, int (*pair_class)(void *, int, int),
+                    void *ctx, struct ccl__job_shape *out);
+
+/* The cost model of this job (comm->cost): its shape from the peer table
+ * and the plan, its figures from the tuning file or defaults. */
+ccl_status_t ccl__plan_model(struct ccl_comm *comm);
+void ccl__plan_model_free(struct ccl_comm *comm);
+/* The model's cheapest algorithm for a call of kind moving bytes (see
+ * plan/cost.h for what bytes counts), and one algorithm's prediction. */
+struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, size_t bytes);
+double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, size_t bytes);
+
+/* The collective (enum ccl__op_kind) a CCL_ALGO name means: NCCL's
+ * spelling, underscores ignored ("all_reduce", "allreduce"); -1 if none. */
+int ccl__plan_coll_by_name(const char *s, size_t len);
 
 /* Reads CCL_ALGO into comm->algo_forced; a name that is neither an
  * algorithm nor collective:algorithm fails init. */

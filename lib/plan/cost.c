@@ -1,0 +1,359 @@
+/*
+ * The cost model. Each algorithm's time is the textbook alpha-beta formula
+ * of the algorithm as lib/algo implements it, over the links it uses:
+ *
+ *   a step that moves m bytes over the links L costs  max over L of
+ *   (alpha + m / bandwidth), the slowest link holding the step back;
+ *   a reduction of m bytes costs m / reduce speed, a copy m / copy speed.
+ *
+ * Bandwidths are those of a step in which every rank sends and receives at
+ * once (what a ring step does), and every CPU-bound term is multiplied by
+ * the shape's oversubscription: ranks that share a core take turns.
+ *
+ * The formulas follow the code, not the ideal: the tree all-reduce sends
+ * everything up before anything comes down (twice the ring's bytes per
+ * rank at large sizes), the direct algorithm copies in and out of windows
+ * of window_area bytes with three waits a round, hier's rings across hosts
+ * share each host's network adapter.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "plan/cost.h"
+
+const char *const ccl__link_names[CCL__NUM_LINKS] = {"numa", "cross-numa", "cross-socket", "tcp", "rdma", "cuda"};
+
+int ccl__link_by_name(const char *name) {
+    for (int c = 0; c < CCL__NUM_LINKS; c++)
+        if (strcmp(name, ccl__link_names[c]) == 0) return c;
+    return -1;
+}
+
+void ccl__cost_defaults(struct ccl__figures *f) {
+    /* From bench/algo-table on the 2-core development machine: a 2-rank
+     * shm all-reduce of 8 bytes (0.7 us) and 16 MiB (5.4 ms), the same
+     * over loopback TCP (8 us, 12 ms); crossing NUMA nodes and sockets,
+     * RDMA and CUDA are textbook guesses until a probe or ccl-tune
+     * measures them. */
+    static const struct ccl__link_figure link[CCL__NUM_LINKS] = {
+        [CCL__LINK_NUMA] = {0.6, 4400},   [CCL__LINK_XNUMA] = {0.9, 3500}, [CCL__LINK_XPACKAGE] = {1.2, 2500},
+        [CCL__LINK_TCP] = {7.5, 1550},    [CCL__LINK_RDMA] = {4.0, 3000},  [CCL__LINK_CUDA] = {10.0, 20000},
+    };
+    memcpy(f->link, link, sizeof link);
+    f->copy_bytes_per_us = 8000;
+    f->reduce_bytes_per_us = 5000;
+    f->measured = 0;
+}
+
+/* ---- the shape ---- */
+
+static unsigned bit(const uint8_t *cls, int n, int i, int j) { return i == j ? 0u : 1u << cls[i * n + j]; }
+
+void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of) {
+    int nhosts = 0;
+    for (int r = 0; r < n; r++)
+        if (host_of[r] + 1 > nhosts) nhosts = host_of[r] + 1;
+    int count[n], place[n];
+    memset(count, 0, sizeof count);
+    for (int r = 0; r < n; r++) place[r] = count[host_of[r]]++;
+    memset(out->xor_links, 0, sizeof out->xor_links);
+    memset(out->shift_links, 0, sizeof out->shift_links);
+    out->n = n;
+    out->nhosts = nhosts;
+    out->per_host = count[0];
+    for (int h = 1; h < nhosts; h++)
+        if (count[h] != count[0]) out->per_host = 0;
+    out->ring_links = out->all_links = out->inside_links = out->across_links = 0;
+    for (int i = 0; i < n; i++) {
+        out->ring_links |= bit(cls, n, ring[i], ring[(i + 1) % n]);
+        for (int j = 0; j < n; j++) {
+            unsigned b = bit(cls, n, i, j);
+            out->all_links |= b;
+            if (host_of[i] == host_of[j]) out->inside_links |= b;
+            else if (place[i] == place[j]) out->across_links |= b;
+        }
+    }
+    out->dtree_links = out->btree_links = 0;
+    out->dtree_depth = n > 1 ? ccl__tree_depth(n, 0) : 0;
+    if (n > 1 && ccl__tree_depth(n, 1) > out->dtree_depth) out->dtree_depth = ccl__tree_depth(n, 1);
+    for (int r = 0; r < n; r++)
+        for (int t = 0; t < 3; t++) {
+            int up = ccl__tree_parent(n, r, t);
+            if (up < 0) continue;
+            if (t < 2) out->dtree_links |= bit(cls, n, r, up);
+            else out->btree_links |= bit(cls, n, r, up);
+        }
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    out->per_host_max = 0;
+    for (int h = 0; h < nhosts; h++)
+        if (count[h] > out->per_host_max) out->per_host_max = count[h];
+    int xor_out[nhosts], shift_out[nhosts];
+    for (int k = 0; k < CCL__COST_MAX_STEPS; k++) {
+        out->xor_share[k] = out->shift_share[k] = 1;
+        if (k >= 30 || (1 << k) >= n) continue;
+        memset(xor_out, 0, sizeof xor_out);
+        memset(shift_out, 0, sizeof shift_out);
+        for (int r = 0; r < n; r++) {
+            int x = r ^ (1 << k), s = (r + (1 << k)) % n;
+            if (r < p && (1 << k) < p) {
+                out->xor_links[k] |= bit(cls, n, r, x);
+                xor_out[host_of[r]] += host_of[x] != host_of[r];
+            }
+            out->shift_links[k] |= bit(cls, n, r, s);
+            shift_out[host_of[r]] += host_of[s] != host_of[r];
+        }
+        for (int h = 0; h < nhosts; h++) {
+            if (xor_out[h] > out->xor_share[k]) out->xor_share[k] = xor_out[h];
+            if (shift_out[h] > out->shift_share[k]) out->shift_share[k] = shift_out[h];
+        }
+    }
+}
+
+/* ---- the terms ---- */
+
+struct model {
+    const struct ccl__job_shape *j;
+    const struct ccl__figures *f;
+};
+
+#define NETWORK ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
+
+/* A step of m bytes over the links in set, `share` ranks of a host using
+ * its network adapter at once: the slowest link holds it back. */
+static double shared_step(const struct model *m, unsigned set, double bytes, int share) {
+    double worst = 0;
+    for (int c = 0; c < CCL__NUM_LINKS; c++) {
+        if (!(set >> c & 1u)) continue;
+        const struct ccl__link_figure *l = &m->f->link[c];
+        double load = NETWORK >> c & 1u ? share : m->j->oversub;
+        double t = l->alpha_us + load * bytes / l->bytes_per_us;
+        if (t > worst) worst = t;
+    }
+    return worst;
+}
+
+static double step(const struct model *m, unsigned set, double bytes) { return shared_step(m, set, bytes, 1); }
+
+static double reduce_us(const struct model *m, double bytes) {
+    return m->j->oversub * bytes / m->f->reduce_bytes_per_us;
+}
+
+static double copy_us(const struct model *m, double bytes) { return m->j->oversub * bytes / m->f->copy_bytes_per_us; }
+
+/* alpha alone: the latency of a wait on the slowest link in set. */
+static double sync_us(const struct model *m, unsigned set) { return step(m, set, 0); }
+
+static int log2_ceil(int n) {
+    int k = 0;
+    while ((1 << k) < n) k++;
+    return k;
+}
+
+static int pow2_floor(int n) {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+}
+
+/* Ranks beyond the largest power of two fold in before and out after
+ * (rd.c's folded_all_reduce): one exchange of the buffer each way. */
+static double fold_us(const struct model *m, double n) {
+    if (pow2_floor(m->j->n) == m->j->n) return 0;
+    return 2 * step(m, m->j->all_links, n) + reduce_us(m, n);
+}
+
+#define ONE_SHOT 16384.0 /* direct.c's ONE_SHOT_BYTES */
+
+/* Rounds of the direct algorithm: one per window area of data. */
+static double rounds(const struct model *m, double bytes) {
+    double area = m->j->window_area ? (double)m->j->window_area : 1 << 19;
+    return bytes <= area ? 1 : ceil(bytes / area);
+}
+
+/* ---- per collective; n is the per-rank piece (see cost.h) ---- */
+
+static double all_reduce(const struct model *m, int algo, double n) {
+    const struct ccl__job_shape *j = m->j;
+    int N = j->n, p = pow2_floor(N);
+    double part = (double)(N - 1) / N;
+    switch (algo) {
+    case CCL__ALGO_RING: return 2 * (N - 1) * step(m, j->ring_links, n / N) + part * reduce_us(m, n);
+    case CCL__ALGO_TREE: {
+        /* Up both trees, then down: each rank moves the whole buffer once
+         * up and once down, and the first chunk waits on every level each
+         * way. */
+        unsigned links = j->dtree_links;
+        return 2 * (j->dtree_depth - 1) * sync_us(m, links) + 2 * step(m, links, n) + reduce_us(m, n);
+    }
+    case CCL__ALGO_RD: {
+        double t = fold_us(m, n);
+        for (int k = 0; (1 << k) < p; k++) t += shared_step(m, j->xor_links[k], n, j->xor_share[k]) + reduce_us(m, n);
+        return t + copy_us(m, n); /* sendbuf to recvbuf first */
+    }
+    case CCL__ALGO_RHD: {
+        double t = fold_us(m, n), piece = n;
+        for (int k = 0; (1 << k) < p; k++) {
+            piece /= 2;
+            t += 2 * shared_step(m, j->xor_links[k], piece, j->xor_share[k]) + reduce_us(m, piece);
+        }
+        return t + copy_us(m, n); /* sendbuf to recvbuf first */
+    }
+    case CCL__ALGO_DIRECT: {
+        if (!j->windows) return -1;
+        /* One shot (16 KiB at most, direct.c): every rank reduces the
+         * whole buffer from every window. With many ranks that costs more
+         * than the rounds above the limit would; a prediction never falls
+         * as the message grows, so above it the limit's time is a floor. */
+        double shot = sync_us(m, j->all_links) + copy_us(m, ONE_SHOT) + (N - 1) * reduce_us(m, ONE_SHOT);
+        if (n <= ONE_SHOT) return shot * n / ONE_SHOT + sync_us(m, j->all_links) * (1 - n / ONE_SHOT);
+        double t = 3 * rounds(m, n) * sync_us(m, j->all_links) + 2 * copy_us(m, n) + part * reduce_us(m, n);
+        return t > shot ? t : shot;
+    }
+    case CCL__ALGO_HIER: {
+        if (!j->per_host) return -1;
+        int L = j->per_host, H = j->nhosts;
+        double t = 0, in = (double)(L - 1) / L, x = (double)(H - 1) / H, block = n / L;
+        if (L > 1) t += 2 * (L - 1) * step(m, j->inside_links, n / L) + in * reduce_us(m, n);
+        /* The L rings across hosts run at once through each host's one
+         * network adapter. */
+        if (H > 1) t += 2 * (H - 1) * shared_step(m, j->across_links, block / H, L) + x * reduce_us(m, block);
+        return t;
+    }
+    default: return -1;
+    }
+}
+
+static double reduce_scatter(const struct model *m, int algo, double b) {
+    const struct ccl__job_shape *j = m->j;
+    int N = j->n;
+    switch (algo) {
+    case CCL__ALGO_RING: return (N - 1) * (step(m, j->ring_links, b) + reduce_us(m, b));
+    case CCL__ALGO_DIRECT:
+        if (!j->windows) return -1;
+        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, N * b) + (N - 1) * reduce_us(m, b);
+    default: return -1;
+    }
+}
+
+static double all_gather(const struct model *m, int algo, double b) {
+    const struct ccl__job_shape *j = m->j;
+    int N = j->n;
+    switch (algo) {
+    case CCL__ALGO_RING: return (N - 1) * step(m, j->ring_links, b);
+    case CCL__ALGO_RD: {
+        if (pow2_floor(N) != N) return -1;
+        double t = copy_us(m, b);
+        for (int k = 0; (1 << k) < N; k++) t += shared_step(m, j->xor_links[k], b * (1 << k), j->xor_share[k]);
+        return t;
+    }
+    case CCL__ALGO_BRUCK: {
+        /* Step k sends the 2^k blocks gathered so far (fewer in the last),
+         * then one rotation puts the blocks in rank order. */
+        double t = copy_us(m, N * b);
+        for (int k = 0; (1 << k) < N; k++) {
+            int blocks = (1 << k) < N - (1 << k) ? 1 << k : N - (1 << k);
+            t += shared_step(m, j->shift_links[k], b * blocks, j->shift_share[k]);
+        }
+        return t;
+    }
+    case CCL__ALGO_DIRECT:
+        if (!j->windows) return -1;
+        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, b) + copy_us(m, N * b);
+    default: return -1;
+    }
+}
+
+static double broadcast_or_reduce(const struct model *m, int algo, double n, int reduces) {
+    const struct ccl__job_shape *j = m->j;
+    int N = j->n, depth = log2_ceil(N);
+    double red = reduces ? reduce_us(m, n) : 0;
+    switch (algo) {
+    case CCL__ALGO_RING: {
+        /* A chain, pipelined: the first chunk takes N - 1 hops, the rest
+         * follow one step behind. */
+        double chunk = j->ring_chunk ? (double)j->ring_chunk : 131072, chunks = n > chunk ? ceil(n / chunk) : 1;
+        double t = (N - 2 + chunks) * step(m, j->ring_links, n / chunks) + red;
+        /* One byte past a whole number of chunks adds a chunk, and with
+         * many ranks the smaller pieces can win back more than the step
+         * costs; a prediction never falls as the message grows, so the
+         * whole chunks' time is a floor. */
+        double whole = (N - 2 + chunks - 1) * step(m, j->ring_links, chunk);
+        return chunks > 1 && whole + red > t ? whole + red : t;
+    }
+    case CCL__ALGO_TREE:
+        /* Binomial: the root (and each inner rank) serves up to log2 N
+         * children, one after another. */
+        return depth * step(m, j->btree_links, n) + depth * red;
+    case CCL__ALGO_DIRECT:
+        if (!j->windows) return -1;
+        return (reduces ? 3 : 2) * rounds(m, n) * sync_us(m, j->all_links) + 2 * copy_us(m, n) +
+               (reduces ? (double)(N - 1) / N * red : 0);
+    default: return -1;
+    }
+}
+
+static double all_to_all(const struct model *m, int algo, double b) {
+    const struct ccl__job_shape *j = m->j;
+    int N = j->n;
+    switch (algo) {
+    case CCL__ALGO_PAIRWISE: return (N - 1) * shared_step(m, j->all_links, b, j->per_host_max);
+    case CCL__ALGO_DIRECT: /* every pair at once: the waits overlap, the bytes do not */
+        return sync_us(m, j->all_links) +
+               (N - 1) * (shared_step(m, j->all_links, b, j->per_host_max) - sync_us(m, j->all_links));
+    case CCL__ALGO_BRUCK: {
+        double t = 2 * copy_us(m, N * b);
+        for (int k = 0; (1 << k) < N; k++) t += shared_step(m, j->shift_links[k], b * (N / 2), j->shift_share[k]);
+        return t;
+    }
+    default: return -1;
+    }
+}
+
+static double barrier(const struct model *m, int algo) {
+    const struct ccl__job_shape *j = m->j;
+    switch (algo) {
+    case CCL__ALGO_RING: return 2 * (j->n - 1) * sync_us(m, j->ring_links);
+    case CCL__ALGO_BRUCK: {
+        double t = 0;
+        for (int k = 0; (1 << k) < j->n; k++) t += sync_us(m, j->shift_links[k]);
+        return t;
+    }
+    default: return -1;
+    }
+}
+
+double ccl__cost_predict(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
+                         size_t bytes) {
+    struct model m = {j, f};
+    double n = (double)bytes;
+    if (j->n == 1) return algo == CCL__ALGO_RING && kind != CCL__K_ALL_TO_ALL ? copy_us(&m, n) : -1;
+    switch (kind) {
+    case CCL__K_ALL_REDUCE: return all_reduce(&m, algo, n);
+    case CCL__K_REDUCE_SCATTER: return reduce_scatter(&m, algo, n);
+    case CCL__K_ALL_GATHER: return all_gather(&m, algo, n);
+    case CCL__K_BROADCAST: return broadcast_or_reduce(&m, algo, n, 0);
+    case CCL__K_REDUCE: return broadcast_or_reduce(&m, algo, n, 1);
+    case CCL__K_ALL_TO_ALL: return all_to_all(&m, algo, n);
+    case CCL__K_BARRIER: return barrier(&m, algo);
+    default: return -1;
+    }
+}
+
+struct ccl__cost_pick ccl__cost_choose(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind,
+                                       size_t bytes) {
+    struct ccl__cost_pick p = {-1, -1, 0, 0};
+    for (int a = 0; a < CCL__NUM_ALGOS; a++) {
+        if (!ccl__algos[a] || !ccl__algos[a]->run[kind]) continue;
+        double t = ccl__cost_predict(j, f, kind, a, bytes);
+        if (t < 0) continue;
+        if (p.algo < 0 || t < p.us) {
+            p.next = p.algo, p.next_us = p.us;
+            p.algo = a, p.us = t;
+        } else if (p.next < 0 || t < p.next_us) {
+            p.next = a, p.next_us = t;
+        }
+    }
+    return p;
+}

@@ -1,0 +1,93 @@
+/*
+ * The cost model: a predicted time for every algorithm that can run a
+ * call, from the links it uses and a few measured figures (alpha-beta per
+ * link class, copy and reduction speed). It knows nothing of communicators:
+ * the planner describes a job as a struct ccl__job_shape, so ccl-plan can
+ * ask the same questions of a machine nobody here has.
+ */
+#ifndef CCL_PLAN_COST_H
+#define CCL_PLAN_COST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Link classes, by what lies between two ranks. */
+enum ccl__link_class {
+    CCL__LINK_NUMA = 0, /* shared memory, one NUMA node */
+    CCL__LINK_XNUMA,    /* shared memory, two NUMA nodes of one package */
+    CCL__LINK_XPACKAGE, /* shared memory, two packages (sockets) */
+    CCL__LINK_TCP,
+    CCL__LINK_RDMA,
+    CCL__LINK_CUDA,
+    CCL__NUM_LINKS
+};
+extern const char *const ccl__link_names[CCL__NUM_LINKS];
+int ccl__link_by_name(const char *name);
+
+/* One link class: alpha, the time of a step that moves nothing, and the
+ * bandwidth of a step in which every rank sends and receives at once (a
+ * ring step), in bytes per microsecond per rank. */
+struct ccl__link_figure {
+    double alpha_us, bytes_per_us;
+};
+
+struct ccl__figures {
+    struct ccl__link_figure link[CCL__NUM_LINKS];
+    double copy_bytes_per_us;   /* memcpy */
+    double reduce_bytes_per_us; /* float32 sum of two inputs, bytes of one input */
+    unsigned measured;          /* bit per link class measured (the rest are defaults); CCL__FIG_LOCAL: copy
+                                 * and reduce */
+};
+#define CCL__FIG_LOCAL (1u << 16)
+
+/* Figures of a 2-core x86 machine of 2024, for link classes nothing has
+ * measured yet. */
+void ccl__cost_defaults(struct ccl__figures *f);
+
+/* A job as the model sees it. Link sets are bitmasks of link classes. */
+#define CCL__COST_MAX_STEPS 32
+struct ccl__job_shape {
+    int n;                 /* ranks */
+    int nhosts, per_host;  /* per_host: ranks on every host when all hosts have as many, else 0 */
+    int windows;           /* the direct path (one host, shared windows) is on */
+    double oversub;        /* >= 1: ranks per core on the busiest machine; CPU-bound terms scale by it */
+    size_t ring_chunk;     /* pipeline chunk of the ring (bytes) */
+    size_t window_area;    /* bytes the direct algorithm moves per round */
+    unsigned ring_links;   /* the ring's links */
+    unsigned all_links;    /* every pair's link (all-to-all, the direct algorithm) */
+    unsigned dtree_links;  /* the double binary tree's edges (all-reduce) */
+    unsigned btree_links;  /* the binomial tree's edges (broadcast, reduce; rooted at rank 0) */
+    int dtree_depth;       /* levels below the double binary tree's roots (the deeper tree) */
+    unsigned inside_links; /* pairs on one host (hier) */
+    unsigned across_links; /* pairs at one place of two hosts (hier) */
+    unsigned xor_links[CCL__COST_MAX_STEPS];   /* recursive doubling step k: rank r with r ^ 2^k (r, partner < p) */
+    unsigned shift_links[CCL__COST_MAX_STEPS]; /* Bruck step k: rank r with r + 2^k mod n */
+    /* How many ranks of one host use the network at once (the most of any
+     * host): they share its adapter. */
+    int xor_share[CCL__COST_MAX_STEPS], shift_share[CCL__COST_MAX_STEPS];
+    int per_host_max;      /* ranks on the biggest host */
+};
+
+/* The shape of n ranks: cls[i * n + j] is the link class between ranks i
+ * and j, ring[] the ring order, host_of[] each rank's host (0 ..
+ * nhosts - 1). */
+void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of);
+
+/* Predicted microseconds for algo (enum ccl__algo_id) to run a call of
+ * kind (enum ccl__op_kind) whose per-rank piece is bytes (all-reduce,
+ * broadcast and reduce: the buffer; reduce-scatter: a block; all-gather:
+ * a rank's share; all-to-all: what one pair exchanges); negative when algo
+ * does not run that call on this shape. */
+double ccl__cost_predict(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
+                         size_t bytes);
+
+/* The cheapest algorithm for the call (-1 if none can), its prediction in
+ * *us, and the runner-up (algorithm and time; -1 when there is none). */
+struct ccl__cost_pick {
+    int algo, next;
+    double us, next_us;
+};
+struct ccl__cost_pick ccl__cost_choose(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind,
+                                       size_t bytes);
+
+#endif

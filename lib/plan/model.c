@@ -1,0 +1,115 @@
+/*
+ * The cost model of one communicator: the job's shape, built from the
+ * peer table and the plan exactly alike on every rank, and figures every
+ * rank holds alike (tune.c), so every rank picks the same algorithm for a
+ * call without a word exchanged.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "plan/cost.h"
+#include "plan/plan.h"
+#include "plan/tune.h"
+
+struct ccl__cost_state {
+    struct ccl__job_shape shape;
+    struct ccl__figures fig;
+    /* The last call of each kind: trainers repeat sizes, and a repeat
+     * skips the model. */
+    struct {
+        size_t bytes;
+        struct ccl__cost_pick pick;
+    } last[CCL__MAX_OP_KINDS];
+};
+
+/* The link class of the transport connecting a and b: its own for a
+ * network or device transport, -1 for shared memory (the places decide). */
+static int pair_transport_class(void *ctx, int a, int b) {
+    int t = ccl__plan_pair_transport(ctx, a, b);
+    return ccl__link_by_name(t >= 0 ? ccl__transports[t]->name : "tcp");
+}
+
+int ccl__plan_shm_class(const struct ccl__place *p, const struct ccl__place *q) {
+    if (p->package >= 0 && q->package >= 0 && p->package != q->package) return CCL__LINK_XPACKAGE;
+    if (p->numa >= 0 && q->numa >= 0 && p->numa != q->numa) return CCL__LINK_XNUMA;
+    return CCL__LINK_NUMA; /* unknown places count as one NUMA node: nothing says otherwise */
+}
+
+/* Ranks per CPU on the busiest machine, at least 1. */
+static double oversubscription(int n, const struct ccl__peer_info *peers) {
+    double worst = 1;
+    for (int r = 0; r < n; r++) {
+        int index, local = ccl__plan_machine_ranks_of(n, peers, r, &index);
+        int cpus = peers[r].ncores;
+        if (cpus > 0 && (double)local / cpus > worst) worst = (double)local / cpus;
+    }
+    return worst;
+}
+
+int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, int (*pair_class)(void *, int, int),
+                    void *ctx, struct ccl__job_shape *out) {
+    uint8_t *cls = malloc((size_t)n * (size_t)n);
+    int *host_of = malloc(sizeof(int) * (size_t)n);
+    struct ccl__place *places = malloc(sizeof(*places) * (size_t)n);
+    int ok = cls && host_of && places;
+    if (ok) {
+        ccl__plan_places(n, peers, places);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                int c = i == j ? 0 : pair_class(ctx, i, j);
+                cls[i * n + j] = (uint8_t)(c >= 0 ? c : ccl__plan_shm_class(&places[i], &places[j]));
+            }
+        /* Hosts numbered in ring order, as plan_hosts does. */
+        int nhosts = 0;
+        for (int i = 0; i < n; i++) {
+            int r = ring[i], h = -1;
+            for (int k = 0; k < i && h < 0; k++)
+                if (strcmp(peers[ring[k]].host_id, peers[r].host_id) == 0) h = host_of[ring[k]];
+            host_of[r] = h >= 0 ? h : nhosts++;
+        }
+        ccl__cost_shape(out, n, cls, ring, host_of);
+        out->oversub = oversubscription(n, peers);
+    }
+    free(cls), free(host_of), free(places);
+    return ok ? 0 : -1;
+}
+
+ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
+    struct ccl__cost_state *s = calloc(1, sizeof(*s));
+    if (!s) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    comm->cost = s;
+    for (int k = 0; k < CCL__MAX_OP_KINDS; k++) s->last[k].pick.algo = -1;
+    if (ccl__plan_shape(comm->nranks, comm->peers, comm->ring, pair_transport_class, comm, &s->shape) != 0)
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    s->shape.windows = comm->windows != NULL;
+    s->shape.ring_chunk = comm->ring_chunk_bytes;
+    s->shape.window_area = comm->windows ? ccl__direct_area(comm->window_bytes) : 0;
+    CCL_CHECK(ccl__tune_figures(comm, &s->shape, &s->fig));
+    if (comm->rank == 0 && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_PLAN)) {
+        char line[512];
+        ccl__tune_describe(&s->fig, s->shape.ring_links | s->shape.all_links, line, sizeof line);
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "model: %d ranks, %d hosts, %.2f ranks per CPU; %s", comm->nranks,
+                 s->shape.nhosts, s->shape.oversub, line);
+    }
+    return CCL_OK;
+}
+
+void ccl__plan_model_free(struct ccl_comm *comm) {
+    free(comm->cost);
+    comm->cost = NULL;
+}
+
+struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, size_t bytes) {
+    struct ccl__cost_state *s = comm->cost;
+    if (s->last[kind].pick.algo >= 0 && s->last[kind].bytes == bytes) return s->last[kind].pick;
+    struct ccl__cost_pick p = ccl__cost_choose(&s->shape, &s->fig, kind, bytes);
+    s->last[kind].bytes = bytes;
+    s->last[kind].pick = p;
+    return p;
+}
+
+double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, size_t bytes) {
+    return ccl__cost_predict(&comm->cost->shape, &comm->cost->fig, kind, algo, bytes);
+}

@@ -1,0 +1,397 @@
+/* The cost model's figures: file, probe, defaults, and the rule that makes
+ * every rank hold the same ones. */
+#define _GNU_SOURCE
+#include "plan/tune.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "algo/algo.h"
+#include "core/log.h"
+#include "core/socket.h"
+#include "plan/plan.h"
+#include "reduce/reduce.h"
+
+#define FILE_MAGIC "libccl-tuning 1"
+/* Sane ranges: a figure outside them is a corrupt file, not a machine. */
+#define ALPHA_MIN 0.005
+#define ALPHA_MAX 1e5
+#define SPEED_MIN 1.0
+#define SPEED_MAX 1e7
+
+_Static_assert(CCL__NUM_LINKS <= CCL__TUNED_LINKS, "the bootstrap record holds every link class");
+
+/* ---- the file ---- */
+
+void ccl__tune_machine_key(char *key, size_t n) {
+    char host[64] = "unknown", id[40] = "";
+    gethostname(host, sizeof(host) - 1);
+    FILE *f = fopen("/etc/machine-id", "r");
+    if (f) {
+        if (!fgets(id, sizeof id, f)) id[0] = 0;
+        fclose(f);
+        id[strcspn(id, "\n ")] = 0;
+    }
+    snprintf(key, n, "%.63s/%.39s/%ldcpu", host, id[0] ? id : "-", sysconf(_SC_NPROCESSORS_CONF));
+}
+
+static int alpha_ok(double a) { return isfinite(a) && a >= ALPHA_MIN && a <= ALPHA_MAX; }
+static int speed_ok(double s) { return isfinite(s) && s >= SPEED_MIN && s <= SPEED_MAX; }
+
+/* One line of the file into f; 0 when it is not a line of the format. */
+static int parse_line(const char *line, const char *key, struct ccl__figures *f, int *saw_key, char *why,
+                      size_t whylen) {
+    char word[32], name[32];
+    double x, y;
+    if (sscanf(line, "%31s", word) != 1) return 1; /* blank */
+    if (strcmp(word, "machine") == 0) {
+        const char *k = line + strspn(line, " \t") + strlen("machine");
+        k += strspn(k, " \t");
+        size_t len = strcspn(k, "\n");
+        if (len != strlen(key) || strncmp(k, key, len) != 0) {
+            snprintf(why, whylen, "it describes another machine (%.*s; this is %s)", (int)(len > 80 ? 80 : len), k,
+                     key);
+            return 0;
+        }
+        *saw_key = 1;
+        return 1;
+    }
+    if (strcmp(word, "copy") == 0 || strcmp(word, "reduce") == 0) {
+        char end[2];
+        if (sscanf(line, "%*s %lf %1s", &x, end) != 1 || !speed_ok(x)) goto bad;
+        *(word[0] == 'c' ? &f->copy_bytes_per_us : &f->reduce_bytes_per_us) = x;
+        f->measured |= CCL__FIG_LOCAL;
+        return 1;
+    }
+    if (strcmp(word, "link") == 0) {
+        char end[2];
+        if (sscanf(line, "%*s %31s %lf %lf %1s", name, &x, &y, end) != 3) goto bad;
+        int c = ccl__link_by_name(name);
+        if (c < 0 || !alpha_ok(x) || !speed_ok(y)) goto bad;
+        f->link[c] = (struct ccl__link_figure){x, y};
+        f->measured |= 1u << c;
+        return 1;
+    }
+bad:
+    int shown = (int)strcspn(line, "\n");
+    snprintf(why, whylen, "it is corrupt (line \"%.*s\")", shown > 60 ? 60 : shown, line);
+    return 0;
+}
+
+int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *f, char *why, size_t whylen) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        if (errno == ENOENT) return 0;
+        snprintf(why, whylen, "it cannot be read (%s)", strerror(errno));
+        return -1;
+    }
+    struct ccl__figures read = *f;
+    read.measured = 0;
+    char line[256];
+    int ok = 1, saw_key = 0;
+    if (!fgets(line, sizeof line, fp) || strncmp(line, FILE_MAGIC, strlen(FILE_MAGIC)) != 0 ||
+        (line[strlen(FILE_MAGIC)] != '\n' && line[strlen(FILE_MAGIC)] != 0)) {
+        snprintf(why, whylen, "it is not a libccl tuning file (it does not start with \"%s\")", FILE_MAGIC);
+        ok = 0;
+    }
+    while (ok && fgets(line, sizeof line, fp)) {
+        if (line[0] == '#') continue;
+        if (!strchr(line, '\n') && !feof(fp)) {
+            snprintf(why, whylen, "it is corrupt (a line longer than %zu bytes)", sizeof line);
+            ok = 0;
+        } else {
+            ok = parse_line(line, key, &read, &saw_key, why, whylen);
+        }
+    }
+    fclose(fp);
+    if (ok && !saw_key) snprintf(why, whylen, "it does not say which machine it describes"), ok = 0;
+    if (!ok) return -1;
+    *f = read;
+    return 1;
+}
+
+static int make_parent(const char *path) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *s = dir + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return 0;
+}
+
+int ccl__tune_file_write(const char *path, const char *key, const struct ccl__figures *f, char *why, size_t whylen) {
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *fp = make_parent(path) == 0 ? fopen(tmp, "w") : NULL;
+    if (!fp) {
+        snprintf(why, whylen, "%s", strerror(errno));
+        return -1;
+    }
+    fprintf(fp, "%s\n# cost-model figures of one machine, written by libccl (ccl-tune measures on purpose)\n",
+            FILE_MAGIC);
+    fprintf(fp, "machine %s\n", key);
+    if (f->measured & CCL__FIG_LOCAL)
+        fprintf(fp, "copy %.1f\nreduce %.1f\n", f->copy_bytes_per_us, f->reduce_bytes_per_us);
+    fprintf(fp, "# link <class> <alpha, us> <bytes per us and rank>\n");
+    for (int c = 0; c < CCL__NUM_LINKS; c++)
+        if (f->measured >> c & 1u)
+            fprintf(fp, "link %s %.3f %.1f\n", ccl__link_names[c], f->link[c].alpha_us, f->link[c].bytes_per_us);
+    int bad = ferror(fp);
+    bad |= fclose(fp) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        snprintf(why, whylen, "%s", strerror(errno ? errno : EIO));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- measuring ---- */
+
+static double best_of(int reps, void (*fn)(void *), void *arg) {
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        double t0 = ccl__now();
+        fn(arg);
+        double t = ccl__now() - t0;
+        if (t < best) best = t;
+    }
+    return best * 1e6;
+}
+
+#define LOCAL_BYTES (256u << 10) /* in L2 or L3 of any core of this decade; what a pipeline chunk touches */
+
+struct local_bufs {
+    float *a, *b, *c;
+    ccl__reduce_fn sum;
+};
+
+static void do_copy(void *arg) {
+    struct local_bufs *l = arg;
+    memcpy(l->c, l->a, LOCAL_BYTES);
+}
+
+static void do_sum(void *arg) {
+    struct local_bufs *l = arg;
+    l->sum(l->c, l->a, l->b, LOCAL_BYTES / sizeof(float));
+}
+
+void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per_us) {
+    struct local_bufs l = {malloc(LOCAL_BYTES), malloc(LOCAL_BYTES), malloc(LOCAL_BYTES),
+                           ccl__reduce_get(CCL_FLOAT32, CCL_SUM)};
+    struct ccl__figures d;
+    ccl__cost_defaults(&d);
+    *copy_bytes_per_us = d.copy_bytes_per_us;
+    *reduce_bytes_per_us = d.reduce_bytes_per_us;
+    if (l.a && l.b && l.c) {
+        for (size_t i = 0; i < LOCAL_BYTES / sizeof(float); i++) l.a[i] = (float)(i & 255), l.b[i] = 1.0f;
+        memset(l.c, 0, LOCAL_BYTES);
+        double copy = best_of(8, do_copy, &l), sum = best_of(8, do_sum, &l);
+        if (copy > 0) *copy_bytes_per_us = LOCAL_BYTES / copy;
+        if (sum > 0) *reduce_bytes_per_us = LOCAL_BYTES / sum;
+    }
+    free(l.a), free(l.b), free(l.c);
+}
+
+/* The probe's calls are stamped with this bit, so a slot of theirs can
+ * never pass for a user call's or CCL_CHECK's. */
+#define PROBE_SEQ_BIT 0x40000000u
+#define PROBE_BYTES (64u << 10)
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double ccl__tune_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A ring all-gather of bytes per rank, whatever CCL_ALGO says. */
+static ccl_status_t gather(struct ccl_comm *comm, uint32_t seq, const void *mine, void *all, size_t bytes) {
+    struct ccl__coll_args g = {
+        .id = {.kind = CCL__K_ALL_GATHER, .seq = PROBE_SEQ_BIT | seq, .count = bytes, .dtype = CCL_UINT8,
+               .op = CCL_SUM, .root = -1},
+        .sendbuf = mine,
+        .recvbuf = all,
+        .mem = CCL__MEM_HOST,
+        .plan = {.algo = CCL__ALGO_RING, .chunk_bytes = comm->ring_chunk_bytes},
+    };
+    return ccl__algo_ring.run[CCL__K_ALL_GATHER](comm, &g);
+}
+
+/* Median microseconds of reps timed all-gathers of bytes per rank. */
+static ccl_status_t timed(struct ccl_comm *comm, uint32_t *seq, size_t bytes, int reps, uint8_t *buf, double *us) {
+    double t[16];
+    for (int i = -2; i < reps; i++) { /* two to warm the path */
+        double t0 = ccl__now();
+        CCL_CHECK(gather(comm, (*seq)++, buf, buf + bytes, bytes));
+        if (i >= 0) t[i] = (ccl__now() - t0) * 1e6;
+    }
+    *us = ccl__tune_median(t, reps);
+    return CCL_OK;
+}
+
+ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct ccl__link_figure *out) {
+    int n = comm->nranks;
+    uint8_t *buf = calloc((size_t)n + 1, PROBE_BYTES);
+    double *all = malloc(sizeof(double) * 2 * (size_t)n);
+    if (!buf || !all) {
+        free(buf), free(all);
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    }
+    uint32_t seq = 0;
+    double small, large, mine[2];
+    ccl_status_t st = timed(comm, &seq, 1, 7, buf, &small);
+    if (st == CCL_OK) st = timed(comm, &seq, PROBE_BYTES, 5, buf, &large);
+    if (st == CCL_OK) {
+        double alpha = small / (n - 1), per_step = large / (n - 1);
+        double moving = per_step > 2 * alpha ? per_step - alpha : per_step / 2;
+        mine[0] = alpha;
+        mine[1] = oversub * PROBE_BYTES / moving;
+        st = gather(comm, seq++, mine, all, sizeof mine);
+    }
+    if (st == CCL_OK) {
+        double *alphas = malloc(sizeof(double) * (size_t)n), *speeds = malloc(sizeof(double) * (size_t)n);
+        if (!alphas || !speeds) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+        for (int r = 0; st == CCL_OK && r < n; r++) alphas[r] = all[2 * r], speeds[r] = all[2 * r + 1];
+        if (st == CCL_OK) {
+            out->alpha_us = ccl__tune_median(alphas, n);
+            out->bytes_per_us = ccl__tune_median(speeds, n);
+        }
+        free(alphas), free(speeds);
+    }
+    free(buf), free(all);
+    return st;
+}
+
+/* ---- the job's figures ---- */
+
+static void record_from(struct ccl__tuned_record *r, const struct ccl__figures *f) {
+    memset(r, 0, sizeof *r);
+    r->measured = f->measured;
+    for (int c = 0; c < CCL__NUM_LINKS; c++)
+        r->alpha_us[c] = (float)f->link[c].alpha_us, r->bytes_per_us[c] = (float)f->link[c].bytes_per_us;
+    r->copy_bytes_per_us = (float)f->copy_bytes_per_us;
+    r->reduce_bytes_per_us = (float)f->reduce_bytes_per_us;
+}
+
+void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
+    static int warned; /* once per process, not once per communicator */
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    const char *path = comm->params.tuning_file;
+    if (strcmp(path, "none") != 0) {
+        char key[160], why[200];
+        ccl__tune_machine_key(key, sizeof key);
+        int read = ccl__tune_file_read(path, key, &f, why, sizeof why);
+        if (read < 0 && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            CCL_WARN(CCL__SUB_PLAN, comm->rank, "ignoring the tuning file %s: %s; measuring afresh", path, why);
+    }
+    if (!(f.measured & CCL__FIG_LOCAL)) {
+        ccl__tune_measure_local(&f.copy_bytes_per_us, &f.reduce_bytes_per_us);
+        f.measured |= CCL__FIG_LOCAL;
+    }
+    record_from(&self->tuned, &f);
+}
+
+/* Each class's slowest figure among the ranks that bring one (a ring goes
+ * as fast as its slowest link), the median copy and reduce speed (each rank
+ * measured its own core); defaults for the rest. Every rank has the same
+ * records, so every rank computes the same figures. */
+static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
+    int n = comm->nranks;
+    ccl__cost_defaults(f);
+    double *copy = malloc(sizeof(double) * (size_t)n), *red = malloc(sizeof(double) * (size_t)n);
+    int nlocal = 0;
+    for (int r = 0; r < n; r++) {
+        const struct ccl__tuned_record *t = &comm->peers[r].tuned;
+        for (int c = 0; c < CCL__NUM_LINKS; c++) {
+            if (!(t->measured >> c & 1u) || !alpha_ok(t->alpha_us[c]) || !speed_ok(t->bytes_per_us[c])) continue;
+            struct ccl__link_figure *l = &f->link[c];
+            if (!(f->measured >> c & 1u)) *l = (struct ccl__link_figure){t->alpha_us[c], t->bytes_per_us[c]};
+            if (t->alpha_us[c] > l->alpha_us) l->alpha_us = t->alpha_us[c];
+            if (t->bytes_per_us[c] < l->bytes_per_us) l->bytes_per_us = t->bytes_per_us[c];
+            f->measured |= 1u << c;
+        }
+        if ((t->measured & CCL__FIG_LOCAL) && speed_ok(t->copy_bytes_per_us) && speed_ok(t->reduce_bytes_per_us) &&
+            copy && red)
+            copy[nlocal] = t->copy_bytes_per_us, red[nlocal++] = t->reduce_bytes_per_us;
+    }
+    if (nlocal) {
+        f->copy_bytes_per_us = ccl__tune_median(copy, nlocal);
+        f->reduce_bytes_per_us = ccl__tune_median(red, nlocal);
+        f->measured |= CCL__FIG_LOCAL;
+    }
+    free(copy), free(red);
+}
+
+/* The class of the ring's links that holds it back: the slowest by
+ * default figures at a probe-sized step. */
+static int slowest_class(unsigned links) {
+    struct ccl__figures d;
+    ccl__cost_defaults(&d);
+    int worst = -1;
+    double worst_us = 0;
+    for (int c = 0; c < CCL__NUM_LINKS; c++) {
+        if (!(links >> c & 1u)) continue;
+        double us = d.link[c].alpha_us + PROBE_BYTES / d.link[c].bytes_per_us;
+        if (worst < 0 || us > worst_us) worst = c, worst_us = us;
+    }
+    return worst;
+}
+
+/* The lowest rank of each machine keeps what this init learnt. */
+static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int probed) {
+    const char *path = comm->params.tuning_file;
+    int index;
+    ccl__plan_machine_ranks(comm, &index);
+    unsigned had = comm->peers[comm->rank].tuned.measured;
+    /* A described machine (CCL_TOPO_FILE) names link classes this one
+     * may not have: what the probe saw is not theirs to keep. */
+    if (strcmp(path, "none") == 0 || comm->params.topo_file[0] || index != 0 || (!probed && (f->measured & ~had) == 0))
+        return;
+    char key[160], why[200];
+    ccl__tune_machine_key(key, sizeof key);
+    if (ccl__tune_file_write(path, key, f, why, sizeof why) != 0)
+        CCL_WARN(CCL__SUB_PLAN, comm->rank, "cannot write the tuning file %s: %s", path, why);
+    else CCL_INFO(CCL__SUB_PLAN, comm->rank, "wrote the tuning file %s", path);
+}
+
+ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shape *shape, struct ccl__figures *out) {
+    combine(comm, out);
+    int c = comm->nranks > 1 ? slowest_class(shape->ring_links) : -1;
+    int probed = 0;
+    if (c >= 0 && !(out->measured >> c & 1u)) {
+        double t0 = ccl__now();
+        CCL_CHECK(ccl__tune_probe_ring(comm, shape->oversub, &out->link[c]));
+        out->measured |= 1u << c;
+        probed = 1;
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "probed the ring's %s links in %.1f ms: alpha %.2f us, %.0f bytes/us",
+                 ccl__link_names[c], (ccl__now() - t0) * 1e3, out->link[c].alpha_us, out->link[c].bytes_per_us);
+    }
+    save(comm, out, probed);
+    return CCL_OK;
+}
+
+void ccl__tune_describe(const struct ccl__figures *f, unsigned links, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int c = 0; c < CCL__NUM_LINKS && o < n; c++)
+        if (links >> c & 1u)
+            o += (size_t)snprintf(buf + o, n - o, "%s %.2f us %.2f GB/s (%s), ", ccl__link_names[c],
+                                  f->link[c].alpha_us, f->link[c].bytes_per_us / 1e3,
+                                  f->measured >> c & 1u ? "measured" : "default");
+    if (o < n)
+        snprintf(buf + o, n - o, "copy %.2f GB/s, reduce %.2f GB/s (%s)", f->copy_bytes_per_us / 1e3,
+                 f->reduce_bytes_per_us / 1e3, f->measured & CCL__FIG_LOCAL ? "measured" : "default");
+}

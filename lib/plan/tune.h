@@ -1,0 +1,54 @@
+/*
+ * Where the cost model's figures come from: the machine's tuning file
+ * (CCL_TUNING_FILE, written by ccl-tune or by an earlier init), a short
+ * probe at init for what the file lacks, defaults for the rest. Every rank
+ * ends with the same figures: each brings its own in its bootstrap record,
+ * and the probe's results are gathered and combined the same way.
+ */
+#ifndef CCL_PLAN_TUNE_H
+#define CCL_PLAN_TUNE_H
+
+#include "core/comm.h"
+#include "plan/cost.h"
+
+/* Before bootstrap: self->tuned from this machine's tuning file, and copy
+ * and reduce speed measured when it has none (a fraction of a
+ * millisecond). A file that is corrupt or from another machine is ignored
+ * with a warning. */
+void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self);
+
+/* After the plan, on every rank: the figures of the job. A link class the
+ * ring uses that no rank brought is probed (a few ring all-gathers, all
+ * ranks at once); the lowest rank of each machine then updates its tuning
+ * file. */
+ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shape *shape, struct ccl__figures *out);
+
+/* "numa 0.6 us 4.4 GB/s (measured), tcp ...; copy ..., reduce ..." for
+ * the classes in links. */
+void ccl__tune_describe(const struct ccl__figures *f, unsigned links, char *buf, size_t n);
+
+/* ---- the file ---- */
+
+/* This machine, as a tuning file names it: hostname, machine id, CPUs. */
+void ccl__tune_machine_key(char *key, size_t n);
+/* Reads path into f (classes and copy/reduce it has; measured says which).
+ * Returns 1 when read, 0 when there is no file, -1 when it was rejected
+ * (corrupt, another machine's, unreadable), with the reason in why. */
+int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *f, char *why, size_t whylen);
+/* Writes f's measured figures to path atomically (a temporary file, then
+ * rename), creating its directory. 0, or -1 with the reason in why. */
+int ccl__tune_file_write(const char *path, const char *key, const struct ccl__figures *f, char *why, size_t whylen);
+
+/* ---- measuring ---- */
+
+/* The median of v[0..n-1] (n >= 1), which it sorts. */
+double ccl__tune_median(double *v, int n);
+
+/* Bytes per microsecond of memcpy and of a float32 sum on this core. */
+void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per_us);
+/* The ring's step: alpha (a 1-byte all-gather) and bandwidth (64 KiB per
+ * rank), the median over repetitions and then over ranks; every rank gets
+ * the same two numbers. */
+ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct ccl__link_figure *out);
+
+#endif

@@ -1,0 +1,375 @@
+/* The cost model on jobs nobody here has (synthetic shapes), and the
+ * tuning file that feeds it: what it chooses, that its predictions grow
+ * with the message, and that a bad file is never trusted. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "plan/plan.h"
+#include "plan/tune.h"
+#include "util.h"
+
+/* hosts x sockets x cores_per_socket ranks, in rank order host by host;
+ * between hosts net, inside a host NUMA or cross-socket. */
+struct synthetic {
+    const char *name;
+    int hosts, sockets, cores; /* per host: sockets x cores ranks */
+    int net;                   /* link class between hosts */
+    double oversub;
+};
+
+static const struct synthetic shapes[] = {
+    {"1 host, 2 ranks", 1, 1, 2, CCL__LINK_TCP, 1},    {"1 host, 3 ranks", 1, 1, 3, CCL__LINK_TCP, 1.5},
+    {"1 host, 4 ranks, 2 cores", 1, 1, 4, CCL__LINK_TCP, 2}, {"2 sockets x 8 cores", 1, 2, 8, CCL__LINK_TCP, 1},
+    {"7 hosts, tcp", 7, 1, 1, CCL__LINK_TCP, 1},       {"4 hosts x 2 x 8, tcp", 4, 2, 8, CCL__LINK_TCP, 1},
+    {"4 hosts x 2 x 8, rdma", 4, 2, 8, CCL__LINK_RDMA, 1}, {"3 hosts x 5", 3, 1, 5, CCL__LINK_TCP, 1},
+    {"4 hosts x 2 x 6, tcp", 4, 2, 6, CCL__LINK_TCP, 1},
+};
+
+static void make_shape(const struct synthetic *s, struct ccl__job_shape *j) {
+    int per = s->sockets * s->cores, n = s->hosts * per;
+    uint8_t *cls = malloc((size_t)n * (size_t)n);
+    int *ring = malloc(sizeof(int) * (size_t)n), *host_of = malloc(sizeof(int) * (size_t)n);
+    ck_assert(cls && ring && host_of);
+    for (int i = 0; i < n; i++) {
+        ring[i] = i, host_of[i] = i / per;
+        for (int k = 0; k < n; k++) {
+            int c = CCL__LINK_NUMA;
+            if (i / per != k / per) c = s->net;
+            else if ((i % per) / s->cores != (k % per) / s->cores) c = CCL__LINK_XPACKAGE;
+            cls[i * n + k] = (uint8_t)c;
+        }
+    }
+    ccl__cost_shape(j, n, cls, ring, host_of);
+    j->windows = s->hosts == 1;
+    j->oversub = s->oversub;
+    j->ring_chunk = 128 << 10;
+    j->window_area = ccl__direct_area(2 << 20);
+    free(cls), free(ring), free(host_of);
+}
+
+START_TEST(shape_of_four_hosts) {
+    struct ccl__job_shape j;
+    make_shape(&shapes[5], &j);
+    ck_assert_int_eq(j.n, 64);
+    ck_assert_int_eq(j.nhosts, 4);
+    ck_assert_int_eq(j.per_host, 16);
+    unsigned tcp = 1u << CCL__LINK_TCP, numa = 1u << CCL__LINK_NUMA, xpkg = 1u << CCL__LINK_XPACKAGE;
+    ck_assert_uint_eq(j.ring_links, tcp | numa | xpkg);
+    ck_assert_uint_eq(j.inside_links, numa | xpkg);
+    ck_assert_uint_eq(j.across_links, tcp);
+    /* Recursive doubling: partners 1, 2, 4 apart share a socket, 8 apart
+     * a host, 16 and 32 apart cross hosts. */
+    ck_assert_uint_eq(j.xor_links[0], numa);
+    ck_assert_uint_eq(j.xor_links[2], numa);
+    ck_assert_uint_eq(j.xor_links[3], xpkg);
+    ck_assert_uint_eq(j.xor_links[4], tcp);
+    ck_assert_uint_eq(j.xor_links[5], tcp);
+}
+END_TEST
+
+/* A cluster node of the 2020s: 10 GB/s per rank through shared memory
+ * (6 across sockets), 10 Gb Ethernet between hosts. */
+static void cluster_figures(struct ccl__figures *f) {
+    ccl__cost_defaults(f);
+    f->link[CCL__LINK_NUMA] = (struct ccl__link_figure){0.4, 10000};
+    f->link[CCL__LINK_XPACKAGE] = (struct ccl__link_figure){0.8, 6000};
+    f->link[CCL__LINK_TCP] = (struct ccl__link_figure){15, 1100};
+    f->copy_bytes_per_us = 10000, f->reduce_bytes_per_us = 8000;
+}
+
+/* 4 hosts of 2 sockets x 6 cores on 10 GbE. Hierarchical for a large
+ * all-reduce (each byte crosses the network 2(H-1)/H times through each
+ * host's adapter, where the flat ring's 48 steps each wait on one, and
+ * 48 ranks make halving and doubling fold 16 of them in first), few
+ * steps for a small one. */
+START_TEST(four_hosts_choose) {
+    for (int s = 8; s <= 8; s++) {
+        struct ccl__job_shape j;
+        struct ccl__figures f;
+        make_shape(&shapes[s], &j);
+        cluster_figures(&f);
+        struct ccl__cost_pick big = ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 64u << 20);
+        ck_assert_msg(big.algo == CCL__ALGO_HIER, "%s, 64 MiB all-reduce: %s", shapes[s].name,
+                      big.algo >= 0 ? ccl__algo_names[big.algo] : "none");
+        struct ccl__cost_pick small = ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 8);
+        ck_assert_msg(small.algo == CCL__ALGO_RD || small.algo == CCL__ALGO_TREE, "%s, 8 B all-reduce: %s",
+                      shapes[s].name, small.algo >= 0 ? ccl__algo_names[small.algo] : "none");
+        ck_assert(small.next >= 0 && small.next_us >= small.us);
+        /* The flat ring pays 63 network-bound steps' latency at 8 B. */
+        double ring = ccl__cost_predict(&j, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, 8);
+        ck_assert_msg(ring > 10 * small.us, "ring %.1f us vs %.1f us", ring, small.us);
+    }
+}
+END_TEST
+
+/* Every algorithm that runs a call, on every shape: more bytes never
+ * predict less time (doubling sizes, and every size across the direct
+ * algorithm's one-shot limit and the ring's chunk), and a prediction is
+ * finite and positive. */
+static const int kinds[] = {CCL__K_ALL_REDUCE, CCL__K_REDUCE_SCATTER, CCL__K_ALL_GATHER, CCL__K_BROADCAST,
+                            CCL__K_REDUCE,     CCL__K_ALL_TO_ALL};
+
+static void check_monotonic(const struct ccl__job_shape *j, const struct ccl__figures *f, const char *name) {
+    static size_t sizes[80];
+    int ns = 0;
+    for (size_t b = 1; b <= (64u << 20); b *= 2) sizes[ns++] = b;
+    for (size_t b = 16380; b <= 16390; b++) sizes[ns++] = b;
+    sizes[ns++] = (128u << 10) - 1, sizes[ns++] = (128u << 10) + 1;
+    for (int i = 1; i < ns; i++) /* sort: a few dozen, insertion */
+        for (int k = i; k > 0 && sizes[k] < sizes[k - 1]; k--) {
+            size_t t = sizes[k];
+            sizes[k] = sizes[k - 1], sizes[k - 1] = t;
+        }
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int a = 0; a < CCL__NUM_ALGOS; a++) {
+            double prev = -1;
+            for (int i = 0; i < ns; i++) {
+                double t = ccl__cost_predict(j, f, kinds[k], a, sizes[i]);
+                if (t < 0) {
+                    ck_assert_msg(prev < 0, "%s: %s %s runs at %zu bytes but not at %zu", name,
+                                  ccl__op_kind_name(kinds[k]), ccl__algo_names[a], sizes[i - 1], sizes[i]);
+                    continue;
+                }
+                ck_assert_msg(isfinite(t) && t > 0, "%s: %s %s at %zu bytes: %g us", name,
+                              ccl__op_kind_name(kinds[k]), ccl__algo_names[a], sizes[i], t);
+                ck_assert_msg(t >= prev, "%s: %s %s: %zu bytes %.3f us, %zu bytes %.3f us", name,
+                              ccl__op_kind_name(kinds[k]), ccl__algo_names[a], sizes[i - 1], prev, sizes[i], t);
+                prev = t;
+            }
+        }
+}
+
+START_TEST(monotonic_in_size) {
+    struct ccl__job_shape j;
+    struct ccl__figures f;
+    make_shape(&shapes[_i], &j);
+    ccl__cost_defaults(&f);
+    check_monotonic(&j, &f, shapes[_i].name);
+    /* A machine whose memory is slow next to its links, and the reverse. */
+    for (int c = 0; c < CCL__NUM_LINKS; c++) f.link[c].bytes_per_us *= 4;
+    f.copy_bytes_per_us /= 4, f.reduce_bytes_per_us /= 4;
+    check_monotonic(&j, &f, shapes[_i].name);
+    ccl__cost_defaults(&f);
+    for (int c = 0; c < CCL__NUM_LINKS; c++) f.link[c].alpha_us *= 20;
+    check_monotonic(&j, &f, shapes[_i].name);
+}
+END_TEST
+
+/* Every collective has an algorithm on every shape, and the choice is the
+ * cheapest prediction. */
+START_TEST(choice_is_cheapest) {
+    struct ccl__job_shape j;
+    struct ccl__figures f;
+    make_shape(&shapes[_i], &j);
+    ccl__cost_defaults(&f);
+    int all[] = {CCL__K_ALL_REDUCE, CCL__K_REDUCE_SCATTER, CCL__K_ALL_GATHER, CCL__K_BROADCAST,
+                 CCL__K_REDUCE,     CCL__K_ALL_TO_ALL,      CCL__K_BARRIER};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        for (size_t b = 0; b <= (64u << 20); b = b ? b * 4 : 1) {
+            struct ccl__cost_pick p = ccl__cost_choose(&j, &f, all[k], b);
+            ck_assert_msg(p.algo >= 0, "%s: no algorithm for %s of %zu bytes", shapes[_i].name,
+                          ccl__op_kind_name(all[k]), b);
+            for (int a = 0; a < CCL__NUM_ALGOS; a++) {
+                double t = ccl__cost_predict(&j, &f, all[k], a, b);
+                if (t >= 0 && ccl__algos[a] && ccl__algos[a]->run[all[k]])
+                    ck_assert_msg(t >= p.us, "%s: %s of %zu bytes: %s %.2f us < chosen %s %.2f us", shapes[_i].name,
+                                  ccl__op_kind_name(all[k]), b, ccl__algo_names[a], t, ccl__algo_names[p.algo], p.us);
+            }
+        }
+}
+END_TEST
+
+/* ---- the tuning file ---- */
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+START_TEST(file_round_trip) {
+    char dir[] = "/tmp/ccl-tune-XXXXXX", path[256], key[160], why[200];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/sub/dir/tuning", dir); /* the directories are made */
+    ccl__tune_machine_key(key, sizeof key);
+    struct ccl__figures f, g;
+    ccl__cost_defaults(&f);
+    f.link[CCL__LINK_XNUMA] = (struct ccl__link_figure){1.25, 3333.5};
+    f.link[CCL__LINK_TCP] = (struct ccl__link_figure){9.5, 1200};
+    f.copy_bytes_per_us = 12345, f.reduce_bytes_per_us = 6789;
+    f.measured = 1u << CCL__LINK_XNUMA | 1u << CCL__LINK_TCP | CCL__FIG_LOCAL;
+    ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
+    ccl__cost_defaults(&g);
+    ck_assert_int_eq(ccl__tune_file_read(path, key, &g, why, sizeof why), 1);
+    ck_assert_uint_eq(g.measured, f.measured);
+    ck_assert(fabs(g.link[CCL__LINK_XNUMA].alpha_us - 1.25) < 1e-9);
+    ck_assert(fabs(g.link[CCL__LINK_XNUMA].bytes_per_us - 3333.5) < 1e-6);
+    ck_assert(fabs(g.link[CCL__LINK_TCP].alpha_us - 9.5) < 1e-9);
+    ck_assert(fabs(g.copy_bytes_per_us - 12345) < 1e-6 && fabs(g.reduce_bytes_per_us - 6789) < 1e-6);
+    ck_assert_int_eq(ccl__tune_file_read("/nonexistent/ccl/tuning", key, &g, why, sizeof why), 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* Files that must be rejected, and a word the reason must contain. "%K"
+ * stands for this machine's key. */
+static const struct {
+    const char *text, *why;
+} bad_files[] = {
+    {"", "not a libccl tuning file"},
+    {"hello world\n", "not a libccl tuning file"},
+    {"libccl-tuning 2\nmachine %K\n", "not a libccl tuning file"},
+    {"libccl-tuning 1\nmachine some-other-box/0123/64cpu\nlink numa 0.5 4000\n", "another machine"},
+    {"libccl-tuning 1\nlink numa 0.5 4000\n", "which machine"},
+    {"libccl-tuning 1\nmachine %K\nlink numa nan 4000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink numa -1 4000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink numa 0.5 1e300\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink numa 0.5\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink numa 0.5 4000 junk\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink warp-drive 0.5 4000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncopy 0\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nspeed 11\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\n\001\002\003\377\n", "corrupt"},
+};
+
+static void expand_key(const char *text, char *out, size_t n) {
+    char key[160];
+    ccl__tune_machine_key(key, sizeof key);
+    const char *k = strstr(text, "%K");
+    if (!k) snprintf(out, n, "%s", text);
+    else snprintf(out, n, "%.*s%s%s", (int)(k - text), text, key, k + 2);
+}
+
+START_TEST(file_rejected) {
+    char path[] = "/tmp/ccl-tune-XXXXXX", text[512], key[160], why[200] = "";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    expand_key(bad_files[_i].text, text, sizeof text);
+    write_text(path, text);
+    ccl__tune_machine_key(key, sizeof key);
+    struct ccl__figures f, before;
+    ccl__cost_defaults(&f);
+    before = f;
+    ck_assert_int_eq(ccl__tune_file_read(path, key, &f, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, bad_files[_i].why), "file %d: reason \"%s\", want \"%s\"", _i, why, bad_files[_i].why);
+    ck_assert_msg(memcmp(&f, &before, sizeof f) == 0, "file %d: a rejected file changed the figures", _i);
+    unlink(path);
+}
+END_TEST
+
+/* A line longer than the reader's buffer, and a directory where the file
+ * should be. */
+START_TEST(file_rejected_odd) {
+    char path[] = "/tmp/ccl-tune-XXXXXX", key[160], why[200] = "";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ccl__tune_machine_key(key, sizeof key);
+    dprintf(fd, "libccl-tuning 1\nmachine %s\n# ", key);
+    for (int i = 0; i < 1000; i++) dprintf(fd, "x");
+    dprintf(fd, "\nlink numa 0.5 4000 %0500d\n", 7);
+    close(fd);
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    ck_assert_int_eq(ccl__tune_file_read(path, key, &f, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "corrupt"), "reason \"%s\"", why);
+    unlink(path);
+    char dir[] = "/tmp/ccl-tune-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(ccl__tune_file_read(dir, key, &f, why, sizeof why), -1);
+    rmdir(dir);
+}
+END_TEST
+
+/* In a real job: a corrupt file and a foreign machine's file are ignored
+ * with a warning naming the file, the job runs, and the lowest rank
+ * replaces the file with what it measured. */
+static int body_sum(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t v[5], want[5];
+    for (int i = 0; i < 5; i++) v[i] = rank + i, want[i] = nranks * (nranks - 1) / 2 + nranks * i;
+    EXPECT_OK(&t, ccl_all_reduce(v, v, 5, CCL_INT32, CCL_SUM, comm));
+    for (int i = 0; i < 5; i++) EXPECT(&t, v[i] == want[i], "element %d: %d, want %d", i, v[i], want[i]);
+    return t.fails;
+}
+
+static const char *const job_files[] = {
+    "libccl-tuning 1\nmachine %K\nlink numa 0.5 nonsense\n",
+    "libccl-tuning 1\nmachine another-box/77/8cpu\ncopy 1.5\nreduce 1.5\nlink numa 99999 1.5\n",
+};
+
+START_TEST(bad_file_in_a_job) {
+    char path[] = "/tmp/ccl-tune-XXXXXX", text[512], env[320], log[] = "/tmp/ccl-tune-log-XXXXXX";
+    int fd = mkstemp(path), lfd = mkstemp(log);
+    ck_assert(fd >= 0 && lfd >= 0);
+    close(fd);
+    expand_key(job_files[_i], text, sizeof text);
+    /* The job: it runs, and the lowest rank replaces the file. */
+    write_text(path, text);
+    snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
+    struct harness_run run = {.nranks = 3, .env = env, .body = body_sum};
+    util_run_clean(&run, 0, "a bad tuning file");
+    char key[160], why[200];
+    ccl__tune_machine_key(key, sizeof key);
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    ck_assert_msg(ccl__tune_file_read(path, key, &f, why, sizeof why) == 1, "the file was not replaced: %s", why);
+    ck_assert_msg(f.measured >> CCL__LINK_NUMA & 1u, "the replaced file has no numa figure");
+    ck_assert(f.link[CCL__LINK_NUMA].alpha_us < 99999);
+    /* The warning, from this process (the code every rank runs at init;
+     * after the job: the harness wants the library's parameters unread). */
+    write_text(path, text);
+    struct ccl_comm comm = {.rank = 0};
+    comm.params = *ccl__params_get();
+    snprintf(comm.params.tuning_file, sizeof comm.params.tuning_file, "%s", path);
+    struct ccl__peer_info self;
+    memset(&self, 0, sizeof self);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(lfd, 2);
+    ccl__tune_local(&comm, &self);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char got[1024] = "";
+    ssize_t len = pread(lfd, got, sizeof got - 1, 0);
+    got[len > 0 ? len : 0] = 0;
+    close(lfd);
+    unlink(log);
+    ck_assert_msg(strstr(got, "ignoring the tuning file") && strstr(got, path), "no warning naming %s: \"%s\"", path,
+                  got);
+    ck_assert_msg((self.tuned.measured & 0xffffu) == 0, "links taken from a bad file: %#x", self.tuned.measured);
+    ck_assert_msg(self.tuned.copy_bytes_per_us != 1.5f, "the foreign machine's copy speed was taken");
+    unlink(path);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("plan_cost");
+    TCase *tc = tcase_create("model");
+    int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    tcase_add_test(tc, shape_of_four_hosts);
+    tcase_add_test(tc, four_hosts_choose);
+    tcase_add_loop_test(tc, monotonic_in_size, 0, nshapes);
+    tcase_add_loop_test(tc, choice_is_cheapest, 0, nshapes);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("file");
+    tcase_add_test(tc, file_round_trip);
+    tcase_add_loop_test(tc, file_rejected, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
+    tcase_add_test(tc, file_rejected_odd);
+    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "bad_file_in_a_job", bad_file_in_a_job, (int)(sizeof job_files / sizeof job_files[0]), 60);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }

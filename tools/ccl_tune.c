@@ -1,0 +1,136 @@
+/*
+ * ccl-tune: measures this machine for the cost model on purpose and writes
+ * its tuning file. Each measurement is a real job of local ranks whose init
+ * finds no figures and probes (the code every init runs); ccl-tune repeats
+ * each job and keeps the median of every figure, so one slow moment of the
+ * machine does not stay in the file, as it may when an init under load
+ * wrote it.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ccl.h"
+#include "plan/tune.h"
+
+static const char usage[] = "Usage: ccl-tune [--ranks N] [--reps R] [--output PATH]\n"
+                            "  measures shared memory (N ranks, default 2) and TCP (N ranks posing as hosts) R times\n"
+                            "  (default 5) and writes the medians to PATH (default: CCL_TUNING_FILE, else\n"
+                            "  ~/.cache/libccl/tuning-<host>)\n";
+
+/* One job of n ranks (transport shm or tcp) whose init writes its figures
+ * to path. 0 when every rank succeeded. */
+static int one_job(int n, const char *transport, const char *path) {
+    pid_t job = fork();
+    if (job < 0) return -1;
+    if (job == 0) {
+        setenv("CCL_TUNING_FILE", path, 1);
+        setenv("CCL_TRANSPORT", transport, 1);
+        setenv("CCL_BIND", "core", 1);
+        ccl_unique_id_t id;
+        if (ccl_get_unique_id(&id) != CCL_OK) _exit(3);
+        for (int r = 0; r < n; r++) {
+            pid_t p = fork();
+            if (p == 0) {
+                char host[32];
+                snprintf(host, sizeof host, "ccl-tune-host%d", r);
+                if (strcmp(transport, "tcp") == 0) setenv("CCL_HOST_ID", host, 1);
+                ccl_comm_t *comm;
+                if (ccl_comm_init_rank(&comm, n, id, r) != CCL_OK) _exit(4);
+                _exit(ccl_comm_destroy(comm) == CCL_OK ? 0 : 5);
+            }
+            if (p < 0) _exit(3);
+        }
+        int bad = 0, st;
+        while (wait(&st) > 0) bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        _exit(bad);
+    }
+    int st;
+    if (waitpid(job, &st, 0) < 0) return -1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    static const struct option longs[] = {
+        {"ranks", 1, 0, 'n'}, {"reps", 1, 0, 'r'}, {"output", 1, 0, 'o'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int n = 2, reps = 5, c;
+    const char *out = NULL;
+    while ((c = getopt_long(argc, argv, "n:r:o:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'n': n = atoi(optarg); break;
+        case 'r': reps = atoi(optarg); break;
+        case 'o': out = optarg; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
+        }
+    }
+    if (optind < argc || n < 2 || n > 64 || reps < 1 || reps > 99) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    /* The default path, read before any job sets CCL_TUNING_FILE. */
+    char target[600];
+    snprintf(target, sizeof target, "%s", out ? out : ccl__params_get()->tuning_file);
+    if (strcmp(target, "none") == 0) {
+        fprintf(stderr, "ccl-tune: CCL_TUNING_FILE=none: say where to write with --output\n");
+        return 2;
+    }
+    char key[160], why[200], dir[] = "/tmp/ccl-tune-XXXXXX";
+    ccl__tune_machine_key(key, sizeof key);
+    if (!mkdtemp(dir)) return perror("ccl-tune: mkdtemp"), 1;
+
+    static const char *const transports[] = {"shm", "tcp"};
+    static const int classes[] = {CCL__LINK_NUMA, CCL__LINK_TCP};
+    struct ccl__figures result;
+    ccl__cost_defaults(&result);
+    double alpha[2][99], speed[2][99], copy[198], reduce[198];
+    int got[2] = {0, 0}, nlocal = 0;
+    for (int i = 0; i < reps; i++)
+        for (int t = 0; t < 2; t++) {
+            char path[700];
+            snprintf(path, sizeof path, "%s/%s-%d", dir, transports[t], i);
+            struct ccl__figures f;
+            ccl__cost_defaults(&f);
+            if (one_job(n, transports[t], path) != 0 || ccl__tune_file_read(path, key, &f, why, sizeof why) != 1 ||
+                !(f.measured >> classes[t] & 1u)) {
+                fprintf(stderr, "ccl-tune: %d-rank %s job %d measured nothing\n", n, transports[t], i + 1);
+                continue;
+            }
+            alpha[t][got[t]] = f.link[classes[t]].alpha_us;
+            speed[t][got[t]++] = f.link[classes[t]].bytes_per_us;
+            if (f.measured & CCL__FIG_LOCAL)
+                copy[nlocal] = f.copy_bytes_per_us, reduce[nlocal++] = f.reduce_bytes_per_us;
+            unlink(path);
+            printf("ccl-tune: %s job %d/%d: alpha %.2f us, %.0f bytes/us\n", transports[t], i + 1, reps,
+                   f.link[classes[t]].alpha_us, f.link[classes[t]].bytes_per_us);
+            fflush(stdout);
+        }
+    rmdir(dir);
+    for (int t = 0; t < 2; t++)
+        if (got[t]) {
+            result.link[classes[t]].alpha_us = ccl__tune_median(alpha[t], got[t]);
+            result.link[classes[t]].bytes_per_us = ccl__tune_median(speed[t], got[t]);
+            result.measured |= 1u << classes[t];
+        }
+    if (nlocal) {
+        result.copy_bytes_per_us = ccl__tune_median(copy, nlocal);
+        result.reduce_bytes_per_us = ccl__tune_median(reduce, nlocal);
+        result.measured |= CCL__FIG_LOCAL;
+    }
+    if (!result.measured) {
+        fprintf(stderr, "ccl-tune: every job failed; %s left as it was\n", target);
+        return 1;
+    }
+    if (ccl__tune_file_write(target, key, &result, why, sizeof why) != 0) {
+        fprintf(stderr, "ccl-tune: cannot write %s: %s\n", target, why);
+        return 1;
+    }
+    char line[600];
+    ccl__tune_describe(&result, (1u << CCL__LINK_NUMA) | (1u << CCL__LINK_TCP), line, sizeof line);
+    printf("ccl-tune: wrote %s: %s\n", target, line);
+    return 0;
+}
