@@ -27,10 +27,12 @@ static const char usage[] =
     "  --coll LIST         all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all,barrier or all\n"
     "                      (default all_reduce)\n"
     "  -b SIZE -e SIZE -f F  the sweep: from -b to -e bytes, times F (default 8, 64M, 8)\n"
-    "  --tuning-file PATH  figures to use (default: this machine's, CCL_TUNING_FILE)\n";
+    "  --tuning-file PATH  figures to use, any machine's (default: this machine's, CCL_TUNING_FILE;\n"
+    "                      none: the built-in defaults)\n";
 
 struct opts {
     const char *topo, *colls, *tuning;
+    int kinds[16], nkinds; /* the collectives asked for, in order */
     int hosts, per_host, net;
     size_t b, e, f;
 };
@@ -89,6 +91,23 @@ static void parse(int argc, char **argv, struct opts *o) {
     if (optind < argc) {
         fprintf(stderr, "ccl-plan: unexpected argument '%s'\n%s", argv[optind], usage);
         exit(2);
+    }
+    static const int all[] = {CCL__K_ALL_REDUCE, CCL__K_REDUCE_SCATTER, CCL__K_ALL_GATHER, CCL__K_BROADCAST,
+                              CCL__K_REDUCE,     CCL__K_ALL_TO_ALL,      CCL__K_BARRIER};
+    if (strcmp(o->colls, "all") == 0) {
+        memcpy(o->kinds, all, sizeof all);
+        o->nkinds = (int)(sizeof all / sizeof all[0]);
+    } else for (const char *name = o->colls;;) {
+        size_t len = strcspn(name, ",");
+        int kind = ccl__plan_coll_by_name(name, len);
+        if (kind < 0 || kind == CCL__K_P2P || o->nkinds == 16) {
+            fprintf(stderr, "ccl-plan: --coll: '%.*s' is not a collective\n", (int)len, name);
+            exit(2);
+        }
+        o->kinds[o->nkinds++] = kind;
+        name += len;
+        if (!*name) break;
+        name++;
     }
     if ((size_t)o->hosts * (size_t)(o->per_host ? o->per_host : 1) > 65536) {
         fprintf(stderr, "ccl-plan: more than 65536 ranks\n");
@@ -233,30 +252,15 @@ int main(int argc, char **argv) {
     const char *path = o.tuning ? o.tuning : params->tuning_file;
     char key[160], why[200], line[600];
     ccl__tune_machine_key(key, sizeof key);
-    int got = strcmp(path, "none") ? ccl__tune_file_read(path, key, &f, why, sizeof why) : 0;
+    /* A file named on purpose may be another machine's: its figures are
+     * the point when planning for that machine. */
+    int got = strcmp(path, "none") ? ccl__tune_file_read(path, o.tuning ? NULL : key, &f, why, sizeof why) : 0;
     if (got < 0) fprintf(stderr, "ccl-plan: ignoring the tuning file %s: %s\n", path, why);
     ccl__tune_describe(&f, shape.all_links ? shape.all_links : 1u, line, sizeof line);
     printf("figures (%s): %s\n", got > 0 ? path : "defaults", line);
     printf("%.2f ranks per CPU%s\n", shape.oversub, shape.windows ? "; direct path (shared windows) on" : "");
 
-    /* The collectives asked for, in the order given. */
-    static const int all[] = {CCL__K_ALL_REDUCE, CCL__K_REDUCE_SCATTER, CCL__K_ALL_GATHER, CCL__K_BROADCAST,
-                              CCL__K_REDUCE,     CCL__K_ALL_TO_ALL,      CCL__K_BARRIER};
-    if (strcmp(o.colls, "all") == 0) {
-        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
-            print_sweep(&shape, &f, all[k], ccl__op_kind_name(all[k]), &o);
-    } else {
-        for (const char *c = o.colls; *c;) {
-            size_t len = strcspn(c, ",");
-            int kind = ccl__plan_coll_by_name(c, len);
-            if (kind < 0 || kind == CCL__K_P2P) {
-                fprintf(stderr, "ccl-plan: --coll: '%.*s' is not a collective\n", (int)len, c);
-                return 2;
-            }
-            print_sweep(&shape, &f, kind, ccl__op_kind_name(kind), &o);
-            c += len + (c[len] == ',');
-        }
-    }
+    for (int k = 0; k < o.nkinds; k++) print_sweep(&shape, &f, o.kinds[k], ccl__op_kind_name(o.kinds[k]), &o);
     free(peers), free(ring);
     return 0;
 }

@@ -53,7 +53,7 @@ static int parse_line(const char *line, const char *key, struct ccl__figures *f,
         const char *k = line + strspn(line, " \t") + strlen("machine");
         k += strspn(k, " \t");
         size_t len = strcspn(k, "\n");
-        if (len != strlen(key) || strncmp(k, key, len) != 0) {
+        if (key && (len != strlen(key) || strncmp(k, key, len) != 0)) {
             snprintf(why, whylen, "it describes another machine (%.*s; this is %s)", (int)(len > 80 ? 80 : len), k,
                      key);
             return 0;

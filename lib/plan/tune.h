@@ -33,7 +33,8 @@ void ccl__tune_describe(const struct ccl__figures *f, unsigned links, char *buf,
 void ccl__tune_machine_key(char *key, size_t n);
 /* Reads path into f (classes and copy/reduce it has; measured says which).
  * Returns 1 when read, 0 when there is no file, -1 when it was rejected
- * (corrupt, another machine's, unreadable), with the reason in why. */
+ * (corrupt, another machine's, unreadable), with the reason in why. A NULL
+ * key takes any machine's file (planning for that machine). */
 int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *f, char *why, size_t whylen);
 /* Writes f's measured figures to path atomically (a temporary file, then
  * rename), creating its directory. 0, or -1 with the reason in why. */
