@@ -77,7 +77,7 @@ static int parse_line(const char *line, const char *key, struct ccl__figures *f,
         f->measured |= 1u << c;
         return 1;
     }
-bad:
+bad:;
     int shown = (int)strcspn(line, "\n");
     snprintf(why, whylen, "it is corrupt (line \"%.*s\")", shown > 60 ? 60 : shown, line);
     return 0;
