@@ -4,7 +4,6 @@
  * can. */
 #define _GNU_SOURCE
 #include <hwloc.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,24 +12,6 @@
 #include "harness.h"
 #include "plan/plan.h"
 #include "util.h"
-
-static struct ccl_comm *bare_comm(const char *topo_file, const char *bind) {
-    struct ccl_comm *comm = calloc(1, sizeof(*comm));
-    ck_assert_ptr_nonnull(comm);
-    comm->boot_fd = -1;
-    comm->magic = CCL__COMM_MAGIC;
-    comm->nranks = 1;
-    pthread_mutex_init(&comm->err_lock, NULL);
-    comm->params = *ccl__params_get();
-    snprintf(comm->params.topo_file, sizeof comm->params.topo_file, "%s", topo_file);
-    snprintf(comm->params.bind, sizeof comm->params.bind, "%s", bind);
-    return comm;
-}
-
-static void bare_free(struct ccl_comm *comm) {
-    pthread_mutex_destroy(&comm->err_lock);
-    free(comm);
-}
 
 /* "pack:2 numa:2 core:4 pu:2": 16 cores, core k in package k / 8 and NUMA
  * node k / 4. */
@@ -55,11 +36,10 @@ static void check_two_sockets(const struct ccl__peer_info *me, int source) {
 }
 
 START_TEST(summary_synthetic) {
-    struct ccl_comm *comm = bare_comm("pack:2 numa:2 core:4 pu:2", "none");
     struct ccl__peer_info me;
-    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_OK);
+    char err[CCL__ERR_BYTES];
+    ck_assert_int_eq(ccl__plan_machine_summary("pack:2 numa:2 core:4 pu:2", &me, err, sizeof err), CCL_OK);
     check_two_sockets(&me, CCL__TOPO_SYNTHETIC);
-    bare_free(comm);
 }
 END_TEST
 
@@ -79,20 +59,19 @@ static void write_synthetic_xml(char *path, const char *description) {
 START_TEST(summary_xml) {
     char path[] = "/tmp/ccl-topo-XXXXXX";
     write_synthetic_xml(path, "pack:2 numa:2 core:4 pu:2");
-    struct ccl_comm *comm = bare_comm(path, "none");
     struct ccl__peer_info me;
-    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_OK);
+    char err[CCL__ERR_BYTES];
+    ck_assert_int_eq(ccl__plan_machine_summary(path, &me, err, sizeof err), CCL_OK);
     check_two_sockets(&me, CCL__TOPO_XML);
-    bare_free(comm);
     unlink(path);
 }
 END_TEST
 
 /* This machine: the summary agrees with the affinity the process has. */
 START_TEST(summary_this_machine) {
-    struct ccl_comm *comm = bare_comm("", "none");
     struct ccl__peer_info me;
-    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_OK);
+    char err[CCL__ERR_BYTES];
+    ck_assert_int_eq(ccl__plan_machine_summary("", &me, err, sizeof err), CCL_OK);
     cpu_set_t mask;
     ck_assert_int_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
     const struct ccl__topo_summary *s = &me.topo;
@@ -104,19 +83,17 @@ START_TEST(summary_this_machine) {
     ck_assert_int_le(s->ncores, s->machine_cores);
     ck_assert_int_eq(s->binds, 0); /* CCL_BIND=none */
     ck_assert_int_eq(s->ncore_map, s->ncores < CCL__TOPO_CORES ? s->ncores : CCL__TOPO_CORES);
-    bare_free(comm);
 }
 END_TEST
 
 static const char *const bad_files[] = {"pack:two", "/nonexistent/dir/and nonsense:3", "core:0"};
 
 START_TEST(bad_topo_file) {
-    struct ccl_comm *comm = bare_comm(bad_files[_i], "none");
     struct ccl__peer_info me;
-    ck_assert_int_eq(ccl__plan_local_topology(comm, &me), CCL_ERR_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(comm->last_error, "CCL_TOPO_FILE=") && strstr(comm->last_error, bad_files[_i]),
-                  "the error does not name the setting: \"%s\"", comm->last_error);
-    bare_free(comm);
+    char err[CCL__ERR_BYTES];
+    ck_assert_int_eq(ccl__plan_machine_summary(bad_files[_i], &me, err, sizeof err), CCL_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err, "CCL_TOPO_FILE=") && strstr(err, bad_files[_i]),
+                  "the error does not name the setting: \"%s\"", err);
 }
 END_TEST
 

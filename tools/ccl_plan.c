@@ -9,7 +9,6 @@
  */
 #define _GNU_SOURCE
 #include <getopt.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,22 +116,11 @@ static void parse(int argc, char **argv, struct opts *o) {
 
 /* The machine's summary, as a rank that may use all of it sees it. */
 static void machine_summary(const char *topo, struct ccl__peer_info *me) {
-    struct ccl_comm *comm = calloc(1, sizeof(*comm));
-    if (!comm) exit(1);
-    comm->boot_fd = -1;
-    comm->magic = CCL__COMM_MAGIC;
-    comm->nranks = 1;
-    pthread_mutex_init(&comm->err_lock, NULL);
-    comm->params = *ccl__params_get();
-    snprintf(comm->params.topo_file, sizeof comm->params.topo_file, "%s", strcmp(topo, "this") ? topo : "");
-    snprintf(comm->params.bind, sizeof comm->params.bind, "none");
-    memset(me, 0, sizeof *me);
-    if (ccl__plan_local_topology(comm, me) != CCL_OK) {
-        fprintf(stderr, "ccl-plan: --topo %s: %s\n", topo, comm->last_error);
+    char err[256];
+    if (ccl__plan_machine_summary(strcmp(topo, "this") ? topo : "", me, err, sizeof err) != CCL_OK) {
+        fprintf(stderr, "ccl-plan: --topo %s: %s\n", topo, err);
         exit(2);
     }
-    pthread_mutex_destroy(&comm->err_lock);
-    free(comm);
     /* Planned as pinned one per core, as cclrun and CCL_BIND=core run it. */
     if (me->topo.ncore_map) me->topo.binds = 1;
     me->topo.package = me->topo.numa = me->topo.core = -1;

@@ -26,7 +26,6 @@ enum ccl__algo_id {
 struct ccl__call_plan {
     int algo;           /* enum ccl__algo_id */
     size_t chunk_bytes; /* a step's data at most; the same on every rank */
-    double predicted_us; /* the cost model's time for it, < 0 unknown */
 };
 
 struct ccl__coll_args {
@@ -79,6 +78,11 @@ struct ccl__ring_spec {
     size_t elem_base;
 };
 ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a, const struct ccl__ring_spec *s);
+
+/* The library's own all-gather of bytes per rank (CCL_CHECK's argument
+ * records, the planner's probe): the ring, whatever CCL_ALGO forces, host
+ * memory, stamped seq so its slots never pass for a user call's. */
+ccl_status_t ccl__ring_gather_bytes(struct ccl_comm *comm, uint32_t seq, const void *mine, void *all, size_t bytes);
 
 /* The direct algorithm's all-to-all (every pair's transfer at once), which
  * lives with the other point-to-point all-to-all in a2a.c. */

@@ -225,6 +225,17 @@ static ccl_status_t ring_barrier(struct ccl_comm *comm, const struct ccl__coll_a
     return run_ring(comm, &one, RS_THEN_AG);
 }
 
+ccl_status_t ccl__ring_gather_bytes(struct ccl_comm *comm, uint32_t seq, const void *mine, void *all, size_t bytes) {
+    struct ccl__coll_args g = {
+        .id = {.kind = CCL__K_ALL_GATHER, .seq = seq, .count = bytes, .dtype = CCL_UINT8, .op = CCL_SUM, .root = -1},
+        .sendbuf = mine,
+        .recvbuf = all,
+        .mem = CCL__MEM_HOST,
+        .plan = {.algo = CCL__ALGO_RING, .chunk_bytes = comm->ring_chunk_bytes},
+    };
+    return ring_all_gather(comm, &g);
+}
+
 const struct ccl__algo ccl__algo_ring = {
     .name = "ring",
     .summary = "pipelined ring: 2(N-1)/N of the data per rank for all-reduce, a chain for broadcast and reduce",

@@ -68,16 +68,8 @@ ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll
     int n = comm->nranks;
     struct call_record mine = record_of(&a->id), *all = malloc(sizeof(*all) * (size_t)n);
     if (!all) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "CCL_CHECK: out of memory");
-    /* Always the ring: it runs every all-gather, whatever CCL_ALGO forces. */
-    struct ccl__coll_args g = {
-        .id = {.kind = CCL__K_ALL_GATHER, .seq = a->id.seq | CHECK_SEQ_BIT, .count = sizeof(mine),
-               .dtype = CCL_UINT8, .op = CCL_SUM, .root = -1},
-        .sendbuf = &mine,
-        .recvbuf = all,
-        .mem = CCL__MEM_HOST, /* the records live here, whatever memory the call's buffers are */
-        .plan = {.algo = CCL__ALGO_RING, .chunk_bytes = comm->ring_chunk_bytes},
-    };
-    ccl_status_t st = ccl__algo_ring.run[CCL__K_ALL_GATHER](comm, &g);
+    /* The records live in host memory, whatever memory the call's buffers are. */
+    ccl_status_t st = ccl__ring_gather_bytes(comm, a->id.seq | CHECK_SEQ_BIT, &mine, all, sizeof(mine));
     for (int q = 1; q < n && st == CCL_OK; q++) {
         if (same(&all[0], &all[q])) continue;
         char first[160], other[160];

@@ -61,11 +61,9 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
 
 /* The model's cheapest algorithm for a call CCL_ALGO leaves open, with
  * its prediction and the runner-up's in why. */
-static int auto_algo(struct ccl_comm *comm, const struct ccl__coll_args *a, char *why, size_t whylen,
-                     double *predicted) {
+static int auto_algo(struct ccl_comm *comm, const struct ccl__coll_args *a, char *why, size_t whylen) {
     size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
     struct ccl__cost_pick p = ccl__plan_model_choose(comm, a->id.kind, bytes);
-    *predicted = p.us;
     if (p.next >= 0)
         snprintf(why, whylen, "cheapest: %.1f us; %s %.1f us", p.us, ccl__algo_names[p.next], p.next_us);
     else snprintf(why, whylen, "the only one: %.1f us", p.us);
@@ -76,9 +74,7 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
     int kind = a->id.kind, algo = comm->algo_forced[kind];
     char why[64] = "CCL_ALGO";
     const char *what = ccl__op_kind_name(kind);
-    double predicted = -1;
-    if (algo < 0) algo = auto_algo(comm, a, why, sizeof why, &predicted);
-    else predicted = ccl__plan_model_predict(comm, kind, algo, a->id.count * ccl_dtype_size(a->id.dtype));
+    if (algo < 0) algo = auto_algo(comm, a, why, sizeof why);
     if (algo < 0) {
         ccl__set_error(comm, CCL_ERR_INTERNAL, "%s: no algorithm runs this call", what);
         return NULL;
@@ -101,7 +97,6 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
         return NULL;
     }
     a->plan.algo = algo;
-    a->plan.predicted_us = predicted;
     a->plan.chunk_bytes = algo == CCL__ALGO_RING ? comm->ring_chunk_bytes : comm->chunk_bytes;
     if (comm->algo_last[kind] != algo) {
         comm->algo_last[kind] = (signed char)algo;

@@ -48,6 +48,19 @@ void ccl__cost_defaults(struct ccl__figures *f) {
 
 /* ---- the shape ---- */
 
+static int log2_ceil(int n) {
+    int k = 0;
+    while ((1 << k) < n) k++;
+    return k;
+}
+
+static int pow2_floor(int n) {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+}
+
+
 static unsigned bit(const uint8_t *cls, int n, int i, int j) { return i == j ? 0u : 1u << cls[i * n + j]; }
 
 void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of) {
@@ -84,8 +97,7 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
             if (t < 2) out->dtree_links |= bit(cls, n, r, up);
             else out->btree_links |= bit(cls, n, r, up);
         }
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
+    int p = pow2_floor(n);
     out->per_host_max = 0;
     for (int h = 0; h < nhosts; h++)
         if (count[h] > out->per_host_max) out->per_host_max = count[h];
@@ -144,18 +156,6 @@ static double copy_us(const struct model *m, double bytes) { return m->j->oversu
 
 /* alpha alone: the latency of a wait on the slowest link in set. */
 static double sync_us(const struct model *m, unsigned set) { return step(m, set, 0); }
-
-static int log2_ceil(int n) {
-    int k = 0;
-    while ((1 << k) < n) k++;
-    return k;
-}
-
-static int pow2_floor(int n) {
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    return p;
-}
 
 /* Ranks beyond the largest power of two fold in before and out after
  * (rd.c's folded_all_reduce): one exchange of the buffer each way. */

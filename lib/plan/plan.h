@@ -18,6 +18,12 @@
  * CCL_TOPO_FILE describes (a bad one fails with the reason). */
 ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_info *self);
 
+/* What ccl__plan_local_topology reports with CCL_BIND=none, for this
+ * machine ("") or the one an hwloc XML file or synthetic description
+ * describes, without a communicator (tools and tests planning for a
+ * machine); a failure's reason in err. */
+ccl_status_t ccl__plan_machine_summary(const char *topo_file, struct ccl__peer_info *out, char *err, size_t errlen);
+
 /* Where a rank runs, or will once CCL_BIND pins it; -1: not known. host
  * numbers hosts by their lowest rank. */
 struct ccl__place {

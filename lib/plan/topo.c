@@ -1,6 +1,8 @@
 /* Local topology through hwloc: a summary of where this process runs (or
  * of what CCL_TOPO_FILE describes) for the peer table, and pinning. */
 #include <hwloc.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -145,6 +147,25 @@ ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_in
              s->npackages, s->nnuma, s->machine_cores, s->ncores, s->npus, s->package, s->numa, s->l2_kib, s->l3_kib,
              s->nnet, s->nrdma, s->ngpu);
     return CCL_OK;
+}
+
+ccl_status_t ccl__plan_machine_summary(const char *topo_file, struct ccl__peer_info *out, char *err, size_t errlen) {
+    /* A communicator of one, for the parameters and the error message. */
+    struct ccl_comm *comm = calloc(1, sizeof(*comm));
+    if (!comm) return snprintf(err, errlen, "out of memory"), CCL_ERR_NO_MEMORY;
+    comm->boot_fd = -1;
+    comm->magic = CCL__COMM_MAGIC;
+    comm->nranks = 1;
+    pthread_mutex_init(&comm->err_lock, NULL);
+    comm->params = *ccl__params_get();
+    snprintf(comm->params.topo_file, sizeof comm->params.topo_file, "%s", topo_file);
+    snprintf(comm->params.bind, sizeof comm->params.bind, "none");
+    memset(out, 0, sizeof *out);
+    ccl_status_t st = ccl__plan_local_topology(comm, out);
+    snprintf(err, errlen, "%s", st == CCL_OK ? "" : comm->last_error);
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm);
+    return st;
 }
 
 /* The machine's topology and the CPUs this thread may run on; 0 on

@@ -216,17 +216,8 @@ double ccl__tune_median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* A ring all-gather of bytes per rank, whatever CCL_ALGO says. */
 static ccl_status_t gather(struct ccl_comm *comm, uint32_t seq, const void *mine, void *all, size_t bytes) {
-    struct ccl__coll_args g = {
-        .id = {.kind = CCL__K_ALL_GATHER, .seq = PROBE_SEQ_BIT | seq, .count = bytes, .dtype = CCL_UINT8,
-               .op = CCL_SUM, .root = -1},
-        .sendbuf = mine,
-        .recvbuf = all,
-        .mem = CCL__MEM_HOST,
-        .plan = {.algo = CCL__ALGO_RING, .chunk_bytes = comm->ring_chunk_bytes},
-    };
-    return ccl__algo_ring.run[CCL__K_ALL_GATHER](comm, &g);
+    return ccl__ring_gather_bytes(comm, PROBE_SEQ_BIT | seq, mine, all, bytes);
 }
 
 /* Median microseconds of reps timed all-gathers of bytes per rank. */
