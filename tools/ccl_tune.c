@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ccl.h"
+#include "core/params.h"
 #include "plan/tune.h"
 
 static const char usage[] = "Usage: ccl-tune [--ranks N] [--reps R] [--output PATH]\n"
@@ -72,9 +73,12 @@ int main(int argc, char **argv) {
         fputs(usage, stderr);
         return 2;
     }
-    /* The default path, read before any job sets CCL_TUNING_FILE. */
+    /* The default path, read before any job sets CCL_TUNING_FILE; not
+     * through ccl__params_get, which would fix this process's values and
+     * make every forked job read the user's file instead of its own. */
     char target[600];
-    snprintf(target, sizeof target, "%s", out ? out : ccl__params_get()->tuning_file);
+    if (out) snprintf(target, sizeof target, "%s", out);
+    else ccl__params_tuning_file(target, sizeof target);
     if (strcmp(target, "none") == 0) {
         fprintf(stderr, "ccl-tune: CCL_TUNING_FILE=none: say where to write with --output\n");
         return 2;

@@ -102,7 +102,7 @@ static void default_host_id(const char *machine, char *dst, size_t n) {
 
 /* CCL_TUNING_FILE, else tuning-<hostname> in the user's cache directory
  * (a home shared between machines holds one file per machine). */
-static void default_tuning_file(char *dst, size_t n) {
+void ccl__params_tuning_file(char *dst, size_t n) {
     const char *set = getenv("CCL_TUNING_FILE");
     if (set && *set) {
         copy_str(dst, n, set);
@@ -144,7 +144,7 @@ static void params_load(void) {
     copy_str(params.bind, sizeof(params.bind), env_or("CCL_BIND", "none"));
     copy_str(params.topo_file, sizeof(params.topo_file), env_or("CCL_TOPO_FILE", ""));
     copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
-    default_tuning_file(params.tuning_file, sizeof(params.tuning_file));
+    ccl__params_tuning_file(params.tuning_file, sizeof(params.tuning_file));
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));
     copy_str(params.test_kill_at, sizeof(params.test_kill_at), env_or("CCL_TEST_KILL_AT", ""));

@@ -37,6 +37,11 @@ struct ccl__params {
 /* The process-wide values (parsed once, thread-safe). */
 const struct ccl__params *ccl__params_get(void);
 
+/* CCL_TUNING_FILE's value read from the environment now, without fixing
+ * the process-wide values (a tool that sets CCL_TUNING_FILE for the jobs
+ * it forks needs the user's path first). */
+void ccl__params_tuning_file(char *dst, size_t n);
+
 /* Table of knobs for docs and CCL_DEBUG=INFO: name, default, meaning. */
 struct ccl__param_doc {
     const char *name;

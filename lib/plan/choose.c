@@ -59,22 +59,24 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
-/* The model's cheapest algorithm for a call CCL_ALGO leaves open, with
- * its prediction and the runner-up's in why. */
-static int auto_algo(struct ccl_comm *comm, const struct ccl__coll_args *a, char *why, size_t whylen) {
-    size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
-    struct ccl__cost_pick p = ccl__plan_model_choose(comm, a->id.kind, bytes);
-    if (p.next >= 0)
-        snprintf(why, whylen, "cheapest: %.1f us; %s %.1f us", p.us, ccl__algo_names[p.next], p.next_us);
-    else snprintf(why, whylen, "the only one: %.1f us", p.us);
-    return p.algo;
+/* Why the model picked p (the why string is written only when someone
+ * reads it: a formatted float costs as much as a small call's work). */
+static void model_why(const struct ccl__cost_pick *p, char *why, size_t whylen) {
+    if (p->next >= 0)
+        snprintf(why, whylen, "cheapest: %.1f us; %s %.1f us", p->us, ccl__algo_names[p->next], p->next_us);
+    else snprintf(why, whylen, "the only one: %.1f us", p->us);
 }
 
 ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
     int kind = a->id.kind, algo = comm->algo_forced[kind];
     char why[64] = "CCL_ALGO";
     const char *what = ccl__op_kind_name(kind);
-    if (algo < 0) algo = auto_algo(comm, a, why, sizeof why);
+    struct ccl__cost_pick pick = {.algo = -1};
+    if (algo < 0) {
+        /* the model's cheapest for a call CCL_ALGO leaves open */
+        pick = ccl__plan_model_choose(comm, kind, a->id.count * ccl_dtype_size(a->id.dtype));
+        algo = pick.algo;
+    }
     if (algo < 0) {
         ccl__set_error(comm, CCL_ERR_INTERNAL, "%s: no algorithm runs this call", what);
         return NULL;
@@ -98,11 +100,14 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
     }
     a->plan.algo = algo;
     a->plan.chunk_bytes = algo == CCL__ALGO_RING ? comm->ring_chunk_bytes : comm->chunk_bytes;
+    int logged = CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_COLL);
+    if (pick.algo >= 0 && (logged || comm->algo_last[kind] != algo)) model_why(&pick, why, sizeof why);
     if (comm->algo_last[kind] != algo) {
         comm->algo_last[kind] = (signed char)algo;
         snprintf(comm->algo_why[kind], sizeof comm->algo_why[kind], "%s", why);
     }
-    CCL_INFO(CCL__SUB_COLL, comm->rank, "%s #%u: %llu x %s on %d ranks: %s (%s), chunk %zu bytes", what, a->id.seq,
+    if (logged)
+        CCL_INFO(CCL__SUB_COLL, comm->rank, "%s #%u: %llu x %s on %d ranks: %s (%s), chunk %zu bytes", what, a->id.seq,
              (unsigned long long)a->id.count, ccl_dtype_name(a->id.dtype), comm->nranks, al->name, why,
              a->plan.chunk_bytes);
     return al->run[kind];

@@ -205,6 +205,7 @@ void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per
  * never pass for a user call's or CCL_CHECK's. */
 #define PROBE_SEQ_BIT 0x40000000u
 #define PROBE_BYTES (64u << 10)
+#define WARM_SMALL 40
 
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -220,10 +221,12 @@ static ccl_status_t gather(struct ccl_comm *comm, uint32_t seq, const void *mine
     return ccl__ring_gather_bytes(comm, PROBE_SEQ_BIT | seq, mine, all, bytes);
 }
 
-/* Median microseconds of reps timed all-gathers of bytes per rank. */
-static ccl_status_t timed(struct ccl_comm *comm, uint32_t *seq, size_t bytes, int reps, uint8_t *buf, double *us) {
+/* Median microseconds of reps timed all-gathers of bytes per rank, after
+ * warm untimed ones. */
+static ccl_status_t timed(struct ccl_comm *comm, uint32_t *seq, size_t bytes, int warm, int reps, uint8_t *buf,
+                          double *us) {
     double t[16];
-    for (int i = -2; i < reps; i++) { /* two to warm the path */
+    for (int i = -warm; i < reps; i++) {
         double t0 = ccl__now();
         CCL_CHECK(gather(comm, (*seq)++, buf, buf + bytes, bytes));
         if (i >= 0) t[i] = (ccl__now() - t0) * 1e6;
@@ -242,8 +245,14 @@ ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct 
     }
     uint32_t seq = 0;
     double small, large, mine[2];
-    ccl_status_t st = timed(comm, &seq, 1, 7, buf, &small);
-    if (st == CCL_OK) st = timed(comm, &seq, PROBE_BYTES, 5, buf, &large);
+    /* A fresh communicator's first calls fault in its buffers and find cold
+     * caches (measured here, 2 ranks on shared memory: a 1-byte step takes
+     * 8 us in the first ten calls, 0.8 us after; a 64 KiB one 66 us until
+     * every staging slot has been used once, 20 us after). The large calls
+     * go first, one per slot and two more, so the small ones find every
+     * page warm. */
+    ccl_status_t st = timed(comm, &seq, PROBE_BYTES, comm->params.slots + 2, 7, buf, &large);
+    if (st == CCL_OK) st = timed(comm, &seq, 1, WARM_SMALL, 15, buf, &small);
     if (st == CCL_OK) {
         double alpha = small / (n - 1), per_step = large / (n - 1);
         double moving = per_step > 2 * alpha ? per_step - alpha : per_step / 2;
