@@ -44,6 +44,12 @@ struct ccl__figures {
  * measured yet. */
 void ccl__cost_defaults(struct ccl__figures *f);
 
+/* What a wait costs beyond alpha when ranks share cores (oversub ranks
+ * per core): one handoff of the core per extra rank. Figures are those of
+ * unshared cores; a probe under oversubscription takes this off. */
+#define CCL__HANDOFF_US 3.0
+double ccl__cost_handoff_us(double oversub);
+
 /* A job as the model sees it. Link sets are bitmasks of link classes. */
 #define CCL__COST_MAX_STEPS 32
 struct ccl__job_shape {

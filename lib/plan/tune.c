@@ -254,8 +254,12 @@ ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct 
     ccl_status_t st = timed(comm, &seq, PROBE_BYTES, comm->params.slots + 2, 7, buf, &large);
     if (st == CCL_OK) st = timed(comm, &seq, 1, WARM_SMALL, 15, buf, &small);
     if (st == CCL_OK) {
-        double alpha = small / (n - 1), per_step = large / (n - 1);
-        double moving = per_step > 2 * alpha ? per_step - alpha : per_step / 2;
+        /* Figures are those of unshared cores (the model adds the handoffs
+         * of oversubscription back), never below a quarter of what was seen. */
+        double seen = small / (n - 1), per_step = large / (n - 1);
+        double alpha = seen - ccl__cost_handoff_us(oversub);
+        if (alpha < seen / 4) alpha = seen / 4;
+        double moving = per_step > 2 * seen ? per_step - seen : per_step / 2;
         mine[0] = alpha;
         mine[1] = oversub * PROBE_BYTES / moving;
         st = gather(comm, seq++, mine, all, sizeof mine);
