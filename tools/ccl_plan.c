@@ -135,11 +135,8 @@ static int pair_class(void *ctx, int a, int b) {
     return strcmp(all_peers[a].host_id, all_peers[b].host_id) ? net_class : -1;
 }
 
-static void print_links(int n, const struct ccl__peer_info *peers) {
-    struct ccl__place *places = malloc(sizeof(*places) * (size_t)n);
+static void print_links(int n, const struct ccl__place *places) {
     long count[CCL__NUM_LINKS] = {0};
-    if (!places) exit(1);
-    ccl__plan_places(n, peers, places);
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
             int c = pair_class(NULL, i, j);
@@ -149,7 +146,6 @@ static void print_links(int n, const struct ccl__peer_info *peers) {
     for (int c = 0; c < CCL__NUM_LINKS; c++)
         if (count[c]) printf(" %s %ld pairs,", ccl__link_names[c], count[c]);
     printf(" (shared memory inside a host, %s between hosts)\n", ccl__link_names[net_class]);
-    free(places);
 }
 
 static void print_ranks(const char *what, int n, const int *v) {
@@ -159,11 +155,9 @@ static void print_ranks(const char *what, int n, const int *v) {
     printf("%s\n", shown < n ? " ..." : "");
 }
 
-static void print_structure(int n, const struct ccl__peer_info *peers, int *ring) {
-    struct ccl__place *places = malloc(sizeof(*places) * (size_t)n);
+static void print_structure(int n, const struct ccl__place *places, int *ring) {
     int *parent = malloc(sizeof(int) * (size_t)n);
-    if (!places || !parent) exit(1);
-    ccl__plan_places(n, peers, places);
+    if (!parent) exit(1);
     ccl__plan_order(n, places, ring);
     struct ccl__crossings x;
     ccl__plan_crossings(n, places, ring, &x);
@@ -176,7 +170,7 @@ static void print_structure(int n, const struct ccl__peer_info *peers, int *ring
         for (int r = 0; r < n; r++) parent[r] = ccl__tree_parent(n, r, t);
         print_ranks(trees[t], n, parent);
     }
-    free(places), free(parent);
+    free(parent);
 }
 
 static void print_sweep(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, const char *name,
@@ -208,7 +202,8 @@ int main(int argc, char **argv) {
     int n = o.hosts * per;
     struct ccl__peer_info *peers = calloc((size_t)n, sizeof(*peers));
     int *ring = malloc(sizeof(int) * (size_t)n);
-    if (!peers || !ring) return 1;
+    struct ccl__place *places = malloc(sizeof(*places) * (size_t)n);
+    if (!peers || !ring || !places) return 1;
     for (int r = 0; r < n; r++) {
         peers[r] = machine;
         peers[r].rank = r;
@@ -224,8 +219,9 @@ int main(int argc, char **argv) {
            "(%s)\n",
            o.hosts, o.hosts > 1 ? "s" : "", per, n, s->npackages, s->nnuma, s->machine_cores, s->npus,
            strcmp(o.topo, "this") ? o.topo : "this machine");
-    print_links(n, peers);
-    print_structure(n, peers, ring);
+    ccl__plan_places(n, peers, places);
+    print_links(n, places);
+    print_structure(n, places, ring);
 
     struct ccl__job_shape shape;
     if (ccl__plan_shape(n, peers, ring, pair_class, NULL, &shape) != 0) return 1;
@@ -249,6 +245,6 @@ int main(int argc, char **argv) {
     printf("%.2f ranks per CPU%s\n", shape.oversub, shape.windows ? "; direct path (shared windows) on" : "");
 
     for (int k = 0; k < o.nkinds; k++) print_sweep(&shape, &f, o.kinds[k], ccl__op_kind_name(o.kinds[k]), &o);
-    free(peers), free(ring);
+    free(peers), free(ring), free(places);
     return 0;
 }

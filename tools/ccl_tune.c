@@ -99,8 +99,10 @@ int main(int argc, char **argv) {
             snprintf(path, sizeof path, "%s/%s-%d", dir, transports[t], i);
             struct ccl__figures f;
             ccl__cost_defaults(&f);
-            if (one_job(n, transports[t], path) != 0 || ccl__tune_file_read(path, key, &f, why, sizeof why) != 1 ||
-                !(f.measured >> classes[t] & 1u)) {
+            int ok = one_job(n, transports[t], path) == 0 &&
+                     ccl__tune_file_read(path, key, &f, why, sizeof why) == 1 && (f.measured >> classes[t] & 1u);
+            unlink(path); /* read or not: the directory goes at the end */
+            if (!ok) {
                 fprintf(stderr, "ccl-tune: %d-rank %s job %d measured nothing\n", n, transports[t], i + 1);
                 continue;
             }
@@ -108,7 +110,6 @@ int main(int argc, char **argv) {
             speed[t][got[t]++] = f.link[classes[t]].bytes_per_us;
             if (f.measured & CCL__FIG_LOCAL)
                 copy[nlocal] = f.copy_bytes_per_us, reduce[nlocal++] = f.reduce_bytes_per_us;
-            unlink(path);
             printf("ccl-tune: %s job %d/%d: alpha %.2f us, %.0f bytes/us\n", transports[t], i + 1, reps,
                    f.link[classes[t]].alpha_us, f.link[classes[t]].bytes_per_us);
             fflush(stdout);

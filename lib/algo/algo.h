@@ -90,9 +90,10 @@ ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__col
 
 /* The trees, in ranks: which 0 and 1 are the double binary tree's two
  * trees, 2 the binomial tree rooted at rank 0. A rank's parent (-1 at the
- * root), and how many levels deep the tree's deepest rank is. */
+ * root), and how many levels below its root the double binary tree's
+ * deepest rank is (the deeper of its two trees). */
 int ccl__tree_parent(int n, int rank, int which);
-int ccl__tree_depth(int n, int which);
+int ccl__dtree_depth(int n);
 
 /* Bytes the direct algorithm moves per round through a window of
  * window_bytes (its in or out area). */

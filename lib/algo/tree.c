@@ -180,9 +180,9 @@ static int dtree_depth(int n, int rank, int t) {
     return d;
 }
 
-/* The deeper of the two trees' deepest nodes: both trees' levels share
- * trace steps. */
-static int dtree_deepest(int n) {
+/* The deeper of the two trees' deepest nodes (both trees' levels share
+ * trace steps; the model waits on every level). */
+int ccl__dtree_depth(int n) {
     int deep = 0;
     for (int t = 0; t < 2; t++)
         for (int r = 0; r < n; r++) {
@@ -199,20 +199,6 @@ int ccl__tree_parent(int n, int rank, int which) {
     return x.parent;
 }
 
-int ccl__tree_depth(int n, int which) {
-    if (which == 2) {
-        int d = 0;
-        while ((1 << d) < n) d++;
-        return d;
-    }
-    int deep = 0;
-    for (int r = 0; r < n; r++) {
-        int d = dtree_depth(n, r, which);
-        deep = d > deep ? d : deep;
-    }
-    return deep;
-}
-
 static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
@@ -225,7 +211,7 @@ static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__col
     half(a->id.count, 1, &off[1], &len[1]);
     size_t chunks = (len[0] + p.chunk_elems - 1) / p.chunk_elems;
     int tracing = __builtin_expect(comm->trace != NULL, 0);
-    int deep = tracing ? dtree_deepest(n) : 0, depth[2] = {0, 0};
+    int deep = tracing ? ccl__dtree_depth(n) : 0, depth[2] = {0, 0};
     for (int h = 0; tracing && h < 2; h++) depth[h] = dtree_depth(n, comm->rank, h);
     /* Up, every chunk of both trees; then down. The roots reduce into
      * recvbuf and send from there. */

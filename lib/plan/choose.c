@@ -107,8 +107,8 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
         snprintf(comm->algo_why[kind], sizeof comm->algo_why[kind], "%s", why);
     }
     if (logged)
-        CCL_INFO(CCL__SUB_COLL, comm->rank, "%s #%u: %llu x %s on %d ranks: %s (%s), chunk %zu bytes", what, a->id.seq,
-             (unsigned long long)a->id.count, ccl_dtype_name(a->id.dtype), comm->nranks, al->name, why,
-             a->plan.chunk_bytes);
+        CCL_INFO(CCL__SUB_COLL, comm->rank, "%s #%u: %llu x %s on %d ranks: %s (%s), chunk %zu bytes", what,
+                 a->id.seq, (unsigned long long)a->id.count, ccl_dtype_name(a->id.dtype), comm->nranks, al->name,
+                 why, a->plan.chunk_bytes);
     return al->run[kind];
 }

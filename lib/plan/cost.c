@@ -65,7 +65,6 @@ static int pow2_floor(int n) {
     return p;
 }
 
-
 static unsigned bit(const uint8_t *cls, int n, int i, int j) { return i == j ? 0u : 1u << cls[i * n + j]; }
 
 void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of) {
@@ -93,8 +92,7 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
         }
     }
     out->dtree_links = out->btree_links = 0;
-    out->dtree_depth = n > 1 ? ccl__tree_depth(n, 0) : 0;
-    if (n > 1 && ccl__tree_depth(n, 1) > out->dtree_depth) out->dtree_depth = ccl__tree_depth(n, 1);
+    out->dtree_depth = n > 1 ? ccl__dtree_depth(n) : 0;
     for (int r = 0; r < n; r++)
         for (int t = 0; t < 3; t++) {
             int up = ccl__tree_parent(n, r, t);
@@ -137,18 +135,26 @@ struct model {
 
 #define NETWORK ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
 
-/* A step of m bytes over the links in set, `share` ranks of a host using
- * its network adapter at once: the slowest link holds it back. */
-static double shared_step(const struct model *m, unsigned set, double bytes, int share) {
+/* The slowest link in set: m bytes over it, `share` ranks of a host using
+ * its network adapter at once, plus alpha and the handoffs when `waits`
+ * (a step waits on its link; a read of peers' memory does not). */
+static double slowest(const struct model *m, unsigned set, double bytes, int share, int waits) {
     double worst = 0;
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
         if (!(set >> c & 1u)) continue;
         const struct ccl__link_figure *l = &m->f->link[c];
         double load = NETWORK >> c & 1u ? share : m->j->oversub;
-        double t = l->alpha_us + ccl__cost_handoff_us(m->j->oversub) + load * bytes / l->bytes_per_us;
+        double t = load * bytes / l->bytes_per_us;
+        if (waits) t += l->alpha_us + ccl__cost_handoff_us(m->j->oversub);
         if (t > worst) worst = t;
     }
     return worst;
+}
+
+/* A step of m bytes over the links in set, `share` ranks of a host using
+ * its network adapter at once: the slowest link holds it back. */
+static double shared_step(const struct model *m, unsigned set, double bytes, int share) {
+    return slowest(m, set, bytes, share, 1);
 }
 
 static double step(const struct model *m, unsigned set, double bytes) { return shared_step(m, set, bytes, 1); }
@@ -162,13 +168,7 @@ static double copy_us(const struct model *m, double bytes) { return m->j->oversu
 /* The bytes' time alone, no alpha: data a rank reads from peers' memory
  * while every rank does the same (the direct path's windows), which
  * crosses the same links a ring step would. */
-static double transfer_us(const struct model *m, unsigned set, double bytes) {
-    double worst = 0;
-    for (int c = 0; c < CCL__NUM_LINKS; c++)
-        if (set >> c & 1u && m->j->oversub * bytes / m->f->link[c].bytes_per_us > worst)
-            worst = m->j->oversub * bytes / m->f->link[c].bytes_per_us;
-    return worst;
-}
+static double transfer_us(const struct model *m, unsigned set, double bytes) { return slowest(m, set, bytes, 1, 0); }
 
 /* alpha alone: the latency of a wait on the slowest link in set. */
 static double sync_us(const struct model *m, unsigned set) { return step(m, set, 0); }
