@@ -103,6 +103,9 @@ const struct matrix_config matrix_algo_configs[] = {
 const int matrix_one_host_configs[] = {6, 8, 0, 3, -1};
 const int matrix_algo_config_count = (int)(sizeof matrix_algo_configs / sizeof matrix_algo_configs[0]);
 
+static void run_config(const struct matrix_config *cfg, const char *chunk, harness_body_fn body, const char *what,
+                       void *user);
+
 #define ALGO_ROTATION 3
 
 /* The configurations algorithm a of a list runs on: out[] gets indices. */
@@ -135,10 +138,11 @@ void matrix_run_algo(int index, const struct matrix_algo *list, int n, harness_b
         }
         struct matrix_config cfg = matrix_algo_configs[cfgs[index]];
         char name[128];
-        snprintf(name, sizeof name, "%s, CCL_ALGO=%s", cfg.name, list[a].algo);
+        snprintf(name, sizeof name, "%s, CCL_ALGO=%s%s%s", cfg.name, list[a].algo,
+                 list[a].chunk ? ", CCL_CHUNK_BYTES=" : "", list[a].chunk ? list[a].chunk : "");
         cfg.name = name;
         cfg.algo = list[a].algo;
-        matrix_run_config(&cfg, body, what, user);
+        run_config(&cfg, list[a].chunk, body, what, user);
         return;
     }
     ck_abort_msg("matrix_run_algo: index past the list");
@@ -149,10 +153,12 @@ void matrix_add_algo_loop(Suite *s, const char *name, const TTest *test, const s
     util_add_loop_case(s, name, test, matrix_algo_runs(list, n), timeout_s);
 }
 
-void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user) {
+static void run_config(const struct matrix_config *cfg, const char *chunk, harness_body_fn body, const char *what,
+                       void *user) {
     struct matrix_ctx ctx = {.cfg = cfg, .what = what, .user = user};
     char env[200] = "";
     if (cfg->algo) snprintf(env, sizeof env, "CCL_ALGO=%s", cfg->algo);
+    if (chunk) snprintf(env + strlen(env), sizeof env - strlen(env), "%sCCL_CHUNK_BYTES=%s", *env ? " " : "", chunk);
     struct harness_run run = {
         .nranks = cfg->nranks,
         .body = body,
@@ -161,9 +167,13 @@ void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, co
         .ranks_per_host = cfg->ranks_per_host,
         .ccl_timeout = "30",
         .deadline_s = 500,
-        .env = cfg->algo ? env : NULL,
+        .env = *env ? env : NULL,
     };
     util_run_clean(&run, 0, "%s on %s", what, cfg->name);
+}
+
+void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user) {
+    run_config(cfg, NULL, body, what, user);
 }
 
 void matrix_add_loop(Suite *s, const char *name, const TTest *test, int timeout_s) {

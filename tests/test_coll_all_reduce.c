@@ -159,8 +159,10 @@ END_TEST
 /* hier: 2 hosts x 4, 5 hosts x 1, and one host (3 shm, 4 tcp, 1 rank) */
 static const int hier_configs[] = {5, 7, 1, 0, 6, -1};
 static const struct matrix_algo algos[] = {
-    {"allreduce:ring", NULL}, {"allreduce:tree", NULL}, {"allreduce:rd", NULL}, {"allreduce:rhd", NULL},
-    {"allreduce:direct", matrix_one_host_configs}, {"allreduce:hier", hier_configs}};
+    {"allreduce:ring", NULL, NULL}, {"allreduce:tree", NULL, NULL}, {"allreduce:rd", NULL, NULL}, {"allreduce:rhd", NULL, NULL},
+    {"allreduce:direct", matrix_one_host_configs, NULL}, {"allreduce:hier", hier_configs, NULL},
+    /* a chunk of no power of two, so pieces never line up with blocks or slots */
+    {"allreduce:tree", NULL, "4160"}, {"allreduce:ring", NULL, "4160"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(all_reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_reduce", NULL); }

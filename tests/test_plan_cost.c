@@ -94,10 +94,10 @@ START_TEST(four_hosts_choose) {
         struct ccl__figures f;
         make_shape(&shapes[s], &j);
         cluster_figures(&f);
-        struct ccl__cost_pick big = ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 64u << 20);
+        struct ccl__cost_pick big = ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 64u << 20, 0);
         ck_assert_msg(big.algo == CCL__ALGO_HIER, "%s, 64 MiB all-reduce: %s", shapes[s].name,
                       big.algo >= 0 ? ccl__algo_names[big.algo] : "none");
-        struct ccl__cost_pick small = ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 8);
+        struct ccl__cost_pick small = ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 8, 0);
         ck_assert_msg(small.algo == CCL__ALGO_RD || small.algo == CCL__ALGO_TREE, "%s, 8 B all-reduce: %s",
                       shapes[s].name, small.algo >= 0 ? ccl__algo_names[small.algo] : "none");
         ck_assert(small.next >= 0 && small.next_us >= small.us);
@@ -172,7 +172,7 @@ START_TEST(choice_is_cheapest) {
                  CCL__K_REDUCE,     CCL__K_ALL_TO_ALL,      CCL__K_BARRIER};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
         for (size_t b = 0; b <= (64u << 20); b = b ? b * 4 : 1) {
-            struct ccl__cost_pick p = ccl__cost_choose(&j, &f, all[k], b);
+            struct ccl__cost_pick p = ccl__cost_choose(&j, &f, all[k], b, 0);
             ck_assert_msg(p.algo >= 0, "%s: no algorithm for %s of %zu bytes", shapes[_i].name,
                           ccl__op_kind_name(all[k]), b);
             for (int a = 0; a < CCL__NUM_ALGOS; a++) {
@@ -182,6 +182,60 @@ START_TEST(choice_is_cheapest) {
                                   ccl__op_kind_name(all[k]), b, ccl__algo_names[a], t, ccl__algo_names[p.algo], p.us);
             }
         }
+}
+END_TEST
+
+/* The chunk: on every shape and size, the model's chunk is a whole number
+ * of cache lines no larger than a slot, and its prediction no worse than
+ * the slot's; a pipeline with stages to fill (the chain of a broadcast on
+ * seven hosts) cuts a mid-size message finer than a slot and a large one
+ * into slots; a chain of two ranks (nothing to fill) and the binomial tree
+ * (its root busy a step per piece and child) keep whole slots; a fixed
+ * chunk is the call's, capped at the slot. */
+START_TEST(chunk_per_call) {
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    const size_t slot = 128 << 10;
+    int pipelined[][2] = {{CCL__K_BROADCAST, CCL__ALGO_RING}, {CCL__K_REDUCE, CCL__ALGO_RING},
+                          {CCL__K_ALL_REDUCE, CCL__ALGO_TREE}, {CCL__K_BROADCAST, CCL__ALGO_TREE}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        struct ccl__job_shape j;
+        make_shape(&shapes[s], &j);
+        for (size_t p = 0; p < sizeof pipelined / sizeof pipelined[0]; p++)
+            for (size_t b = 1; b <= (64u << 20); b *= 2) {
+                int kind = pipelined[p][0], algo = pipelined[p][1];
+                size_t chunk = 0, fixed = 0;
+                double t = ccl__cost_predict_chunk(&j, &f, kind, algo, b, 0, &chunk);
+                double whole = ccl__cost_predict_chunk(&j, &f, kind, algo, b, slot, &fixed);
+                ck_assert_msg(chunk > 0 && chunk <= slot && chunk % 64 == 0, "%s: %s %s, %zu bytes: chunk %zu",
+                              shapes[s].name, ccl__op_kind_name(kind), ccl__algo_names[algo], b, chunk);
+                ck_assert_msg(t <= whole + 1e-9, "%s: %s %s, %zu bytes: chunk %zu %.2f us, slot %.2f us",
+                              shapes[s].name, ccl__op_kind_name(kind), ccl__algo_names[algo], b, chunk, t, whole);
+                ck_assert_uint_eq(fixed, slot);
+            }
+    }
+    struct ccl__job_shape j;
+    make_shape(&shapes[4], &j); /* 7 hosts on tcp */
+    size_t c_mid = 0, c_big = 0, c_tree = 0, c_two = 0, c_fixed = 0, c_over = 0;
+    double mid = ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 1u << 20, 0, &c_mid);
+    double mid_slot = ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 1u << 20, slot, NULL);
+    ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 64u << 20, 0, &c_big);
+    ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_TREE, 1u << 20, 0, &c_tree);
+    ck_assert_msg(c_mid < slot / 2 && mid < 0.9 * mid_slot, "1 MiB chain on 7 hosts: chunk %zu, %.1f us (slot: %.1f)",
+                  c_mid, mid, mid_slot);
+    ck_assert_uint_eq(c_big, slot);
+    ck_assert_uint_eq(c_tree, slot);
+    /* The pick carries its algorithm's chunk. */
+    struct ccl__cost_pick pick = ccl__cost_choose(&j, &f, CCL__K_BROADCAST, 1u << 20, 0);
+    ck_assert_int_eq(pick.algo, CCL__ALGO_RING);
+    ck_assert_uint_eq(pick.chunk, c_mid);
+    ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 1u << 20, 8192, &c_fixed);
+    ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 1u << 20, 4u << 20, &c_over);
+    ck_assert_uint_eq(c_fixed, 8192);
+    ck_assert_uint_eq(c_over, slot);
+    make_shape(&shapes[0], &j); /* 2 ranks: a chain with nothing to fill */
+    ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 1u << 20, 0, &c_two);
+    ck_assert_uint_eq(c_two, slot);
 }
 END_TEST
 
@@ -362,6 +416,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, four_hosts_choose);
     tcase_add_loop_test(tc, monotonic_in_size, 0, nshapes);
     tcase_add_loop_test(tc, choice_is_cheapest, 0, nshapes);
+    tcase_add_test(tc, chunk_per_call);
     suite_add_tcase(s, tc);
     tc = tcase_create("file");
     tcase_add_test(tc, file_round_trip);

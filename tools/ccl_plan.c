@@ -27,13 +27,15 @@ static const char usage[] =
     "                      (default all_reduce)\n"
     "  -b SIZE -e SIZE -f F  the sweep: from -b to -e bytes, times F (default 8, 64M, 8)\n"
     "  --tuning-file PATH  figures to use, any machine's (default: this machine's, CCL_TUNING_FILE;\n"
-    "                      none: the built-in defaults)\n";
+    "                      none: the built-in defaults)\n"
+    "CCL_CHUNK_BYTES fixes every call's chunk, as it does for a job.\n";
 
 struct opts {
     const char *topo, *colls, *tuning;
     int kinds[16], nkinds; /* the collectives asked for, in order */
     int hosts, per_host, net;
     size_t b, e, f;
+    size_t chunk; /* CCL_CHUNK_BYTES: every call's chunk (0: the model's per call) */
 };
 
 static size_t parse_size(const char *s, const char *what) {
@@ -180,14 +182,18 @@ static void print_sweep(const struct ccl__job_shape *j, const struct ccl__figure
     for (int a = 0; a < CCL__NUM_ALGOS; a++)
         if (ccl__algos[a] && ccl__algos[a]->run[kind] && ccl__cost_predict(j, f, kind, a, probe) >= 0)
             runs[nruns++] = a;
-    printf("\n%s: predicted time (us); * the planner's choice\n%12s", name, kind == CCL__K_BARRIER ? "" : "bytes");
+    int barrier = kind == CCL__K_BARRIER;
+    printf("\n%s: predicted time (us); * the planner's choice%s\n%12s", name,
+           barrier ? "" : ", and the chunk it runs with", barrier ? "" : "bytes");
     for (int i = 0; i < nruns; i++) printf(" %11s", ccl__algo_names[runs[i]]);
-    printf("\n");
+    printf("%s\n", barrier ? "" : "       chunk");
     for (size_t b = o->b; b <= o->e; b = b ? b * o->f : 1) {
-        struct ccl__cost_pick p = ccl__cost_choose(j, f, kind, b);
+        struct ccl__cost_pick p = ccl__cost_choose(j, f, kind, b, o->chunk);
         printf("%12zu", b);
         for (int i = 0; i < nruns; i++)
-            printf(" %10.1f%c", ccl__cost_predict(j, f, kind, runs[i], b), runs[i] == p.algo ? '*' : ' ');
+            printf(" %10.1f%c", ccl__cost_predict_chunk(j, f, kind, runs[i], b, o->chunk, NULL),
+                   runs[i] == p.algo ? '*' : ' ');
+        if (!barrier) printf(" %11zu", p.chunk);
         printf("\n");
         if (kind == CCL__K_BARRIER) break;
     }
@@ -229,6 +235,8 @@ int main(int argc, char **argv) {
     shape.windows = o.hosts == 1 && n > 1 && params->shm_window_bytes > 0;
     shape.ring_chunk = params->shm_slot_bytes;
     if (o.hosts > 1 && params->tcp_slot_bytes < shape.ring_chunk) shape.ring_chunk = params->tcp_slot_bytes;
+    shape.any_chunk = shape.ring_chunk; /* every pair has the same slots */
+    o.chunk = params->chunk_bytes;
     shape.window_area = shape.windows ? ccl__direct_area(params->shm_window_bytes) : 0;
 
     struct ccl__figures f;

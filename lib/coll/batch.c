@@ -34,12 +34,13 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
     if (!CCL__LOG_ON(CCL__LOG_TRACE, CCL__SUB_PLAN)) return fn(comm, &a);
     /* CCL_DEBUG=TRACE: the model's prediction against this rank's time
      * (predicted only here: untraced calls never ask for it). */
-    double predicted = ccl__plan_model_predict(comm, kind, a.plan.algo, a.id.count * ccl_dtype_size(a.id.dtype));
+    double predicted = ccl__plan_model_predict(comm, kind, a.plan.algo, a.id.count * ccl_dtype_size(a.id.dtype),
+                                               a.plan.chunk_bytes);
     double t0 = ccl__now();
     ccl_status_t st = fn(comm, &a);
-    CCL_TRACE(CCL__SUB_PLAN, comm->rank, "%s #%u: %llu x %s: %s predicted %.1f us, measured %.1f us",
+    CCL_TRACE(CCL__SUB_PLAN, comm->rank, "%s #%u: %llu x %s: %s predicted %.1f us, measured %.1f us (chunk %zu)",
               ccl__op_kind_name(kind), a.id.seq, (unsigned long long)a.id.count, ccl_dtype_name(a.id.dtype),
-              ccl__algo_names[a.plan.algo], predicted, (ccl__now() - t0) * 1e6);
+              ccl__algo_names[a.plan.algo], predicted, (ccl__now() - t0) * 1e6, a.plan.chunk_bytes);
     return st;
 }
 

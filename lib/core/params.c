@@ -23,6 +23,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_TCP_SLOT_BYTES", "131072", "bytes per TCP staging slot (a pipeline chunk)"},
     {"CCL_SHM_WINDOW_BYTES", "2097152", "bytes of the shared window each rank exposes to its host for the direct algorithm (0: none)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
+    {"CCL_CHUNK_BYTES", "0", "bytes of every call's pipeline chunk, at most a slot, rounded up to a multiple of 64 (0: the planner picks per call)"},
     {"CCL_SPIN_US", "50", "microseconds to spin before yielding and sleeping (0 by default when a machine has more ranks than CPUs to use)"},
     {"CCL_TOPO_FILE", "", "plan for this topology instead of the machine's: an hwloc XML file, or an hwloc synthetic description (\"pack:2 numa:2 core:8 pu:1\"); nothing is pinned then"},
     {"CCL_BIND", "none", "pin the thread that creates a communicator: core (a core per rank of this machine, round robin when there are more ranks) or none; cclrun and the benchmarks' --ranks set core"},
@@ -138,6 +139,7 @@ static void params_load(void) {
     params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;
     if (params.shm_window_bytes && params.shm_window_bytes < (64 << 10)) params.shm_window_bytes = 64 << 10;
     params.slots = (int)env_long("CCL_SLOTS", 8, 2, 64);
+    params.chunk_bytes = ((size_t)env_long("CCL_CHUNK_BYTES", 0, 0, 64 << 20) + 63) & ~(size_t)63;
     params.check = (int)env_long("CCL_CHECK", 0, 0, 1);
     params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
     params.spin_us_set = getenv("CCL_SPIN_US") && *getenv("CCL_SPIN_US");

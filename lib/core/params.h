@@ -22,6 +22,7 @@ struct ccl__params {
     size_t tcp_slot_bytes;    /* CCL_TCP_SLOT_BYTES */
     size_t shm_window_bytes;  /* CCL_SHM_WINDOW_BYTES: the direct path's window per rank, 0 none */
     int slots;                /* CCL_SLOTS: slots per connection direction */
+    size_t chunk_bytes;       /* CCL_CHUNK_BYTES: every call's chunk (0: the planner's per call) */
     int spin_us;              /* CCL_SPIN_US: busy-wait before yielding */
     int spin_us_set;          /* CCL_SPIN_US was given (else the planner may lower it) */
     char bind[16];            /* CCL_BIND: "none" or "core" */

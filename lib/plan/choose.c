@@ -72,9 +72,10 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
     char why[64] = "CCL_ALGO";
     const char *what = ccl__op_kind_name(kind);
     struct ccl__cost_pick pick = {.algo = -1};
+    size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
     if (algo < 0) {
         /* the model's cheapest for a call CCL_ALGO leaves open */
-        pick = ccl__plan_model_choose(comm, kind, a->id.count * ccl_dtype_size(a->id.dtype));
+        pick = ccl__plan_model_choose(comm, kind, bytes);
         algo = pick.algo;
     }
     if (algo < 0) {
@@ -99,7 +100,11 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
         return NULL;
     }
     a->plan.algo = algo;
-    a->plan.chunk_bytes = algo == CCL__ALGO_RING ? comm->ring_chunk_bytes : comm->chunk_bytes;
+    /* The chunk the model runs this algorithm with (or CCL_CHUNK_BYTES),
+     * never more than a slot of the links it uses. */
+    size_t most = algo == CCL__ALGO_RING ? comm->ring_chunk_bytes : comm->chunk_bytes;
+    size_t chunk = pick.algo >= 0 ? pick.chunk : ccl__plan_model_chunk(comm, kind, algo, bytes);
+    a->plan.chunk_bytes = chunk && chunk < most ? chunk : most;
     int logged = CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_COLL);
     if (pick.algo >= 0 && (logged || comm->algo_last[kind] != algo)) model_why(&pick, why, sizeof why);
     if (comm->algo_last[kind] != algo) {
@@ -107,8 +112,9 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
         snprintf(comm->algo_why[kind], sizeof comm->algo_why[kind], "%s", why);
     }
     if (logged)
-        CCL_INFO(CCL__SUB_COLL, comm->rank, "%s #%u: %llu x %s on %d ranks: %s (%s), chunk %zu bytes", what,
-                 a->id.seq, (unsigned long long)a->id.count, ccl_dtype_name(a->id.dtype), comm->nranks, al->name,
-                 why, a->plan.chunk_bytes);
+        CCL_INFO(CCL__SUB_COLL, comm->rank, "%s #%u: %llu x %s on %d ranks: %s (%s), chunk %zu bytes (%llu of them)",
+                 what, a->id.seq, (unsigned long long)a->id.count, ccl_dtype_name(a->id.dtype), comm->nranks,
+                 al->name, why, a->plan.chunk_bytes,
+                 (unsigned long long)(bytes ? (bytes + a->plan.chunk_bytes - 1) / a->plan.chunk_bytes : 0));
     return al->run[kind];
 }

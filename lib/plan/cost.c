@@ -131,6 +131,8 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
 struct model {
     const struct ccl__job_shape *j;
     const struct ccl__figures *f;
+    size_t chunk;  /* the call's chunk when it is fixed (CCL_CHUNK_BYTES); 0: the cheapest */
+    size_t chosen; /* out: the chunk the prediction runs with */
 };
 
 #define NETWORK ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
@@ -188,9 +190,52 @@ static double rounds(const struct model *m, double bytes) {
     return bytes <= area ? 1 : ceil(bytes / area);
 }
 
+/* ---- pipelines: the chunk ---- */
+
+#define PIECE_ALIGN 64.0       /* chunks are whole cache lines (and whole elements of every dtype) */
+#define PIECE_MAX_TRIES 4096   /* k examined per call at most (the best is found well before) */
+#define PIECE_PAST_BEST 16     /* k examined past the best so far before the search stops */
+
+static double ring_max(const struct model *m) { return m->j->ring_chunk ? (double)m->j->ring_chunk : 131072; }
+static double any_max(const struct model *m) { return m->j->any_chunk ? (double)m->j->any_chunk : ring_max(m); }
+
+/* The bytes of each of k pieces of n (the last may be short). */
+static size_t piece_bytes(double n, double k) {
+    double b = ceil(n / k / PIECE_ALIGN) * PIECE_ALIGN;
+    return b > 0 ? (size_t)b : (size_t)PIECE_ALIGN;
+}
+
+/* How many pieces of at most max bytes n is cut into (at least one). */
+static double pieces(double n, double max) { return n > max ? ceil(n / max) : 1; }
+
+/* n bytes in k pieces through a pipeline `fill` steps deep, a rank moving
+ * `lanes` pieces a step (one per tree of the double binary tree): the
+ * first piece takes fill + 1 steps, each later one a step more. Fewer,
+ * larger pieces wait less; more, smaller ones fill the pipeline sooner.
+ * The cheapest k whose pieces are no larger than max (a slot), unless the
+ * call fixed the chunk. Each k's time grows with n and the k allowed only
+ * shrink as n grows (pieces of max bytes at most), so the prediction never
+ * falls as the message grows. The time is convex in k: the search stops
+ * once it has risen for PIECE_PAST_BEST pieces past the best. */
+static double pipeline(struct model *m, unsigned links, double n, int fill, int lanes, double max) {
+    if (fill < 0) fill = 0;
+    if (m->chunk) max = (double)m->chunk < max ? (double)m->chunk : max;
+    double k = pieces(n, max), last = m->chunk || fill == 0 ? k : fmax(k, ceil(n / PIECE_ALIGN));
+    double best = -1, best_k = k;
+    for (int tries = 0; k <= last && tries < PIECE_MAX_TRIES; k++, tries++) {
+        double t = (fill + k) * step(m, links, lanes * n / k);
+        if (best < 0 || t < best) best = t, best_k = k;
+        else if (k - best_k > PIECE_PAST_BEST) break;
+    }
+    /* A fixed chunk is the call's; one piece: any chunk that holds it
+     * cuts alike, so say the largest. */
+    m->chosen = best_k > 1 && !m->chunk ? piece_bytes(n, best_k) : (size_t)max;
+    return best;
+}
+
 /* ---- per collective; n is the per-rank piece (see cost.h) ---- */
 
-static double all_reduce(const struct model *m, int algo, double n) {
+static double all_reduce(struct model *m, int algo, double n) {
     const struct ccl__job_shape *j = m->j;
     int N = j->n, p = pow2_floor(N);
     double part = (double)(N - 1) / N;
@@ -198,10 +243,10 @@ static double all_reduce(const struct model *m, int algo, double n) {
     case CCL__ALGO_RING: return 2 * (N - 1) * step(m, j->ring_links, n / N) + part * reduce_us(m, n);
     case CCL__ALGO_TREE: {
         /* Up both trees, then down: each rank moves the whole buffer once
-         * up and once down, and the first chunk waits on every level each
-         * way. */
-        unsigned links = j->dtree_links;
-        return 2 * (j->dtree_depth - 1) * sync_us(m, links) + 2 * step(m, links, n) + reduce_us(m, n);
+         * up and once down. A piece of each half goes up (or down) a level
+         * a step, a rank moving one of each tree's: each way is a pipeline
+         * depth - 1 steps deep. */
+        return 2 * pipeline(m, j->dtree_links, n / 2, j->dtree_depth - 1, 2, any_max(m)) + reduce_us(m, n);
     }
     case CCL__ALGO_RD: {
         double t = fold_us(m, n);
@@ -289,27 +334,22 @@ static double all_gather(const struct model *m, int algo, double b) {
     }
 }
 
-static double broadcast_or_reduce(const struct model *m, int algo, double n, int reduces) {
+static double broadcast_or_reduce(struct model *m, int algo, double n, int reduces) {
     const struct ccl__job_shape *j = m->j;
     int N = j->n, depth = log2_ceil(N);
     double red = reduces ? reduce_us(m, n) : 0;
     switch (algo) {
-    case CCL__ALGO_RING: {
-        /* A chain, pipelined: the first chunk takes N - 1 hops, the rest
-         * follow one step behind. */
-        double chunk = j->ring_chunk ? (double)j->ring_chunk : 131072, chunks = n > chunk ? ceil(n / chunk) : 1;
-        double t = (N - 2 + chunks) * step(m, j->ring_links, n / chunks) + red;
-        /* One byte past a whole number of chunks adds a chunk, and with
-         * many ranks the smaller pieces can win back more than the step
-         * costs; a prediction never falls as the message grows, so the
-         * whole chunks' time is a floor. */
-        double whole = (N - 2 + chunks - 1) * step(m, j->ring_links, chunk);
-        return chunks > 1 && whole + red > t ? whole + red : t;
-    }
-    case CCL__ALGO_TREE:
+    case CCL__ALGO_RING:
+        /* A chain: the first piece takes N - 1 hops, the rest follow one
+         * step behind. */
+        return pipeline(m, j->ring_links, n, N - 2, 1, ring_max(m)) + red;
+    case CCL__ALGO_TREE: {
         /* Binomial: the root (and each inner rank) serves up to log2 N
-         * children, one after another. */
-        return depth * step(m, j->btree_links, n) + depth * red;
+         * children, one after another, piece after piece: it is busy
+         * depth steps a piece, so smaller pieces only add waits. */
+        double max = any_max(m), k = pieces(n, m->chunk && (double)m->chunk < max ? (double)m->chunk : max);
+        return depth * k * step(m, j->btree_links, n / k) + depth * red;
+    }
     case CCL__ALGO_DIRECT:
         if (!j->windows) return -1;
         return (reduces ? 3 : 2) * rounds(m, n) * sync_us(m, j->all_links) + 2 * copy_us(m, n) +
@@ -348,33 +388,45 @@ static double barrier(const struct model *m, int algo) {
     }
 }
 
+double ccl__cost_predict_chunk(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
+                               size_t bytes, size_t chunk, size_t *chosen) {
+    struct model m = {j, f, chunk, 0};
+    /* Unless a pipeline below finds a better one, the largest chunk the
+     * algorithm's links allow: the model sees only waits in smaller ones. */
+    double max = algo == CCL__ALGO_RING ? ring_max(&m) : any_max(&m);
+    m.chosen = chunk && (double)chunk < max ? chunk : (size_t)max;
+    double n = (double)bytes, t;
+    if (j->n == 1) t = algo == CCL__ALGO_RING && kind != CCL__K_ALL_TO_ALL ? copy_us(&m, n) : -1;
+    else switch (kind) {
+        case CCL__K_ALL_REDUCE: t = all_reduce(&m, algo, n); break;
+        case CCL__K_REDUCE_SCATTER: t = reduce_scatter(&m, algo, n); break;
+        case CCL__K_ALL_GATHER: t = all_gather(&m, algo, n); break;
+        case CCL__K_BROADCAST: t = broadcast_or_reduce(&m, algo, n, 0); break;
+        case CCL__K_REDUCE: t = broadcast_or_reduce(&m, algo, n, 1); break;
+        case CCL__K_ALL_TO_ALL: t = all_to_all(&m, algo, n); break;
+        case CCL__K_BARRIER: t = barrier(&m, algo); break;
+        default: t = -1;
+        }
+    if (chosen) *chosen = m.chosen;
+    return t;
+}
+
 double ccl__cost_predict(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
                          size_t bytes) {
-    struct model m = {j, f};
-    double n = (double)bytes;
-    if (j->n == 1) return algo == CCL__ALGO_RING && kind != CCL__K_ALL_TO_ALL ? copy_us(&m, n) : -1;
-    switch (kind) {
-    case CCL__K_ALL_REDUCE: return all_reduce(&m, algo, n);
-    case CCL__K_REDUCE_SCATTER: return reduce_scatter(&m, algo, n);
-    case CCL__K_ALL_GATHER: return all_gather(&m, algo, n);
-    case CCL__K_BROADCAST: return broadcast_or_reduce(&m, algo, n, 0);
-    case CCL__K_REDUCE: return broadcast_or_reduce(&m, algo, n, 1);
-    case CCL__K_ALL_TO_ALL: return all_to_all(&m, algo, n);
-    case CCL__K_BARRIER: return barrier(&m, algo);
-    default: return -1;
-    }
+    return ccl__cost_predict_chunk(j, f, kind, algo, bytes, 0, NULL);
 }
 
 struct ccl__cost_pick ccl__cost_choose(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind,
-                                       size_t bytes) {
-    struct ccl__cost_pick p = {-1, -1, 0, 0};
+                                       size_t bytes, size_t chunk) {
+    struct ccl__cost_pick p = {-1, -1, 0, 0, 0};
     for (int a = 0; a < CCL__NUM_ALGOS; a++) {
         if (!ccl__algos[a] || !ccl__algos[a]->run[kind]) continue;
-        double t = ccl__cost_predict(j, f, kind, a, bytes);
+        size_t c;
+        double t = ccl__cost_predict_chunk(j, f, kind, a, bytes, chunk, &c);
         if (t < 0) continue;
         if (p.algo < 0 || t < p.us) {
             p.next = p.algo, p.next_us = p.us;
-            p.algo = a, p.us = t;
+            p.algo = a, p.us = t, p.chunk = c;
         } else if (p.next < 0 || t < p.next_us) {
             p.next = a, p.next_us = t;
         }

@@ -57,7 +57,8 @@ struct ccl__job_shape {
     int nhosts, per_host;  /* per_host: ranks on every host when all hosts have as many, else 0 */
     int windows;           /* the direct path (one host, shared windows) is on */
     double oversub;        /* >= 1: ranks per core on the busiest machine; CPU-bound terms scale by it */
-    size_t ring_chunk;     /* pipeline chunk of the ring (bytes) */
+    size_t ring_chunk;     /* the ring's largest chunk (bytes): the smallest slot on its links */
+    size_t any_chunk;      /* other algorithms' largest chunk: the smallest slot of any pair (0: ring_chunk) */
     size_t window_area;    /* bytes the direct algorithm moves per round */
     unsigned ring_links;   /* the ring's links */
     unsigned all_links;    /* every pair's link (all-to-all, the direct algorithm) */
@@ -83,17 +84,30 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
  * kind (enum ccl__op_kind) whose per-rank piece is bytes (all-reduce,
  * broadcast and reduce: the buffer; reduce-scatter: a block; all-gather:
  * a rank's share; all-to-all: what one pair exchanges); negative when algo
- * does not run that call on this shape. */
+ * does not run that call on this shape. The call is cut into chunks of
+ * `chunk` bytes (at most the algorithm's largest), or with chunk 0 into
+ * those the model finds cheapest: a pipeline (the chain of the ring's
+ * broadcast and reduce, the double binary tree) trades the waits of more
+ * pieces against the sooner start of the ranks down the line; elsewhere
+ * the largest chunk, which waits least. *chosen (when not NULL) gets the
+ * chunk; the pipeline's depth, the pieces in flight along it, follows
+ * from it (bytes / chunk pieces, CCL_SLOTS of them at most per link). */
+double ccl__cost_predict_chunk(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
+                               size_t bytes, size_t chunk, size_t *chosen);
+/* The same with the model's own chunk. */
 double ccl__cost_predict(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
                          size_t bytes);
 
 /* The cheapest algorithm for the call (-1 if none can), its prediction in
- * *us, and the runner-up (algorithm and time; -1 when there is none). */
+ * *us and its chunk (chunk: the call's fixed chunk, or 0 for the model's
+ * cheapest), and the runner-up (algorithm and time; -1 when there is
+ * none). */
 struct ccl__cost_pick {
     int algo, next;
     double us, next_us;
+    size_t chunk;
 };
 struct ccl__cost_pick ccl__cost_choose(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind,
-                                       size_t bytes);
+                                       size_t bytes, size_t chunk);
 
 #endif

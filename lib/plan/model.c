@@ -85,6 +85,7 @@ ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
     s->shape.windows = comm->windows != NULL;
     s->shape.ring_chunk = comm->ring_chunk_bytes;
+    s->shape.any_chunk = comm->chunk_bytes;
     s->shape.window_area = comm->windows ? ccl__direct_area(comm->window_bytes) : 0;
     CCL_CHECK(ccl__tune_figures(comm, &s->shape, &s->fig));
     if (comm->rank == 0 && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_PLAN)) {
@@ -104,12 +105,18 @@ void ccl__plan_model_free(struct ccl_comm *comm) {
 struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, size_t bytes) {
     struct ccl__cost_state *s = comm->cost;
     if (s->last[kind].pick.algo >= 0 && s->last[kind].bytes == bytes) return s->last[kind].pick;
-    struct ccl__cost_pick p = ccl__cost_choose(&s->shape, &s->fig, kind, bytes);
+    struct ccl__cost_pick p = ccl__cost_choose(&s->shape, &s->fig, kind, bytes, comm->params.chunk_bytes);
     s->last[kind].bytes = bytes;
     s->last[kind].pick = p;
     return p;
 }
 
-double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, size_t bytes) {
-    return ccl__cost_predict(&comm->cost->shape, &comm->cost->fig, kind, algo, bytes);
+size_t ccl__plan_model_chunk(const struct ccl_comm *comm, int kind, int algo, size_t bytes) {
+    size_t chunk = 0;
+    ccl__cost_predict_chunk(&comm->cost->shape, &comm->cost->fig, kind, algo, bytes, comm->params.chunk_bytes, &chunk);
+    return chunk;
+}
+
+double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, size_t bytes, size_t chunk) {
+    return ccl__cost_predict_chunk(&comm->cost->shape, &comm->cost->fig, kind, algo, bytes, chunk, NULL);
 }
