@@ -189,8 +189,9 @@ END_TEST
  * of cache lines no larger than a slot, and its prediction no worse than
  * the slot's; a pipeline with stages to fill (the chain of a broadcast on
  * seven hosts) cuts a mid-size message finer than a slot and a large one
- * into slots; a chain of two ranks (nothing to fill) and the binomial tree
- * (its root busy a step per piece and child) keep whole slots; a fixed
+ * into slots; a chain of two ranks (nothing to fill), the binomial tree
+ * (its root busy a step per piece and child) and the double binary tree
+ * (finer pieces measured slower) keep whole slots; a fixed
  * chunk is the call's, capped at the slot. */
 START_TEST(chunk_per_call) {
     struct ccl__figures f;
@@ -216,7 +217,7 @@ START_TEST(chunk_per_call) {
     }
     struct ccl__job_shape j;
     make_shape(&shapes[4], &j); /* 7 hosts on tcp */
-    size_t c_mid = 0, c_big = 0, c_tree = 0, c_two = 0, c_fixed = 0, c_over = 0;
+    size_t c_mid = 0, c_big = 0, c_tree = 0, c_dtree = 0, c_two = 0, c_fixed = 0, c_over = 0;
     double mid = ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 1u << 20, 0, &c_mid);
     double mid_slot = ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 1u << 20, slot, NULL);
     ccl__cost_predict_chunk(&j, &f, CCL__K_BROADCAST, CCL__ALGO_RING, 64u << 20, 0, &c_big);
@@ -225,6 +226,8 @@ START_TEST(chunk_per_call) {
                   c_mid, mid, mid_slot);
     ck_assert_uint_eq(c_big, slot);
     ck_assert_uint_eq(c_tree, slot);
+    ccl__cost_predict_chunk(&j, &f, CCL__K_ALL_REDUCE, CCL__ALGO_TREE, 1u << 20, 0, &c_dtree);
+    ck_assert_uint_eq(c_dtree, slot);
     /* The pick carries its algorithm's chunk. */
     struct ccl__cost_pick pick = ccl__cost_choose(&j, &f, CCL__K_BROADCAST, 1u << 20, 0);
     ck_assert_int_eq(pick.algo, CCL__ALGO_RING);
