@@ -48,7 +48,7 @@ static void make_shape(const struct synthetic *s, struct ccl__job_shape *j) {
     ccl__cost_shape(j, n, cls, ring, host_of);
     j->windows = s->hosts == 1;
     j->oversub = s->oversub;
-    j->ring_chunk = 128 << 10;
+    j->ring_chunk = j->any_chunk = 128 << 10;
     j->window_area = ccl__direct_area(2 << 20);
     free(cls), free(ring), free(host_of);
 }

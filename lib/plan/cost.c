@@ -78,6 +78,7 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
     memset(out->shift_links, 0, sizeof out->shift_links);
     out->n = n;
     out->nhosts = nhosts;
+    out->ring_chunk = out->any_chunk = out->window_area = 0; /* the caller's to set */
     out->per_host = count[0];
     for (int h = 1; h < nhosts; h++)
         if (count[h] != count[0]) out->per_host = 0;

@@ -92,7 +92,7 @@ int ccl__plan_shm_class(const struct ccl__place *p, const struct ccl__place *q);
 /* The model's view of n ranks (peer table, ring order): link classes
  * (pair_class(ctx, a, b): a transport's class, or -1 for shared memory,
  * whose class the ranks' places give), hosts, oversubscription. The
- * caller sets windows, ring_chunk and window_area. 0, or -1 out of
+ * caller sets windows, ring_chunk, any_chunk and window_area. 0, or -1 out of
  * memory. */
 int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, int (*pair_class)(void *, int, int),
                     void *ctx, struct ccl__job_shape *out);
