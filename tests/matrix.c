@@ -104,7 +104,23 @@ const int matrix_one_host_configs[] = {6, 8, 0, 3, -1};
 const int matrix_algo_config_count = (int)(sizeof matrix_algo_configs / sizeof matrix_algo_configs[0]);
 
 static void run_config(const struct matrix_config *cfg, const char *chunk, harness_body_fn body, const char *what,
-                       void *user);
+                       void *user) {
+    struct matrix_ctx ctx = {.cfg = cfg, .what = what, .user = user};
+    char env[200] = "";
+    if (cfg->algo) snprintf(env, sizeof env, "CCL_ALGO=%s", cfg->algo);
+    if (chunk) snprintf(env + strlen(env), sizeof env - strlen(env), "%sCCL_CHUNK_BYTES=%s", *env ? " " : "", chunk);
+    struct harness_run run = {
+        .nranks = cfg->nranks,
+        .body = body,
+        .arg = &ctx,
+        .transport = cfg->transport,
+        .ranks_per_host = cfg->ranks_per_host,
+        .ccl_timeout = "30",
+        .deadline_s = 500,
+        .env = *env ? env : NULL,
+    };
+    util_run_clean(&run, 0, "%s on %s", what, cfg->name);
+}
 
 #define ALGO_ROTATION 3
 
@@ -153,24 +169,6 @@ void matrix_add_algo_loop(Suite *s, const char *name, const TTest *test, const s
     util_add_loop_case(s, name, test, matrix_algo_runs(list, n), timeout_s);
 }
 
-static void run_config(const struct matrix_config *cfg, const char *chunk, harness_body_fn body, const char *what,
-                       void *user) {
-    struct matrix_ctx ctx = {.cfg = cfg, .what = what, .user = user};
-    char env[200] = "";
-    if (cfg->algo) snprintf(env, sizeof env, "CCL_ALGO=%s", cfg->algo);
-    if (chunk) snprintf(env + strlen(env), sizeof env - strlen(env), "%sCCL_CHUNK_BYTES=%s", *env ? " " : "", chunk);
-    struct harness_run run = {
-        .nranks = cfg->nranks,
-        .body = body,
-        .arg = &ctx,
-        .transport = cfg->transport,
-        .ranks_per_host = cfg->ranks_per_host,
-        .ccl_timeout = "30",
-        .deadline_s = 500,
-        .env = *env ? env : NULL,
-    };
-    util_run_clean(&run, 0, "%s on %s", what, cfg->name);
-}
 
 void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user) {
     run_config(cfg, NULL, body, what, user);

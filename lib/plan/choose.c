@@ -100,11 +100,10 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
         return NULL;
     }
     a->plan.algo = algo;
-    /* The chunk the model runs this algorithm with (or CCL_CHUNK_BYTES),
-     * never more than a slot of the links it uses. */
-    size_t most = algo == CCL__ALGO_RING ? comm->ring_chunk_bytes : comm->chunk_bytes;
-    size_t chunk = pick.algo >= 0 ? pick.chunk : ccl__plan_model_chunk(comm, kind, algo, bytes);
-    a->plan.chunk_bytes = chunk && chunk < most ? chunk : most;
+    /* The chunk the model runs this algorithm with (or CCL_CHUNK_BYTES):
+     * never more than a slot of the links it uses, which the model's
+     * shape holds (ring_chunk_bytes, chunk_bytes). */
+    a->plan.chunk_bytes = pick.algo >= 0 ? pick.chunk : ccl__plan_model_chunk(comm, kind, algo, bytes);
     int logged = CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_COLL);
     if (pick.algo >= 0 && (logged || comm->algo_last[kind] != algo)) model_why(&pick, why, sizeof why);
     if (comm->algo_last[kind] != algo) {

@@ -133,6 +133,7 @@ struct model {
     const struct ccl__job_shape *j;
     const struct ccl__figures *f;
     size_t chunk;  /* the call's chunk when it is fixed (CCL_CHUNK_BYTES); 0: the cheapest */
+    double max;    /* the largest chunk the call may use: a slot of its algorithm's links, or the fixed chunk */
     size_t chosen; /* out: the chunk the prediction runs with */
 };
 
@@ -197,9 +198,6 @@ static double rounds(const struct model *m, double bytes) {
 #define PIECE_MAX_TRIES 4096   /* k examined per call at most (the best is found well before) */
 #define PIECE_PAST_BEST 16     /* k examined past the best so far before the search stops */
 
-static double ring_max(const struct model *m) { return m->j->ring_chunk ? (double)m->j->ring_chunk : 131072; }
-static double any_max(const struct model *m) { return m->j->any_chunk ? (double)m->j->any_chunk : ring_max(m); }
-
 /* The bytes of each of k pieces of n (the last may be short). */
 static size_t piece_bytes(double n, double k) {
     double b = ceil(n / k / PIECE_ALIGN) * PIECE_ALIGN;
@@ -213,15 +211,15 @@ static double pieces(double n, double max) { return n > max ? ceil(n / max) : 1;
  * `lanes` pieces a step (one per tree of the double binary tree): the
  * first piece takes fill + 1 steps, each later one a step more. Fewer,
  * larger pieces wait less; more, smaller ones fill the pipeline sooner.
- * With `search`, the cheapest k whose pieces are no larger than max (a
- * slot), unless the call fixed the chunk; without, whole slots. Each k's time grows with n and the k allowed only
- * shrink as n grows (pieces of max bytes at most), so the prediction never
- * falls as the message grows. The time is convex in k: the search stops
- * once it has risen for PIECE_PAST_BEST pieces past the best. */
-static double pipeline(struct model *m, unsigned links, double n, int fill, int lanes, double max, int search) {
+ * With `search`, the cheapest k whose pieces are no larger than m->max,
+ * unless the call fixed the chunk; without, pieces of m->max. Each k's
+ * time grows with n and the k allowed only shrink as n grows, so the
+ * prediction never falls as the message grows. The time is convex in k:
+ * the search stops once it has risen for PIECE_PAST_BEST pieces past the
+ * best. */
+static double pipeline(struct model *m, unsigned links, double n, int fill, int lanes, int search) {
     if (fill < 0) fill = 0;
-    if (m->chunk) max = (double)m->chunk < max ? (double)m->chunk : max;
-    double k = pieces(n, max), last = m->chunk || fill == 0 || !search ? k : fmax(k, ceil(n / PIECE_ALIGN));
+    double k = pieces(n, m->max), last = m->chunk || fill == 0 || !search ? k : fmax(k, ceil(n / PIECE_ALIGN));
     double best = -1, best_k = k;
     for (int tries = 0; k <= last && tries < PIECE_MAX_TRIES; k++, tries++) {
         double t = (fill + k) * step(m, links, lanes * n / k);
@@ -230,7 +228,7 @@ static double pipeline(struct model *m, unsigned links, double n, int fill, int 
     }
     /* A fixed chunk is the call's; one piece: any chunk that holds it
      * cuts alike, so say the largest. */
-    m->chosen = best_k > 1 && !m->chunk ? piece_bytes(n, best_k) : (size_t)max;
+    if (best_k > 1 && !m->chunk) m->chosen = piece_bytes(n, best_k);
     return best;
 }
 
@@ -250,7 +248,7 @@ static double all_reduce(struct model *m, int algo, double n) {
          * formula favours, measured slower (bench/chunk-table: 17-30% at
          * 64 KiB on shm 4 and 8 ranks and tcp 4, no better within the
          * noise from 256 KiB to 4 MiB). */
-        return 2 * pipeline(m, j->dtree_links, n / 2, j->dtree_depth - 1, 2, any_max(m), 0) + reduce_us(m, n);
+        return 2 * pipeline(m, j->dtree_links, n / 2, j->dtree_depth - 1, 2, 0) + reduce_us(m, n);
     }
     case CCL__ALGO_RD: {
         double t = fold_us(m, n);
@@ -346,12 +344,12 @@ static double broadcast_or_reduce(struct model *m, int algo, double n, int reduc
     case CCL__ALGO_RING:
         /* A chain: the first piece takes N - 1 hops, the rest follow one
          * step behind. */
-        return pipeline(m, j->ring_links, n, N - 2, 1, ring_max(m), 1) + red;
+        return pipeline(m, j->ring_links, n, N - 2, 1, 1) + red;
     case CCL__ALGO_TREE: {
         /* Binomial: the root (and each inner rank) serves up to log2 N
          * children, one after another, piece after piece: it is busy
          * depth steps a piece, so smaller pieces only add waits. */
-        double max = any_max(m), k = pieces(n, m->chunk && (double)m->chunk < max ? (double)m->chunk : max);
+        double k = pieces(n, m->max);
         return depth * k * step(m, j->btree_links, n / k) + depth * red;
     }
     case CCL__ALGO_DIRECT:
@@ -394,11 +392,12 @@ static double barrier(const struct model *m, int algo) {
 
 double ccl__cost_predict_chunk(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
                                size_t bytes, size_t chunk, size_t *chosen) {
-    struct model m = {j, f, chunk, 0};
     /* Unless a pipeline below finds a better one, the largest chunk the
      * algorithm's links allow: the model sees only waits in smaller ones. */
-    double max = algo == CCL__ALGO_RING ? ring_max(&m) : any_max(&m);
-    m.chosen = chunk && (double)chunk < max ? chunk : (size_t)max;
+    size_t slot = algo == CCL__ALGO_RING || !j->any_chunk ? j->ring_chunk : j->any_chunk;
+    if (!slot) slot = 131072; /* a shape nobody gave slots: the default */
+    size_t max = chunk && chunk < slot ? chunk : slot;
+    struct model m = {j, f, chunk, (double)max, max};
     double n = (double)bytes, t;
     if (j->n == 1) t = algo == CCL__ALGO_RING && kind != CCL__K_ALL_TO_ALL ? copy_us(&m, n) : -1;
     else switch (kind) {

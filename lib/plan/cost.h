@@ -86,10 +86,9 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
  * a rank's share; all-to-all: what one pair exchanges); negative when algo
  * does not run that call on this shape. The call is cut into chunks of
  * `chunk` bytes (at most the algorithm's largest), or with chunk 0 into
- * those the model finds cheapest: a pipeline (the chain of the ring's
- * broadcast and reduce, the double binary tree) trades the waits of more
- * pieces against the sooner start of the ranks down the line; elsewhere
- * the largest chunk, which waits least. *chosen (when not NULL) gets the
+ * those the model finds cheapest: the chain of the ring's broadcast and
+ * reduce trades the waits of more pieces against the sooner start of the
+ * ranks down the line; elsewhere the largest chunk, which waits least. *chosen (when not NULL) gets the
  * chunk; the pipeline's depth, the pieces in flight along it, follows
  * from it (bytes / chunk pieces, CCL_SLOTS of them at most per link). */
 double ccl__cost_predict_chunk(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,

@@ -22,6 +22,11 @@ struct ccl__cost_state {
         size_t bytes;
         struct ccl__cost_pick pick;
     } last[CCL__MAX_OP_KINDS];
+    /* The same for a call whose algorithm CCL_ALGO fixed: its chunk. */
+    struct {
+        size_t bytes, chunk;
+        int algo;
+    } forced[CCL__MAX_OP_KINDS];
 };
 
 /* The link class of the transport connecting a and b: its own for a
@@ -80,7 +85,7 @@ ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     struct ccl__cost_state *s = calloc(1, sizeof(*s));
     if (!s) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
     comm->cost = s;
-    for (int k = 0; k < CCL__MAX_OP_KINDS; k++) s->last[k].pick.algo = -1;
+    for (int k = 0; k < CCL__MAX_OP_KINDS; k++) s->last[k].pick.algo = s->forced[k].algo = -1;
     if (ccl__plan_shape(comm->nranks, comm->peers, comm->ring, pair_transport_class, comm, &s->shape) != 0)
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
     s->shape.windows = comm->windows != NULL;
@@ -111,9 +116,14 @@ struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, si
     return p;
 }
 
-size_t ccl__plan_model_chunk(const struct ccl_comm *comm, int kind, int algo, size_t bytes) {
+size_t ccl__plan_model_chunk(struct ccl_comm *comm, int kind, int algo, size_t bytes) {
+    struct ccl__cost_state *s = comm->cost;
+    if (s->forced[kind].algo == algo && s->forced[kind].bytes == bytes) return s->forced[kind].chunk;
     size_t chunk = 0;
-    ccl__cost_predict_chunk(&comm->cost->shape, &comm->cost->fig, kind, algo, bytes, comm->params.chunk_bytes, &chunk);
+    ccl__cost_predict_chunk(&s->shape, &s->fig, kind, algo, bytes, comm->params.chunk_bytes, &chunk);
+    s->forced[kind].algo = algo;
+    s->forced[kind].bytes = bytes;
+    s->forced[kind].chunk = chunk;
     return chunk;
 }
 

@@ -105,8 +105,9 @@ void ccl__plan_model_free(struct ccl_comm *comm);
  * plan/cost.h for what bytes counts), and one algorithm's prediction. */
 struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, size_t bytes);
 /* The chunk the model runs algo with for such a call (CCL_CHUNK_BYTES
- * when set), and its prediction of algo at a given chunk. */
-size_t ccl__plan_model_chunk(const struct ccl_comm *comm, int kind, int algo, size_t bytes);
+ * when set; a repeat of a kind's last size and algorithm skips the model),
+ * and its prediction of algo at a given chunk. */
+size_t ccl__plan_model_chunk(struct ccl_comm *comm, int kind, int algo, size_t bytes);
 double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, size_t bytes, size_t chunk);
 
 /* The collective (enum ccl__op_kind) a CCL_ALGO name means: NCCL's
