@@ -169,7 +169,6 @@ void matrix_add_algo_loop(Suite *s, const char *name, const TTest *test, const s
     util_add_loop_case(s, name, test, matrix_algo_runs(list, n), timeout_s);
 }
 
-
 void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user) {
     run_config(cfg, NULL, body, what, user);
 }

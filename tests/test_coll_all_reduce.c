@@ -159,7 +159,8 @@ END_TEST
 /* hier: 2 hosts x 4, 5 hosts x 1, and one host (3 shm, 4 tcp, 1 rank) */
 static const int hier_configs[] = {5, 7, 1, 0, 6, -1};
 static const struct matrix_algo algos[] = {
-    {"allreduce:ring", NULL, NULL}, {"allreduce:tree", NULL, NULL}, {"allreduce:rd", NULL, NULL}, {"allreduce:rhd", NULL, NULL},
+    {"allreduce:ring", NULL, NULL}, {"allreduce:tree", NULL, NULL}, {"allreduce:rd", NULL, NULL},
+    {"allreduce:rhd", NULL, NULL},
     {"allreduce:direct", matrix_one_host_configs, NULL}, {"allreduce:hier", hier_configs, NULL},
     /* a chunk of no power of two, so pieces never line up with blocks or slots */
     {"allreduce:tree", NULL, "4160"}, {"allreduce:ring", NULL, "4160"}};
