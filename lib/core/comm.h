@@ -58,6 +58,7 @@ struct ccl_comm {
     int *identity;                      /* [nranks]: 0, 1, 2, ... (rings whose blocks are their positions) */
     size_t chunk_bytes;                 /* the same for any pair: smallest slot of every link */
     double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
+    double yield_base_s, yield_max_s;   /* yield_s adapts between these (prims/wait.c); equal: it does not */
     int machine_ranks, machine_cpus;    /* ranks of this communicator on this machine, CPUs this rank may use */
     /* The direct path: every rank's shared window, when every rank has one
      * this process maps (one host); the same decision on every rank. */

@@ -204,13 +204,24 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
     long threads = me->ncores > 0 ? me->ncores : sysconf(_SC_NPROCESSORS_ONLN);
     int crowded = threads > 0 && local > threads;
     comm->spin_s = comm->params.spin_us * 1e-6;
-    comm->yield_s = 200e-6;
+    comm->yield_s = comm->yield_base_s = 200e-6;
+    /* A wait that slept and was woken soon after would have done better
+     * yielding a little longer: it lengthens the yield, up to 2 ms (the
+     * wait routine's waiter_learn). Not when CCL_SPIN_US was set: a user
+     * who chose how long waits burn a core keeps that choice. Nor on a
+     * crowded machine: there a sleeping rank hands its core to one with
+     * work, where yielding ones queue in front of it (measured: 8 ranks
+     * on 2 cores, one run in three at 0.9-1.6 ms for 8 bytes, the others
+     * 20-40 us), and a core with ranks queued on it never idles into a
+     * slow wake. */
+    comm->yield_max_s = comm->params.spin_us_set || crowded ? comm->yield_s : 2e-3;
     /* Yielding stays: it hands the core to the rank we wait for without the
      * cost of a sleep and wake-up (measured: 4 ranks on 2 threads, 8 B
      * all-reduce 7 us with yield, 80 us sleeping at once). */
     if (crowded && !comm->params.spin_us_set) comm->spin_s = 0;
     comm->machine_ranks = local;
     comm->machine_cpus = (int)threads;
-    CCL_INFO(CCL__SUB_PLAN, comm->rank, "%d ranks on this machine, %ld CPUs to use: waits spin %.0f us, yield %.0f us",
-             local, threads, comm->spin_s * 1e6, comm->yield_s * 1e6);
+    CCL_INFO(CCL__SUB_PLAN, comm->rank,
+             "%d ranks on this machine, %ld CPUs to use: waits spin %.0f us, yield %.0f us (up to %.0f as waits teach)",
+             local, threads, comm->spin_s * 1e6, comm->yield_s * 1e6, comm->yield_max_s * 1e6);
 }

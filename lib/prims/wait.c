@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <math.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ struct ccl__waiter {
     const int *nconns;
     uint32_t armed_bell;
     unsigned idle_rounds;
+    int slept;         /* this idle stretch went to sleep */
     double idle_since; /* ccl__now() of the last progress */
     double next_check; /* next liveness check of the peers */
     ccl_status_t gone; /* a waited-on peer's liveness check failed: look once more before failing */
@@ -49,6 +51,7 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
     w->nconns = nconns;
     w->armed_bell = 0;
     w->idle_rounds = 0;
+    w->slept = 0;
     w->idle_since = ccl__now();
     w->next_check = w->idle_since + LIVENESS_PERIOD_S;
     w->gone = CCL_OK;
@@ -57,10 +60,27 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
 
 static void waiter_arm(struct ccl__waiter *w) { w->armed_bell = atomic_load(&w->comm->wake->bell); }
 
+#define YIELD_DECAY 64 /* a stretch that ended awake gives back 1/64 of the yield above its base */
+
+double ccl__wait_next_yield(double yield_s, double base_s, double max_s, int slept, double stretch_s) {
+    if (max_s <= base_s) return yield_s;
+    if (!slept) return yield_s - (yield_s - base_s) / YIELD_DECAY;
+    if (stretch_s < max_s) return fmin(max_s, fmax(2 * yield_s, 2 * stretch_s));
+    return fmax(base_s, yield_s / 2);
+}
+
+static void waiter_learn(struct ccl__waiter *w, double now) {
+    struct ccl_comm *c = w->comm;
+    c->yield_s = ccl__wait_next_yield(c->yield_s, c->yield_base_s, c->yield_max_s, w->slept, now - w->idle_since);
+}
+
 static void waiter_progress(struct ccl__waiter *w) {
     if (w->idle_rounds) {
+        double now = ccl__now();
+        waiter_learn(w, now);
         w->idle_rounds = 0;
-        w->idle_since = ccl__now();
+        w->slept = 0;
+        w->idle_since = now;
     }
 }
 
@@ -255,6 +275,7 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
         sched_yield();
         return CCL_OK;
     }
+    w->slept = 1;
     sleep_once(w, w->comm->params.timeout_s - idle);
     return CCL_OK;
 }
@@ -315,7 +336,10 @@ ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn
         waiter_arm(&w);
         moved = 0;
         if ((st = progress_conns(&w, &moved)) < 0) return st;
-        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) return st;
+        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) {
+            if (st == CCL_OK) waiter_progress(&w); /* the last stretch teaches too */
+            return st;
+        }
         if (moved) waiter_progress(&w);
         else if ((st = waiter_idle(&w)) < 0) return st;
         if (w.gone == CCL_OK) continue;

@@ -31,6 +31,19 @@ ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn
  * ranks would never move again. */
 void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c);
 
+/* How long waits yield before sleeping, after an idle stretch of
+ * stretch_s that did or did not sleep; it stays within [base_s, max_s].
+ * Waking a sleeping rank can take far longer than the yield (measured on a
+ * 2-vCPU VM: 300-500 us, the hypervisor halts an idle vCPU). Then the peer
+ * it answers falls asleep too, and every later handoff costs a sleep and a
+ * slow wake: 2-rank 8-byte all-reduces ran at 570 us a call for a whole
+ * run (8 runs in 30) where they take 1 us. So a stretch that slept and
+ * ended within max_s doubles the yield, at least to twice its length (that
+ * wait would have ended awake); one that slept longer halves it (the peer
+ * was really away: sleeping was right); one that ended awake gives back a
+ * little, so that one slow wake does not keep a rank yielding for long. */
+double ccl__wait_next_yield(double yield_s, double base_s, double max_s, int slept, double stretch_s);
+
 /* Rings every peer's bell (the transport's wake): after publishing
  * something peers may wait on outside any FIFO (a direct-path window). */
 void ccl__wake_peers(struct ccl_comm *comm);

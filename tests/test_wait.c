@@ -1,0 +1,70 @@
+/*
+ * How long waits yield before sleeping (ccl__wait_next_yield): a sleep
+ * that ended soon lengthens the yield past that stretch, a long one
+ * shortens it, stretches that end awake bring it back towards its base,
+ * and it never leaves [base, max]; a communicator whose yield may not
+ * adapt keeps its yield.
+ */
+#include <check.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "prims/wait.h"
+
+#define BASE 200e-6
+#define MAX 2e-3
+
+START_TEST(short_sleep_lengthens) {
+    /* woken 150 us after it slept: twice the stretch */
+    ck_assert_double_eq_tol(ccl__wait_next_yield(BASE, BASE, MAX, 1, 400e-6), 800e-6, 1e-12);
+    /* a stretch barely past the spin still doubles the yield */
+    ck_assert_double_eq_tol(ccl__wait_next_yield(BASE, BASE, MAX, 1, 260e-6), 520e-6, 1e-12);
+    ck_assert_double_eq_tol(ccl__wait_next_yield(300e-6, BASE, MAX, 1, 100e-6), 600e-6, 1e-12);
+    /* never past max */
+    ck_assert_double_eq_tol(ccl__wait_next_yield(BASE, BASE, MAX, 1, 1.5e-3), MAX, 1e-12);
+    ck_assert_double_eq_tol(ccl__wait_next_yield(MAX, BASE, MAX, 1, 1e-3), MAX, 1e-12);
+}
+END_TEST
+
+START_TEST(long_sleep_shortens) {
+    ck_assert_double_eq_tol(ccl__wait_next_yield(MAX, BASE, MAX, 1, 5e-3), MAX / 2, 1e-12);
+    ck_assert_double_eq_tol(ccl__wait_next_yield(300e-6, BASE, MAX, 1, 1.0), BASE, 1e-12);
+    ck_assert_double_eq_tol(ccl__wait_next_yield(BASE, BASE, MAX, 1, 1.0), BASE, 1e-12);
+}
+END_TEST
+
+START_TEST(awake_stretches_decay_to_base) {
+    double y = MAX;
+    for (int i = 0; i < 10000; i++) {
+        double next = ccl__wait_next_yield(y, BASE, MAX, 0, 1e-6);
+        ck_assert(next <= y);
+        ck_assert(next >= BASE);
+        y = next;
+    }
+    ck_assert_double_eq_tol(y, BASE, 1e-9);
+    /* one awake stretch gives back only a little: a slow wake is not
+     * forgotten at the next call */
+    ck_assert(ccl__wait_next_yield(MAX, BASE, MAX, 0, 1e-6) > 0.95 * MAX);
+}
+END_TEST
+
+START_TEST(fixed_when_it_may_not_adapt) {
+    /* CCL_SPIN_US given, or a crowded machine: max == base */
+    ck_assert_double_eq(ccl__wait_next_yield(BASE, BASE, BASE, 1, 300e-6), BASE);
+    ck_assert_double_eq(ccl__wait_next_yield(BASE, BASE, BASE, 0, 1e-6), BASE);
+    ck_assert_double_eq(ccl__wait_next_yield(BASE, BASE, BASE, 1, 1.0), BASE);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("wait");
+    TCase *tc = tcase_create("yield");
+    tcase_add_test(tc, short_sleep_lengthens);
+    tcase_add_test(tc, long_sleep_shortens);
+    tcase_add_test(tc, awake_stretches_decay_to_base);
+    tcase_add_test(tc, fixed_when_it_may_not_adapt);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
