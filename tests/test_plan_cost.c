@@ -185,6 +185,50 @@ START_TEST(choice_is_cheapest) {
 }
 END_TEST
 
+/* Terms measured on this machine that the model must keep: hier on one
+ * host or with one rank per host is the ring and has no prediction of its
+ * own; loopback TCP's bytes slow down with ranks per core (the kernel
+ * copies them) where RDMA's do not; the double binary tree's two pieces a
+ * step pay a latency each. */
+START_TEST(model_terms) {
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    struct ccl__job_shape one_host, per_rank_hosts, hosts, tcp, rdma;
+    make_shape(&shapes[2], &one_host);       /* 1 host, 4 ranks */
+    make_shape(&shapes[4], &per_rank_hosts); /* 7 hosts, 1 rank each */
+    make_shape(&shapes[5], &hosts);          /* 4 hosts x 16 */
+    for (size_t b = 8; b <= (64u << 20); b *= 8) {
+        ck_assert(ccl__cost_predict(&one_host, &f, CCL__K_ALL_REDUCE, CCL__ALGO_HIER, b) < 0);
+        ck_assert(ccl__cost_predict(&per_rank_hosts, &f, CCL__K_ALL_REDUCE, CCL__ALGO_HIER, b) < 0);
+        ck_assert(ccl__cost_predict(&hosts, &f, CCL__K_ALL_REDUCE, CCL__ALGO_HIER, b) > 0);
+    }
+
+    const size_t big = 16u << 20;
+    make_shape(&shapes[5], &tcp);
+    make_shape(&shapes[6], &rdma);
+    double tcp1 = ccl__cost_predict(&tcp, &f, CCL__K_ALL_REDUCE, CCL__ALGO_HIER, big);
+    double rdma1 = ccl__cost_predict(&rdma, &f, CCL__K_ALL_REDUCE, CCL__ALGO_HIER, big);
+    double ring1 = ccl__cost_predict(&per_rank_hosts, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, big);
+    tcp.oversub = rdma.oversub = per_rank_hosts.oversub = 2;
+    double tcp2 = ccl__cost_predict(&tcp, &f, CCL__K_ALL_REDUCE, CCL__ALGO_HIER, big);
+    double rdma2 = ccl__cost_predict(&rdma, &f, CCL__K_ALL_REDUCE, CCL__ALGO_HIER, big);
+    double ring2 = ccl__cost_predict(&per_rank_hosts, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, big);
+    /* 7 ranks on 7 loopback "hosts": every term but alpha doubles */
+    ck_assert_msg(ring2 > 1.9 * ring1, "tcp ring, 2 ranks per core: %.0f us, 1: %.0f us", ring2, ring1);
+    /* 16 ranks a host already share the adapter 16 ways: 2 per core adds
+     * only to the CPU's terms, over RDMA as over TCP */
+    ck_assert_msg(tcp2 < 1.9 * tcp1, "tcp hier: %.0f us against %.0f", tcp2, tcp1);
+    ck_assert_msg(rdma2 < 1.9 * rdma1, "rdma hier: %.0f us against %.0f", rdma2, rdma1);
+
+    struct ccl__job_shape two;
+    make_shape(&shapes[0], &two); /* 1 host, 2 ranks */
+    double tree = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_TREE, 8);
+    double ring = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, 8);
+    ck_assert_msg(tree > 1.9 * ring && tree < 2.1 * ring, "2 ranks, 8 bytes: tree %.2f us, ring %.2f us", tree,
+                  ring);
+}
+END_TEST
+
 /* The chunk: on every shape and size, the model's chunk is a whole number
  * of cache lines no larger than a slot, and its prediction no worse than
  * the slot's; a pipeline with stages to fill (the chain of a broadcast on
@@ -420,6 +464,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, monotonic_in_size, 0, nshapes);
     tcase_add_loop_test(tc, choice_is_cheapest, 0, nshapes);
     tcase_add_test(tc, chunk_per_call);
+    tcase_add_test(tc, model_terms);
     suite_add_tcase(s, tc);
     tc = tcase_create("file");
     tcase_add_test(tc, file_round_trip);
