@@ -67,6 +67,20 @@ static void apply_env_list(const char *list) {
     }
 }
 
+/* CCL_TEST_IB_HCAS="rxe0,rxe1": the RDMA devices of a machine that plays
+ * several hosts; the ranks of simulated host h use device h mod n, so two
+ * "hosts" really talk across two adapters. */
+static void pick_ib_device(int host) {
+    const char *list = getenv("CCL_TEST_IB_HCAS");
+    if (!list || !*list) return;
+    char copy[256], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", list);
+    int n = 0;
+    char *dev[16];
+    for (char *tok = strtok_r(copy, ",", &save); tok && n < 16; tok = strtok_r(NULL, ",", &save)) dev[n++] = tok;
+    if (n) setenv("CCL_IB_HCA", dev[host % n], 1);
+}
+
 static void child_environment(const struct harness_run *run, int rank) {
     char val[64];
     snprintf(val, sizeof val, "%d", CHILD_CTRL_FD);
@@ -79,6 +93,7 @@ static void child_environment(const struct harness_run *run, int rank) {
     }
     setenv("CCL_TIMEOUT", run->ccl_timeout ? run->ccl_timeout : DEFAULT_CCL_TIMEOUT, 1);
     setenv("CCL_SHM_PREFIX", run->shm_prefix, 1);
+    pick_ib_device(per_host > 0 ? rank / per_host : 0);
     apply_env_list(run->env);
     if (run->rank_env && run->rank_env[rank]) apply_env_list(run->rank_env[rank]);
 }

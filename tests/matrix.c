@@ -30,6 +30,26 @@ const struct matrix_config matrix_configs[] = {
 };
 const int matrix_config_count = (int)(sizeof matrix_configs / sizeof matrix_configs[0]);
 
+/* CCL_TEST_MATRIX=ib: the same sweeps over the RDMA transport, for a
+ * machine with RDMA devices (tools/rdma-vm runs them in a VM with two
+ * soft-RoCE devices; CCL_TEST_IB_HCAS spreads the "hosts" over them). */
+static const struct matrix_config ib_configs[] = {
+    {2, "ib", 1, "2 ranks ib, one host each", NULL},
+    {3, "ib", 1, "3 ranks ib, one host each", NULL},
+    {4, "ib", 2, "4 ranks ib, 2 hosts x 2", NULL},
+    {4, NULL, 2, "4 ranks auto (shm in a host, ib across), 2 hosts x 2", NULL},
+};
+
+static const struct matrix_config *active_configs(int *n) {
+    const char *m = getenv("CCL_TEST_MATRIX");
+    if (m && strcmp(m, "ib") == 0) {
+        *n = (int)(sizeof ib_configs / sizeof ib_configs[0]);
+        return ib_configs;
+    }
+    *n = matrix_config_count;
+    return matrix_configs;
+}
+
 #define SMALL_PRIME_COUNT 99991
 #define BIG_BYTES (4u << 20)
 
@@ -81,8 +101,10 @@ const struct matrix_config matrix_short_configs[] = {
 const int matrix_short_config_count = (int)(sizeof matrix_short_configs / sizeof matrix_short_configs[0]);
 
 void matrix_run(int index, harness_body_fn body, const char *what, void *user) {
-    ck_assert_int_lt(index, matrix_config_count);
-    matrix_run_config(&matrix_configs[index], body, what, user);
+    int n;
+    const struct matrix_config *cfgs = active_configs(&n);
+    ck_assert_int_lt(index, n);
+    matrix_run_config(&cfgs[index], body, what, user);
 }
 
 void matrix_run_short(int index, harness_body_fn body, const char *what, void *user) {
@@ -174,7 +196,9 @@ void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, co
 }
 
 void matrix_add_loop(Suite *s, const char *name, const TTest *test, int timeout_s) {
-    util_add_loop_case(s, name, test, matrix_config_count, timeout_s);
+    int n;
+    active_configs(&n);
+    util_add_loop_case(s, name, test, n, timeout_s);
 }
 
 void matrix_add_short_loop(Suite *s, const char *name, const TTest *test, int timeout_s) {

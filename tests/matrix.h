@@ -53,7 +53,9 @@ int matrix_big_in_place(ccl_dtype_t dtype);
 uint64_t matrix_seed(int collective, int dtype, int op, size_t count, int placement, int root);
 
 /* Runs body on configuration `index` (a loop test's _i); asserts that
- * every rank passed. */
+ * every rank passed. Under CCL_TEST_MATRIX=ib the loop runs over RDMA
+ * configurations instead of matrix_configs (2, 3 and 4 ranks on ib, and
+ * shm inside two hosts with ib across). */
 void matrix_run(int index, harness_body_fn body, const char *what, void *user);
 /* The same on any configuration (suites with their own short lists). */
 void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user);

@@ -5,10 +5,16 @@
 #include "transports/transport.h"
 #include "transports/shm/shm.h"
 #include "transports/tcp/tcp.h"
+#ifdef CCL_HAVE_IB
+#include "transports/ib/ib.h"
+#endif
 
 const struct ccl__transport *const ccl__transports[] = {
     &ccl__transport_shm,
     &ccl__transport_tcp,
+#ifdef CCL_HAVE_IB
+    &ccl__transport_ib,
+#endif
 };
 const int ccl__ntransports = (int)(sizeof(ccl__transports) / sizeof(ccl__transports[0]));
 

@@ -428,6 +428,16 @@ int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, si
     return ok;
 }
 
+int ccl__pair_gone(struct ccl_comm *comm, int peer) {
+    struct ccl__pair_chan *ch = comm->pairs;
+    if (!ch || peer < 0 || peer >= comm->nranks || pthread_mutex_trylock(&ch->lock) != 0) return 0;
+    drain(comm, ch);
+    if (!ch->gone[peer] && ch->out[peer] >= 0) watch_out(ch, peer);
+    int gone = ch->gone[peer];
+    pthread_mutex_unlock(&ch->lock);
+    return gone;
+}
+
 void ccl__pair_close(struct ccl_comm *comm) {
     struct ccl__pair_chan *ch = comm->pairs;
     if (!ch) return;

@@ -71,6 +71,12 @@ ccl_status_t ccl__pair_exchange(struct ccl_comm *comm, int peer, uint32_t tag, c
  * answering questions from inside a wait. */
 int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, size_t bytes);
 
+/* Without blocking (and without waiting for the lock): 1 when peer has
+ * closed its side of the channel (its process exited, or it destroyed
+ * its communicator), 0 otherwise or when that cannot be told now. For
+ * transports whose own links do not show a dead peer (RDMA). */
+int ccl__pair_gone(struct ccl_comm *comm, int peer);
+
 /* Tags of the library's own pair-channel messages. */
 #define CCL__PAIR_TAG_WHERE_Q 0x57484552u /* "where are you?" (a timed-out wait asks) */
 #define CCL__PAIR_TAG_WHERE_A 0x57484541u /* the answer, from inside a wait */

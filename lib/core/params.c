@@ -16,11 +16,14 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_DEBUG_FILE", "", "log to this file instead of stderr (%h host, %p pid)"},
     {"CCL_TIMEOUT", "300", "seconds a wait may go without progress before CCL_ERR_TIMEOUT"},
     {"CCL_LINK_TIMEOUT", "10", "seconds a tcp peer's host may leave our packets unanswered before the link counts as down (0: only CCL_TIMEOUT)"},
-    {"CCL_TRANSPORT", "", "force one transport for every peer: shm or tcp"},
+    {"CCL_TRANSPORT", "", "force one transport for every peer: shm, tcp or ib (ib only where built with libibverbs and an RDMA device is up)"},
     {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default: the kernel's boot id and the /dev/shm directory)"},
     {"CCL_SOCKET_IFNAME", "", "network interface for sockets (default: first non-loopback)"},
     {"CCL_SHM_SLOT_BYTES", "131072", "bytes per shared-memory FIFO slot (a pipeline chunk)"},
     {"CCL_TCP_SLOT_BYTES", "131072", "bytes per TCP staging slot (a pipeline chunk)"},
+    {"CCL_IB_SLOT_BYTES", "131072", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
+    {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the first device with an active port)"},
+    {"CCL_IB_GID_INDEX", "0", "GID table index of the RDMA port (RoCE: which address and RoCE version)"},
     {"CCL_SHM_WINDOW_BYTES", "2097152", "bytes of the shared window each rank exposes to its host for the direct algorithm (0: none)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
     {"CCL_CHUNK_BYTES", "0", "bytes of every call's pipeline chunk, at most a slot, rounded up to a multiple of 64 (0: the planner picks per call)"},
@@ -135,6 +138,9 @@ static void params_load(void) {
     copy_str(params.ifname, sizeof(params.ifname), env_or("CCL_SOCKET_IFNAME", ""));
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
+    params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
+    copy_str(params.ib_hca, sizeof(params.ib_hca), env_or("CCL_IB_HCA", ""));
+    params.ib_gid_index = (int)env_long("CCL_IB_GID_INDEX", 0, 0, 255);
     /* 0, or at least 64 KiB (the window holds four staging areas); whole pages */
     params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;
     if (params.shm_window_bytes && params.shm_window_bytes < (64 << 10)) params.shm_window_bytes = 64 << 10;

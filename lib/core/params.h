@@ -14,12 +14,15 @@ struct ccl__params {
     char test_kill_at[16];    /* CCL_TEST_KILL_AT: a set-up phase where this process dies (fault tests) */
     char test_stall_at[16];   /* CCL_TEST_STALL_AT: a set-up phase where this process sleeps 0.2 s (fault tests) */
     double link_timeout_s;    /* CCL_LINK_TIMEOUT: longest silence of a tcp peer's host (0: off) */
-    char transport[16];       /* CCL_TRANSPORT: "" (auto), "shm", "tcp" */
+    char transport[16];       /* CCL_TRANSPORT: "" (auto), "shm", "tcp", "ib" */
     char host_id[64];         /* CCL_HOST_ID or hostname + boot id */
     char machine_id[64];      /* hostname + boot id, whatever CCL_HOST_ID says */
     char ifname[32];          /* CCL_SOCKET_IFNAME: interface for sockets */
     size_t shm_slot_bytes;    /* CCL_SHM_SLOT_BYTES */
     size_t tcp_slot_bytes;    /* CCL_TCP_SLOT_BYTES */
+    size_t ib_slot_bytes;     /* CCL_IB_SLOT_BYTES */
+    char ib_hca[64];          /* CCL_IB_HCA: RDMA device ("mlx5_0" or "mlx5_0:1"; "" the first active) */
+    int ib_gid_index;         /* CCL_IB_GID_INDEX */
     size_t shm_window_bytes;  /* CCL_SHM_WINDOW_BYTES: the direct path's window per rank, 0 none */
     int slots;                /* CCL_SLOTS: slots per connection direction */
     size_t chunk_bytes;       /* CCL_CHUNK_BYTES: every call's chunk (0: the planner's per call) */

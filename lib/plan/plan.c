@@ -37,8 +37,11 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
     if (comm->params.transport[0] && !forced) {
         char names[128];
         ccl__transport_names(names, sizeof(names));
-        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TRANSPORT=%s is not a transport (%s)",
-                              comm->params.transport, names);
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TRANSPORT=%s is not a transport (%s)%s",
+                              comm->params.transport, names,
+                              strcmp(comm->params.transport, "ib") == 0
+                                  ? "; this build has no RDMA: build with libibverbs-dev installed"
+                                  : "");
     }
     const struct ccl__peer_info *me = &comm->peers[comm->rank];
     for (int p = 0; p < comm->nranks; p++) {
@@ -46,10 +49,19 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
         const struct ccl__peer_info *peer = &comm->peers[p];
         int best = choose(comm, forced, comm->rank, p);
         if (best < 0) {
-            if (forced)
+            if (forced) {
+                /* Most often the transport did not start on one side (no
+                 * device, no driver): its INFO line there says why. */
+                uint32_t bit = 1u << ccl__transport_index(forced);
+                int down = !(me->transport_mask & bit) ? comm->rank : !(peer->transport_mask & bit) ? p : -1;
+                char why[96] = "";
+                if (down >= 0)
+                    snprintf(why, sizeof(why), ": %s is not available on rank %d (CCL_DEBUG=INFO there says why)",
+                             forced->name, down);
                 return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
-                                      "init: CCL_TRANSPORT=%s cannot connect rank %d (%s) to rank %d (%s)",
-                                      forced->name, comm->rank, me->hostname, p, peer->hostname);
+                                      "init: CCL_TRANSPORT=%s cannot connect rank %d (%s) to rank %d (%s)%s",
+                                      forced->name, comm->rank, me->hostname, p, peer->hostname, why);
+            }
             return ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "init: no transport connects rank %d (%s) to rank %d (%s)",
                                   comm->rank, me->hostname, p, peer->hostname);
         }

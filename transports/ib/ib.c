@@ -1,0 +1,297 @@
+/* The RDMA transport's data path, completions, waiting and ops table
+ * (set-up is in ib_setup.c, the device in ib_dev.c; the protocol is
+ * described in ib.h).
+ *
+ * Nothing here blocks. Completions of every connection arrive on the one
+ * shared queue, so whichever connection is progressed drains it for all. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/boot_pair.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "transports/ib/ib.h"
+
+#define HDR_BYTES sizeof(struct ccl__slot_meta)
+#define POLL_BATCH 32
+
+static inline struct ccl__ib_conn *ib_conn(struct ccl__conn *c) { return (struct ccl__ib_conn *)c; }
+
+static const char *peer_host(const struct ccl__ib_conn *c) {
+    const struct ccl_comm *comm = c->base.comm;
+    return comm->peers ? comm->peers[c->base.peer].hostname : "?";
+}
+
+/* The first failure of this connection sticks; a communicator that has
+ * already failed keeps its own message (ours is a consequence). */
+static ccl_status_t conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ccl_status_t conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...) {
+    if (c->failed) return c->failed;
+    c->failed = st;
+    struct ccl_comm *comm = c->base.comm;
+    if (ccl__comm_health(comm) < 0) return st;
+    char msg[CCL__ERR_BYTES];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return ccl__set_error(comm, st, "ib: %s", msg);
+}
+
+/* ---- posting ---- */
+
+ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c) {
+    /* No scatter list: a WRITE WITH IMMEDIATE places its bytes itself and
+     * only takes the request for its completion. */
+    struct ibv_recv_wr wr = {.wr_id = ((uint64_t)c->base.peer << 8) | CCL__IB_WR_RECV}, *bad = NULL;
+    int rc = ibv_post_recv(c->qp, &wr, &bad);
+    if (rc)
+        return conn_fail(c, CCL_ERR_SYSTEM, "posting a receive for rank %d (%.64s): %s", c->base.peer, peer_host(c),
+                         strerror(rc));
+    c->rq_posted++;
+    return CCL_OK;
+}
+
+static ccl_status_t post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes) {
+    struct ibv_sge sge = {.addr = (uintptr_t)(c->send_fifo + slot * c->stride), .length = bytes,
+                          .lkey = c->send_mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = ((uint64_t)c->base.peer << 8) | (uint64_t)kind,
+        .sg_list = bytes ? &sge : NULL,
+        .num_sge = bytes ? 1 : 0,
+        .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+        .send_flags = IBV_SEND_SIGNALED,
+        .imm_data = htonl(imm),
+        .wr.rdma = {.remote_addr = c->remote_addr + slot * c->stride, .rkey = c->remote_rkey},
+    };
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send(c->qp, &wr, &bad);
+    if (rc)
+        return conn_fail(c, CCL_ERR_SYSTEM, "posting a write to rank %d (%.64s): %s", c->base.peer, peer_host(c),
+                         strerror(rc));
+    c->sq_busy++;
+    return CCL_OK;
+}
+
+/* Tells the peer how many slots we have released, when the send queue has
+ * room; otherwise a later call does (the count is cumulative, so credits
+ * never need a request each). */
+static ccl_status_t send_credit(struct ccl__ib_conn *c) {
+    if (c->credit_sent == c->released || c->sq_busy >= c->sq_depth || c->failed) return c->failed;
+    CCL_CHECK(post_write(c, CCL__IB_WR_CREDIT, CCL__IB_CREDIT_BIT | (uint32_t)(c->released & CCL__IB_COUNT_MASK), 0, 0));
+    c->credit_sent = c->released;
+    return CCL_OK;
+}
+
+/* ---- completions ---- */
+
+static ccl_status_t wc_failed(struct ccl__ib_conn *c, const struct ibv_wc *wc) {
+    const struct ccl__peer_info *pi = &c->base.comm->peers[c->base.peer];
+    if (wc->status == IBV_WC_WR_FLUSH_ERR)
+        return conn_fail(c, CCL_ERR_REMOTE, "the queue pair to rank %d (%.64s) went to the error state", c->base.peer,
+                         pi->hostname);
+    if (wc->status == IBV_WC_RETRY_EXC_ERR || wc->status == IBV_WC_RNR_RETRY_EXC_ERR)
+        return conn_fail(c, CCL_ERR_REMOTE,
+                         "rank %d (%.64s, pid %d) stopped answering: %s (it failed, or the link is down)",
+                         c->base.peer, pi->hostname, (int)pi->pid, ibv_wc_status_str(wc->status));
+    return conn_fail(c, CCL_ERR_REMOTE, "a request to or from rank %d (%.64s) failed: %s (vendor error 0x%x)",
+                     c->base.peer, pi->hostname, ibv_wc_status_str(wc->status), wc->vendor_err);
+}
+
+static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *wc) {
+    int peer = (int)(wc->wr_id >> 8), kind = (int)(wc->wr_id & 0xff);
+    struct ccl__ib_conn *c = peer >= 0 && peer < s->nranks ? s->conns[peer] : NULL;
+    if (!c) return CCL_OK; /* a connection being torn down */
+    if (kind == CCL__IB_WR_RECV) c->rq_posted--;
+    else c->sq_busy--;
+    if (wc->status != IBV_WC_SUCCESS) return wc_failed(c, wc);
+    if (kind == CCL__IB_WR_DATA) {
+        c->send_done++;
+        return CCL_OK;
+    }
+    if (kind == CCL__IB_WR_CREDIT) return send_credit(c);
+    /* A write with immediate from the peer: a slot, or credits. */
+    uint32_t imm = ntohl(wc->imm_data);
+    if (imm & CCL__IB_CREDIT_BIT) {
+        uint64_t gained = ((imm & CCL__IB_COUNT_MASK) - (uint32_t)c->credits) & CCL__IB_COUNT_MASK;
+        if (gained > c->sent - c->credits)
+            return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned %llu credits for %llu slots in flight",
+                             c->base.peer, peer_host(c), (unsigned long long)gained,
+                             (unsigned long long)(c->sent - c->credits));
+        c->credits += gained;
+    } else {
+        if (imm != (uint32_t)(c->arrived & CCL__IB_COUNT_MASK) || c->arrived - c->released >= c->nslots)
+            return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
+                             c->base.peer, peer_host(c), imm, (unsigned long long)c->arrived);
+        c->arrived++;
+    }
+    return ccl__ib_post_recv(c);
+}
+
+/* Takes every completion already queued; *moved when any. A failure of
+ * one connection is recorded there and reported by its own calls. */
+static void drain_cq(struct ccl__ib_state *s, int *moved) {
+    struct ibv_wc wc[POLL_BATCH];
+    int n;
+    while ((n = ibv_poll_cq(s->cq, POLL_BATCH, wc)) > 0) {
+        *moved = 1;
+        for (int i = 0; i < n; i++) on_completion(s, &wc[i]);
+        if (n < POLL_BATCH) break;
+    }
+}
+
+/* The channel's event (and our own kick) once waiting is over. */
+static void take_events(struct ccl__ib_state *s) {
+    struct ibv_cq *cq;
+    void *ctx;
+    while (ibv_get_cq_event(s->chan, &cq, &ctx) == 0) {
+        s->armed = 0;
+        if (++s->cq_events >= 64) {
+            ibv_ack_cq_events(s->cq, s->cq_events);
+            s->cq_events = 0;
+        }
+    }
+    uint64_t v;
+    ssize_t r = read(s->kick_fd, &v, sizeof(v)); /* EAGAIN: no kick */
+    (void)r;
+}
+
+static ccl_status_t progress_all(struct ccl__ib_conn *c, int *moved) {
+    struct ccl__ib_state *s = ccl__ib_state(c->base.comm);
+    take_events(s);
+    drain_cq(s, moved);
+    if (!c->failed) send_credit(c);
+    return c->failed;
+}
+
+/* ---- the slot interface ---- */
+
+static ccl_status_t ib_send_acquire(struct ccl__conn *base, void **buf) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    int moved = 0;
+    if (c->failed) return c->failed;
+    if (c->sent - c->credits >= c->nslots || c->sent - c->send_done >= c->nslots || c->sq_busy >= c->sq_depth) {
+        CCL_CHECK(progress_all(c, &moved));
+        if (c->sent - c->credits >= c->nslots || c->sent - c->send_done >= c->nslots || c->sq_busy >= c->sq_depth)
+            return CCL_INPROGRESS;
+    }
+    *buf = c->send_fifo + (c->sent % c->nslots) * c->stride + HDR_BYTES;
+    return CCL_OK;
+}
+
+static ccl_status_t ib_send_commit(struct ccl__conn *base, const struct ccl__slot_meta *m) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    if (c->failed) return c->failed;
+    if (c->sent - c->credits >= c->nslots || c->sent - c->send_done >= c->nslots || m->bytes > base->slot_bytes)
+        return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: commit of %u bytes to rank %d without a free slot",
+                              m->bytes, base->peer);
+    uint64_t slot = c->sent % c->nslots;
+    memcpy(c->send_fifo + slot * c->stride, m, HDR_BYTES);
+    CCL_CHECK(post_write(c, CCL__IB_WR_DATA, (uint32_t)(c->sent & CCL__IB_COUNT_MASK), slot, (uint32_t)HDR_BYTES + m->bytes));
+    c->sent++;
+    return CCL_OK;
+}
+
+static ccl_status_t ib_recv_acquire(struct ccl__conn *base, const void **buf, struct ccl__slot_meta *m) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    if (c->failed) return c->failed;
+    if (c->arrived == c->released) {
+        int moved = 0;
+        CCL_CHECK(progress_all(c, &moved));
+        if (c->arrived == c->released) return CCL_INPROGRESS;
+    }
+    const uint8_t *slot = c->recv_fifo + (c->released % c->nslots) * c->stride;
+    memcpy(m, slot, HDR_BYTES);
+    if (m->bytes > base->slot_bytes)
+        return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote a malformed slot: %u payload bytes, slots hold %zu",
+                         base->peer, peer_host(c), m->bytes, base->slot_bytes);
+    *buf = slot + HDR_BYTES;
+    return CCL_OK;
+}
+
+static ccl_status_t ib_recv_release(struct ccl__conn *base) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    if (c->arrived == c->released)
+        return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: release with no slot acquired from rank %d",
+                              base->peer);
+    c->released++;
+    return send_credit(c);
+}
+
+static ccl_status_t ib_progress(struct ccl__conn *base, int *moved) {
+    *moved = 0;
+    return progress_all(ib_conn(base), moved);
+}
+
+/* Our copy of a slot must stay until the adapter has read it. */
+static int ib_flushed(struct ccl__conn *base) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    return c->failed || c->send_done == c->sent;
+}
+
+/* Arms the completion queue, then looks once more: completions that came
+ * in before arming raise no event, so when there are any the waiter gets
+ * the kick descriptor, already readable, instead of sleeping on them. */
+static int ib_wait_fd(struct ccl__conn *base, short *events) {
+    struct ccl__ib_state *s = ccl__ib_state(base->comm);
+    *events = POLLIN;
+    if (!s->armed) {
+        if (ibv_req_notify_cq(s->cq, 0) != 0) return s->kick_fd; /* cannot arm: poll briefly */
+        s->armed = 1;
+        int moved = 0;
+        drain_cq(s, &moved);
+        if (moved) {
+            uint64_t one = 1;
+            if (write(s->kick_fd, &one, sizeof(one)) < 0) return s->chan->fd;
+            return s->kick_fd;
+        }
+    }
+    return s->chan->fd;
+}
+
+/* Called while a waiter is idle: what has arrived counts first (a peer
+ * that wrote its last slot and exited is not a failure until that slot
+ * is read), then whether the peer's process still holds its pair
+ * channel. */
+static ccl_status_t ib_check_peer(struct ccl__conn *base) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    int moved = 0;
+    CCL_CHECK(progress_all(c, &moved));
+    if (c->arrived == c->released && ccl__pair_gone(base->comm, base->peer)) {
+        const struct ccl__peer_info *pi = &base->comm->peers[base->peer];
+        return conn_fail(c, CCL_ERR_REMOTE, "rank %d (pid %d on %.64s) exited or left the communicator", base->peer,
+                         (int)pi->pid, pi->hostname);
+    }
+    return CCL_OK;
+}
+
+static size_t ib_slot_bytes(const struct ccl__params *params) { return params->ib_slot_bytes; }
+
+const struct ccl__transport ccl__transport_ib = {
+    .name = "ib",
+    .caps = CCL__CAP_CROSS_HOST | CCL__CAP_POLLABLE,
+    .can_connect = ccl__ib_can_connect,
+    .local_init = ccl__ib_local_init,
+    .setup = ccl__ib_setup,
+    .connect = ccl__ib_connect,
+    .setup_done = ccl__ib_setup_done,
+    .teardown = ccl__ib_teardown,
+    .send_acquire = ib_send_acquire,
+    .send_commit = ib_send_commit,
+    .recv_acquire = ib_recv_acquire,
+    .recv_release = ib_recv_release,
+    .progress = ib_progress,
+    .flushed = ib_flushed,
+    .wait_fd = ib_wait_fd,
+    .check_peer = ib_check_peer,
+    .poison = ccl__ib_poison,
+    .slot_bytes = ib_slot_bytes,
+};

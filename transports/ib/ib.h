@@ -1,0 +1,141 @@
+/*
+ * The RDMA verbs transport (libibverbs): one reliable-connected queue pair
+ * per pair of ranks, for ranks on different hosts (or any ranks when
+ * CCL_TRANSPORT=ib), on InfiniBand or RoCE adapters, soft-RoCE included.
+ *
+ * Each direction of a connection is a FIFO of `slots` slots in registered
+ * memory on the receiver. A slot is a struct ccl__slot_meta followed by the
+ * payload; the sender fills its own registered copy of the slot and writes
+ * header and payload into the receiver's slot with one RDMA WRITE WITH
+ * IMMEDIATE, whose immediate (the slot's number) raises a completion on the
+ * receiver. The receiver returns credits the same way: a zero-length WRITE
+ * WITH IMMEDIATE carrying the count of slots it has released (top bit set).
+ * RC delivers in order, so slot n is always slot n mod `slots`.
+ *
+ * Every connection of a communicator shares one completion queue, with a
+ * completion channel whose descriptor waits poll(), so an idle rank sleeps
+ * instead of spinning.
+ *
+ * Set-up trades queue-pair numbers, GIDs and the receive FIFO's address and
+ * key over the pair channel (core/boot_pair.h) rather than through
+ * librdmacm: that channel already proves the job secret on every
+ * connection, so only members learn a queue pair to talk to, and an RC
+ * queue pair accepts packets from its one connected remote queue pair only.
+ * It also needs no IP address on the RDMA device: InfiniBand without IPoIB
+ * works the same way.
+ *
+ * Liveness: a verbs peer that dies leaves no trace on our queue pair until
+ * we write to it (and then only after the retries run out), so a waiting
+ * rank asks the pair channel, whose TCP connection the peer's kernel closes
+ * when the process dies. A rank that fails moves its queue pairs to the
+ * error state: a peer's next write to it fails.
+ */
+#ifndef CCL_TRANSPORT_IB_H
+#define CCL_TRANSPORT_IB_H
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+#include "transports/transport.h"
+
+extern const struct ccl__transport ccl__transport_ib;
+
+/* ---- private to transports/ib ---- */
+
+#define CCL__IB_CREDIT_BIT 0x80000000u /* immediate of a credit message */
+#define CCL__IB_COUNT_MASK 0x7fffffffu
+
+/* What each rank publishes in its bootstrap blob. */
+#define CCL__IB_BLOB_MAGIC 0x56424925u /* "%IBV" */
+struct ccl__ib_blob {
+    uint32_t magic;
+    uint8_t port;
+    uint8_t link_layer;
+    uint16_t lid;
+    uint8_t gid[16];
+    char dev[32];
+};
+
+/* What two ranks trade over the pair channel for their queue pair. */
+#define CCL__IB_PAIR_TAG 0x49425150u /* "IBQP" */
+struct ccl__ib_qp_info {
+    uint32_t qpn, psn;
+    uint16_t lid;
+    uint8_t port, mtu;
+    uint8_t gid[16];
+    uint64_t fifo_addr; /* the receive FIFO the peer writes into */
+    uint32_t fifo_rkey;
+    uint32_t nslots;
+    uint64_t stride, slot_bytes;
+};
+
+/* wr_id: the peer in the high bits, what the request was in the low byte. */
+enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3 };
+
+struct ccl__ib_conn {
+    struct ccl__conn base;
+    struct ibv_qp *qp;
+    unsigned nslots;
+    size_t stride; /* header + slot, rounded to a cache line */
+    ccl_status_t failed;
+
+    uint8_t *send_fifo; /* our copies of the slots we write, registered */
+    struct ibv_mr *send_mr;
+    uint8_t *recv_fifo; /* where the peer writes, registered for remote writes */
+    struct ibv_mr *recv_mr;
+    uint64_t remote_addr;
+    uint32_t remote_rkey;
+
+    /* Counters since set-up; slot n lives at n mod nslots on both sides. */
+    uint64_t sent;        /* slots posted to the peer */
+    uint64_t send_done;   /* of those, completed here (our copy is free again) */
+    uint64_t credits;     /* slots the peer has released */
+    uint64_t arrived;     /* slots the peer has written to us */
+    uint64_t released;    /* of those, released by our caller */
+    uint64_t credit_sent; /* `released` as last told to the peer */
+    unsigned sq_busy, sq_depth; /* send requests posted and not completed */
+    unsigned rq_posted;
+};
+
+/* Per-communicator state (ccl__tstate(comm, &ccl__transport_ib)). */
+struct ccl__ib_state {
+    int nranks;
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    int cq_size;
+    unsigned cq_events; /* channel events taken and not yet acknowledged */
+    int armed;          /* the CQ will raise an event on the next completion */
+    int kick_fd;        /* eventfd: readable when completions came in while arming */
+    uint8_t port, link_layer;
+    enum ibv_mtu mtu;
+    int gid_index;
+    union ibv_gid gid;
+    uint16_t lid;
+    uint32_t max_qp_wr;
+    char dev[32];
+    struct ccl__ib_conn **conns; /* [nranks], owned here */
+};
+
+/* Device, protection domain and completion queue (ib_dev.c). */
+ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]);
+ccl_status_t ccl__ib_open_cq(struct ccl_comm *comm, struct ccl__ib_state *s, int nconns);
+void ccl__ib_close_dev(struct ccl__ib_state *s);
+
+/* Queue pairs and their set-up over the pair channel (ib_setup.c). */
+int ccl__ib_can_connect(const struct ccl__peer_info *a, const struct ccl__peer_info *b);
+ccl_status_t ccl__ib_setup(struct ccl_comm *comm, const uint8_t *use);
+ccl_status_t ccl__ib_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns);
+ccl_status_t ccl__ib_setup_done(struct ccl_comm *comm);
+void ccl__ib_teardown(struct ccl_comm *comm);
+void ccl__ib_poison(struct ccl_comm *comm, int status);
+
+/* Data path (ib.c): posts one receive request on c. */
+ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c);
+
+static inline struct ccl__ib_state *ccl__ib_state(struct ccl_comm *comm) {
+    return *ccl__tstate(comm, &ccl__transport_ib);
+}
+
+#endif

@@ -1,0 +1,196 @@
+/* The RDMA transport's set-up: a queue pair and two registered FIFOs per
+ * peer (setup), their numbers, GIDs and keys traded over the pair channel
+ * and the queue pair brought to ready-to-send (connect), poison and
+ * teardown. Every rank posts its receives before it reports connect done,
+ * and the manager's bootstrap round after connect keeps every rank from
+ * writing before all of them can take writes. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/boot_pair.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "transports/ib/ib.h"
+
+#define HDR_BYTES sizeof(struct ccl__slot_meta)
+#define RETRY_TIMEOUT 14 /* 4.096 us * 2^14: 67 ms per try */
+#define RETRY_COUNT 7    /* then the request fails: the peer is gone or unreachable */
+
+int ccl__ib_can_connect(const struct ccl__peer_info *a, const struct ccl__peer_info *b) {
+    (void)a;
+    (void)b;
+    return 5; /* above tcp, below shared memory on one host */
+}
+
+static void *alloc_fifo(size_t bytes) {
+    void *p = NULL;
+    return posix_memalign(&p, 4096, bytes) == 0 ? memset(p, 0, bytes) : NULL;
+}
+
+static void conn_free(struct ccl__ib_conn *c) {
+    if (!c) return;
+    if (c->qp) ibv_destroy_qp(c->qp);
+    if (c->send_mr) ibv_dereg_mr(c->send_mr);
+    if (c->recv_mr) ibv_dereg_mr(c->recv_mr);
+    free(c->send_fifo);
+    free(c->recv_fifo);
+    free(c);
+}
+
+static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int peer, struct ccl__ib_conn **out) {
+    size_t slot = comm->params.ib_slot_bytes;
+    unsigned depth = (unsigned)comm->params.slots;
+    struct ccl__ib_conn *c = calloc(1, sizeof(*c));
+    if (!c) return CCL_ERR_NO_MEMORY;
+    *out = c;
+    c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot};
+    c->nslots = depth;
+    c->stride = (HDR_BYTES + slot + 63) & ~(size_t)63;
+    c->sq_depth = 2 * depth + 2; /* the slots' writes and as many credits */
+    if (c->sq_depth > s->max_qp_wr) c->sq_depth = s->max_qp_wr;
+    size_t bytes = (size_t)depth * c->stride;
+    c->send_fifo = alloc_fifo(bytes);
+    c->recv_fifo = alloc_fifo(bytes);
+    if (!c->send_fifo || !c->recv_fifo) return CCL_ERR_NO_MEMORY;
+    c->send_mr = ibv_reg_mr(s->pd, c->send_fifo, bytes, IBV_ACCESS_LOCAL_WRITE);
+    c->recv_mr = ibv_reg_mr(s->pd, c->recv_fifo, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!c->send_mr || !c->recv_mr)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM,
+                              "ib: cannot register %zu bytes of FIFO for rank %d on %s: %s (is the locked-memory "
+                              "limit, ulimit -l, too low?)",
+                              2 * bytes, peer, s->dev, strerror(errno));
+    struct ibv_qp_init_attr qa = {
+        .send_cq = s->cq,
+        .recv_cq = s->cq,
+        .cap = {.max_send_wr = c->sq_depth, .max_recv_wr = c->sq_depth, .max_send_sge = 1, .max_recv_sge = 1},
+        .qp_type = IBV_QPT_RC,
+    };
+    c->qp = ibv_create_qp(s->pd, &qa);
+    if (!c->qp)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot create a queue pair for rank %d on %s: %s", peer,
+                              s->dev, strerror(errno));
+    struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
+                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
+    if (ibv_modify_qp(c->qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair for rank %d: INIT: %s", peer, strerror(errno));
+    return CCL_OK;
+}
+
+ccl_status_t ccl__ib_setup(struct ccl_comm *comm, const uint8_t *use) {
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    if (!s || !s->ctx) return ccl__set_error(comm, CCL_ERR_INTERNAL, "ib: setup without a device (local_init failed?)");
+    int n = 0;
+    for (int p = 0; p < comm->nranks; p++) n += use[p] != 0;
+    CCL_CHECK(ccl__ib_open_cq(comm, s, n));
+    for (int p = 0; p < comm->nranks; p++) {
+        if (!use[p]) continue;
+        ccl_status_t st = conn_new(comm, s, p, &s->conns[p]);
+        if (st != CCL_OK) return st;
+    }
+    return CCL_OK;
+}
+
+static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c,
+                               const struct ccl__ib_qp_info *mine, const struct ccl__ib_qp_info *peer) {
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_RTR,
+        .path_mtu = (enum ibv_mtu)(peer->mtu < mine->mtu ? peer->mtu : mine->mtu),
+        .dest_qp_num = peer->qpn,
+        .rq_psn = peer->psn,
+        .max_dest_rd_atomic = 1,
+        .min_rnr_timer = 12,
+        .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = s->port},
+    };
+    if (s->link_layer == IBV_LINK_LAYER_ETHERNET || comm->params.ib_gid_index > 0) {
+        a.ah_attr.is_global = 1;
+        memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
+        a.ah_attr.grh.sgid_index = (uint8_t)s->gid_index;
+        a.ah_attr.grh.hop_limit = 64;
+    }
+    if (ibv_modify_qp(c->qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair to rank %d (%.64s): ready-to-receive: %s",
+                              c->base.peer, comm->peers[c->base.peer].hostname, strerror(errno));
+    struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = RETRY_TIMEOUT, .retry_cnt = RETRY_COUNT,
+                            .rnr_retry = 7, .sq_psn = mine->psn, .max_rd_atomic = 1};
+    if (ibv_modify_qp(c->qp, &r,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC))
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair to rank %d (%.64s): ready-to-send: %s",
+                              c->base.peer, comm->peers[c->base.peer].hostname, strerror(errno));
+    return CCL_OK;
+}
+
+static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c) {
+    struct ccl__ib_qp_info mine = {.qpn = c->qp->qp_num, .lid = s->lid, .port = s->port, .mtu = (uint8_t)s->mtu,
+                                   .fifo_addr = (uintptr_t)c->recv_fifo, .fifo_rkey = c->recv_mr->rkey,
+                                   .nslots = c->nslots, .stride = c->stride, .slot_bytes = c->base.slot_bytes};
+    if (getrandom(&mine.psn, sizeof(mine.psn), 0) != sizeof(mine.psn)) mine.psn = (uint32_t)c->base.peer;
+    mine.psn &= 0xffffff;
+    memcpy(mine.gid, s->gid.raw, 16);
+    struct ccl__ib_qp_info peer;
+    CCL_CHECK(ccl__pair_exchange(comm, c->base.peer, CCL__IB_PAIR_TAG, &mine, &peer, sizeof(peer)));
+    if (peer.nslots != mine.nslots || peer.stride != mine.stride || peer.slot_bytes != mine.slot_bytes)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                              "ib: rank %d has %u slots of %llu bytes, rank %d %u of %llu (CCL_SLOTS and "
+                              "CCL_IB_SLOT_BYTES must be the same on every rank)",
+                              comm->rank, mine.nslots, (unsigned long long)mine.slot_bytes, c->base.peer, peer.nslots,
+                              (unsigned long long)peer.slot_bytes);
+    c->remote_addr = peer.fifo_addr;
+    c->remote_rkey = peer.fifo_rkey;
+    /* Receives first: the peer may write as soon as both are past the
+     * bootstrap round that closes connect. */
+    for (unsigned i = 0; i < c->sq_depth; i++) CCL_CHECK(ccl__ib_post_recv(c));
+    CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer));
+    CCL_INFO(CCL__SUB_NET, comm->rank, "ib: connected to rank %d (qp %u -> %u)", c->base.peer, mine.qpn, peer.qpn);
+    return CCL_OK;
+}
+
+ccl_status_t ccl__ib_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns) {
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    if (!s || !s->ctx) return ccl__set_error(comm, CCL_ERR_INTERNAL, "ib: connect without a device");
+    ccl_status_t st = CCL_OK;
+    for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
+        if (use[p] && s->conns[p]) st = connect_one(comm, s, s->conns[p]);
+    for (int p = 0; p < comm->nranks; p++)
+        if (use[p] && s->conns[p]) conns[p] = &s->conns[p]->base;
+    return st;
+}
+
+ccl_status_t ccl__ib_setup_done(struct ccl_comm *comm) {
+    (void)comm;
+    return CCL_OK;
+}
+
+void ccl__ib_teardown(struct ccl_comm *comm) {
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    if (!s) return;
+    for (int p = 0; s->conns && p < s->nranks; p++) {
+        conn_free(s->conns[p]);
+        s->conns[p] = NULL;
+    }
+    ccl__ib_close_dev(s);
+    free(s->conns);
+    free(s);
+    *ccl__tstate(comm, &ccl__transport_ib) = NULL;
+}
+
+/* May run on another thread than the data path (ccl_comm_abort): moving a
+ * queue pair to the error state is safe there, and makes the peer's next
+ * write to us fail instead of waiting for an answer. */
+void ccl__ib_poison(struct ccl_comm *comm, int status) {
+    (void)status;
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    if (!s) return;
+    for (int p = 0; s->conns && p < s->nranks; p++) {
+        struct ccl__ib_conn *c = s->conns[p];
+        if (!c || !c->qp) continue;
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+        ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+    }
+}
