@@ -48,7 +48,23 @@ static const struct kill_case kill_cases[] = {
     {{4, "shm", 0, "4 ranks shm, direct", "direct"}, 1, PARENT_KILLS},
     {{3, "shm", 0, "3 ranks shm, direct", "direct"}, 0, VICTIM_KILLS_ITSELF},
 };
-#define KILL_CASES ((int)(sizeof kill_cases / sizeof kill_cases[0]))
+/* Under CCL_TEST_MATRIX=ib (inside tools/rdma-vm.sh): the same over RDMA,
+ * alone and mixed with shared memory inside each host. */
+static const struct kill_case ib_kill_cases[] = {
+    {{3, "ib", 1, "3 ranks ib, one host each", NULL}, 1, PARENT_KILLS},
+    {{4, NULL, 2, "4 ranks auto (shm + ib), 2 hosts x 2", NULL}, 3, VICTIM_KILLS_ITSELF},
+    {{4, "ib", 2, "4 ranks ib, 2 hosts x 2, tree", "allreduce:tree"}, 0, PARENT_KILLS},
+};
+
+static const struct kill_case *kill_list(int *n) {
+    const char *m = getenv("CCL_TEST_MATRIX");
+    if (m && strcmp(m, "ib") == 0) {
+        *n = (int)(sizeof ib_kill_cases / sizeof ib_kill_cases[0]);
+        return ib_kill_cases;
+    }
+    *n = (int)(sizeof kill_cases / sizeof kill_cases[0]);
+    return kill_cases;
+}
 
 static int is_peer_failure(ccl_status_t st) { return st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT; }
 
@@ -157,7 +173,8 @@ static const char *algo_env(const struct matrix_config *cfg, char *buf, size_t n
 }
 
 START_TEST(kill_during_all_reduce) {
-    const struct kill_case *kc = &kill_cases[_i];
+    int ncases;
+    const struct kill_case *kc = &kill_list(&ncases)[_i];
     char env[96];
     struct harness_run run = {
         .env = algo_env(&kc->cfg, env, sizeof env),
@@ -434,7 +451,9 @@ END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("faults");
-    util_add_loop_case(s, "kill_during_all_reduce", kill_during_all_reduce, KILL_CASES, 200);
+    int ncases;
+    kill_list(&ncases);
+    util_add_loop_case(s, "kill_during_all_reduce", kill_during_all_reduce, ncases, 200);
     util_add_loop_case(s, "abort_while_waiting", abort_while_waiting,
                        (int)(sizeof abort_configs / sizeof abort_configs[0]), 200);
     util_add_loop_case(s, "leaver_is_not_a_death", leaver_is_not_a_death, LEAVER_CASES, 100);

@@ -58,7 +58,12 @@ have qemu-system-x86_64 || skip "qemu-system-x86_64 is not installed"
 # ---- the guest kernel: Debian's, unpacked once ----
 kernel_tree="$cache/kernel"
 if [ ! -f "$cache/vmlinuz" ]; then
-  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9][^ ]*\).*/\1/p' | head -n 1)
+  kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9][^ ]*\).*/\1/p' | head -n 1; }
+  pkg=$(kernel_pkg)
+  if [ -z "$pkg" ] && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    pkg=$(kernel_pkg)
+  fi
   [ -n "$pkg" ] || skip "apt knows no linux-image-amd64 package to boot"
   tmp=$(mktemp -d "$cache/dl.XXXXXX")
   (cd "$tmp" && apt-get download "$pkg" >/dev/null 2>&1) || { rm -rf "$tmp"; skip "cannot download $pkg"; }
@@ -99,6 +104,7 @@ $bb mount -t sysfs sys /sys
 $bb mount -t devtmpfs dev /dev
 while read -r m; do $bb insmod "/lib/modules/${m##*/}" || echo "rdma-vm: insmod ${m##*/} failed"; done </lib/modules/load
 $bb mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot /host || echo "rdma-vm: cannot mount the host"
+$bb mkdir -p /dev/shm
 for d in proc sys dev; do $bb mount --bind /$d /host/$d; done
 for d in tmp run var/tmp dev/shm; do $bb mount -t tmpfs "$d" "/host/$d"; done
 param() { $bb tr ' ' '\n' </proc/cmdline | $bb sed -n "s/^$1=//p" | $bb base64 -d; }
