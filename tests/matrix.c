@@ -36,14 +36,15 @@ const int matrix_config_count = (int)(sizeof matrix_configs / sizeof matrix_conf
 static const struct matrix_config ib_configs[] = {
     {2, "ib", 1, "2 ranks ib, one host each", NULL},
     {3, "ib", 1, "3 ranks ib, one host each", NULL},
-    {4, "ib", 2, "4 ranks ib, 2 hosts x 2", NULL},
     {4, NULL, 2, "4 ranks auto (shm in a host, ib across), 2 hosts x 2", NULL},
+    /* Under CCL_TEST_FULL only: the emulated VM takes 80 s per collective. */
+    {4, "ib", 2, "4 ranks ib, 2 hosts x 2", NULL},
 };
 
 static const struct matrix_config *active_configs(int *n) {
     const char *m = getenv("CCL_TEST_MATRIX");
     if (m && strcmp(m, "ib") == 0) {
-        *n = (int)(sizeof ib_configs / sizeof ib_configs[0]);
+        *n = (int)(sizeof ib_configs / sizeof ib_configs[0]) - (matrix_full() ? 0 : 1);
         return ib_configs;
     }
     *n = matrix_config_count;

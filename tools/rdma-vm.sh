@@ -141,9 +141,10 @@ timeout "${CCL_RDMA_VM_TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg -smp 2 -m "
   -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd.gz" "$@" \
   -append "console=ttyS0 quiet loglevel=3 panic=-1 cmd=$(b64 "$command") dir=$(b64 "$(pwd)") share=$(b64 "$share")" \
   </dev/null >"$log" 2>&1 || true
-tr -d '\r' <"$log" | awk '/^rdma-vm: command exit/{exit} on{print} /^rdma-vm: command starts/{on=1}'
+# The console interleaves kernel messages: find the markers anywhere.
+tr -d '\r' <"$log" | awk '/rdma-vm: command exit [0-9]/{exit} on{print} /rdma-vm: command starts/{on=1}'
 grep -a '^rdma-vm: \(no\|cannot\|insmod\)' "$log" >&2 || true
-rc=$(tr -d '\r' <"$log" | sed -n 's/^rdma-vm: command exit \([0-9]*\)$/\1/p' | tail -n 1)
+rc=$(tr -d '\r' <"$log" | sed -n 's/.*rdma-vm: command exit \([0-9]*\).*/\1/p' | tail -n 1)
 if [ -z "$rc" ]; then
   echo "rdma-vm: the guest did not finish (timeout or crash); the end of its console:" >&2
   tail -n 20 "$log" >&2
