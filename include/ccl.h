@@ -127,6 +127,21 @@ CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
  * bytes. */
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n);
 
+/* ---- memory registration ----
+ * Registers [buf, buf + bytes) with every transport of comm that needs
+ * registered memory (RDMA), once: later calls on buffers inside it use it
+ * as is, and point-to-point transfers (send/recv, all-to-all) from or into
+ * it go zero-copy. Not collective; a communicator whose transports need no
+ * registration (shm, tcp) still returns a handle, and nothing changes.
+ * The memory must stay allocated until ccl_comm_deregister (or the
+ * communicator's destroy, which releases every handle left). Memory
+ * passed to calls without registering is registered per call (see
+ * CCL_IB_ZCOPY_BYTES and CCL_REG_CACHE in the README). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_register(ccl_comm_t *comm, void *buf, size_t bytes, void **handle);
+/* Releases a handle of ccl_comm_register (a transfer still using the
+ * memory keeps it registered until it ends). */
+CCL_API ccl_status_t ccl_comm_deregister(ccl_comm_t *comm, void *handle);
+
 /* ---- tracing (docs/trace-format.md) ----
  * Records every chunk movement and reduction of this rank. Call on every
  * rank between the same two operations. CCL_TRACE=FILE starts it at init and

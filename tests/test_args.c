@@ -216,6 +216,40 @@ static void bad_handles(struct harness_tally *t, struct state *s) {
     expect_still_works(t, s, "NULL handles and an unbalanced group end");
 }
 
+/* ccl_comm_register where no transport registers memory (shm, tcp): a
+ * handle all the same, transfers in the memory work, bad arguments and
+ * handles are refused; a handle left registered is released by destroy
+ * (the sanitizer run would report it otherwise). */
+static void registration(struct harness_tally *t, struct state *s) {
+    void *h = NULL, *left = NULL;
+    int dummy;
+    ccl_status_t st = ccl_comm_register(s->comm, s->in, sizeof s->in, &h);
+    EXPECT(t, st == CCL_OK && h, "register on %s: %s", "a comm without RDMA", ccl_status_string(st));
+    int to = (s->rank + 1) % s->nranks, from = (s->rank + s->nranks - 1) % s->nranks;
+    for (int i = 0; i < BUF_ELEMS; i++) s->in[i] = (float)(s->rank * 1000 + i);
+    st = ccl_group_start();
+    if (st == CCL_OK) st = ccl_send(s->in, BUF_ELEMS, CCL_FLOAT32, to, s->comm);
+    if (st == CCL_OK) st = ccl_recv(s->in + BUF_ELEMS, BUF_ELEMS, CCL_FLOAT32, from, s->comm);
+    ccl_status_t end = ccl_group_end();
+    EXPECT(t, st == CCL_OK && end == CCL_OK, "send/recv in registered memory: %s/%s", ccl_status_string(st),
+           ccl_status_string(end));
+    for (int i = 0; i < BUF_ELEMS && st == CCL_OK; i++)
+        if (s->in[BUF_ELEMS + i] != (float)(from * 1000 + i)) {
+            harness_fail(t, __FILE__, __LINE__, "element %d from rank %d: %g", i, from, s->in[BUF_ELEMS + i]);
+            break;
+        }
+    EXPECT(t, ccl_comm_register(s->comm, NULL, 64, &left) == CCL_ERR_INVALID_ARGUMENT, "register of NULL");
+    EXPECT(t, ccl_comm_register(s->comm, s->out, 0, &left) == CCL_ERR_INVALID_ARGUMENT, "register of 0 bytes");
+    EXPECT(t, ccl_comm_register(s->comm, s->out, 64, NULL) == CCL_ERR_INVALID_ARGUMENT, "register without handle");
+    EXPECT(t, ccl_comm_register(NULL, s->out, 64, &left) == CCL_ERR_INVALID_ARGUMENT, "register on NULL comm");
+    EXPECT(t, ccl_comm_deregister(s->comm, h) == CCL_OK, "deregister");
+    st = ccl_comm_deregister(s->comm, h);
+    EXPECT(t, st == CCL_ERR_INVALID_ARGUMENT && strstr(ccl_comm_last_error(s->comm), "not a live handle"),
+           "a second deregister returned %s: '%s'", ccl_status_string(st), ccl_comm_last_error(s->comm));
+    EXPECT(t, ccl_comm_deregister(s->comm, &dummy) == CCL_ERR_INVALID_ARGUMENT, "deregister of a stray pointer");
+    EXPECT(t, ccl_comm_register(s->comm, s->out, sizeof s->out, &left) == CCL_OK && left, "register left for destroy");
+}
+
 static void destroyed_comm(struct harness_tally *t, struct state *s) {
     ccl_comm_t *dup = NULL;
     if (EXPECT_OK(t, ccl_comm_split(s->comm, 0, s->rank, &dup)) != CCL_OK || !dup) return;
@@ -276,6 +310,7 @@ static int body_bad_args(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     bad_ranks(&t, s);
     bad_counts(&t, s);
     bad_handles(&t, s);
+    registration(&t, s);
     destroyed_comm(&t, s);
     destroyed_inside_group(&t, s);
     request_reused(&t, s);

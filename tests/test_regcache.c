@@ -2,9 +2,11 @@
  * The registration cache against a transport that counts what it is asked
  * to register and deregister: hits inside a registered range, misses
  * outside it, page alignment, least-recently-used eviction that never
- * touches an entry in use, forgetting freed memory (at once, or at the
- * last put when in use), a failing registration that caches nothing, and
- * teardown that leaves nothing registered.
+ * touches an entry in use (with CCL_REG_CACHE=1), registrations that last
+ * one use by default, pinned ones (ccl_comm_register) that stay until
+ * unpinned, forgetting freed memory (at once, or at the last put when in
+ * use), a failing registration that caches nothing, and teardown that
+ * leaves nothing registered.
  */
 #include <check.h>
 #include <pthread.h>
@@ -54,7 +56,8 @@ static void fake_dereg(struct ccl_comm *comm, void *handle) {
 static const struct ccl__transport fake_transport = {.name = "fake", .reg = fake_reg, .dereg = fake_dereg};
 static const struct ccl__transport plain_transport = {.name = "plain"};
 
-static struct ccl_comm *comm_new(void) {
+/* keep: CCL_REG_CACHE (unused registrations kept between uses). */
+static struct ccl_comm *comm_keeping(int keep) {
     memset(&fake, 0, sizeof fake);
     struct ccl_comm *comm = calloc(1, sizeof(*comm));
     ck_assert_ptr_nonnull(comm);
@@ -62,11 +65,14 @@ static struct ccl_comm *comm_new(void) {
     comm->magic = CCL__COMM_MAGIC;
     comm->nranks = 1;
     comm->params = *ccl__params_get();
+    comm->params.reg_cache = keep;
     comm->wake = &comm->local_wake;
     comm->event_fd = -1;
     pthread_mutex_init(&comm->err_lock, NULL);
     return comm;
 }
+
+static struct ccl_comm *comm_new(void) { return comm_keeping(1); }
 
 static void comm_free(struct ccl_comm *comm) {
     ccl__reg_clear(comm);
@@ -188,6 +194,64 @@ START_TEST(failures_cache_nothing) {
 }
 END_TEST
 
+/* CCL_REG_CACHE=0 (the default): the last put deregisters; a registration
+ * shared by two users lives until both are done. */
+START_TEST(default_lasts_one_use) {
+    struct ccl_comm *comm = comm_keeping(0);
+    size_t ps = page();
+    uint8_t *buf = aligned_alloc(ps, 4 * ps);
+    struct ccl__reg *a, *b;
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, ps, &a), CCL_OK);
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + 8, 8, &b), CCL_OK);
+    ck_assert_ptr_eq(a, b);
+    ccl__reg_put(comm, a);
+    ck_assert_int_eq(fake.live[0], 1); /* b still uses it */
+    ccl__reg_put(comm, b);
+    ck_assert_int_eq(fake.live[0], 0);
+    ck_assert_uint_eq(ccl__reg_stats(comm).live, 0);
+    /* The same memory again: registered anew. */
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, ps, &a), CCL_OK);
+    ck_assert_int_eq(fake.regs, 2);
+    ccl__reg_put(comm, a);
+    comm_free(comm);
+    free(buf);
+}
+END_TEST
+
+/* A pinned registration serves every lookup inside it and survives puts;
+ * unpinning lets it go (at once when unused, at the last put otherwise);
+ * teardown releases pins left behind. */
+START_TEST(pinned_until_unpinned) {
+    struct ccl_comm *comm = comm_keeping(0);
+    size_t ps = page();
+    uint8_t *buf = aligned_alloc(ps, 8 * ps);
+    struct ccl__reg *pin, *r, *pin2;
+    ck_assert_int_eq(ccl__reg_pin(comm, &fake_transport, buf, 4 * ps, &pin), CCL_OK);
+    ck_assert(ccl__reg_is_pinned(comm, &fake_transport, buf + ps, ps));
+    ck_assert(!ccl__reg_is_pinned(comm, &fake_transport, buf + 3 * ps, 2 * ps)); /* runs past it */
+    ck_assert(!ccl__reg_is_pinned(comm, &plain_transport, buf, ps));
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf + (size_t)i * 100, 1000, &r), CCL_OK);
+        ck_assert_ptr_eq(r, pin);
+        ccl__reg_put(comm, r);
+    }
+    ck_assert_int_eq(fake.regs, 1);
+    ck_assert_int_eq(fake.live[0], 1);
+    /* In use when unpinned: deregistered at the user's put. */
+    ck_assert_int_eq(ccl__reg_get(comm, &fake_transport, buf, 8, &r), CCL_OK);
+    ccl__reg_unpin(comm, pin);
+    ck_assert_int_eq(fake.live[0], 1);
+    ck_assert(!ccl__reg_is_pinned(comm, &fake_transport, buf, 8));
+    ccl__reg_put(comm, r);
+    ck_assert_int_eq(fake.live[0], 0);
+    /* A pin left at teardown is released there (comm_free checks). */
+    ck_assert_int_eq(ccl__reg_pin(comm, &fake_transport, buf + 4 * ps, ps, &pin2), CCL_OK);
+    ck_assert_uint_eq(ccl__reg_stats(comm).live, 1);
+    comm_free(comm);
+    free(buf);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("regcache");
     TCase *tc = tcase_create("cache");
@@ -195,6 +259,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, eviction_is_lru_and_spares_users);
     tcase_add_test(tc, forget_drops_overlaps);
     tcase_add_test(tc, failures_cache_nothing);
+    tcase_add_test(tc, default_lasts_one_use);
+    tcase_add_test(tc, pinned_until_unpinned);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,7 +5,12 @@
  * error that says ib is not available and where; the rest needs a device
  * and reports itself skipped without one (tools/rdma-vm.sh runs this suite
  * inside a VM with two soft-RoCE devices, through ctest's rdma_vm): many
- * calls in a row over a few slots keep credits and slots in step.
+ * calls in a row over a few slots keep credits and slots in step; large
+ * send/recv and all-to-all go zero-copy (the receiver reads the sender's
+ * registered buffer) and arrive exact; ccl_comm_register pins memory that
+ * later transfers reuse; a receiver that expected another size fails, and
+ * the sender hears of it at once through the failure notice, as a peer of
+ * a rank that aborts does.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -13,9 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ccl.h"
+#include "core/comm.h"
 #include "harness.h"
+#include "prims/regcache.h"
 #include "util.h"
 
 static int rdma_devices(void) {
@@ -95,13 +103,257 @@ START_TEST(steady_many_calls) {
 }
 END_TEST
 
+static int need_device(const char *test) {
+    if (rdma_devices() > 0) return 1;
+    fprintf(stderr, "SKIP %s: no RDMA device here (tools/rdma-vm.sh runs it in a VM)\n", test);
+    return 0;
+}
+
+/* Byte i of rank r's message number k: a pattern no shift or mix-up keeps. */
+static uint8_t pattern(int r, int k, size_t i) { return (uint8_t)(r * 131 + k * 17 + i * 7 + (i >> 11)); }
+
+static void fill(uint8_t *b, size_t n, int r, int k) {
+    for (size_t i = 0; i < n; i++) b[i] = pattern(r, k, i);
+}
+
+/* The first byte of b that is not rank r's message k, or -1. */
+static long first_wrong(const uint8_t *b, size_t n, int r, int k) {
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != pattern(r, k, i)) return (long)i;
+    return -1;
+}
+
+/* ---- zero-copy ---- */
+
+/* Sizes over the 1 MiB threshold, odd ones and one above 4 MiB, as
+ * messages around a ring (every rank sends and receives at once), then an
+ * all-to-all of 1 MiB + 3 bytes per peer; each exact, and each made of
+ * registrations (the cache saw misses: the zero-copy path ran). */
+static const size_t zc_sizes[] = {(1u << 20) + 7, 3u * (1u << 20) + 1, (4u << 20) + 4093};
+#define NZC (sizeof(zc_sizes) / sizeof(zc_sizes[0]))
+
+static int body_zero_copy(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+    size_t big = zc_sizes[NZC - 1];
+    uint8_t *out = malloc(big), *in = malloc(big);
+    if (!out || !in) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto done;
+    }
+    for (size_t k = 0; k < NZC && !t.fails; k++) {
+        size_t n = zc_sizes[k];
+        fill(out, n, rank, (int)k);
+        memset(in, 0xee, n);
+        uint64_t misses = ccl__reg_stats(comm).misses;
+        ccl_status_t st = ccl_group_start();
+        if (st == CCL_OK) st = ccl_send(out, n, CCL_UINT8, to, comm);
+        if (st == CCL_OK) st = ccl_recv(in, n, CCL_UINT8, from, comm);
+        ccl_status_t end = ccl_group_end();
+        EXPECT(&t, st == CCL_OK && end == CCL_OK, "%zu bytes around the ring: %s/%s: %s", n, ccl_status_string(st),
+               ccl_status_string(end), ccl_comm_last_error(comm));
+        long bad = first_wrong(in, n, from, (int)k);
+        EXPECT(&t, bad < 0, "%zu bytes from rank %d: byte %ld is %u, expected %u", n, from, bad,
+               bad >= 0 ? in[bad] : 0, bad >= 0 ? pattern(from, (int)k, (size_t)bad) : 0);
+        EXPECT(&t, ccl__reg_stats(comm).misses >= misses + 2, "%zu bytes did not go zero-copy (no registration)", n);
+        EXPECT(&t, ccl__reg_stats(comm).live == 0, "registrations outlive the call with CCL_REG_CACHE=0");
+    }
+    size_t per = (1u << 20) + 3;
+    uint8_t *a_out = malloc(per * (size_t)nranks), *a_in = malloc(per * (size_t)nranks);
+    if (!a_out || !a_in) harness_fail(&t, __FILE__, __LINE__, "out of memory");
+    for (int p = 0; p < nranks && !t.fails; p++) fill(a_out + per * (size_t)p, per, rank, 100 + p);
+    if (!t.fails) {
+        ccl_status_t st = ccl_all_to_all(a_out, a_in, per, CCL_UINT8, comm);
+        EXPECT(&t, st == CCL_OK, "all_to_all of %zu bytes per peer: %s: %s", per, ccl_status_string(st),
+               ccl_comm_last_error(comm));
+        for (int p = 0; p < nranks && st == CCL_OK; p++) {
+            long bad = first_wrong(a_in + per * (size_t)p, per, p, 100 + rank);
+            EXPECT(&t, bad < 0, "all_to_all block from rank %d: byte %ld wrong", p, bad);
+        }
+    }
+    free(a_out);
+    free(a_in);
+done:
+    free(out);
+    free(in);
+    return t.fails;
+}
+
+START_TEST(zero_copy_exact) {
+    if (!need_device("zero_copy_exact")) return;
+    struct harness_run run = {.nranks = 3, .transport = "ib", .host_per_rank = 1, .body = body_zero_copy,
+                              .deadline_s = 240};
+    util_run_clean(&run, 0, "3 ranks ib, zero-copy send/recv and all-to-all");
+}
+END_TEST
+
+/* One registration of 8 MiB, then 24 transfers of 2 MiB at moving offsets
+ * inside it (zero-copy although CCL_IB_ZCOPY_BYTES=0: registered memory
+ * always is) and an all-to-all in it: one registration made, every later
+ * lookup a hit. After deregistering, nothing stays registered. */
+#define REG_BYTES (8u << 20)
+#define REG_MSG (2u << 20)
+#define REG_ROUNDS 24
+
+static int body_registered(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int peer = 1 - rank;
+    uint8_t *buf = malloc(REG_BYTES);
+    void *h = NULL;
+    if (!buf) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    ccl_status_t st = ccl_comm_register(comm, buf, REG_BYTES, &h);
+    EXPECT(&t, st == CCL_OK && h, "ccl_comm_register of 8 MiB: %s: %s", ccl_status_string(st),
+           ccl_comm_last_error(comm));
+    EXPECT(&t, ccl__reg_stats(comm).misses == 1 && ccl__reg_stats(comm).live == 1,
+           "register made %llu registrations, %llu live (expected 1, 1)",
+           (unsigned long long)ccl__reg_stats(comm).misses, (unsigned long long)ccl__reg_stats(comm).live);
+    for (int k = 0; k < REG_ROUNDS && !t.fails; k++) {
+        size_t off = (size_t)(k * 262147) % (REG_BYTES / 2 - REG_MSG);
+        uint8_t *mine = buf + off, *theirs = buf + REG_BYTES / 2 + off;
+        fill(mine, REG_MSG, rank, k);
+        st = ccl_group_start();
+        if (st == CCL_OK) st = ccl_send(mine, REG_MSG, CCL_UINT8, peer, comm);
+        if (st == CCL_OK) st = ccl_recv(theirs, REG_MSG, CCL_UINT8, peer, comm);
+        ccl_status_t end = ccl_group_end();
+        EXPECT(&t, st == CCL_OK && end == CCL_OK, "round %d: %s/%s: %s", k, ccl_status_string(st),
+               ccl_status_string(end), ccl_comm_last_error(comm));
+        long bad = first_wrong(theirs, REG_MSG, peer, k);
+        EXPECT(&t, bad < 0, "round %d: byte %ld from rank %d wrong", k, bad, peer);
+    }
+    struct ccl__regcache_stats s = ccl__reg_stats(comm);
+    EXPECT(&t, s.misses == 1 && s.hits >= 2 * REG_ROUNDS,
+           "%d rounds in registered memory: %llu registrations made, %llu reused (expected 1 and >= %d)", REG_ROUNDS,
+           (unsigned long long)s.misses, (unsigned long long)s.hits, 2 * REG_ROUNDS);
+    size_t per = REG_BYTES / 4 / (size_t)nranks;
+    fill(buf, per * (size_t)nranks, rank, 7);
+    st = ccl_all_to_all(buf, buf + REG_BYTES / 2, per, CCL_UINT8, comm);
+    EXPECT(&t, st == CCL_OK, "all_to_all in registered memory: %s: %s", ccl_status_string(st),
+           ccl_comm_last_error(comm));
+    EXPECT(&t, ccl__reg_stats(comm).misses == 1, "all_to_all in registered memory registered again");
+    for (int p = 0; p < nranks && st == CCL_OK; p++)
+        for (size_t i = 0; i < per; i++)
+            if (buf[REG_BYTES / 2 + per * (size_t)p + i] != pattern(p, 7, per * (size_t)rank + i)) {
+                harness_fail(&t, __FILE__, __LINE__, "all_to_all block from rank %d: byte %zu wrong", p, i);
+                break;
+            }
+    st = ccl_comm_deregister(comm, h);
+    EXPECT(&t, st == CCL_OK, "deregister: %s", ccl_status_string(st));
+    EXPECT(&t, ccl__reg_stats(comm).live == 0, "%llu registrations left after deregister",
+           (unsigned long long)ccl__reg_stats(comm).live);
+    st = ccl_comm_deregister(comm, h);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "a second deregister of one handle returned %s",
+           ccl_status_string(st));
+    /* Unregistered and under the threshold (0: off): slots, no registration. */
+    fill(buf, REG_MSG, rank, 99);
+    st = ccl_group_start();
+    if (st == CCL_OK) st = ccl_send(buf, REG_MSG, CCL_UINT8, peer, comm);
+    if (st == CCL_OK) st = ccl_recv(buf + REG_BYTES / 2, REG_MSG, CCL_UINT8, peer, comm);
+    ccl_status_t end = ccl_group_end();
+    EXPECT(&t, st == CCL_OK && end == CCL_OK && first_wrong(buf + REG_BYTES / 2, REG_MSG, peer, 99) < 0,
+           "2 MiB through slots after deregister: %s/%s", ccl_status_string(st), ccl_status_string(end));
+    EXPECT(&t, ccl__reg_stats(comm).misses == 1, "CCL_IB_ZCOPY_BYTES=0 still registered unregistered memory");
+    free(buf);
+    return t.fails;
+}
+
+START_TEST(register_reuse) {
+    if (!need_device("register_reuse")) return;
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_registered,
+                              .env = "CCL_IB_ZCOPY_BYTES=0", .deadline_s = 240};
+    util_run_clean(&run, 0, "2 ranks ib, ccl_comm_register reused");
+}
+END_TEST
+
+/* Rank 0 sends 2 MiB, rank 1 expects one byte more: rank 1 reads the
+ * offer's stamp and fails naming both counts; rank 0, waiting for its
+ * acknowledgement, hears of rank 1's failure from its notice and fails
+ * long before CCL_TIMEOUT (60 s) would have ended its wait. */
+static int body_mismatch(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    size_t n = 2u << 20;
+    uint8_t *buf = calloc(1, n + 1);
+    double t0 = harness_now();
+    ccl_status_t st = rank == 0 ? ccl_send(buf, n, CCL_UINT8, 1, comm) : ccl_recv(buf, n + 1, CCL_UINT8, 0, comm);
+    double took = harness_now() - t0;
+    const char *why = ccl_comm_last_error(comm);
+    if (rank == 1) {
+        EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "receiving %zu bytes of a %zu-byte send returned %s", n + 1, n,
+               ccl_status_string(st));
+        EXPECT(&t, strstr(why, "count 2097152") && strstr(why, "count 2097153"), "the error names no counts: '%s'",
+               why);
+    } else {
+        EXPECT(&t, st == CCL_ERR_REMOTE, "the sender got %s, expected CCL_ERR_REMOTE", ccl_status_string(st));
+        EXPECT(&t, strstr(why, "rank 1") && strstr(why, "failed"), "the sender's error does not name rank 1: '%s'",
+               why);
+        EXPECT(&t, took < 30, "the sender learnt of the failure after %.1f s (the notice did not arrive)", took);
+    }
+    free(buf);
+    return t.fails;
+}
+
+START_TEST(zero_copy_size_mismatch) {
+    if (!need_device("zero_copy_size_mismatch")) return;
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_mismatch,
+                              .lenient_destroy = 1, .deadline_s = 120};
+    util_run_clean(&run, 0, "2 ranks ib, receiver expects another size");
+}
+END_TEST
+
+/* Rank 1 aborts while rank 0 waits on a receive from it: rank 0 gets
+ * CCL_ERR_REMOTE naming rank 1 from the notice, not from its timeout. */
+static int body_abort(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    int32_t v = 0;
+    if (rank == 1) {
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL); /* rank 0 is inside its receive by now */
+        ccl_status_t st = ccl_comm_abort(comm);
+        EXPECT(&t, st == CCL_OK, "abort: %s", ccl_status_string(st));
+        return t.fails;
+    }
+    double t0 = harness_now();
+    ccl_status_t st = ccl_recv(&v, 1, CCL_INT32, 1, comm);
+    double took = harness_now() - t0;
+    const char *why = ccl_comm_last_error(comm);
+    EXPECT(&t, st == CCL_ERR_REMOTE, "a receive from a rank that aborted returned %s", ccl_status_string(st));
+    EXPECT(&t, strstr(why, "rank 1") && strstr(why, "abort"), "the error does not say rank 1 aborted: '%s'", why);
+    EXPECT(&t, took < 30, "rank 0 learnt of the abort after %.1f s", took);
+    return t.fails;
+}
+
+START_TEST(abort_is_told) {
+    if (!need_device("abort_is_told")) return;
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_abort,
+                              .lenient_destroy = 1, .deadline_s = 120};
+    util_run_clean(&run, 0, "2 ranks ib, one aborts");
+}
+END_TEST
+
+/* One case per test, so that CK_RUN_CASE can pick one. */
+static void add_case(Suite *s, const char *name, const TTest *test) {
+    TCase *c = tcase_create(name);
+    tcase_set_timeout(c, 280);
+    tcase_add_test(c, test);
+    suite_add_tcase(s, c);
+}
+
 static Suite *ib_suite(void) {
     Suite *s = suite_create("transport_ib");
-    TCase *c = tcase_create("ib");
-    tcase_set_timeout(c, 280);
-    tcase_add_test(c, forced_without_device);
-    tcase_add_test(c, steady_many_calls);
-    suite_add_tcase(s, c);
+    add_case(s, "forced_without_device", forced_without_device);
+    add_case(s, "steady_many_calls", steady_many_calls);
+    add_case(s, "zero_copy_exact", zero_copy_exact);
+    add_case(s, "register_reuse", register_reuse);
+    add_case(s, "zero_copy_size_mismatch", zero_copy_size_mismatch);
+    add_case(s, "abort_is_told", abort_is_told);
     return s;
 }
 

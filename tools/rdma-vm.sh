@@ -73,7 +73,7 @@ if [ ! -f "$cache/vmlinuz" ]; then
   kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
   depmod -b "$kernel_tree" "$kver"
   cp "$kernel_tree/boot/vmlinuz-$kver" "$cache/vmlinuz.part" && mv "$cache/vmlinuz.part" "$cache/vmlinuz"
-  rm -f "$cache/initrd.gz"
+  rm -f "$cache/initrd-2.gz"
 fi
 kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
 moddir="$kernel_tree/lib/modules/$kver"
@@ -89,7 +89,7 @@ modules_in_order() {
   done | awk '!seen[$0]++'
 }
 
-if [ ! -f "$cache/initrd.gz" ]; then
+if [ ! -f "$cache/initrd-2.gz" ]; then
   root=$(mktemp -d)
   mkdir -p "$root/bin" "$root/lib/modules" "$root/host" "$root/proc" "$root/sys" "$root/dev"
   cp /bin/busybox "$root/bin/busybox"
@@ -118,6 +118,11 @@ $bb chroot /host /bin/sh -c '
   ip link add v0 type veth peer name v1
   ip addr add 192.0.2.1/24 dev v0 && ip addr add 192.0.2.2/24 dev v1
   ip link set v0 up && ip link set v1 up
+  # Soft-RoCE sends through the network stack: with the default backlog
+  # (1000 packets) a burst of RDMA READ responses overflows it, packets are
+  # dropped, and the kernel retransmitting reads can fail the queue
+  # pair. A real RoCE fabric is lossless (PFC); so is this, now.
+  echo 100000 >/proc/sys/net/core/netdev_max_backlog
   sleep 1
   rdma link add rxe0 type rxe netdev v0 && rdma link add rxe1 type rxe netdev v1 || echo "rdma-vm: no soft-RoCE devices"'
 echo "rdma-vm: command starts"
@@ -127,7 +132,7 @@ $bb sync
 $bb poweroff -f
 EOF
   chmod 755 "$root/init"
-  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd.gz"
+  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd-2.gz"
   rm -rf "$root"
 fi
 
@@ -138,7 +143,7 @@ set -- -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 timeout "${CCL_RDMA_VM_TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg -smp 2 -m "${CCL_RDMA_VM_MEM:-3072}" \
-  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd.gz" "$@" \
+  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd-2.gz" "$@" \
   -append "console=ttyS0 quiet loglevel=3 panic=-1 cmd=$(b64 "$command") dir=$(b64 "$(pwd)") share=$(b64 "$share")" \
   </dev/null >"$log" 2>&1 || true
 # The console interleaves kernel messages: find the markers anywhere.

@@ -111,7 +111,32 @@ struct ccl__transport {
      * the registration cache (prims/regcache.h), never straight here. */
     ccl_status_t (*reg)(struct ccl_comm *comm, void *addr, size_t bytes, void **handle);
     void (*dereg)(struct ccl_comm *comm, void *handle);
+
+    /* Zero-copy point-to-point (all NULL when the transport has none).
+     * Instead of streaming a large message through the slots, the sender
+     * offers its registered buffer in one slot (its meta's kind carries
+     * CCL__SLOT_ZC_OFFER), the receiver moves the bytes straight into its
+     * own registered buffer and tells the sender. Only the sender chooses:
+     * a receiver takes whatever the slot at the head says.
+     * zc_min_bytes: the smallest message worth it (0: none, only memory
+     * the application registered). zc_offer: takes a free slot
+     * (CCL_INPROGRESS: none now) for the offer of bytes at buf, reg being
+     * the cache's handle for it; m is the message's stamp. zc_take: the
+     * slot at the head of the receive FIFO is an offer (recv_acquire just
+     * returned it): checks its size against bytes, starts moving it into
+     * buf (registered as reg), releases the slot. zc_done: CCL_OK once
+     * this side's part of the last offer (is_send) or take is over: the
+     * receiver has every byte. One offer and one take at a time per
+     * connection. */
+    size_t (*zc_min_bytes)(const struct ccl__params *params);
+    ccl_status_t (*zc_offer)(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
+                             void *reg);
+    ccl_status_t (*zc_take)(struct ccl__conn *c, void *buf, size_t bytes, void *reg);
+    ccl_status_t (*zc_done)(struct ccl__conn *c, int is_send);
 };
+
+/* In a slot's meta kind: the slot is a zero-copy offer, not payload. */
+#define CCL__SLOT_ZC_OFFER 0x8000u
 
 /* Registry: every transport compiled in, in order of preference for
  * shared resources (the first that offers shared wake words gets them).

@@ -51,6 +51,9 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
 struct ccl__unique_id;
 ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank);
 
+/* Frees every ccl_comm_register handle still live (register.c): destroy. */
+void ccl__user_regs_free(struct ccl_comm *comm);
+
 /* Tracing (trace_out.c): begin on this rank; end is collective (gathers to
  * rank 0, which writes the file named by pattern). */
 ccl_status_t ccl__trace_begin(struct ccl_comm *comm);

@@ -36,7 +36,8 @@ CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
 static void comm_free(struct ccl_comm *comm) {
     if (!comm) return;
     ccl__exec_destroy(comm);
-    ccl__reg_clear(comm); /* registrations belong to the transports: first */
+    ccl__user_regs_free(comm); /* handles the application did not deregister */
+    ccl__reg_clear(comm);      /* registrations belong to the transports: first */
     ccl__conns_teardown(comm);
     ccl__pair_close(comm);
     explicit_bzero(comm->secret, sizeof(comm->secret));

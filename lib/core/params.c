@@ -24,6 +24,12 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_IB_SLOT_BYTES", "131072", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
     {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the first device with an active port)"},
     {"CCL_IB_GID_INDEX", "0", "GID table index of the RDMA port (RoCE: which address and RoCE version)"},
+    {"CCL_IB_ZCOPY_BYTES", "1048576",
+     "point-to-point messages over RDMA of at least this many bytes go zero-copy (0: only buffers given to "
+     "ccl_comm_register)"},
+    {"CCL_REG_CACHE", "0",
+     "1: keep automatic memory registrations between calls (only when the application never frees and reuses "
+     "memory it passed); 0: they last one call"},
     {"CCL_SHM_WINDOW_BYTES", "2097152", "bytes of the shared window each rank exposes to its host for the direct algorithm (0: none)"},
     {"CCL_SLOTS", "8", "slots per connection direction (pipeline depth, >= 2)"},
     {"CCL_CHUNK_BYTES", "0", "bytes of every call's pipeline chunk, at most a slot, rounded up to a multiple of 64 (0: the planner picks per call)"},
@@ -141,6 +147,8 @@ static void params_load(void) {
     params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     copy_str(params.ib_hca, sizeof(params.ib_hca), env_or("CCL_IB_HCA", ""));
     params.ib_gid_index = (int)env_long("CCL_IB_GID_INDEX", 0, 0, 255);
+    params.ib_zcopy_bytes = (size_t)env_long("CCL_IB_ZCOPY_BYTES", 1 << 20, 0, 1L << 40);
+    params.reg_cache = (int)env_long("CCL_REG_CACHE", 0, 0, 1);
     /* 0, or at least 64 KiB (the window holds four staging areas); whole pages */
     params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;
     if (params.shm_window_bytes && params.shm_window_bytes < (64 << 10)) params.shm_window_bytes = 64 << 10;

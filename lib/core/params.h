@@ -23,6 +23,8 @@ struct ccl__params {
     size_t ib_slot_bytes;     /* CCL_IB_SLOT_BYTES */
     char ib_hca[64];          /* CCL_IB_HCA: RDMA device ("mlx5_0" or "mlx5_0:1"; "" the first active) */
     int ib_gid_index;         /* CCL_IB_GID_INDEX */
+    size_t ib_zcopy_bytes;    /* CCL_IB_ZCOPY_BYTES: smallest zero-copy message (0: registered buffers only) */
+    int reg_cache;            /* CCL_REG_CACHE: keep automatic registrations between calls */
     size_t shm_window_bytes;  /* CCL_SHM_WINDOW_BYTES: the direct path's window per rank, 0 none */
     int slots;                /* CCL_SLOTS: slots per connection direction */
     size_t chunk_bytes;       /* CCL_CHUNK_BYTES: every call's chunk (0: the planner's per call) */

@@ -2,7 +2,10 @@
  * transfer that is first in line for its (peer, direction) moves whatever
  * chunks it can, so the order in which a group lists its sends and
  * receives never matters. Each chunk is one step (a send to, or a receive
- * from, one peer) of a context stamped with the message's own number. */
+ * from, one peer) of a context stamped with the message's own number.
+ * Over a transport that can, a large message (or one in memory the
+ * application registered) goes zero-copy instead: one slot carries the
+ * sender's offer and the receiver moves the bytes itself. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +13,7 @@
 #include "core/log.h"
 #include "core/socket.h"
 #include "prims/prims.h"
+#include "prims/regcache.h"
 #include "prims/wait.h"
 
 struct lane {
@@ -18,6 +22,10 @@ struct lane {
     struct ccl__step step;
     struct ccl__step_state st;
     int busy;         /* step holds the chunk being moved */
+    int zc;           /* 0: undecided, 1: zero-copy under way, -1: slots */
+    int zc_offered;   /* sender: the offer is in the FIFO */
+    struct ccl__reg *reg; /* zero-copy: this side's registration, held until done */
+    double zc_t0;
     int next_in_line; /* the lane after this one on its (peer, direction), or -1 */
 };
 
@@ -81,6 +89,77 @@ static void next_step(struct lane *l) {
     l->busy = 1;
 }
 
+static int wants_zc(struct ccl_comm *comm, const struct ccl__conn *c, const struct ccl__p2p_xfer *x) {
+    size_t bytes = total_bytes(x), min = c->t->zc_min_bytes(&comm->params);
+    return (min && bytes >= min) || (bytes > c->slot_bytes && ccl__reg_is_pinned(comm, c->t, x->buf, bytes));
+}
+
+/* Decides, at a transfer's first byte, whether it goes zero-copy: the
+ * sender by size and registration (a registration that fails falls back
+ * to slots), the receiver by what the slot at the head says. */
+static ccl_status_t zc_start(struct lane *l, int *moved) {
+    struct ccl__p2p_xfer *x = l->x;
+    struct ccl_comm *comm = l->p.comm;
+    struct ccl__conn *c = comm->conns[x->peer];
+    size_t bytes = total_bytes(x);
+    l->zc = -1;
+    if (!c->t->zc_offer || x->done_bytes) return CCL_OK;
+    if (x->is_send) {
+        if (!wants_zc(comm, c, x)) return CCL_OK;
+        if (ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg) != CCL_OK) {
+            CCL_INFO(CCL__SUB_P2P, comm->rank, "%s: %zu bytes to rank %d go through slots: %s", l->p.what, bytes,
+                     x->peer, ccl_comm_last_error(comm));
+            return CCL_OK;
+        }
+    } else {
+        const void *slot;
+        struct ccl__slot_meta m;
+        ccl_status_t st = c->t->recv_acquire(c, &slot, &m);
+        if (st != CCL_OK) {
+            l->zc = 0; /* nothing here yet: decide when it is */
+            return st;
+        }
+        if (!(m.kind & CCL__SLOT_ZC_OFFER)) return CCL_OK;
+        m.kind = (uint16_t)(m.kind & ~CCL__SLOT_ZC_OFFER);
+        CCL_CHECK(ccl__prims_check_meta(&l->p, x->peer, &m, m.bytes));
+        st = ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg);
+        if (st == CCL_OK) st = c->t->zc_take(c, x->buf, bytes, l->reg->handle);
+        if (st != CCL_OK) return ccl__comm_fail(comm, st); /* the sender waits on us: fail, so it hears */
+        *moved = 1;
+    }
+    l->zc = 1;
+    if (__builtin_expect(comm->trace != NULL, 0)) {
+        ccl__prims_at(&l->p, CCL__TR_DIRECT, CCL__TR_P2P, 0, CCL__TR_P2P, 0, 0, 0, 0);
+        l->zc_t0 = ccl__now();
+    }
+    return CCL_OK;
+}
+
+/* Drives a zero-copy transfer: CCL_OK once this side is done. */
+static ccl_status_t zc_move(struct lane *l, int *moved) {
+    struct ccl__p2p_xfer *x = l->x;
+    struct ccl_comm *comm = l->p.comm;
+    struct ccl__conn *c = comm->conns[x->peer];
+    size_t bytes = total_bytes(x);
+    if (x->is_send && !l->zc_offered) {
+        struct ccl__slot_meta m = ccl__prims_stamp(&l->p, 0);
+        m.kind = (uint16_t)(m.kind | CCL__SLOT_ZC_OFFER);
+        ccl_status_t st = c->t->zc_offer(c, &m, x->buf, bytes, l->reg->handle);
+        if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
+        l->zc_offered = 1;
+        *moved = 1;
+    }
+    ccl_status_t st = c->t->zc_done(c, x->is_send);
+    if (st != CCL_OK) return st;
+    ccl__reg_put(comm, l->reg);
+    l->reg = NULL;
+    x->done_bytes = bytes;
+    *moved = 1;
+    if (__builtin_expect(comm->trace != NULL, 0))
+        ccl__prims_trace(&l->p, x->is_send ? CCL__TR_SEND : CCL__TR_RECV, x->peer, l->zc_t0, ccl__now(), bytes);
+    return CCL_OK;
+}
+
 /* Moves the head of every queue as far as it can; a head that finishes
  * hands over to the next lane of its queue at once. */
 static ccl_status_t poll_lanes(void *ctx, int *moved) {
@@ -93,6 +172,17 @@ static ccl_status_t poll_lanes(void *ctx, int *moved) {
             struct lane *l = &r->lanes[at];
             struct ccl__p2p_xfer *x = l->x;
             while (x->done_bytes < total_bytes(x)) {
+                if (l->zc == 0) {
+                    ccl_status_t st = zc_start(l, moved);
+                    if (st == CCL_INPROGRESS) break;
+                    if (st < 0) return st;
+                }
+                if (l->zc == 1) {
+                    ccl_status_t st = zc_move(l, moved);
+                    if (st == CCL_INPROGRESS) break;
+                    if (st < 0) return st;
+                    continue;
+                }
                 if (!l->busy) next_step(l);
                 ccl_status_t st = ccl__step_try(&l->p, &l->step, &l->st, moved);
                 if (st == CCL_INPROGRESS) break;
@@ -164,6 +254,8 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         st = ccl__wait(comm, what, r.waiting, &r.nwaiting, poll_lanes, &r);
     }
     if (st == CCL_OK) st = ccl__prims_flush(comm, what);
+    for (int i = 0; i < r.n; i++)
+        if (r.lanes[i].reg) ccl__reg_put(comm, r.lanes[i].reg); /* a failed zero-copy transfer */
     free(r.lanes);
     free(r.head);
     return st;

@@ -1,5 +1,6 @@
 #include "prims/regcache.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,6 +13,10 @@ struct ccl__regcache {
     uint64_t clock;
     struct ccl__regcache_stats stats;
 };
+
+/* One lock for every communicator's cache: registrations are rare (large
+ * transfers, ccl_comm_register), and the cache itself is made lazily. */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uintptr_t page_size(void) {
     long p = sysconf(_SC_PAGESIZE);
@@ -31,23 +36,25 @@ static void drop_at(struct ccl_comm *comm, struct ccl__regcache *c, int i) {
     c->stats.live--;
 }
 
-/* Keeps at most CCL__REGCACHE_KEEP unused entries: the least recently used go. */
+/* Unused entries go at once, unless CCL_REG_CACHE keeps up to
+ * CCL__REGCACHE_KEEP of them (the least recently used go first). */
 static void trim(struct ccl_comm *comm, struct ccl__regcache *c) {
+    int keep = comm->params.reg_cache ? CCL__REGCACHE_KEEP : 0;
     for (;;) {
         int unused = 0, oldest = -1;
         for (int i = 0; i < c->n; i++) {
-            if (c->e[i]->refs) continue;
+            if (c->e[i]->refs || c->e[i]->pinned) continue;
             unused++;
             if (oldest < 0 || c->e[i]->last_use < c->e[oldest]->last_use) oldest = i;
         }
-        if (unused <= CCL__REGCACHE_KEEP) return;
+        if (unused <= keep) return;
         drop_at(comm, c, oldest);
         c->stats.evictions++;
     }
 }
 
-ccl_status_t ccl__reg_get(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes,
-                          struct ccl__reg **out) {
+static ccl_status_t get_locked(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes,
+                               struct ccl__reg **out) {
     *out = NULL;
     if (!t->reg || !t->dereg)
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "register: transport %s needs no registration", t->name);
@@ -91,7 +98,15 @@ ccl_status_t ccl__reg_get(struct ccl_comm *comm, const struct ccl__transport *t,
     return CCL_OK;
 }
 
-void ccl__reg_put(struct ccl_comm *comm, struct ccl__reg *r) {
+ccl_status_t ccl__reg_get(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes,
+                          struct ccl__reg **out) {
+    pthread_mutex_lock(&cache_lock);
+    ccl_status_t st = get_locked(comm, t, addr, bytes, out);
+    pthread_mutex_unlock(&cache_lock);
+    return st;
+}
+
+static void put_locked(struct ccl_comm *comm, struct ccl__reg *r) {
     struct ccl__regcache *c = comm->regcache;
     if (!c || !r || r->refs <= 0) return;
     if (--r->refs == 0 && r->stale) {
@@ -104,27 +119,72 @@ void ccl__reg_put(struct ccl_comm *comm, struct ccl__reg *r) {
     trim(comm, c);
 }
 
+void ccl__reg_put(struct ccl_comm *comm, struct ccl__reg *r) {
+    pthread_mutex_lock(&cache_lock);
+    put_locked(comm, r);
+    pthread_mutex_unlock(&cache_lock);
+}
+
+int ccl__reg_is_pinned(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes) {
+    uintptr_t a = (uintptr_t)addr;
+    int found = 0;
+    pthread_mutex_lock(&cache_lock);
+    struct ccl__regcache *c = comm->regcache;
+    for (int i = 0; c && i < c->n && !found; i++) {
+        const struct ccl__reg *r = c->e[i];
+        found = r->t == t && r->pinned && !r->stale && r->lo <= a && a + bytes <= r->hi;
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return found;
+}
+
+/* A pin is a reference that only ccl__reg_unpin gives back. */
+ccl_status_t ccl__reg_pin(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes,
+                          struct ccl__reg **out) {
+    pthread_mutex_lock(&cache_lock);
+    ccl_status_t st = get_locked(comm, t, addr, bytes, out);
+    if (st == CCL_OK) (*out)->pinned++;
+    pthread_mutex_unlock(&cache_lock);
+    return st;
+}
+
+void ccl__reg_unpin(struct ccl_comm *comm, struct ccl__reg *r) {
+    pthread_mutex_lock(&cache_lock);
+    if (r && r->pinned > 0) {
+        r->pinned--;
+        put_locked(comm, r);
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
 void ccl__reg_forget(struct ccl_comm *comm, const void *addr, size_t bytes) {
+    pthread_mutex_lock(&cache_lock);
     struct ccl__regcache *c = comm->regcache;
     uintptr_t a = (uintptr_t)addr, b = a + bytes;
-    if (!c || bytes == 0) return;
-    for (int i = c->n - 1; i >= 0; i--) {
+    for (int i = c && bytes ? c->n - 1 : -1; i >= 0; i--) {
         struct ccl__reg *r = c->e[i];
         if (r->hi <= a || b <= r->lo) continue;
         if (r->refs) r->stale = 1;
         else drop_at(comm, c, i);
     }
+    pthread_mutex_unlock(&cache_lock);
 }
 
 void ccl__reg_clear(struct ccl_comm *comm) {
+    pthread_mutex_lock(&cache_lock);
     struct ccl__regcache *c = comm->regcache;
-    if (!c) return;
-    while (c->n) drop_at(comm, c, c->n - 1);
-    free(c->e);
-    free(c);
-    comm->regcache = NULL;
+    if (c) {
+        while (c->n) drop_at(comm, c, c->n - 1);
+        free(c->e);
+        free(c);
+        comm->regcache = NULL;
+    }
+    pthread_mutex_unlock(&cache_lock);
 }
 
 struct ccl__regcache_stats ccl__reg_stats(const struct ccl_comm *comm) {
-    return comm->regcache ? comm->regcache->stats : (struct ccl__regcache_stats){0};
+    pthread_mutex_lock(&cache_lock);
+    struct ccl__regcache_stats s = comm->regcache ? comm->regcache->stats : (struct ccl__regcache_stats){0};
+    pthread_mutex_unlock(&cache_lock);
+    return s;
 }

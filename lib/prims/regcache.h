@@ -2,13 +2,21 @@
  * The registration cache. Registering memory with a transport that needs
  * it (RDMA, device IPC) costs a system call and pinning; a trainer passes
  * the same buffers call after call. The cache keeps each registration,
- * page-aligned, until it must make room: a lookup that falls inside a
- * cached range of the same transport reuses it. Entries in use are never
- * evicted; unused ones go least recently used first.
+ * page-aligned: a lookup that falls inside a cached range of the same
+ * transport reuses it. Entries in use are never evicted.
  *
  * Memory the application frees (or unmaps) must be forgotten before it is
  * reused, or a later buffer at the same address would reuse a stale
- * registration: ccl__reg_forget drops every entry overlapping a range.
+ * registration (it pins the old pages): ccl__reg_forget drops every entry
+ * overlapping a range. libccl cannot see a free(), so by default an
+ * automatic registration lasts only while in use (the call that made it);
+ * the application either says which memory stays (ccl_comm_register:
+ * pinned entries, kept until ccl_comm_deregister) or promises never to
+ * free and reuse (CCL_REG_CACHE=1: unused entries are kept, least recently
+ * used going first past CCL__REGCACHE_KEEP).
+ *
+ * Thread-safe: async calls register on their progress thread while the
+ * application registers on its own.
  */
 #ifndef CCL_REGCACHE_H
 #define CCL_REGCACHE_H
@@ -30,12 +38,21 @@ struct ccl__reg {
     void *handle;       /* the transport's key */
     int refs;           /* users between get and put */
     int stale;          /* forgotten while in use: deregistered at the last put */
+    int pinned;         /* pins held by ccl_comm_register handles (each also a ref) */
     uint64_t last_use;  /* the cache's clock at the last get */
 };
 
 struct ccl__regcache_stats {
     uint64_t hits, misses, evictions, live;
 };
+
+/* Is [addr, addr + bytes) inside a pinned registration of transport t? */
+int ccl__reg_is_pinned(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes);
+/* Pins a registration of [addr, addr + bytes) with t (made now or found);
+ * ccl__reg_unpin lets it go (deregistered at once when unused). */
+ccl_status_t ccl__reg_pin(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes,
+                          struct ccl__reg **out);
+void ccl__reg_unpin(struct ccl_comm *comm, struct ccl__reg *r);
 
 /* A registration covering [addr, addr + bytes) with transport t, from the
  * cache or made now; hold it until ccl__reg_put. A transport that needs no

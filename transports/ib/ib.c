@@ -8,10 +8,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/boot_pair.h"
@@ -31,9 +33,7 @@ static const char *peer_host(const struct ccl__ib_conn *c) {
 
 /* The first failure of this connection sticks; a communicator that has
  * already failed keeps its own message (ours is a consequence). */
-static ccl_status_t conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ccl_status_t conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...) {
+ccl_status_t ccl__ib_conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...) {
     if (c->failed) return c->failed;
     c->failed = st;
     struct ccl_comm *comm = c->base.comm;
@@ -51,20 +51,20 @@ static ccl_status_t conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const cha
 ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c) {
     /* No scatter list: a WRITE WITH IMMEDIATE places its bytes itself and
      * only takes the request for its completion. */
-    struct ibv_recv_wr wr = {.wr_id = ((uint64_t)c->base.peer << 8) | CCL__IB_WR_RECV}, *bad = NULL;
+    struct ibv_recv_wr wr = {.wr_id = CCL__IB_WR_ID(CCL__IB_WR_RECV, c->base.peer, 0)}, *bad = NULL;
     int rc = ibv_post_recv(c->qp, &wr, &bad);
     if (rc)
-        return conn_fail(c, CCL_ERR_SYSTEM, "posting a receive for rank %d (%.64s): %s", c->base.peer, peer_host(c),
+        return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a receive for rank %d (%.64s): %s", c->base.peer, peer_host(c),
                          strerror(rc));
     c->rq_posted++;
     return CCL_OK;
 }
 
-static ccl_status_t post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes) {
+ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes) {
     struct ibv_sge sge = {.addr = (uintptr_t)(c->send_fifo + slot * c->stride), .length = bytes,
                           .lkey = c->send_mr->lkey};
     struct ibv_send_wr wr = {
-        .wr_id = ((uint64_t)c->base.peer << 8) | (uint64_t)kind,
+        .wr_id = CCL__IB_WR_ID(kind, c->base.peer, 0),
         .sg_list = bytes ? &sge : NULL,
         .num_sge = bytes ? 1 : 0,
         .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -75,7 +75,7 @@ static ccl_status_t post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, u
     struct ibv_send_wr *bad = NULL;
     int rc = ibv_post_send(c->qp, &wr, &bad);
     if (rc)
-        return conn_fail(c, CCL_ERR_SYSTEM, "posting a write to rank %d (%.64s): %s", c->base.peer, peer_host(c),
+        return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a write to rank %d (%.64s): %s", c->base.peer, peer_host(c),
                          strerror(rc));
     c->sq_busy++;
     return CCL_OK;
@@ -86,30 +86,52 @@ static ccl_status_t post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, u
  * never need a request each). */
 static ccl_status_t send_credit(struct ccl__ib_conn *c) {
     if (c->credit_sent == c->released || c->sq_busy >= c->sq_depth || c->failed) return c->failed;
-    CCL_CHECK(post_write(c, CCL__IB_WR_CREDIT, CCL__IB_CREDIT_BIT | (uint32_t)(c->released & CCL__IB_COUNT_MASK), 0, 0));
+    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_CREDIT, CCL__IB_IMM(CCL__IB_IMM_CREDIT, c->released), 0, 0));
     c->credit_sent = c->released;
     return CCL_OK;
 }
 
 /* ---- completions ---- */
 
+static const char *wr_name(int kind) {
+    static const char *const names[] = {"?", "slot write", "credit", "receive", "read", "acknowledgement", "notice"};
+    return kind >= 0 && kind < (int)(sizeof(names) / sizeof(names[0])) ? names[kind] : "?";
+}
+
 static ccl_status_t wc_failed(struct ccl__ib_conn *c, const struct ibv_wc *wc) {
     const struct ccl__peer_info *pi = &c->base.comm->peers[c->base.peer];
     if (wc->status == IBV_WC_WR_FLUSH_ERR)
-        return conn_fail(c, CCL_ERR_REMOTE, "the queue pair to rank %d (%.64s) went to the error state", c->base.peer,
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "the queue pair to rank %d (%.64s) went to the error state", c->base.peer,
                          pi->hostname);
     if (wc->status == IBV_WC_RETRY_EXC_ERR || wc->status == IBV_WC_RNR_RETRY_EXC_ERR)
-        return conn_fail(c, CCL_ERR_REMOTE,
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE,
                          "rank %d (%.64s, pid %d) stopped answering: %s (it failed, or the link is down)",
                          c->base.peer, pi->hostname, (int)pi->pid, ibv_wc_status_str(wc->status));
-    return conn_fail(c, CCL_ERR_REMOTE, "a request to or from rank %d (%.64s) failed: %s (vendor error 0x%x)",
-                     c->base.peer, pi->hostname, ibv_wc_status_str(wc->status), wc->vendor_err);
+    return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "a %s to or from rank %d (%.64s) failed: %s (vendor error 0x%x)",
+                             wr_name((int)(wc->wr_id & 0xff)), c->base.peer, pi->hostname,
+                             ibv_wc_status_str(wc->status), wc->vendor_err);
 }
 
+/* A peer's failure notice: the whole communicator fails, naming it. */
+static ccl_status_t peer_failed(struct ccl__ib_conn *c, uint32_t code) {
+    const struct ccl__peer_info *pi = &c->base.comm->peers[c->base.peer];
+    ccl_status_t theirs = -(ccl_status_t)code;
+    ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (pid %d on %.64s) failed (%s) and left the communicator",
+                      c->base.peer, (int)pi->pid, pi->hostname, ccl_status_string(theirs));
+    return ccl__comm_fail(c->base.comm, CCL_ERR_REMOTE);
+}
+
+/* Cumulative counts travel in 30 bits: what `now` adds to `had`. */
+static uint64_t count_gain(uint32_t now, uint64_t had) { return (now - (uint32_t)had) & CCL__IB_COUNT_MASK; }
+
 static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *wc) {
-    int peer = (int)(wc->wr_id >> 8), kind = (int)(wc->wr_id & 0xff);
-    struct ccl__ib_conn *c = peer >= 0 && peer < s->nranks ? s->conns[peer] : NULL;
+    int peer = (int)((wc->wr_id >> 8) & 0xffffff), kind = (int)(wc->wr_id & 0xff);
+    struct ccl__ib_conn *c = peer < s->nranks ? s->conns[peer] : NULL;
     if (!c) return CCL_OK; /* a connection being torn down */
+    if (kind == CCL__IB_WR_NOTICE) { /* outside the data path's counts */
+        __atomic_add_fetch(&s->notices_done, 1, __ATOMIC_RELAXED);
+        return CCL_OK;
+    }
     if (kind == CCL__IB_WR_RECV) c->rq_posted--;
     else c->sq_busy--;
     if (wc->status != IBV_WC_SUCCESS) return wc_failed(c, wc);
@@ -117,20 +139,39 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
         c->send_done++;
         return CCL_OK;
     }
-    if (kind == CCL__IB_WR_CREDIT) return send_credit(c);
-    /* A write with immediate from the peer: a slot, or credits. */
-    uint32_t imm = ntohl(wc->imm_data);
-    if (imm & CCL__IB_CREDIT_BIT) {
-        uint64_t gained = ((imm & CCL__IB_COUNT_MASK) - (uint32_t)c->credits) & CCL__IB_COUNT_MASK;
+    if (kind == CCL__IB_WR_READ) {
+        c->pull_done += (size_t)(wc->wr_id >> 32);
+        return CCL_OK;
+    }
+    if (kind == CCL__IB_WR_CREDIT || kind == CCL__IB_WR_ACK) return send_credit(c);
+    /* A write with immediate from the peer: a slot, credits, an
+     * acknowledged pull, or its failure. */
+    uint32_t imm = ntohl(wc->imm_data), n = imm & CCL__IB_COUNT_MASK;
+    switch (CCL__IB_IMM_KIND(imm)) {
+    case CCL__IB_IMM_FAIL:
+        return peer_failed(c, n);
+    case CCL__IB_IMM_ZC_ACK: {
+        uint64_t gained = count_gain(n, c->zc_acked);
+        if (gained > c->zc_offered - c->zc_acked)
+            return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) acknowledged %llu zero-copy offers of %llu",
+                                     c->base.peer, peer_host(c), (unsigned long long)gained,
+                                     (unsigned long long)(c->zc_offered - c->zc_acked));
+        c->zc_acked += gained;
+        break;
+    }
+    case CCL__IB_IMM_CREDIT: {
+        uint64_t gained = count_gain(n, c->credits);
         if (gained > c->sent - c->credits)
-            return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned %llu credits for %llu slots in flight",
+            return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned %llu credits for %llu slots in flight",
                              c->base.peer, peer_host(c), (unsigned long long)gained,
                              (unsigned long long)(c->sent - c->credits));
         c->credits += gained;
-    } else {
-        if (imm != (uint32_t)(c->arrived & CCL__IB_COUNT_MASK) || c->arrived - c->released >= c->nslots)
-            return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
-                             c->base.peer, peer_host(c), imm, (unsigned long long)c->arrived);
+        break;
+    }
+    default:
+        if (n != (uint32_t)(c->arrived & CCL__IB_COUNT_MASK) || c->arrived - c->released >= c->nslots)
+            return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
+                             c->base.peer, peer_host(c), n, (unsigned long long)c->arrived);
         c->arrived++;
     }
     return ccl__ib_post_recv(c);
@@ -145,6 +186,18 @@ static void drain_cq(struct ccl__ib_state *s, int *moved) {
         *moved = 1;
         for (int i = 0; i < n; i++) on_completion(s, &wc[i]);
         if (n < POLL_BATCH) break;
+    }
+}
+
+void ccl__ib_flush_notices(struct ccl__ib_state *s) {
+    int moved = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (__atomic_load_n(&s->notices_done, __ATOMIC_RELAXED) < __atomic_load_n(&s->notices_posted, __ATOMIC_RELAXED)) {
+        drain_cq(s, &moved);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 200000000L) break; /* 0.2 s */
+        sched_yield();
     }
 }
 
@@ -164,7 +217,7 @@ static void take_events(struct ccl__ib_state *s) {
     (void)r;
 }
 
-static ccl_status_t progress_all(struct ccl__ib_conn *c, int *moved) {
+ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved) {
     struct ccl__ib_state *s = ccl__ib_state(c->base.comm);
     take_events(s);
     drain_cq(s, moved);
@@ -174,14 +227,18 @@ static ccl_status_t progress_all(struct ccl__ib_conn *c, int *moved) {
 
 /* ---- the slot interface ---- */
 
+/* A slot is free on both sides and the send queue has room. */
+int ccl__ib_can_send(const struct ccl__ib_conn *c) {
+    return c->sent - c->credits < c->nslots && c->sent - c->send_done < c->nslots && c->sq_busy < c->sq_depth;
+}
+
 static ccl_status_t ib_send_acquire(struct ccl__conn *base, void **buf) {
     struct ccl__ib_conn *c = ib_conn(base);
     int moved = 0;
     if (c->failed) return c->failed;
-    if (c->sent - c->credits >= c->nslots || c->sent - c->send_done >= c->nslots || c->sq_busy >= c->sq_depth) {
-        CCL_CHECK(progress_all(c, &moved));
-        if (c->sent - c->credits >= c->nslots || c->sent - c->send_done >= c->nslots || c->sq_busy >= c->sq_depth)
-            return CCL_INPROGRESS;
+    if (!ccl__ib_can_send(c)) {
+        CCL_CHECK(ccl__ib_progress_all(c, &moved));
+        if (!ccl__ib_can_send(c)) return CCL_INPROGRESS;
     }
     *buf = c->send_fifo + (c->sent % c->nslots) * c->stride + HDR_BYTES;
     return CCL_OK;
@@ -195,7 +252,8 @@ static ccl_status_t ib_send_commit(struct ccl__conn *base, const struct ccl__slo
                               m->bytes, base->peer);
     uint64_t slot = c->sent % c->nslots;
     memcpy(c->send_fifo + slot * c->stride, m, HDR_BYTES);
-    CCL_CHECK(post_write(c, CCL__IB_WR_DATA, (uint32_t)(c->sent & CCL__IB_COUNT_MASK), slot, (uint32_t)HDR_BYTES + m->bytes));
+    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_DATA, CCL__IB_IMM(CCL__IB_IMM_SLOT, c->sent), slot,
+                                 (uint32_t)HDR_BYTES + m->bytes));
     c->sent++;
     return CCL_OK;
 }
@@ -205,13 +263,13 @@ static ccl_status_t ib_recv_acquire(struct ccl__conn *base, const void **buf, st
     if (c->failed) return c->failed;
     if (c->arrived == c->released) {
         int moved = 0;
-        CCL_CHECK(progress_all(c, &moved));
+        CCL_CHECK(ccl__ib_progress_all(c, &moved));
         if (c->arrived == c->released) return CCL_INPROGRESS;
     }
     const uint8_t *slot = c->recv_fifo + (c->released % c->nslots) * c->stride;
     memcpy(m, slot, HDR_BYTES);
     if (m->bytes > base->slot_bytes)
-        return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote a malformed slot: %u payload bytes, slots hold %zu",
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote a malformed slot: %u payload bytes, slots hold %zu",
                          base->peer, peer_host(c), m->bytes, base->slot_bytes);
     *buf = slot + HDR_BYTES;
     return CCL_OK;
@@ -228,7 +286,7 @@ static ccl_status_t ib_recv_release(struct ccl__conn *base) {
 
 static ccl_status_t ib_progress(struct ccl__conn *base, int *moved) {
     *moved = 0;
-    return progress_all(ib_conn(base), moved);
+    return ccl__ib_progress_all(ib_conn(base), moved);
 }
 
 /* Our copy of a slot must stay until the adapter has read it. */
@@ -264,10 +322,10 @@ static int ib_wait_fd(struct ccl__conn *base, short *events) {
 static ccl_status_t ib_check_peer(struct ccl__conn *base) {
     struct ccl__ib_conn *c = ib_conn(base);
     int moved = 0;
-    CCL_CHECK(progress_all(c, &moved));
+    CCL_CHECK(ccl__ib_progress_all(c, &moved));
     if (c->arrived == c->released && ccl__pair_gone(base->comm, base->peer)) {
         const struct ccl__peer_info *pi = &base->comm->peers[base->peer];
-        return conn_fail(c, CCL_ERR_REMOTE, "rank %d (pid %d on %.64s) exited or left the communicator", base->peer,
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (pid %d on %.64s) exited or left the communicator", base->peer,
                          (int)pi->pid, pi->hostname);
     }
     return CCL_OK;
@@ -294,4 +352,10 @@ const struct ccl__transport ccl__transport_ib = {
     .check_peer = ib_check_peer,
     .poison = ccl__ib_poison,
     .slot_bytes = ib_slot_bytes,
+    .reg = ccl__ib_reg,
+    .dereg = ccl__ib_dereg,
+    .zc_min_bytes = ccl__ib_zc_min_bytes,
+    .zc_offer = ccl__ib_zc_offer,
+    .zc_take = ccl__ib_zc_take,
+    .zc_done = ccl__ib_zc_done,
 };

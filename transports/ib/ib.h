@@ -12,6 +12,16 @@
  * WITH IMMEDIATE carrying the count of slots it has released (top bit set).
  * RC delivers in order, so slot n is always slot n mod `slots`.
  *
+ * Large point-to-point messages go zero-copy (the zc_* operations of
+ * transport.h): the sender's slot carries an offer (address, key and size
+ * of its registered buffer), the receiver pulls the bytes with RDMA READs
+ * straight into its own registered buffer and then acknowledges with a
+ * zero-length WRITE WITH IMMEDIATE (cumulative count, like credits).
+ * Reads rather than writes: the offer travels in order with the slots, so
+ * the receiver needs no message of its own before the data can move, and
+ * a receiver that expects something else finds out from the offer's
+ * stamp, as from any slot.
+ *
  * Every connection of a communicator shares one completion queue, with a
  * completion channel whose descriptor waits poll(), so an idle rank sleeps
  * instead of spinning.
@@ -27,8 +37,9 @@
  * Liveness: a verbs peer that dies leaves no trace on our queue pair until
  * we write to it (and then only after the retries run out), so a waiting
  * rank asks the pair channel, whose TCP connection the peer's kernel closes
- * when the process dies. A rank that fails moves its queue pairs to the
- * error state: a peer's next write to it fails.
+ * when the process dies. A rank that fails (an error, an abort) sends
+ * every peer a failure notice, a zero-length WRITE WITH IMMEDIATE with its
+ * status, and each peer fails its communicator naming that rank.
  */
 #ifndef CCL_TRANSPORT_IB_H
 #define CCL_TRANSPORT_IB_H
@@ -42,8 +53,23 @@ extern const struct ccl__transport ccl__transport_ib;
 
 /* ---- private to transports/ib ---- */
 
-#define CCL__IB_CREDIT_BIT 0x80000000u /* immediate of a credit message */
-#define CCL__IB_COUNT_MASK 0x7fffffffu
+/* An immediate's top two bits say what it is; the rest is a count (or,
+ * in a failure notice, the status). */
+#define CCL__IB_IMM_KIND(imm) ((imm) >> 30)
+enum { CCL__IB_IMM_SLOT = 0, CCL__IB_IMM_ZC_ACK = 1, CCL__IB_IMM_CREDIT = 2, CCL__IB_IMM_FAIL = 3 };
+#define CCL__IB_COUNT_MASK 0x3fffffffu
+#define CCL__IB_IMM(kind, n) (((uint32_t)(kind) << 30) | ((uint32_t)(n) & CCL__IB_COUNT_MASK))
+
+/* A zero-copy offer: the payload of an offer slot. */
+struct ccl__ib_zc_offer {
+    uint64_t addr;
+    uint64_t bytes;
+    uint32_t rkey;
+    uint32_t pad;
+};
+/* RDMA READs are cut at this size, so that a long pull keeps credits and
+ * other connections' traffic moving between its pieces. */
+#define CCL__IB_READ_BYTES (1u << 20)
 
 /* What each rank publishes in its bootstrap blob. */
 #define CCL__IB_BLOB_MAGIC 0x56424925u /* "%IBV" */
@@ -70,7 +96,10 @@ struct ccl__ib_qp_info {
 };
 
 /* wr_id: the peer in the high bits, what the request was in the low byte. */
-enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3 };
+enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_READ = 4, CCL__IB_WR_ACK = 5,
+       CCL__IB_WR_NOTICE = 6 };
+/* wr_id = length << 32 | peer << 8 | kind (a read's length counts on completion). */
+#define CCL__IB_WR_ID(kind, peer, len) (((uint64_t)(len) << 32) | ((uint64_t)(uint32_t)(peer) << 8) | (uint64_t)(kind))
 
 struct ccl__ib_conn {
     struct ccl__conn base;
@@ -95,6 +124,16 @@ struct ccl__ib_conn {
     uint64_t credit_sent; /* `released` as last told to the peer */
     unsigned sq_busy, sq_depth; /* send requests posted and not completed */
     unsigned rq_posted;
+
+    /* Zero-copy, as sender: offers posted, and acknowledged by the peer. */
+    uint64_t zc_offered, zc_acked;
+    /* As receiver: the pull under way (from the offer at the FIFO's
+     * head), pulls finished, and that count as last told to the peer. */
+    uint64_t pull_remote, pull_local;
+    uint32_t pull_rkey, pull_lkey;
+    size_t pull_bytes, pull_posted, pull_done;
+    int pulling;
+    uint64_t zc_pulled, zc_ack_sent;
 };
 
 /* Per-communicator state (ccl__tstate(comm, &ccl__transport_ib)). */
@@ -114,6 +153,8 @@ struct ccl__ib_state {
     union ibv_gid gid;
     uint16_t lid;
     uint32_t max_qp_wr;
+    uint8_t rd_atom; /* RDMA READs in flight per queue pair (the device's limit, at most 16) */
+    int notices_posted, notices_done; /* failure notices (atomic: posted by whichever thread fails) */
     char dev[32];
     struct ccl__ib_conn **conns; /* [nranks], owned here */
 };
@@ -133,6 +174,24 @@ void ccl__ib_poison(struct ccl_comm *comm, int status);
 
 /* Data path (ib.c): posts one receive request on c. */
 ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c);
+
+/* Memory registration and zero-copy (ib_zc.c). */
+ccl_status_t ccl__ib_reg(struct ccl_comm *comm, void *addr, size_t bytes, void **handle);
+void ccl__ib_dereg(struct ccl_comm *comm, void *handle);
+size_t ccl__ib_zc_min_bytes(const struct ccl__params *params);
+ccl_status_t ccl__ib_zc_offer(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
+                              void *reg);
+ccl_status_t ccl__ib_zc_take(struct ccl__conn *c, void *buf, size_t bytes, void *reg);
+ccl_status_t ccl__ib_zc_done(struct ccl__conn *c, int is_send);
+/* Waits a moment for the failure notices to leave, before teardown
+ * destroys the queue pairs they are queued on. */
+void ccl__ib_flush_notices(struct ccl__ib_state *s);
+/* Shared by ib.c and ib_zc.c. */
+ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes);
+ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved);
+int ccl__ib_can_send(const struct ccl__ib_conn *c);
+ccl_status_t ccl__ib_conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static inline struct ccl__ib_state *ccl__ib_state(struct ccl_comm *comm) {
     return *ccl__tstate(comm, &ccl__transport_ib);

@@ -5,6 +5,7 @@
  * and the manager's bootstrap round after connect keeps every rank from
  * writing before all of them can take writes. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,8 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot};
     c->nslots = depth;
     c->stride = (HDR_BYTES + slot + 63) & ~(size_t)63;
-    c->sq_depth = 2 * depth + 2; /* the slots' writes and as many credits */
+    /* The slots' writes, as many credits, a pull's reads and its acknowledgement. */
+    c->sq_depth = 2 * depth + 2 + s->rd_atom + 1;
     if (c->sq_depth > s->max_qp_wr) c->sq_depth = s->max_qp_wr;
     size_t bytes = (size_t)depth * c->stride;
     c->send_fifo = alloc_fifo(bytes);
@@ -66,7 +68,8 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     struct ibv_qp_init_attr qa = {
         .send_cq = s->cq,
         .recv_cq = s->cq,
-        .cap = {.max_send_wr = c->sq_depth, .max_recv_wr = c->sq_depth, .max_send_sge = 1, .max_recv_sge = 1},
+        /* one more each way: the failure notice (ccl__ib_poison) */
+        .cap = {.max_send_wr = c->sq_depth + 1, .max_recv_wr = c->sq_depth + 1, .max_send_sge = 1, .max_recv_sge = 1},
         .qp_type = IBV_QPT_RC,
     };
     c->qp = ibv_create_qp(s->pd, &qa);
@@ -74,7 +77,8 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot create a queue pair for rank %d on %s: %s", peer,
                               s->dev, strerror(errno));
     struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
-                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
+                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                                  IBV_ACCESS_REMOTE_READ};
     if (ibv_modify_qp(c->qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair for rank %d: INIT: %s", peer, strerror(errno));
     return CCL_OK;
@@ -101,7 +105,7 @@ static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, s
         .path_mtu = (enum ibv_mtu)(peer->mtu < mine->mtu ? peer->mtu : mine->mtu),
         .dest_qp_num = peer->qpn,
         .rq_psn = peer->psn,
-        .max_dest_rd_atomic = 1,
+        .max_dest_rd_atomic = s->rd_atom,
         .min_rnr_timer = 12,
         .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = s->port},
     };
@@ -117,7 +121,7 @@ static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, s
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair to rank %d (%.64s): ready-to-receive: %s",
                               c->base.peer, comm->peers[c->base.peer].hostname, strerror(errno));
     struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = RETRY_TIMEOUT, .retry_cnt = RETRY_COUNT,
-                            .rnr_retry = 7, .sq_psn = mine->psn, .max_rd_atomic = 1};
+                            .rnr_retry = 7, .sq_psn = mine->psn, .max_rd_atomic = s->rd_atom};
     if (ibv_modify_qp(c->qp, &r,
                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                           IBV_QP_MAX_QP_RD_ATOMIC))
@@ -145,7 +149,7 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
     c->remote_rkey = peer.fifo_rkey;
     /* Receives first: the peer may write as soon as both are past the
      * bootstrap round that closes connect. */
-    for (unsigned i = 0; i < c->sq_depth; i++) CCL_CHECK(ccl__ib_post_recv(c));
+    for (unsigned i = 0; i < c->sq_depth + 1; i++) CCL_CHECK(ccl__ib_post_recv(c));
     CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer));
     CCL_INFO(CCL__SUB_NET, comm->rank, "ib: connected to rank %d (qp %u -> %u)", c->base.peer, mine.qpn, peer.qpn);
     return CCL_OK;
@@ -170,6 +174,7 @@ ccl_status_t ccl__ib_setup_done(struct ccl_comm *comm) {
 void ccl__ib_teardown(struct ccl_comm *comm) {
     struct ccl__ib_state *s = ccl__ib_state(comm);
     if (!s) return;
+    if (s->cq) ccl__ib_flush_notices(s);
     for (int p = 0; s->conns && p < s->nranks; p++) {
         conn_free(s->conns[p]);
         s->conns[p] = NULL;
@@ -180,17 +185,27 @@ void ccl__ib_teardown(struct ccl_comm *comm) {
     *ccl__tstate(comm, &ccl__transport_ib) = NULL;
 }
 
-/* May run on another thread than the data path (ccl_comm_abort): moving a
- * queue pair to the error state is safe there, and makes the peer's next
- * write to us fail instead of waiting for an answer. */
+/* May run on another thread than the data path (ccl_comm_abort): the
+ * notice takes the send queue's spare entry and its completion is counted
+ * apart, so it touches none of the data path's counters (verbs posting is
+ * thread-safe); teardown lets it leave before destroying the queue pair.
+ * Best effort: a queue pair that is not connected, or a full queue, sends
+ * nothing, and the peer learns of us from the pair channel instead. */
 void ccl__ib_poison(struct ccl_comm *comm, int status) {
-    (void)status;
     struct ccl__ib_state *s = ccl__ib_state(comm);
     if (!s) return;
+    uint32_t code = status < 0 ? (uint32_t)-status : (uint32_t)-CCL_ERR_INTERNAL;
     for (int p = 0; s->conns && p < s->nranks; p++) {
         struct ccl__ib_conn *c = s->conns[p];
-        if (!c || !c->qp) continue;
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-        ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+        if (!c || !c->qp || c->qp->state != IBV_QPS_RTS) continue;
+        struct ibv_send_wr wr = {.wr_id = CCL__IB_WR_ID(CCL__IB_WR_NOTICE, p, 0),
+                                 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                                 .send_flags = IBV_SEND_SIGNALED,
+                                 .imm_data = htonl(CCL__IB_IMM(CCL__IB_IMM_FAIL, code)),
+                                 .wr.rdma = {.remote_addr = c->remote_addr, .rkey = c->remote_rkey}};
+        struct ibv_send_wr *bad = NULL;
+        if (ibv_post_send(c->qp, &wr, &bad) != 0) continue;
+        __atomic_add_fetch(&s->notices_posted, 1, __ATOMIC_RELAXED);
+        CCL_INFO(CCL__SUB_NET, comm->rank, "ib: told rank %d that this rank failed", p);
     }
 }

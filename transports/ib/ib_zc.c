@@ -1,0 +1,132 @@
+/* The RDMA transport's memory registration and zero-copy transfers (the
+ * protocol is described in ib.h): the sender offers its registered buffer
+ * in a slot, the receiver pulls it with RDMA READs cut in pieces of
+ * CCL__IB_READ_BYTES, then acknowledges. Nothing here blocks. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/log.h"
+#include "transports/ib/ib.h"
+
+#define HDR_BYTES sizeof(struct ccl__slot_meta)
+
+static inline struct ccl__ib_conn *ib_conn(struct ccl__conn *c) { return (struct ccl__ib_conn *)c; }
+
+ccl_status_t ccl__ib_reg(struct ccl_comm *comm, void *addr, size_t bytes, void **handle) {
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    if (!s || !s->pd) return ccl__set_error(comm, CCL_ERR_INTERNAL, "ib: registering memory without a device");
+    /* Remote read for the buffer a sender offers, local write for the one
+     * a receiver pulls into: one registration serves both. */
+    struct ibv_mr *mr = ibv_reg_mr(s->pd, addr, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (!mr)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot register %zu bytes at %p on %s: %s%s", bytes, addr,
+                              s->dev, strerror(errno),
+                              errno == ENOMEM || errno == EPERM ? " (is the locked-memory limit, ulimit -l, too low?)"
+                                                                : "");
+    *handle = mr;
+    return CCL_OK;
+}
+
+void ccl__ib_dereg(struct ccl_comm *comm, void *handle) {
+    (void)comm;
+    if (handle) ibv_dereg_mr(handle);
+}
+
+size_t ccl__ib_zc_min_bytes(const struct ccl__params *params) { return params->ib_zcopy_bytes; }
+
+ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
+                              void *reg) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    if (c->failed) return c->failed;
+    if (c->zc_offered != c->zc_acked)
+        return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: a second zero-copy offer to rank %d", base->peer);
+    if (!ccl__ib_can_send(c)) {
+        int moved = 0;
+        CCL_CHECK(ccl__ib_progress_all(c, &moved));
+        if (!ccl__ib_can_send(c)) return CCL_INPROGRESS;
+    }
+    const struct ibv_mr *mr = reg;
+    struct ccl__slot_meta stamp = *m;
+    struct ccl__ib_zc_offer offer = {.addr = (uintptr_t)buf, .bytes = bytes, .rkey = mr->rkey};
+    stamp.bytes = sizeof(offer);
+    uint64_t slot = c->sent % c->nslots;
+    uint8_t *at = c->send_fifo + slot * c->stride;
+    memcpy(at, &stamp, HDR_BYTES);
+    memcpy(at + HDR_BYTES, &offer, sizeof(offer));
+    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_DATA, CCL__IB_IMM(CCL__IB_IMM_SLOT, c->sent), slot,
+                                 (uint32_t)(HDR_BYTES + sizeof(offer))));
+    c->sent++;
+    c->zc_offered++;
+    return CCL_OK;
+}
+
+/* Posts the pull's next pieces: at most rd_atom reads in flight, so the
+ * send queue keeps room for slots and credits. */
+static ccl_status_t post_reads(struct ccl__ib_conn *c) {
+    struct ccl__ib_state *s = ccl__ib_state(c->base.comm);
+    while (c->pull_posted < c->pull_bytes && c->sq_busy < c->sq_depth &&
+           c->pull_posted - c->pull_done < (size_t)s->rd_atom * CCL__IB_READ_BYTES) {
+        size_t left = c->pull_bytes - c->pull_posted;
+        uint32_t len = left < CCL__IB_READ_BYTES ? (uint32_t)left : CCL__IB_READ_BYTES;
+        struct ibv_sge sge = {.addr = c->pull_local + c->pull_posted, .length = len, .lkey = c->pull_lkey};
+        struct ibv_send_wr wr = {
+            .wr_id = CCL__IB_WR_ID(CCL__IB_WR_READ, c->base.peer, len),
+            .sg_list = &sge,
+            .num_sge = 1,
+            .opcode = IBV_WR_RDMA_READ,
+            .send_flags = IBV_SEND_SIGNALED,
+            .wr.rdma = {.remote_addr = c->pull_remote + c->pull_posted, .rkey = c->pull_rkey},
+        };
+        struct ibv_send_wr *bad = NULL;
+        int rc = ibv_post_send(c->qp, &wr, &bad);
+        if (rc)
+            return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a read from rank %d: %s", c->base.peer, strerror(rc));
+        c->sq_busy++;
+        c->pull_posted += len;
+    }
+    return CCL_OK;
+}
+
+ccl_status_t ccl__ib_zc_take(struct ccl__conn *base, void *buf, size_t bytes, void *reg) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    if (c->failed) return c->failed;
+    if (c->pulling || c->arrived == c->released)
+        return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: zero-copy take from rank %d without an offer",
+                              base->peer);
+    const uint8_t *at = c->recv_fifo + (c->released % c->nslots) * c->stride;
+    struct ccl__slot_meta m;
+    struct ccl__ib_zc_offer offer;
+    memcpy(&m, at, HDR_BYTES);
+    memcpy(&offer, at + HDR_BYTES, sizeof(offer));
+    if (m.bytes != sizeof(offer) || offer.bytes != bytes)
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d offered %llu bytes (in a slot of %u); this rank receives %zu",
+                                 base->peer, (unsigned long long)offer.bytes, m.bytes, bytes);
+    const struct ibv_mr *mr = reg;
+    c->pull_remote = offer.addr;
+    c->pull_rkey = offer.rkey;
+    c->pull_local = (uintptr_t)buf;
+    c->pull_lkey = mr->lkey;
+    c->pull_bytes = bytes;
+    c->pull_posted = c->pull_done = 0;
+    c->pulling = 1;
+    CCL_CHECK(ccl__transport_ib.recv_release(base)); /* the offer is copied out: its slot is free */
+    return post_reads(c);
+}
+
+ccl_status_t ccl__ib_zc_done(struct ccl__conn *base, int is_send) {
+    struct ccl__ib_conn *c = ib_conn(base);
+    int moved = 0;
+    CCL_CHECK(ccl__ib_progress_all(c, &moved));
+    if (is_send) return c->zc_acked == c->zc_offered ? CCL_OK : CCL_INPROGRESS;
+    if (!c->pulling) return CCL_OK;
+    CCL_CHECK(post_reads(c));
+    if (c->pull_done < c->pull_bytes || c->sq_busy >= c->sq_depth) return CCL_INPROGRESS;
+    /* Every byte is here: the sender may reuse its buffer. */
+    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_ACK, CCL__IB_IMM(CCL__IB_IMM_ZC_ACK, c->zc_pulled + 1), 0, 0));
+    c->zc_pulled++;
+    c->pulling = 0;
+    return CCL_OK;
+}
