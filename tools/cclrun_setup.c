@@ -16,7 +16,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "Usage: cclrun -n N [--host-per-rank] [--transport shm|tcp] [--timeout SECONDS] [--] prog [args...]\n"
+            "Usage: cclrun -n N [--host-per-rank] [--transport shm|tcp|ib] [--timeout SECONDS] [--] prog [args...]\n"
             "\n"
             "Starts N ranks of prog on this machine for ccl_comm_init_env. Each rank gets\n"
             "CCL_RANK, CCL_WORLD_SIZE, CCL_LOCAL_RANK, CCL_ROOT_ADDR and CCL_SECRET; its\n"
@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "  -n N                 number of ranks (1..%d)\n"
             "  --host-per-rank      give each rank its own CCL_HOST_ID, as if on its own machine\n"
             "                       (ranks then talk over TCP)\n"
-            "  --transport T        set CCL_TRANSPORT=T (shm or tcp)\n"
+            "  --transport T        set CCL_TRANSPORT=T (shm, tcp or ib)\n"
             "  --timeout SECONDS    stop every rank after SECONDS and exit with status 124\n"
             "  -h, --help           show this help\n"
             "\n"
@@ -81,9 +81,9 @@ int cclrun_parse_options(int argc, char **argv, struct cclrun_options *o) {
                 return usage_error("-n must be a whole number from 1 to %d, not '%s'", CCLRUN_MAX_RANKS, v);
             o->nranks = (int)n;
         } else if (take_value(argc, argv, &i, "--transport", &v)) {
-            if (!v) return usage_error("--transport needs shm or tcp");
-            if (strcmp(v, "shm") != 0 && strcmp(v, "tcp") != 0)
-                return usage_error("--transport must be shm or tcp, not '%s'", v);
+            if (!v) return usage_error("--transport needs shm, tcp or ib");
+            if (strcmp(v, "shm") != 0 && strcmp(v, "tcp") != 0 && strcmp(v, "ib") != 0)
+                return usage_error("--transport must be shm, tcp or ib, not '%s'", v);
             o->transport = v;
         } else if (take_value(argc, argv, &i, "--timeout", &v)) {
             if (!v) return usage_error("--timeout needs a number of seconds");

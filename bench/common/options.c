@@ -45,7 +45,7 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             prog);
     if (be->launch_flags)
         fprintf(f,
-                "  -t, --transport shm|tcp force a transport (sets CCL_TRANSPORT)\n"
+                "  -t, --transport T       force a transport: shm, tcp or ib (sets CCL_TRANSPORT)\n"
                 "  -A, --algo NAME         force an algorithm: ring tree rd rhd bruck pairwise direct\n"
                 "                          hier, or per collective (allreduce:tree); sets CCL_ALGO\n"
                 "      --ranks N           fork N local ranks (otherwise: cclrun, torchrun, Slurm\n"
@@ -206,7 +206,8 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
         return parse_int(v, 0, 1 << 30, &o->root) ? usage_error(p, "-r: '%s' is not a rank or all", v) : 0;
     case 'I': o->stats = 1; return 0;
     case 't':
-        if (strcmp(v, "shm") && strcmp(v, "tcp")) return usage_error(p, "-t: '%s' is not shm or tcp", v);
+        if (strcmp(v, "shm") && strcmp(v, "tcp") && strcmp(v, "ib"))
+            return usage_error(p, "-t: '%s' is not shm, tcp or ib", v);
         o->transport = v;
         return 0;
     case 'A':

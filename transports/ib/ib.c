@@ -201,20 +201,25 @@ void ccl__ib_flush_notices(struct ccl__ib_state *s) {
     }
 }
 
-/* The channel's event (and our own kick) once waiting is over. */
+/* The channel's event (and our own kick) once waiting is over. Only an
+ * armed queue raises events, and only wait_fd kicks: while spinning there
+ * is nothing to take, and no system call is made. */
 static void take_events(struct ccl__ib_state *s) {
     struct ibv_cq *cq;
     void *ctx;
-    while (ibv_get_cq_event(s->chan, &cq, &ctx) == 0) {
+    if (s->kicked) {
+        uint64_t v;
+        ssize_t r = read(s->kick_fd, &v, sizeof(v));
+        (void)r;
+        s->kicked = 0;
+    }
+    while (s->armed && ibv_get_cq_event(s->chan, &cq, &ctx) == 0) {
         s->armed = 0;
         if (++s->cq_events >= 64) {
             ibv_ack_cq_events(s->cq, s->cq_events);
             s->cq_events = 0;
         }
     }
-    uint64_t v;
-    ssize_t r = read(s->kick_fd, &v, sizeof(v)); /* EAGAIN: no kick */
-    (void)r;
 }
 
 ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved) {
@@ -309,6 +314,7 @@ static int ib_wait_fd(struct ccl__conn *base, short *events) {
         if (moved) {
             uint64_t one = 1;
             if (write(s->kick_fd, &one, sizeof(one)) < 0) return s->chan->fd;
+            s->kicked = 1;
             return s->kick_fd;
         }
     }

@@ -147,6 +147,7 @@ struct ccl__ib_state {
     unsigned cq_events; /* channel events taken and not yet acknowledged */
     int armed;          /* the CQ will raise an event on the next completion */
     int kick_fd;        /* eventfd: readable when completions came in while arming */
+    int kicked;         /* kick_fd holds a count to read */
     uint8_t port, link_layer;
     enum ibv_mtu mtu;
     int gid_index;

@@ -1,0 +1,98 @@
+#!/bin/sh
+# compare-perftest.sh: libccl over RDMA against perftest on the same two
+# devices, in one go, alternating the two sides ROUNDS times and reporting
+# medians and their ratios:
+#
+#   bench/compare-perftest.sh [-B BUILD_DIR] [-r ROUNDS] [-d DEV0,DEV1] OUT_DIR
+#
+# - bandwidth: sendrecv_perf over ib on 2 ranks (each sends to and receives
+#   from the other at once) against ib_write_bw -b (bidirectional RDMA
+#   WRITE), at 1 MiB and 4 MiB; the ratio is libccl's busbw (bytes one way
+#   per second) over half of perftest's two-way figure;
+# - latency: sendrecv_perf's time for 8 bytes against ib_send_lat's typical
+#   one-way latency for 8 bytes;
+# - all_reduce_perf over ib on 2 ranks, 1 MiB and 4 MiB, for the record.
+#
+# Rank 0 uses DEV0 and rank 1 DEV1 (default rxe0,rxe1), each as its own
+# host, so traffic crosses from one adapter to the other as perftest's does.
+# Made for tools/rdma-vm.sh's VM (soft-RoCE, CPU-bound: compare ratios, not
+# figures):
+#
+#   tools/rdma-vm.sh -w /tmp/out 'bench/compare-perftest.sh /tmp/out'
+#
+# Writes OUT_DIR/raw.txt (every figure) and OUT_DIR/summary.txt.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$top/build rounds=3 devs=rxe0,rxe1
+usage() { echo "usage: $0 [-B BUILD_DIR] [-r ROUNDS] [-d DEV0,DEV1] OUT_DIR" >&2; exit 2; }
+while getopts B:r:d:h o; do
+  case $o in B) build=$OPTARG ;; r) rounds=$OPTARG ;; d) devs=$OPTARG ;; *) usage ;; esac
+done
+shift $((OPTIND - 1))
+[ $# -eq 1 ] || usage
+out=$1
+mkdir -p "$out"
+dev0=${devs%,*} dev1=${devs#*,}
+for t in ib_write_bw ib_send_lat; do
+  command -v $t >/dev/null || { echo "$0: no $t (apt-get install perftest)" >&2; exit 77; }
+done
+raw=$out/raw.txt
+: >"$raw"
+export CCL_TUNING_FILE=${CCL_TUNING_FILE:-none}
+port=18515
+
+# perftest: server on dev1, client on dev0, over the loopback for set-up.
+perftest() { # tool, then its arguments; prints the client's output
+  tool=$1
+  shift
+  port=$((port + 1))
+  "$tool" -d "$dev1" -x 0 -p $port "$@" >/dev/null 2>&1 &
+  server=$!
+  sleep 1
+  "$tool" -d "$dev0" -x 0 -p $port "$@" 127.0.0.1 2>&1 || true
+  wait $server || true
+}
+ccl() { # benchmark, then its arguments: 2 ranks, one device and host each
+  "$build/tools/cclrun" -n 2 --host-per-rank --transport ib --timeout 300 -- \
+    sh -c 'CCL_IB_HCA=$(echo "$0" | cut -d, -f$((CCL_RANK + 1))) exec "$@"' "$devs" "$build/bench/$@"
+}
+
+for r in $(seq 1 "$rounds"); do
+  for size in 1048576 4194304; do
+    bw=$(perftest ib_write_bw -b -s $size -n 200 -F --report_gbits | awk -v s=$size '$1 == s {print $4; exit}')
+    echo "round $r perftest_write_bw_bidir_gbit $size ${bw:-nan}" >>"$raw"
+    # busbw from the time column (the printed one has two decimals)
+    line=$(ccl sendrecv_perf -b $size -e $size -n 50 -w 5 -c 0 | awk -v s=$size '$2 == s {print; exit}')
+    echo "round $r ccl_sendrecv_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
+  done
+  lat=$(perftest ib_send_lat -s 8 -n 2000 -F | awk '$1 == 8 {print $5; exit}')
+  echo "round $r perftest_send_lat_us 8 ${lat:-nan}" >>"$raw"
+  line=$(ccl sendrecv_perf -b 8 -e 8 -n 2000 -w 100 -c 0 | awk '$2 == 8 {print; exit}')
+  echo "round $r ccl_sendrecv_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
+  for size in 1048576 4194304; do
+    line=$(ccl all_reduce_perf -b $size -e $size -n 20 -w 3 -c 0 | awk -v s=$size '$2 == s {print; exit}')
+    echo "round $r ccl_all_reduce_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
+  done
+  echo "compare-perftest: round $r of $rounds done" >&2
+done
+
+# Medians per (what, size), then the ratios.
+awk '
+  { v[$3 " " $4] = v[$3 " " $4] " " $5 }
+  function median(list,   a, n, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  END {
+    for (k in v) m[k] = median(v[k])
+    for (s = 1048576; s <= 4194304; s *= 4) {
+      pt = m["perftest_write_bw_bidir_gbit " s] / 8 / 2
+      cc = m["ccl_sendrecv_busbw_GBps " s]
+      printf "bandwidth %7d B: libccl sendrecv %.3f GB/s each way, ib_write_bw -b %.3f GB/s each way: ratio %.2f\n", s, cc, pt, (pt > 0 ? cc / pt : 0)
+    }
+    pl = m["perftest_send_lat_us 8"]; cl = m["ccl_sendrecv_time_us 8"]
+    printf "latency 8 B: libccl sendrecv %.2f us, ib_send_lat %.2f us: ratio %.2f\n", cl, pl, (pl > 0 ? cl / pl : 0)
+    for (s = 1048576; s <= 4194304; s *= 4)
+      printf "all_reduce %7d B: libccl busbw %.3f GB/s\n", s, m["ccl_all_reduce_busbw_GBps " s]
+  }' "$raw" | tee "$out/summary.txt"
