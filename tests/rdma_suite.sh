@@ -19,6 +19,7 @@ run() { # name, then the command
 }
 run test_transport_ib "$build/tests/test_transport_ib"
 run "test_faults (kill -9)" env CK_RUN_CASE=kill_during_all_reduce "$build/tests/test_faults"
+run "test_faults_boot (wrong secret)" env CK_RUN_CASE=wrong_secret "$build/tests/test_faults_boot"
 # The correctness matrix of every collective (its "matrix" loops only: the
 # per-algorithm loops run shm and tcp, which the host's suite covers).
 for tc in ${CCL_RDMA_SUITES:-test_coll_all_reduce:matrix test_coll_all_gather:matrix test_coll_reduce_scatter:matrix \

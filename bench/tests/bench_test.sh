@@ -96,7 +96,7 @@ files) # LAUNCHER... -- ARGS...: JSON and CSV parse and agree with the text
   python3 "$here/check_results.py" "$tmp/out" "$tmp/r.csv" "$tmp/r.json" || die "results disagree" ;;
 usage) # bad flags: a message naming the program, status 2; -h: status 0
   for bad in "-b" "-b x" "-e 1Q" "-f 1" "-n 0" "-w -1" "-m 0" "-c 2" "-z 7" "-a 4" "-d float8" "-o mean" \
-             "-r x" "-t ib" "-A spiral" "--ranks 0" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
+             "-r x" "-t udp" "-A spiral" "--ranks 0" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
     run "$tmp/out" "$bin/$prog" $bad
     [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
     grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"
