@@ -338,6 +338,87 @@ START_TEST(abort_is_told) {
 }
 END_TEST
 
+/* ---- a cable pulled ----
+ * CCL_TEST_CABLE names the network interface under one of the devices (the
+ * VM's v1, under rxe1). Two ranks all-reduce 1 MiB in a loop across the
+ * two devices; the parent takes the interface down. Both ranks must get
+ * CCL_ERR_REMOTE, naming a rank, long before CCL_TIMEOUT (60 s), and leave
+ * nothing behind. The parent brings the link back once they are done. */
+
+static int body_cable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    size_t n = (1u << 20) / sizeof(float);
+    float *buf = calloc(n, sizeof(float));
+    ccl_status_t st = buf ? CCL_OK : CCL_ERR_NO_MEMORY;
+    double t0 = harness_now();
+    int calls = 0;
+    while (st == CCL_OK && harness_now() - t0 < 40) {
+        st = ccl_all_reduce(buf, buf, n, CCL_FLOAT32, CCL_SUM, comm);
+        calls++;
+    }
+    const char *why = ccl_comm_last_error(comm);
+    EXPECT(&t, st == CCL_ERR_REMOTE, "after %d all-reduces and %.1f s, the last returned %s: '%s'", calls,
+           harness_now() - t0, ccl_status_string(st), why);
+    EXPECT(&t, strstr(why, "rank "), "the error names no rank: '%s'", why);
+    fprintf(stderr, "[cable] rank %d: %s after %d calls: %s\n", rank, ccl_status_string(st), calls, why);
+    free(buf);
+    return t.fails;
+}
+
+static int link_set(const char *ifname, const char *state) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ip link set %s %s", ifname, state);
+    return system(cmd);
+}
+
+static int child_running(pid_t pid) {
+    char path[64], stat[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t got = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    const char *end = memchr(stat, ')', got);
+    return end && end[1] == ' ' && end[2] != 'Z';
+}
+
+static int pull_cable(struct harness_run *run, void *arg) {
+    const char *ifname = arg;
+    int fails = 0;
+    struct timespec settle = {2, 0}, tick = {0, 100 * 1000 * 1000};
+    nanosleep(&settle, NULL); /* the ranks are in their loop by now */
+    if (link_set(ifname, "down") != 0) {
+        fprintf(stderr, "parent: cannot take %s down\n", ifname);
+        fails++;
+    }
+    double t0 = harness_now();
+    for (int alive = 1; alive && harness_now() - t0 < 50;) {
+        nanosleep(&tick, NULL);
+        alive = 0;
+        for (int r = 0; r < run->nranks; r++) alive |= child_running(run->pid[r]);
+    }
+    fprintf(stderr, "parent: the ranks were done %.1f s after %s went down\n", harness_now() - t0, ifname);
+    if (link_set(ifname, "up") != 0) fails++;
+    nanosleep(&settle, NULL); /* the device's port comes back */
+    return fails;
+}
+
+START_TEST(cable_pulled) {
+    if (!need_device("cable_pulled")) return;
+    const char *ifname = getenv("CCL_TEST_CABLE");
+    if (!ifname || !*ifname) {
+        fprintf(stderr, "SKIP cable_pulled: CCL_TEST_CABLE names no interface to take down\n");
+        return;
+    }
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_cable,
+                              .parent = pull_cable, .arg = (void *)ifname, .lenient_destroy = 1,
+                              .deadline_s = 120};
+    util_run_clean(&run, 0, "2 ranks ib, the cable under rank 1's device pulled");
+}
+END_TEST
+
 /* One case per test, so that CK_RUN_CASE can pick one. */
 static void add_case(Suite *s, const char *name, const TTest *test) {
     TCase *c = tcase_create(name);
@@ -354,6 +435,7 @@ static Suite *ib_suite(void) {
     add_case(s, "register_reuse", register_reuse);
     add_case(s, "zero_copy_size_mismatch", zero_copy_size_mismatch);
     add_case(s, "abort_is_told", abort_is_told);
+    add_case(s, "cable_pulled", cable_pulled);
     return s;
 }
 

@@ -107,6 +107,11 @@ static ccl_status_t wc_failed(struct ccl__ib_conn *c, const struct ibv_wc *wc) {
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE,
                          "rank %d (%.64s, pid %d) stopped answering: %s (it failed, or the link is down)",
                          c->base.peer, pi->hostname, (int)pi->pid, ibv_wc_status_str(wc->status));
+    if (wc->status == IBV_WC_LOC_QP_OP_ERR) /* soft-RoCE reports a send it could not put on its link so */
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE,
+                                 "a %s to rank %d (%.64s) could not leave this adapter: %s (is its link down?)",
+                                 wr_name((int)(wc->wr_id & 0xff)), c->base.peer, pi->hostname,
+                                 ibv_wc_status_str(wc->status));
     return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "a %s to or from rank %d (%.64s) failed: %s (vendor error 0x%x)",
                              wr_name((int)(wc->wr_id & 0xff)), c->base.peer, pi->hostname,
                              ibv_wc_status_str(wc->status), wc->vendor_err);
