@@ -13,12 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/boot_pair.h"
 #include "core/comm.h"
 #include "core/log.h"
+#include "core/socket.h"
 #include "transports/ib/ib.h"
 
 #define HDR_BYTES sizeof(struct ccl__slot_meta)
@@ -126,8 +126,18 @@ static ccl_status_t peer_failed(struct ccl__ib_conn *c, uint32_t code) {
     return ccl__comm_fail(c->base.comm, CCL_ERR_REMOTE);
 }
 
-/* Cumulative counts travel in 30 bits: what `now` adds to `had`. */
-static uint64_t count_gain(uint32_t now, uint64_t had) { return (now - (uint32_t)had) & CCL__IB_COUNT_MASK; }
+/* A cumulative count from the peer (credits, acknowledged offers), in 30
+ * bits: what it adds to *had, which may never pass `issued` (the slots or
+ * offers this side has sent). */
+static ccl_status_t take_count(struct ccl__ib_conn *c, uint32_t n, uint64_t *had, uint64_t issued, const char *what) {
+    uint64_t gained = (n - (uint32_t)*had) & CCL__IB_COUNT_MASK;
+    if (gained > issued - *had)
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned %llu %s for %llu outstanding",
+                                 c->base.peer, peer_host(c), (unsigned long long)gained, what,
+                                 (unsigned long long)(issued - *had));
+    *had += gained;
+    return CCL_OK;
+}
 
 static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *wc) {
     int peer = (int)((wc->wr_id >> 8) & 0xffffff), kind = (int)(wc->wr_id & 0xff);
@@ -155,24 +165,12 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
     switch (CCL__IB_IMM_KIND(imm)) {
     case CCL__IB_IMM_FAIL:
         return peer_failed(c, n);
-    case CCL__IB_IMM_ZC_ACK: {
-        uint64_t gained = count_gain(n, c->zc_acked);
-        if (gained > c->zc_offered - c->zc_acked)
-            return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) acknowledged %llu zero-copy offers of %llu",
-                                     c->base.peer, peer_host(c), (unsigned long long)gained,
-                                     (unsigned long long)(c->zc_offered - c->zc_acked));
-        c->zc_acked += gained;
+    case CCL__IB_IMM_ZC_ACK:
+        CCL_CHECK(take_count(c, n, &c->zc_acked, c->zc_offered, "zero-copy acknowledgements"));
         break;
-    }
-    case CCL__IB_IMM_CREDIT: {
-        uint64_t gained = count_gain(n, c->credits);
-        if (gained > c->sent - c->credits)
-            return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned %llu credits for %llu slots in flight",
-                             c->base.peer, peer_host(c), (unsigned long long)gained,
-                             (unsigned long long)(c->sent - c->credits));
-        c->credits += gained;
+    case CCL__IB_IMM_CREDIT:
+        CCL_CHECK(take_count(c, n, &c->credits, c->sent, "credits"));
         break;
-    }
     default:
         if (n != (uint32_t)(c->arrived & CCL__IB_COUNT_MASK) || c->arrived - c->released >= c->nslots)
             return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
@@ -196,12 +194,10 @@ static void drain_cq(struct ccl__ib_state *s, int *moved) {
 
 void ccl__ib_flush_notices(struct ccl__ib_state *s) {
     int moved = 0;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (__atomic_load_n(&s->notices_done, __ATOMIC_RELAXED) < __atomic_load_n(&s->notices_posted, __ATOMIC_RELAXED)) {
+    double give_up = ccl__now() + 0.2;
+    while (__atomic_load_n(&s->notices_done, __ATOMIC_RELAXED) < __atomic_load_n(&s->notices_posted, __ATOMIC_RELAXED) &&
+           ccl__now() < give_up) {
         drain_cq(s, &moved);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 200000000L) break; /* 0.2 s */
         sched_yield();
     }
 }
@@ -238,7 +234,7 @@ ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved) {
 /* ---- the slot interface ---- */
 
 /* A slot is free on both sides and the send queue has room. */
-int ccl__ib_can_send(const struct ccl__ib_conn *c) {
+static int can_send(const struct ccl__ib_conn *c) {
     return c->sent - c->credits < c->nslots && c->sent - c->send_done < c->nslots && c->sq_busy < c->sq_depth;
 }
 
@@ -246,9 +242,9 @@ static ccl_status_t ib_send_acquire(struct ccl__conn *base, void **buf) {
     struct ccl__ib_conn *c = ib_conn(base);
     int moved = 0;
     if (c->failed) return c->failed;
-    if (!ccl__ib_can_send(c)) {
+    if (!can_send(c)) {
         CCL_CHECK(ccl__ib_progress_all(c, &moved));
-        if (!ccl__ib_can_send(c)) return CCL_INPROGRESS;
+        if (!can_send(c)) return CCL_INPROGRESS;
     }
     *buf = c->send_fifo + (c->sent % c->nslots) * c->stride + HDR_BYTES;
     return CCL_OK;

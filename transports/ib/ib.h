@@ -190,7 +190,6 @@ void ccl__ib_flush_notices(struct ccl__ib_state *s);
 /* Shared by ib.c and ib_zc.c. */
 ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes);
 ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved);
-int ccl__ib_can_send(const struct ccl__ib_conn *c);
 ccl_status_t ccl__ib_conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -43,22 +43,16 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
     if (c->failed) return c->failed;
     if (c->zc_offered != c->zc_acked)
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: a second zero-copy offer to rank %d", base->peer);
-    if (!ccl__ib_can_send(c)) {
-        int moved = 0;
-        CCL_CHECK(ccl__ib_progress_all(c, &moved));
-        if (!ccl__ib_can_send(c)) return CCL_INPROGRESS;
-    }
+    /* The offer is an ordinary slot: its stamp, then the buffer's key. */
+    void *payload;
+    ccl_status_t st = ccl__transport_ib.send_acquire(base, &payload);
+    if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
     const struct ibv_mr *mr = reg;
-    struct ccl__slot_meta stamp = *m;
     struct ccl__ib_zc_offer offer = {.addr = (uintptr_t)buf, .bytes = bytes, .rkey = mr->rkey};
+    struct ccl__slot_meta stamp = *m;
     stamp.bytes = sizeof(offer);
-    uint64_t slot = c->sent % c->nslots;
-    uint8_t *at = c->send_fifo + slot * c->stride;
-    memcpy(at, &stamp, HDR_BYTES);
-    memcpy(at + HDR_BYTES, &offer, sizeof(offer));
-    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_DATA, CCL__IB_IMM(CCL__IB_IMM_SLOT, c->sent), slot,
-                                 (uint32_t)(HDR_BYTES + sizeof(offer))));
-    c->sent++;
+    memcpy(payload, &offer, sizeof(offer));
+    CCL_CHECK(ccl__transport_ib.send_commit(base, &stamp));
     c->zc_offered++;
     return CCL_OK;
 }
