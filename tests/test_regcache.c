@@ -5,7 +5,8 @@
  * touches an entry in use (with CCL_REG_CACHE=1), registrations that last
  * one use by default, pinned ones (ccl_comm_register) that stay until
  * unpinned, forgetting freed memory (at once, or at the last put when in
- * use), a failing registration that caches nothing, and teardown that
+ * use), registrations that linger after their last use when the
+ * transport asks, a failing registration that caches nothing, and teardown that
  * leaves nothing registered.
  */
 #include <check.h>
@@ -55,6 +56,9 @@ static void fake_dereg(struct ccl_comm *comm, void *handle) {
 
 static const struct ccl__transport fake_transport = {.name = "fake", .reg = fake_reg, .dereg = fake_dereg};
 static const struct ccl__transport plain_transport = {.name = "plain"};
+#define LINGER_S 0.2
+static const struct ccl__transport lingering_transport = {
+    .name = "lingering", .reg = fake_reg, .dereg = fake_dereg, .reg_linger_s = LINGER_S};
 
 /* keep: CCL_REG_CACHE (unused registrations kept between uses). */
 static struct ccl_comm *comm_keeping(int keep) {
@@ -252,12 +256,68 @@ START_TEST(pinned_until_unpinned) {
 }
 END_TEST
 
+/* A transport whose peers may touch memory after its last use (RDMA
+ * duplicate reads): an unused registration stops serving lookups at once
+ * but stays registered for reg_linger_s, then goes at the next get or
+ * put; one evicted from a keeping cache or forgotten lingers too;
+ * teardown drops lingering ones with the rest. */
+START_TEST(lingers_after_last_use) {
+    struct ccl_comm *comm = comm_keeping(0);
+    size_t ps = page();
+    uint8_t *buf = aligned_alloc(ps, 8 * ps);
+    struct ccl__reg *a, *b;
+    ck_assert_int_eq(ccl__reg_get(comm, &lingering_transport, buf, ps, &a), CCL_OK);
+    ccl__reg_put(comm, a);
+    ck_assert_int_eq(fake.live[0], 1);
+    struct ccl__regcache_stats s = ccl__reg_stats(comm);
+    ck_assert_uint_eq(s.live, 0);
+    ck_assert_uint_eq(s.lingering, 1);
+    /* The same memory again: a new registration, not the lingering one. */
+    ck_assert_int_eq(ccl__reg_get(comm, &lingering_transport, buf, ps, &b), CCL_OK);
+    ck_assert_ptr_ne(a, b);
+    ck_assert_int_eq(fake.regs, 2);
+    ccl__reg_put(comm, b);
+    ck_assert_uint_eq(ccl__reg_stats(comm).lingering, 2);
+    usleep((useconds_t)(LINGER_S * 1.5e6));
+    ck_assert_int_eq(fake.live[0], 1); /* nothing swept without a call */
+    ck_assert_int_eq(ccl__reg_get(comm, &lingering_transport, buf + 4 * ps, ps, &a), CCL_OK);
+    ck_assert_int_eq(fake.live[0], 0);
+    ck_assert_int_eq(fake.live[1], 0);
+    s = ccl__reg_stats(comm);
+    ck_assert_uint_eq(s.lingering, 0);
+    ck_assert_uint_eq(s.live, 1);
+    /* Forgotten while unused: it lingers as well. */
+    ccl__reg_put(comm, a);
+    ccl__reg_forget(comm, buf, 8 * ps);
+    ck_assert_int_eq(fake.live[2], 1);
+    ck_assert_uint_eq(ccl__reg_stats(comm).lingering, 1);
+    comm_free(comm); /* teardown drops it now (comm_free checks) */
+    free(buf);
+
+    /* Evicted from a keeping cache: lingers, counted as an eviction. */
+    comm = comm_keeping(1);
+    uint8_t *many = aligned_alloc(ps, (CCL__REGCACHE_KEEP + 2) * 2 * ps);
+    for (int i = 0; i <= CCL__REGCACHE_KEEP; i++) {
+        ck_assert_int_eq(ccl__reg_get(comm, &lingering_transport, many + 2 * (size_t)i * ps, ps, &a), CCL_OK);
+        ccl__reg_put(comm, a);
+    }
+    s = ccl__reg_stats(comm);
+    ck_assert_uint_eq(s.evictions, 1);
+    ck_assert_uint_eq(s.live, CCL__REGCACHE_KEEP);
+    ck_assert_uint_eq(s.lingering, 1);
+    ck_assert_int_eq(fake.live[0], 1);
+    comm_free(comm);
+    free(many);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("regcache");
     TCase *tc = tcase_create("cache");
     tcase_add_test(tc, hit_inside_miss_outside);
     tcase_add_test(tc, eviction_is_lru_and_spares_users);
     tcase_add_test(tc, forget_drops_overlaps);
+    tcase_add_test(tc, lingers_after_last_use);
     tcase_add_test(tc, failures_cache_nothing);
     tcase_add_test(tc, default_lasts_one_use);
     tcase_add_test(tc, pinned_until_unpinned);

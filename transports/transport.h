@@ -111,6 +111,12 @@ struct ccl__transport {
      * the registration cache (prims/regcache.h), never straight here. */
     ccl_status_t (*reg)(struct ccl_comm *comm, void *addr, size_t bytes, void **handle);
     void (*dereg)(struct ccl_comm *comm, void *handle);
+    /* How long a registration must outlive its last use (0: not at all).
+     * An RDMA peer that read a buffer may still send a duplicate of its
+     * read request (its retransmission timer fired while the answer was
+     * merely late); answered from a deregistered region, that request
+     * puts both queue pairs in the error state. */
+    double reg_linger_s;
 
     /* Zero-copy point-to-point (all NULL when the transport has none).
      * Instead of streaming a large message through the slots, the sender

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/socket.h"
 #include "transports/transport.h"
 
 struct ccl__regcache {
@@ -31,24 +32,50 @@ static struct ccl__regcache *cache_of(struct ccl_comm *comm) {
 static void drop_at(struct ccl_comm *comm, struct ccl__regcache *c, int i) {
     struct ccl__reg *r = c->e[i];
     r->t->dereg(comm, r->handle);
+    if (r->linger_until > 0) c->stats.lingering--;
+    else c->stats.live--;
     free(r);
     c->e[i] = c->e[--c->n];
+}
+
+/* An unused registration goes: at once, or, when its transport says peers
+ * may still touch it (reg_linger_s), after that long. A lingering one
+ * serves no lookup: the memory may be freed and reused meanwhile. */
+static void retire_at(struct ccl_comm *comm, struct ccl__regcache *c, int i) {
+    struct ccl__reg *r = c->e[i];
+    if (r->t->reg_linger_s <= 0) {
+        drop_at(comm, c, i);
+        return;
+    }
+    if (r->linger_until > 0) return; /* already lingering */
+    r->stale = 1;
+    r->linger_until = ccl__now() + r->t->reg_linger_s;
     c->stats.live--;
+    c->stats.lingering++;
+}
+
+/* Deregisters lingering entries whose time is up. */
+static void sweep(struct ccl_comm *comm, struct ccl__regcache *c) {
+    if (!c->stats.lingering) return;
+    double now = ccl__now();
+    for (int i = c->n - 1; i >= 0; i--)
+        if (c->e[i]->linger_until > 0 && c->e[i]->linger_until <= now) drop_at(comm, c, i);
 }
 
 /* Unused entries go at once, unless CCL_REG_CACHE keeps up to
  * CCL__REGCACHE_KEEP of them (the least recently used go first). */
 static void trim(struct ccl_comm *comm, struct ccl__regcache *c) {
     int keep = comm->params.reg_cache ? CCL__REGCACHE_KEEP : 0;
+    sweep(comm, c);
     for (;;) {
         int unused = 0, oldest = -1;
         for (int i = 0; i < c->n; i++) {
-            if (c->e[i]->refs || c->e[i]->pinned) continue;
+            if (c->e[i]->refs || c->e[i]->pinned || c->e[i]->linger_until > 0) continue;
             unused++;
             if (oldest < 0 || c->e[i]->last_use < c->e[oldest]->last_use) oldest = i;
         }
         if (unused <= keep) return;
-        drop_at(comm, c, oldest);
+        retire_at(comm, c, oldest);
         c->stats.evictions++;
     }
 }
@@ -64,6 +91,7 @@ static ccl_status_t get_locked(struct ccl_comm *comm, const struct ccl__transpor
                               addr);
     struct ccl__regcache *c = cache_of(comm);
     if (!c) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "register: out of memory");
+    sweep(comm, c);
     c->clock++;
     for (int i = 0; i < c->n; i++) {
         struct ccl__reg *r = c->e[i];
@@ -112,8 +140,8 @@ static void put_locked(struct ccl_comm *comm, struct ccl__reg *r) {
     if (--r->refs == 0 && r->stale) {
         for (int i = 0; i < c->n; i++)
             if (c->e[i] == r) {
-                drop_at(comm, c, i);
-                return;
+                retire_at(comm, c, i);
+                break;
             }
     }
     trim(comm, c);
@@ -165,7 +193,7 @@ void ccl__reg_forget(struct ccl_comm *comm, const void *addr, size_t bytes) {
         struct ccl__reg *r = c->e[i];
         if (r->hi <= a || b <= r->lo) continue;
         if (r->refs) r->stale = 1;
-        else drop_at(comm, c, i);
+        else retire_at(comm, c, i);
     }
     pthread_mutex_unlock(&cache_lock);
 }

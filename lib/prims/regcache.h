@@ -15,6 +15,10 @@
  * free and reuse (CCL_REG_CACHE=1: unused entries are kept, least recently
  * used going first past CCL__REGCACHE_KEEP).
  *
+ * Some transports need a registration to outlive its last use a little
+ * (reg_linger_s: an RDMA peer's late duplicate read); such an entry stops
+ * serving lookups at once and is deregistered when its time is up.
+ *
  * Thread-safe: async calls register on their progress thread while the
  * application registers on its own.
  */
@@ -40,10 +44,13 @@ struct ccl__reg {
     int stale;          /* forgotten while in use: deregistered at the last put */
     int pinned;         /* pins held by ccl_comm_register handles (each also a ref) */
     uint64_t last_use;  /* the cache's clock at the last get */
+    double linger_until; /* > 0: unused, deregistered at this ccl__now() */
 };
 
+/* live: registrations that serve lookups; lingering: unused ones that
+ * wait out their transport's reg_linger_s (swept at each get and put). */
 struct ccl__regcache_stats {
-    uint64_t hits, misses, evictions, live;
+    uint64_t hits, misses, evictions, live, lingering;
 };
 
 /* Is [addr, addr + bytes) inside a pinned registration of transport t? */

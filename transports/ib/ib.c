@@ -361,6 +361,7 @@ const struct ccl__transport ccl__transport_ib = {
     .slot_bytes = ib_slot_bytes,
     .reg = ccl__ib_reg,
     .dereg = ccl__ib_dereg,
+    .reg_linger_s = CCL__IB_REG_LINGER_S,
     .zc_min_bytes = ccl__ib_zc_min_bytes,
     .zc_offer = ccl__ib_zc_offer,
     .zc_take = ccl__ib_zc_take,

@@ -70,6 +70,11 @@ struct ccl__ib_zc_offer {
 /* RDMA READs are cut at this size, so that a long pull keeps credits and
  * other connections' traffic moving between its pieces. */
 #define CCL__IB_READ_BYTES (1u << 20)
+/* A buffer a peer pulled stays registered this long after its last use:
+ * the peer's duplicate read requests (sent when its retransmission timer,
+ * 67 ms, fired before a late answer came) may still be on the wire after
+ * the pull completed. A few retry periods, with room for a loaded host. */
+#define CCL__IB_REG_LINGER_S 2.0
 
 /* What each rank publishes in its bootstrap blob. */
 #define CCL__IB_BLOB_MAGIC 0x56424925u /* "%IBV" */
