@@ -174,6 +174,25 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_reduce(const void *sendbuf, void *recvbuf
 CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all(const void *sendbuf, void *recvbuf, size_t count_per_peer,
                                                   ccl_dtype_t dtype, ccl_comm_t *comm);
 CCL_API CCL_NODISCARD ccl_status_t ccl_barrier(ccl_comm_t *comm);
+/* Rank p's sendcount elements land at block p of recvbuf on root, which
+ * holds nranks * sendcount elements (written on root only; NULL elsewhere
+ * is fine). In place on root: sendbuf == recvbuf + root * sendcount. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                              ccl_dtype_t dtype, int root, ccl_comm_t *comm);
+/* Block p of root's sendbuf (nranks * recvcount elements, read on root
+ * only) lands in rank p's recvbuf. In place on root: recvbuf == sendbuf +
+ * root * recvcount. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                               ccl_dtype_t dtype, int root, ccl_comm_t *comm);
+/* All-to-all with a count per pair: sendcounts[p] elements at sendbuf +
+ * sdispls[p] (in elements) go to rank p; recvcounts[p] elements from rank
+ * p land at recvbuf + rdispls[p]. recvcounts[p] must equal rank p's
+ * sendcounts[this rank]: a difference fails on both, naming both counts.
+ * The four arrays (nranks entries each) are read before the call returns.
+ * Not in place. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all_v(const void *sendbuf, const size_t *sendcounts,
+                                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                                    const size_t *rdispls, ccl_dtype_t dtype, ccl_comm_t *comm);
 
 /* ---- point to point ---- */
 CCL_API CCL_NODISCARD ccl_status_t ccl_send(const void *buf, size_t count, ccl_dtype_t dtype, int peer,
@@ -185,7 +204,9 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_recv(void *buf, size_t count, ccl_dtype_t
  * recorded; ccl_group_end runs them so that all of them progress together
  * (sends and receives to many peers at once, in any order), waits for the
  * blocking ones and returns the first error. Groups nest; the outermost end
- * runs them. */
+ * runs them. Gather, scatter and all_to_all_v are sends and receives
+ * underneath: in a group they run with its other transfers, and the group's
+ * end waits for them even when they were issued async. */
 CCL_API CCL_NODISCARD ccl_status_t ccl_group_start(void);
 CCL_API CCL_NODISCARD ccl_status_t ccl_group_end(void);
 
@@ -211,6 +232,16 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_reduce_async(const void *sendbuf, void *r
 CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all_async(const void *sendbuf, void *recvbuf, size_t count_per_peer,
                                                         ccl_dtype_t dtype, ccl_comm_t *comm, ccl_request_t **req);
 CCL_API CCL_NODISCARD ccl_status_t ccl_barrier_async(ccl_comm_t *comm, ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_gather_async(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                                    ccl_dtype_t dtype, int root, ccl_comm_t *comm,
+                                                    ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_scatter_async(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                                     ccl_dtype_t dtype, int root, ccl_comm_t *comm,
+                                                     ccl_request_t **req);
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all_v_async(const void *sendbuf, const size_t *sendcounts,
+                                                          const size_t *sdispls, void *recvbuf,
+                                                          const size_t *recvcounts, const size_t *rdispls,
+                                                          ccl_dtype_t dtype, ccl_comm_t *comm, ccl_request_t **req);
 CCL_API CCL_NODISCARD ccl_status_t ccl_send_async(const void *buf, size_t count, ccl_dtype_t dtype, int peer,
                                                   ccl_comm_t *comm, ccl_request_t **req);
 CCL_API CCL_NODISCARD ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_dtype_t dtype, int peer,

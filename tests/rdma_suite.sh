@@ -30,7 +30,7 @@ run "test_faults_boot (wrong secret)" env CK_RUN_CASE=wrong_secret "$build/tests
 # per-algorithm loops run shm and tcp, which the host's suite covers).
 for tc in ${CCL_RDMA_SUITES:-test_coll_all_reduce:matrix test_coll_all_gather:matrix test_coll_reduce_scatter:matrix \
           test_coll_broadcast:matrix test_coll_reduce:matrix test_coll_exchange:all_to_all \
-          test_coll_exchange:ring_send_recv test_coll_exchange:barrier}; do
+          test_coll_exchange:ring_send_recv test_coll_exchange:barrier test_coll_scatter:all_to_all_v}; do
   run "${tc%%:*} (${tc#*:})" env CK_RUN_CASE="${tc#*:}" "$build/tests/${tc%%:*}"
 done
 exit "$fails"

@@ -356,7 +356,6 @@ size_t ref_first_diff(ccl_dtype_t dtype, const void *a, const void *b, size_t co
 /* ---- guarded buffers ---- */
 
 #define GUARD_BYTE 0xa5
-#define POISON_BYTE 0xcd
 #define MAX_MISALIGN 64
 
 int tbuf_alloc(struct tbuf *b, size_t cap) {

@@ -78,6 +78,8 @@ void *tbuf_data(const struct tbuf *b);
 /* 1 if both guards still hold their pattern. */
 int tbuf_guards_ok(const struct tbuf *b);
 /* Fill with the "never written" pattern. */
+/* The byte tbuf_poison fills with. */
+#define POISON_BYTE 0xcd
 void tbuf_poison(struct tbuf *b);
 int tbuf_is_poison(const struct tbuf *b);
 

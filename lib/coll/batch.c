@@ -14,6 +14,7 @@ struct batch_op {
     int n;
     struct ccl__p2p_xfer *xfers;
     int nxfers;
+    const char *what; /* how errors name the transfers */
 };
 
 /* Calls with nothing to move never reach an algorithm: every algorithm
@@ -50,7 +51,7 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
 static ccl_status_t batch_run(struct ccl__op *base) {
     struct batch_op *b = (struct batch_op *)base;
     struct ccl_comm *comm = base->comm;
-    if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->n == 1 ? "send/recv" : "group"));
+    if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->what));
     for (int i = 0; i < b->n; i++)
         if (!b->calls[i].is_p2p) CCL_CHECK(run_coll(comm, &b->calls[i].coll));
     return CCL_OK;
@@ -76,7 +77,7 @@ static void batch_release(struct ccl__op *base) {
 }
 
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
-                               int inline_ok) {
+                               int inline_ok, const char *what) {
     struct batch_op *b = calloc(1, sizeof(*b));
     if (!b) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory queueing an operation");
     b->calls = malloc(sizeof(*calls) * (size_t)n);
@@ -88,6 +89,7 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
     }
     memcpy(b->calls, calls, sizeof(*calls) * (size_t)n);
     b->n = n;
+    b->what = what ? what : n == 1 ? "send/recv" : "group";
     for (int i = 0; i < n; i++) {
         if (calls[i].is_p2p) b->xfers[b->nxfers++] = calls[i].xfer;
         if (calls[i].req) b->base.reqs[b->base.nreqs++] = calls[i].req;
@@ -114,13 +116,13 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
     if (ccl__group_open()) {
         st = ccl__group_record(call);
     } else if (req) {
-        st = ccl__submit_batch(comm, call, 1, NULL, 0);
+        st = ccl__submit_batch(comm, call, 1, NULL, 0, NULL);
     } else if (ccl__exec_try_inline(comm)) {
         return run_inline(call);
     } else {
         struct ccl_request local;
         ccl__request_init(&local, comm);
-        st = ccl__submit_batch(comm, call, 1, &local, 1);
+        st = ccl__submit_batch(comm, call, 1, &local, 1, NULL);
         if (st == CCL_OK) st = ccl__request_wait(&local);
         return st;
     }

@@ -14,6 +14,10 @@
 ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what);
 /* Validates a collective call; sets the comm's last error on failure. */
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what);
+/* dtype is one of ccl_dtype_t; count * its size * mult (0: 1) fits in
+ * size_t and in the wire format. */
+ccl_status_t ccl__check_dtype(struct ccl_comm *comm, ccl_dtype_t dtype, const char *what);
+ccl_status_t ccl__check_count(struct ccl_comm *comm, size_t count, size_t mult, ccl_dtype_t dtype, const char *what);
 ccl_status_t ccl__check_p2p(struct ccl_comm *comm, const void *buf, size_t count, ccl_dtype_t dtype, int peer,
                             const char *what);
 
@@ -41,10 +45,11 @@ ccl_status_t ccl__group_record(const struct ccl__call *call);
 /* comm is being destroyed: drop this thread's recorded calls on it (their
  * requests complete with CCL_ERR_INVALID_USAGE, and so does the group's end). */
 void ccl__group_forget(const struct ccl_comm *comm);
-/* Runs a batch of calls of one communicator as one operation. */
-/* With inline_ok, an idle communicator runs it in this thread. */
+/* Runs a batch of calls of one communicator as one operation. With
+ * inline_ok, an idle communicator runs it in this thread. what names its
+ * point-to-point transfers in errors (NULL: "send/recv" or "group"). */
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
-                               int inline_ok);
+                               int inline_ok, const char *what);
 
 /* Creates a communicator from a unique id (comm_init.c): the one path
  * behind ccl_comm_init_rank, ccl_comm_init_env and ccl_comm_split. */

@@ -91,7 +91,7 @@ static ccl_status_t run_group(struct ccl__call *calls, int n) {
             w = &waits[nwaits++];
             ccl__request_init(w, comm);
         }
-        ccl_status_t st = ccl__submit_batch(comm, batch, m, w, ncomms == 1);
+        ccl_status_t st = ccl__submit_batch(comm, batch, m, w, ncomms == 1, NULL);
         if (st < 0) {
             if (w) nwaits--;
             if (first == CCL_OK) first = st;

@@ -11,14 +11,13 @@ ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what) {
     return CCL_OK;
 }
 
-static ccl_status_t check_type(struct ccl_comm *comm, ccl_dtype_t dtype, const char *what) {
+ccl_status_t ccl__check_dtype(struct ccl_comm *comm, ccl_dtype_t dtype, const char *what) {
     if ((unsigned)dtype >= CCL_NUM_DTYPES)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", what, (int)dtype);
     return CCL_OK;
 }
 
-/* count * esize * mult must fit in size_t (and in the wire format). */
-static ccl_status_t check_size(struct ccl_comm *comm, size_t count, size_t mult, ccl_dtype_t dtype, const char *what) {
+ccl_status_t ccl__check_count(struct ccl_comm *comm, size_t count, size_t mult, ccl_dtype_t dtype, const char *what) {
     size_t es = ccl_dtype_size(dtype);
     if (mult == 0) mult = 1;
     if (count > SIZE_MAX / es / mult || count > (size_t)INT64_MAX / es / mult)
@@ -28,7 +27,7 @@ static ccl_status_t check_size(struct ccl_comm *comm, size_t count, size_t mult,
 }
 
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what) {
-    CCL_CHECK(check_type(comm, a->id.dtype, what));
+    CCL_CHECK(ccl__check_dtype(comm, a->id.dtype, what));
     int k = a->id.kind, n = comm->nranks;
     int reducing = k == CCL__K_ALL_REDUCE || k == CCL__K_REDUCE_SCATTER || k == CCL__K_REDUCE;
     if (reducing && (unsigned)a->id.op >= CCL_NUM_OPS)
@@ -38,7 +37,7 @@ ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args 
             return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank (0..%d)", what,
                                   a->id.root, n - 1);
     size_t mult = k == CCL__K_REDUCE_SCATTER || k == CCL__K_ALL_GATHER || k == CCL__K_ALL_TO_ALL ? (size_t)n : 1;
-    CCL_CHECK(check_size(comm, a->id.count, mult, a->id.dtype, what));
+    CCL_CHECK(ccl__check_count(comm, a->id.count, mult, a->id.dtype, what));
     if (a->id.count == 0) return CCL_OK;
     int me_root = a->id.root == comm->rank;
     int need_send = !(k == CCL__K_BROADCAST && !me_root);
@@ -57,11 +56,11 @@ ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args 
 
 ccl_status_t ccl__check_p2p(struct ccl_comm *comm, const void *buf, size_t count, ccl_dtype_t dtype, int peer,
                             const char *what) {
-    CCL_CHECK(check_type(comm, dtype, what));
+    CCL_CHECK(ccl__check_dtype(comm, dtype, what));
     if (peer < 0 || peer >= comm->nranks)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: peer %d is not a rank (0..%d)", what, peer,
                               comm->nranks - 1);
-    CCL_CHECK(check_size(comm, count, 1, dtype, what));
+    CCL_CHECK(ccl__check_count(comm, count, 1, dtype, what));
     if (count && !buf)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: buf is NULL with count %zu", what, count);
     return CCL_OK;
