@@ -98,6 +98,17 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id);
 /* Collective over nranks processes: each calls it with its own rank. */
 CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
                                                       int rank);
+/* Options for one communicator. Start from CCL_CONFIG_INIT (size lets
+ * later versions add fields without breaking programs built now). */
+typedef struct {
+    size_t size;      /* sizeof(ccl_config_t) */
+    double timeout_s; /* the longest wait without progress, init included; 0: CCL_TIMEOUT */
+} ccl_config_t;
+#define CCL_CONFIG_INIT {sizeof(ccl_config_t), 0.0}
+/* ccl_comm_init_rank with options (config NULL: none). A communicator split
+ * from it inherits its timeout. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
+                                                             int rank, const ccl_config_t *config);
 /* Rank, size and root address from the launcher's environment: CCL_RANK,
  * CCL_WORLD_SIZE, CCL_ROOT_ADDR (host:port); else torchrun's RANK,
  * WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else Slurm's SLURM_PROCID,

@@ -443,6 +443,56 @@ START_TEST(counts_differ_between_ranks) {
 }
 END_TEST
 
+/* ---- ccl_comm_init_rank_config ---- */
+
+#define CONFIG_TIMEOUT_S 1.0
+
+/* A communicator made with a 1 s timeout (its id passed over the harness's
+ * communicator): rank 0's all-reduce, which rank 1 never joins, returns
+ * CCL_ERR_TIMEOUT after about that long, not CCL_TIMEOUT's 60 s. Bad
+ * configs are refused before any rendezvous. */
+static int body_config(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    ccl_unique_id_t id;
+    memset(&id, 0, sizeof id);
+    if (rank == 0) EXPECT_OK(&t, ccl_get_unique_id(&id));
+    EXPECT_OK(&t, ccl_broadcast(&id, &id, sizeof id, CCL_UINT8, 0, comm));
+    ccl_comm_t *c = NULL;
+    ccl_config_t bad = CCL_CONFIG_INIT;
+    bad.timeout_s = -1;
+    EXPECT(&t, ccl_comm_init_rank_config(&c, nranks, id, rank, &bad) == CCL_ERR_INVALID_ARGUMENT && !c,
+           "a negative timeout was accepted");
+    bad = (ccl_config_t)CCL_CONFIG_INIT;
+    bad.size = 0;
+    EXPECT(&t, ccl_comm_init_rank_config(&c, nranks, id, rank, &bad) == CCL_ERR_INVALID_ARGUMENT && !c,
+           "config.size 0 was accepted");
+    ccl_config_t cfg = CCL_CONFIG_INIT;
+    cfg.timeout_s = CONFIG_TIMEOUT_S;
+    if (EXPECT_OK(&t, ccl_comm_init_rank_config(&c, nranks, id, rank, &cfg)) != CCL_OK) return t.fails;
+    float x = 1, y = 0;
+    if (rank == 0) {
+        double t0 = harness_now();
+        ccl_status_t st = ccl_all_reduce(&x, &y, 1, CCL_FLOAT32, CCL_SUM, c);
+        double took = harness_now() - t0;
+        EXPECT(&t, st == CCL_ERR_TIMEOUT, "an all-reduce nobody joined returned %s", ccl_status_string(st));
+        EXPECT(&t, took > 0.8 * CONFIG_TIMEOUT_S && took < 4 * CONFIG_TIMEOUT_S,
+               "timed out after %.2f s with a %.1f s timeout", took, CONFIG_TIMEOUT_S);
+        fprintf(stderr, "[args] config timeout %.1f s: all_reduce returned %s after %.2f s\n", CONFIG_TIMEOUT_S,
+                ccl_status_string(st), took);
+    }
+    /* Rank 1 leaves after rank 0 gave up: wait for it on the outer communicator. */
+    EXPECT_OK(&t, ccl_barrier(comm));
+    ccl_comm_destroy(c);
+    return t.fails;
+}
+
+START_TEST(init_with_config) {
+    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_config, .deadline_s = 60};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 /* ---- CCL_CHECK=1: ranks that disagree ----
  * Every scenario: one rank (or two) calls with other arguments than the
  * rest. Every rank must get CCL_ERR_INVALID_USAGE at once, with a sentence
@@ -571,6 +621,10 @@ static Suite *suite(void) {
     tcase_add_test(tc, names_and_strings);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "counts_differ_between_ranks", counts_differ_between_ranks, 2, 90);
+    tc = tcase_create("init_with_config");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, init_with_config);
+    suite_add_tcase(s, tc);
     util_add_loop_case(s, "check_mode_names_disagreement", check_mode_names_disagreement, 2, 120);
     util_add_loop_case(s, "disagreement_without_check", disagreement_without_check, 2 * NSCENARIOS, 90);
     return s;

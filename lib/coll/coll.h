@@ -52,9 +52,11 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
                                int inline_ok, const char *what);
 
 /* Creates a communicator from a unique id (comm_init.c): the one path
- * behind ccl_comm_init_rank, ccl_comm_init_env and ccl_comm_split. */
+ * behind ccl_comm_init_rank(_config), ccl_comm_init_env and
+ * ccl_comm_split. timeout_s > 0 overrides CCL_TIMEOUT for it. */
 struct ccl__unique_id;
-ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank);
+ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank,
+                              double timeout_s);
 
 /* Frees every ccl_comm_register handle still live (register.c): destroy. */
 void ccl__user_regs_free(struct ccl_comm *comm);

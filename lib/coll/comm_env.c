@@ -177,7 +177,7 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
             return st;
         }
     }
-    return ccl__comm_create(comm, size, &uid, rank);
+    return ccl__comm_create(comm, size, &uid, rank, 0);
 }
 
 struct split_entry {
@@ -219,7 +219,7 @@ CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_co
         if (uid.magic != CCL__UID_MAGIC)
             st = ccl__set_error(comm, CCL_ERR_REMOTE, "comm_split: rank %d could not create the new communicator",
                                 leader);
-        else st = ccl__comm_create(newcomm, size, &uid, newrank);
+        else st = ccl__comm_create(newcomm, size, &uid, newrank, comm->params.timeout_s);
     }
     free(all);
     free(ids);

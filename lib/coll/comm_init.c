@@ -2,6 +2,7 @@
  * Communicator life cycle: create (bootstrap, plan, transports in phases
  * separated by rounds through the root), destroy, abort.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,9 +137,11 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     return st;
 }
 
-ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank) {
+ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank,
+                              double timeout_s) {
     struct ccl_comm *comm = comm_alloc(nranks, rank);
     if (!comm) return CCL_ERR_NO_MEMORY;
+    if (timeout_s > 0) comm->params.timeout_s = timeout_s;
     ccl_status_t st = comm_setup(comm, uid);
     if (st == CCL_OK) st = ccl__registry_add(comm);
     if (st == CCL_OK && comm->params.trace[0]) st = ccl__trace_begin(comm);
@@ -154,6 +157,11 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
 }
 
 CCL_API ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id, int rank) {
+    return ccl_comm_init_rank_config(comm, nranks, id, rank, NULL);
+}
+
+CCL_API ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, ccl_unique_id_t id, int rank,
+                                               const ccl_config_t *config) {
     if (!comm) return CCL_ERR_INVALID_ARGUMENT;
     *comm = NULL;
     if (nranks <= 0 || rank < 0 || rank >= nranks) {
@@ -166,7 +174,22 @@ CCL_API ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nranks, ccl_uniqu
         CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank: the id was not made by ccl_get_unique_id");
         return CCL_ERR_INVALID_ARGUMENT;
     }
-    return ccl__comm_create(comm, nranks, &uid, rank);
+    double timeout_s = 0;
+    if (config) {
+        /* Fields past what the caller's version of the struct has keep their defaults. */
+        if (config->size < sizeof(size_t)) {
+            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: config.size %zu: start from CCL_CONFIG_INIT",
+                     config->size);
+            return CCL_ERR_INVALID_ARGUMENT;
+        }
+        if (config->size >= offsetof(ccl_config_t, timeout_s) + sizeof(double)) timeout_s = config->timeout_s;
+        if (!(timeout_s >= 0) || timeout_s > 1e9) {
+            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: timeout_s %g is not a number of seconds >= 0",
+                     timeout_s);
+            return CCL_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return ccl__comm_create(comm, nranks, &uid, rank, timeout_s);
 }
 
 CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm) {
