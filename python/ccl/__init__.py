@@ -1,0 +1,531 @@
+"""libccl from Python: collectives and point-to-point on any buffer
+(numpy arrays, bytearray, memoryview, CPU tensors through .numpy()),
+without copies. The GIL is released while a call waits.
+
+    import ccl, numpy as np
+    comm = ccl.Comm.from_env()                  # under cclrun or torchrun
+    x = np.ones(1024, dtype=np.float32)
+    comm.all_reduce(x)                          # in place, sum
+    req = comm.all_gather_async(x, out)         # returns at once
+    req.wait()
+
+Errors raise ccl.Error subclasses (ccl.InvalidArgument, ccl.RemoteError,
+ccl.Timeout, ...) carrying the library's sentence; bad arguments are
+caught before anything is sent.
+"""
+import ctypes
+import threading
+
+from . import _lib
+from ._buffers import DTYPES, Buffer, dtype_name
+from .errors import (Aborted, Error, InternalError, InvalidArgument, InvalidUsage, NoMemory, RemoteError,
+                     SystemCallError, Timeout, Unsupported, from_status)
+
+__all__ = ["Comm", "Request", "group", "get_unique_id", "version", "Error", "InvalidArgument", "InvalidUsage",
+           "SystemCallError", "RemoteError", "Timeout", "Aborted", "Unsupported", "NoMemory", "InternalError",
+           "DTYPES", "OPS", "SUM", "PROD", "MAX", "MIN", "AVG"]
+
+_c = _lib.lib
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
+for _name, (_code, _) in DTYPES.items():
+    globals()[_name.upper()] = _name
+UNIQUE_ID_BYTES = 128
+
+
+def version():
+    """(major, minor, patch) of the loaded libccl."""
+    v = _c.ccl_version()
+    return v // 10000, v // 100 % 100, v % 100
+
+
+def _status_text(st):
+    return _c.ccl_status_string(st).decode()
+
+
+def _check(st, comm=None, what=""):
+    if st >= 0:
+        return st
+    msg = _c.ccl_comm_last_error(comm).decode() if comm else ""
+    if not msg:
+        msg = f"{what}: {_status_text(st)}" if what else _status_text(st)
+    raise from_status(st, msg)
+
+
+def _op(op):
+    if isinstance(op, int) and 0 <= op < len(OPS):
+        return op
+    code = OPS.get(str(op).lower().replace("reduceop.", ""), None)
+    if code is None:
+        raise InvalidArgument(f"{op!r} is not a libccl op ({', '.join(OPS)})")
+    return code
+
+
+def get_unique_id():
+    """A new rendezvous point in this process: 128 bytes to hand to every
+    rank (they pickle, travel through any store, and are used once)."""
+    uid = _lib.UniqueIdStruct()
+    _check(_c.ccl_get_unique_id(ctypes.byref(uid)), what="get_unique_id")
+    return bytes(uid)  # all 128 bytes (the field itself would stop at a zero byte)
+
+
+# ---- groups ----
+
+_group = threading.local()
+
+
+def _group_depth():
+    return getattr(_group, "depth", 0)
+
+
+class group:
+    """with ccl.group(): calls inside are recorded and run together at the
+    end (sends and receives in any order cannot deadlock). The buffers of
+    the calls inside stay exported until then."""
+
+    def __enter__(self):
+        _check(_c.ccl_group_start(), what="group_start")
+        _group.depth = _group_depth() + 1
+        if _group.depth == 1:
+            _group.held = []
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _group.depth -= 1
+        st = _c.ccl_group_end()
+        if _group.depth == 0:
+            held, _group.held = _group.held, []
+            for b in held:
+                b.release()
+        if exc_type is None and st < 0:
+            raise from_status(st, f"group_end: {_status_text(st)} (the failing call's communicator says why: "
+                                  f"comm.last_error())")
+        return False
+
+
+class Request:
+    """An operation in flight: wait() until it is done (raising its error),
+    test() without blocking. Its buffers belong to libccl until then."""
+
+    def __init__(self, comm, handle, buffers, what):
+        self._comm, self._h, self._bufs, self.what = comm, handle, buffers, what
+        self._status = None
+
+    def test(self):
+        """True once done (raising its error if it failed)."""
+        if self._status is not None:
+            return self._finish()
+        done = ctypes.c_int(0)
+        st = _c.ccl_test(self._h, ctypes.byref(done))
+        if not done.value:
+            return False
+        return self.wait()
+
+    def wait(self):
+        """Blocks (without the GIL) until done; raises its error. Returns True."""
+        if self._status is None:
+            self._status = _c.ccl_wait(self._h)
+            self._h = None
+            for b in self._bufs:
+                b.release()
+            self._bufs = []
+        return self._finish()
+
+    def _finish(self):
+        if self._status < 0:
+            _check(self._status, self._comm._ptr if self._comm._ptr else None, self.what)
+        return True
+
+    @property
+    def done(self):
+        return self._status is not None
+
+    def __del__(self):
+        if self._status is None and self._h is not None:
+            try:
+                self.wait()  # never leave libccl writing into memory Python may free
+            except Error:
+                pass
+
+
+class Comm:
+    """A communicator: Comm(nranks, rank, uid) with uid from
+    get_unique_id() on one rank, or Comm.from_env() under a launcher."""
+
+    def __init__(self, nranks, rank, uid, timeout=None):
+        if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
+            raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes get_unique_id() returned")
+        self._ptr = None
+        cid = _lib.UniqueIdStruct()
+        ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
+        cfg = _lib.ConfigStruct(ctypes.sizeof(_lib.ConfigStruct), float(timeout or 0))
+        ptr = ctypes.c_void_p()
+        _check(_c.ccl_comm_init_rank_config(ctypes.byref(ptr), int(nranks), cid, int(rank), ctypes.byref(cfg)),
+               what=f"init of rank {rank} of {nranks} (the library's WARN line says why)")
+        self._adopt(ptr)
+
+    @classmethod
+    def from_env(cls):
+        """Rank, size and root from the launcher's environment (cclrun's
+        CCL_RANK/CCL_WORLD_SIZE/CCL_ROOT_ADDR, torchrun's RANK/WORLD_SIZE/
+        MASTER_ADDR/MASTER_PORT, Slurm, Open MPI)."""
+        ptr = ctypes.c_void_p()
+        _check(_c.ccl_comm_init_env(ctypes.byref(ptr)), what="init from the environment (the WARN line says why)")
+        self = cls.__new__(cls)
+        self._adopt(ptr)
+        return self
+
+    def _adopt(self, ptr):
+        self._ptr = ptr.value
+        r, n = ctypes.c_int(), ctypes.c_int()
+        _c.ccl_comm_rank(self._ptr, ctypes.byref(r))
+        _c.ccl_comm_size(self._ptr, ctypes.byref(n))
+        self.rank, self.size = r.value, n.value
+
+    # ---- life cycle ----
+
+    def _p(self):
+        if not self._ptr:
+            raise InvalidUsage("this communicator was destroyed")
+        return self._ptr
+
+    def destroy(self):
+        """Waits for queued operations, frees everything. Idempotent."""
+        if self._ptr:
+            ptr, self._ptr = self._ptr, None
+            _c.ccl_comm_destroy(ptr)
+
+    close = destroy
+
+    def abort(self):
+        """From any thread: pending and later calls raise ccl.Aborted; the
+        other ranks get an error."""
+        if self._ptr:
+            _c.ccl_comm_abort(self._ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+        return False
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:
+            pass
+
+    def last_error(self):
+        return _c.ccl_comm_last_error(self._ptr).decode() if self._ptr else ""
+
+    def describe(self):
+        """How this rank is wired: hosts, transports per peer, ring, algorithms."""
+        buf = ctypes.create_string_buffer(16384)
+        _check(_c.ccl_comm_describe(self._p(), buf, len(buf)), self._ptr, "describe")
+        return buf.value.decode()
+
+    def split(self, color, key=0):
+        """Collective: ranks with the same color form a new Comm, ordered by
+        key then rank; color None or < 0 gives None."""
+        ptr = ctypes.c_void_p()
+        _check(_c.ccl_comm_split(self._p(), -1 if color is None else int(color), int(key), ctypes.byref(ptr)),
+               self._ptr, "split")
+        if not ptr.value:
+            return None
+        c = Comm.__new__(Comm)
+        c._adopt(ptr)
+        return c
+
+    def register(self, buf):
+        """Registers a buffer for zero-copy transfers (RDMA) until
+        deregister(handle); a no-op handle on shm and tcp."""
+        b = Buffer(buf, "buf", False, "uint8")
+        h = ctypes.c_void_p()
+        try:
+            _check(_c.ccl_comm_register(self._p(), b.addr, b.nbytes, ctypes.byref(h)), self._ptr, "register")
+        finally:
+            b.release()
+        return h.value
+
+    def deregister(self, handle):
+        _check(_c.ccl_comm_deregister(self._p(), handle), self._ptr, "deregister")
+
+    # ---- calling ----
+
+    def _run(self, fn, args, bufs, is_async, what):
+        """Calls fn(*args[, &req]); keeps bufs exported while libccl may use
+        them: until the request is done, the group ends, or the call returns."""
+        if is_async:
+            req = ctypes.c_void_p()
+            try:
+                st = fn(*args, ctypes.byref(req))
+                _check(st, self._ptr, what)
+            except BaseException:
+                for b in bufs:
+                    b.release()
+                raise
+            r = Request(self, req.value, [] if _group_depth() else bufs, what)
+            if _group_depth():
+                _group.held.extend(bufs)
+            return r
+        try:
+            st = fn(*args)
+        finally:
+            if _group_depth():
+                _group.held.extend(bufs)
+            else:
+                for b in bufs:
+                    b.release()
+        _check(st, self._ptr, what)
+        return None
+
+    @staticmethod
+    def _pair(send, recv, dtype, send_writable=False):
+        """Buffers for (send, recv); recv None means in place (send is both)."""
+        if recv is None or recv is send:
+            b = Buffer(send, "sendbuf", True, dtype)
+            return b, b, [b]
+        s = Buffer(send, "sendbuf", send_writable, dtype)
+        try:
+            r = Buffer(recv, "recvbuf", True, dtype or s.dtype)
+        except BaseException:
+            s.release()
+            raise
+        if r.dtype != s.dtype:
+            s.release(), r.release()
+            raise InvalidArgument(f"sendbuf holds {s.dtype} and recvbuf {r.dtype}: pass one dtype=")
+        return s, r, [s, r]
+
+    @staticmethod
+    def _need(cond, bufs, message):
+        if not cond:
+            for b in bufs:
+                b.release()
+            raise InvalidArgument(message)
+
+    def _all_reduce(self, send, recv, op, dtype, is_async):
+        s, r, bufs = self._pair(send, recv, dtype)
+        self._need(s.count == r.count, bufs, f"all_reduce: sendbuf has {s.count} elements, recvbuf {r.count}")
+        fn = _c.ccl_all_reduce_async if is_async else _c.ccl_all_reduce
+        return self._run(fn, (s.addr, r.addr, s.count, DTYPES[s.dtype][0], _op(op), self._p()), bufs, is_async,
+                         "all_reduce")
+
+    def _reduce_scatter(self, send, recv, op, dtype, is_async):
+        s, r, bufs = self._pair(send, recv, dtype)
+        self._need(recv is not None, bufs, "reduce_scatter: recvbuf is required (nranks times smaller than sendbuf)")
+        self._need(s.count == r.count * self.size, bufs,
+                   f"reduce_scatter: sendbuf has {s.count} elements, which is not {self.size} (ranks) x recvbuf's "
+                   f"{r.count}")
+        fn = _c.ccl_reduce_scatter_async if is_async else _c.ccl_reduce_scatter
+        return self._run(fn, (s.addr, r.addr, r.count, DTYPES[s.dtype][0], _op(op), self._p()), bufs, is_async,
+                         "reduce_scatter")
+
+    def _all_gather(self, send, recv, dtype, is_async):
+        s, r, bufs = self._pair(send, recv, dtype)
+        self._need(recv is not None, bufs, "all_gather: recvbuf is required (nranks times larger than sendbuf)")
+        self._need(r.count == s.count * self.size, bufs,
+                   f"all_gather: recvbuf has {r.count} elements, which is not {self.size} (ranks) x sendbuf's "
+                   f"{s.count}")
+        fn = _c.ccl_all_gather_async if is_async else _c.ccl_all_gather
+        return self._run(fn, (s.addr, r.addr, s.count, DTYPES[s.dtype][0], self._p()), bufs, is_async,
+                         "all_gather")
+
+    def _broadcast(self, buf, root, recv, dtype, is_async):
+        s, r, bufs = self._pair(buf, recv, dtype, send_writable=False)
+        self._need(s.count == r.count, bufs, f"broadcast: sendbuf has {s.count} elements, recvbuf {r.count}")
+        fn = _c.ccl_broadcast_async if is_async else _c.ccl_broadcast
+        return self._run(fn, (s.addr, r.addr, r.count, DTYPES[r.dtype][0], int(root), self._p()), bufs, is_async,
+                         "broadcast")
+
+    def _reduce(self, send, recv, root, op, dtype, is_async):
+        if recv is None or recv is send:
+            s, r, bufs = self._pair(send, None, dtype)
+        elif self.rank != root:
+            s = Buffer(send, "sendbuf", False, dtype)
+            r, bufs = None, [s]
+        else:
+            s, r, bufs = self._pair(send, recv, dtype)
+        if r is not None:
+            self._need(s.count == r.count, bufs, f"reduce: sendbuf has {s.count} elements, recvbuf {r.count}")
+        fn = _c.ccl_reduce_async if is_async else _c.ccl_reduce
+        raddr = r.addr if r is not None and self.rank == root else None
+        return self._run(fn, (s.addr, raddr, s.count, DTYPES[s.dtype][0], _op(op), int(root), self._p()), bufs,
+                         is_async, "reduce")
+
+    def _all_to_all(self, send, recv, dtype, is_async):
+        self._need(recv is not None and recv is not send, [], "all_to_all: needs a recvbuf other than sendbuf")
+        s, r, bufs = self._pair(send, recv, dtype)
+        self._need(s.count == r.count and s.count % self.size == 0, bufs,
+                   f"all_to_all: sendbuf and recvbuf need the same count, a multiple of {self.size} (ranks); "
+                   f"they have {s.count} and {r.count}")
+        fn = _c.ccl_all_to_all_async if is_async else _c.ccl_all_to_all
+        return self._run(fn, (s.addr, r.addr, s.count // self.size, DTYPES[s.dtype][0], self._p()), bufs, is_async,
+                         "all_to_all")
+
+    def _sizes(self, values, name, bufs):
+        vals = list(values) if values is not None else None
+        self._need(vals is not None and len(vals) == self.size, bufs,
+                   f"all_to_all_v: {name} needs {self.size} entries (one per rank)")
+        self._need(all(isinstance(v, int) and v >= 0 for v in vals), bufs,
+                   f"all_to_all_v: {name} must be counts >= 0")
+        return (ctypes.c_size_t * self.size)(*vals)
+
+    def _all_to_all_v(self, send, sendcounts, recv, recvcounts, sdispls, rdispls, dtype, is_async):
+        self._need(recv is not None and recv is not send, [], "all_to_all_v: needs a recvbuf other than sendbuf")
+        s, r, bufs = self._pair(send, recv, dtype)
+        sc = self._sizes(sendcounts, "sendcounts", bufs)
+        rc = self._sizes(recvcounts, "recvcounts", bufs)
+        packed = lambda counts: [sum(counts[:i]) for i in range(self.size)]
+        sd = self._sizes(packed(list(sc)) if sdispls is None else sdispls, "sdispls", bufs)
+        rd = self._sizes(packed(list(rc)) if rdispls is None else rdispls, "rdispls", bufs)
+        for name, b, counts, displs in (("send", s, sc, sd), ("recv", r, rc, rd)):
+            end = max((displs[p] + counts[p] for p in range(self.size) if counts[p]), default=0)
+            self._need(end <= b.count, bufs, f"all_to_all_v: {name}counts/{name}displs reach element {end} but "
+                                             f"{name}buf has {b.count}")
+        fn = _c.ccl_all_to_all_v_async if is_async else _c.ccl_all_to_all_v
+        return self._run(fn, (s.addr, sc, sd, r.addr, rc, rd, DTYPES[s.dtype][0], self._p()), bufs, is_async,
+                         "all_to_all_v")
+
+    def _gather(self, send, recv, root, dtype, is_async):
+        me_root = self.rank == root
+        in_place = me_root and recv is not None and send is None
+        if in_place:
+            r = Buffer(recv, "recvbuf", True, dtype)
+            self._need(r.count % self.size == 0, [r], f"gather: recvbuf's {r.count} elements are not a multiple of "
+                                                        f"{self.size} (ranks)")
+            n = r.count // self.size
+            s, bufs = None, [r]
+            saddr = r.at(self.rank * n)
+        elif me_root:
+            s, r, bufs = self._pair(send, recv, dtype)
+            self._need(recv is not None and r.count == s.count * self.size, bufs,
+                       f"gather: the root's recvbuf needs {self.size} (ranks) x sendbuf's {s.count} elements")
+            n, saddr = s.count, s.addr
+        else:
+            s = Buffer(send, "sendbuf", False, dtype)
+            r, bufs, n, saddr = None, [s], s.count, s.addr
+        dt = (s or r).dtype
+        fn = _c.ccl_gather_async if is_async else _c.ccl_gather
+        return self._run(fn, (saddr, r.addr if r is not None else None, n, DTYPES[dt][0], int(root), self._p()),
+                         bufs, is_async, "gather")
+
+    def _scatter(self, send, recv, root, dtype, is_async):
+        me_root = self.rank == root
+        if me_root and send is not None and recv is None:  # in place: the root keeps its block in sendbuf
+            s = Buffer(send, "sendbuf", True, dtype)
+            self._need(s.count % self.size == 0, [s], f"scatter: sendbuf's {s.count} elements are not a multiple of "
+                                                        f"{self.size} (ranks)")
+            n = s.count // self.size
+            r, bufs, raddr = None, [s], s.at(self.rank * n)
+        elif me_root:
+            s, r, bufs = self._pair(send, recv, dtype)
+            self._need(s.count == r.count * self.size, bufs,
+                       f"scatter: the root's sendbuf needs {self.size} (ranks) x recvbuf's {r.count} elements")
+            n, raddr = r.count, r.addr
+        else:
+            r = Buffer(recv, "recvbuf", True, dtype)
+            s, bufs, n, raddr = None, [r], r.count, r.addr
+        dt = (s or r).dtype
+        fn = _c.ccl_scatter_async if is_async else _c.ccl_scatter
+        return self._run(fn, (s.addr if s is not None else None, raddr, n, DTYPES[dt][0], int(root), self._p()),
+                         bufs, is_async, "scatter")
+
+    def _p2p(self, is_send, buf, peer, dtype, is_async):
+        b = Buffer(buf, "buf", not is_send, dtype)
+        if is_send:
+            fn = _c.ccl_send_async if is_async else _c.ccl_send
+        else:
+            fn = _c.ccl_recv_async if is_async else _c.ccl_recv
+        return self._run(fn, (b.addr, b.count, DTYPES[b.dtype][0], int(peer), self._p()), [b], is_async,
+                         "send" if is_send else "recv")
+
+    # ---- the public calls: blocking, and _async twins returning a Request ----
+
+    def all_reduce(self, send, recv=None, op=SUM, dtype=None):
+        """recv = op over ranks of send (recv None: in place in send)."""
+        return self._all_reduce(send, recv, op, dtype, False)
+
+    def all_reduce_async(self, send, recv=None, op=SUM, dtype=None):
+        return self._all_reduce(send, recv, op, dtype, True)
+
+    def reduce_scatter(self, send, recv, op=SUM, dtype=None):
+        """Block `rank` of the reduction of send (nranks blocks) lands in recv."""
+        return self._reduce_scatter(send, recv, op, dtype, False)
+
+    def reduce_scatter_async(self, send, recv, op=SUM, dtype=None):
+        return self._reduce_scatter(send, recv, op, dtype, True)
+
+    def all_gather(self, send, recv, dtype=None):
+        """recv (nranks blocks) gets every rank's send, in rank order."""
+        return self._all_gather(send, recv, dtype, False)
+
+    def all_gather_async(self, send, recv, dtype=None):
+        return self._all_gather(send, recv, dtype, True)
+
+    def broadcast(self, buf, root=0, recv=None, dtype=None):
+        """The root's buf lands in every rank's buf (or recv)."""
+        return self._broadcast(buf, root, recv, dtype, False)
+
+    def broadcast_async(self, buf, root=0, recv=None, dtype=None):
+        return self._broadcast(buf, root, recv, dtype, True)
+
+    def reduce(self, send, recv=None, root=0, op=SUM, dtype=None):
+        """The root's recv (or send, in place) gets op over ranks of send."""
+        return self._reduce(send, recv, root, op, dtype, False)
+
+    def reduce_async(self, send, recv=None, root=0, op=SUM, dtype=None):
+        return self._reduce(send, recv, root, op, dtype, True)
+
+    def all_to_all(self, send, recv, dtype=None):
+        """Block p of send goes to rank p; block p of recv comes from it."""
+        return self._all_to_all(send, recv, dtype, False)
+
+    def all_to_all_async(self, send, recv, dtype=None):
+        return self._all_to_all(send, recv, dtype, True)
+
+    def all_to_all_v(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None, dtype=None):
+        """Uneven all-to-all, counts and displacements in elements
+        (displacements None: blocks packed in rank order)."""
+        return self._all_to_all_v(send, sendcounts, recv, recvcounts, sdispls, rdispls, dtype, False)
+
+    def all_to_all_v_async(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None, dtype=None):
+        return self._all_to_all_v(send, sendcounts, recv, recvcounts, sdispls, rdispls, dtype, True)
+
+    def gather(self, send, recv=None, root=0, dtype=None):
+        """Rank p's send lands at block p of the root's recv (root: send
+        None gathers in place, its own block already in recv)."""
+        return self._gather(send, recv, root, dtype, False)
+
+    def gather_async(self, send, recv=None, root=0, dtype=None):
+        return self._gather(send, recv, root, dtype, True)
+
+    def scatter(self, send, recv=None, root=0, dtype=None):
+        """Block p of the root's send lands in rank p's recv (root: recv
+        None keeps its block in send)."""
+        return self._scatter(send, recv, root, dtype, False)
+
+    def scatter_async(self, send, recv=None, root=0, dtype=None):
+        return self._scatter(send, recv, root, dtype, True)
+
+    def barrier(self):
+        return self._run(_c.ccl_barrier, (self._p(),), [], False, "barrier")
+
+    def barrier_async(self):
+        return self._run(_c.ccl_barrier_async, (self._p(),), [], True, "barrier")
+
+    def send(self, buf, peer, dtype=None):
+        return self._p2p(True, buf, peer, dtype, False)
+
+    def send_async(self, buf, peer, dtype=None):
+        return self._p2p(True, buf, peer, dtype, True)
+
+    def recv(self, buf, peer, dtype=None):
+        return self._p2p(False, buf, peer, dtype, False)
+
+    def recv_async(self, buf, peer, dtype=None):
+        return self._p2p(False, buf, peer, dtype, True)
+
+    def __repr__(self):
+        state = f"rank {self.rank} of {self.size}" if self._ptr else "destroyed"
+        return f"<ccl.Comm {state}>"

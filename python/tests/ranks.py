@@ -1,0 +1,52 @@
+"""Runs a function on N real processes, one communicator among them:
+run(n, fn, *args) forks N ranks (the unique id made here first), calls
+fn(comm, *args) in each and fails with every rank's traceback if any rank
+raised, exited or hung past the deadline. Used by the tests only."""
+import multiprocessing as mp
+import os
+import signal
+import traceback
+
+import ccl
+
+
+def _rank_main(n, rank, uid, fn, args, q, timeout):
+    try:
+        comm = ccl.Comm(n, rank, uid, timeout=timeout)
+        try:
+            fn(comm, *args)
+        finally:
+            comm.destroy()
+        q.put((rank, None))
+    except BaseException:
+        q.put((rank, traceback.format_exc()))
+
+
+def run(n, fn, *args, deadline=60, timeout=None):
+    """Returns when every rank returned; raises AssertionError naming the
+    ranks that failed (and their tracebacks) otherwise."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    uid = ccl.get_unique_id()
+    procs = [ctx.Process(target=_rank_main, args=(n, r, uid, fn, args, q, timeout)) for r in range(n)]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in range(n):
+            rank, err = q.get(timeout=deadline)
+            results[rank] = err
+    except Exception:
+        pass
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGKILL)
+            p.join()
+    bad = {r: e for r, e in results.items() if e}
+    missing = [r for r in range(n) if r not in results]
+    msg = "".join(f"\n--- rank {r} ---\n{e}" for r, e in sorted(bad.items()))
+    if missing:
+        msg += f"\nranks {missing} did not finish within {deadline} s (exit codes " \
+               f"{[procs[r].exitcode for r in missing]})"
+    assert not bad and not missing, msg
