@@ -102,8 +102,8 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
     return CCL_OK;
 }
 
-ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
-    struct ccl_comm *comm = call->comm;
+ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, int n, ccl_request_t **req_out,
+                              const char *what) {
     ccl_status_t st = ccl__comm_health(comm);
     if (st < 0) return st;
     struct ccl_request *req = NULL;
@@ -111,18 +111,19 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
         req = ccl__request_new(comm);
         if (!req) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory for a request");
     }
-    call->req = req;
-    if (!call->is_p2p) call->coll.id.seq = comm->coll_seq++;
+    calls[0].req = req; /* the batch completes it with the rest */
+    for (int i = 0; i < n; i++)
+        if (!calls[i].is_p2p) calls[i].coll.id.seq = comm->coll_seq++;
     if (ccl__group_open()) {
-        st = ccl__group_record(call);
+        for (int i = 0; i < n && st == CCL_OK; i++) st = ccl__group_record(&calls[i]);
     } else if (req) {
-        st = ccl__submit_batch(comm, call, 1, NULL, 0, NULL);
-    } else if (ccl__exec_try_inline(comm)) {
-        return run_inline(call);
+        st = ccl__submit_batch(comm, calls, n, NULL, 0, what);
+    } else if (n == 1 && ccl__exec_try_inline(comm)) {
+        return run_inline(calls);
     } else {
         struct ccl_request local;
         ccl__request_init(&local, comm);
-        st = ccl__submit_batch(comm, call, 1, &local, 1, NULL);
+        st = ccl__submit_batch(comm, calls, n, &local, 1, what);
         if (st == CCL_OK) st = ccl__request_wait(&local);
         return st;
     }
@@ -132,4 +133,8 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
     }
     if (req_out) *req_out = req;
     return CCL_OK;
+}
+
+ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
+    return ccl__issue_calls(call->comm, call, 1, req_out, NULL);
 }

@@ -8,16 +8,10 @@
  * NULL; the blocking calls pass BLOCKING. */
 enum { BLOCKING = 0, ASYNC = 1 };
 
-static ccl_status_t check_req(ccl_comm_t *comm, int async, ccl_request_t **req, const char *what) {
-    if (async && !req) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: req is NULL", what);
-    if (req) *req = NULL;
-    return CCL_OK;
-}
-
 static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype, ccl_op_t op,
                          int root, ccl_comm_t *comm, int async, ccl_request_t **req, const char *what) {
     CCL_CHECK(ccl__check_comm(comm, what));
-    CCL_CHECK(check_req(comm, async, req, what));
+    CCL_CHECK(ccl__check_req(comm, async, req, what));
     struct ccl__call call = {.comm = comm};
     call.coll = (struct ccl__coll_args){
         .id = {.kind = kind, .count = count, .dtype = dtype, .op = op, .root = root},
@@ -31,7 +25,7 @@ static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t co
 static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
                         int async, ccl_request_t **req, const char *what) {
     CCL_CHECK(ccl__check_comm(comm, what));
-    CCL_CHECK(check_req(comm, async, req, what));
+    CCL_CHECK(ccl__check_req(comm, async, req, what));
     CCL_CHECK(ccl__check_p2p(comm, buf, count, dtype, peer, what));
     struct ccl__call call = {.comm = comm, .is_p2p = 1};
     call.xfer = (struct ccl__p2p_xfer){.peer = peer, .is_send = is_send, .buf = buf, .count = count, .dtype = dtype};

@@ -38,6 +38,13 @@ ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll
 /* Issue a validated call: recorded if a group is open on this thread,
  * else run. With req_out, returns at once with a request. */
 ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out);
+/* The same for n calls of comm that make one operation (gather, scatter,
+ * all_to_all_v): one batch named what, one request (completing with the
+ * group's end when a group is open). */
+ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, int n, ccl_request_t **req_out,
+                              const char *what);
+/* An async twin's req must not be NULL; clears *req. */
+ccl_status_t ccl__check_req(struct ccl_comm *comm, int async, ccl_request_t **req, const char *what);
 
 /* Groups (group.c). */
 int ccl__group_open(void);

@@ -31,40 +31,16 @@ static void plan_add(ccl_comm_t *comm, struct plan *p, int is_send, int peer, co
     };
 }
 
-/* Issues the plan: recorded into an open group (an async request then
- * completes with the group), else one batch, waited for unless async. */
-static ccl_status_t issue(ccl_comm_t *comm, struct plan *p, int async, ccl_request_t **req_out, const char *what) {
-    ccl_status_t st = ccl__comm_health(comm);
-    struct ccl_request *req = NULL;
-    if (st == CCL_OK && async) {
-        req = ccl__request_new(comm);
-        if (!req) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory for a request", what);
-    }
-    if (st == CCL_OK && ccl__group_open()) {
-        if (p->n) p->calls[0].req = req;
-        for (int i = 0; i < p->n && st == CCL_OK; i++) st = ccl__group_record(&p->calls[i]);
-    } else if (st == CCL_OK && async) {
-        st = ccl__submit_batch(comm, p->calls, p->n, req, 0, what);
-    } else if (st == CCL_OK) {
-        struct ccl_request local;
-        ccl__request_init(&local, comm);
-        st = ccl__submit_batch(comm, p->calls, p->n, &local, 1, what);
-        if (st == CCL_OK) st = ccl__request_wait(&local);
-    }
+static ccl_status_t issue(ccl_comm_t *comm, struct plan *p, ccl_request_t **req_out, const char *what) {
+    ccl_status_t st = ccl__issue_calls(comm, p->calls, p->n, req_out, what);
     free(p->calls);
-    if (st < 0) {
-        if (req) ccl__request_retire(req);
-        return st;
-    }
-    if (req_out) *req_out = req;
     return st;
 }
 
 static ccl_status_t check_common(ccl_comm_t *comm, int async, ccl_request_t **req, ccl_dtype_t dtype,
                                  const char *what) {
     CCL_CHECK(ccl__check_comm(comm, what));
-    if (async && !req) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: req is NULL", what);
-    if (req) *req = NULL;
+    CCL_CHECK(ccl__check_req(comm, async, req, what));
     return ccl__check_dtype(comm, dtype, what);
 }
 
@@ -94,7 +70,7 @@ static ccl_status_t gather(const void *sendbuf, void *recvbuf, size_t count, ccl
     plan_add(comm, &p, 1, root, sendbuf, count, dtype);
     if (comm->rank == root)
         for (int i = 0; i < n; i++) plan_add(comm, &p, 0, i, (char *)recvbuf + (size_t)i * block, count, dtype);
-    return issue(comm, &p, async, req, what);
+    return issue(comm, &p, req, what);
 }
 
 static ccl_status_t scatter(const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype, int root,
@@ -111,7 +87,7 @@ static ccl_status_t scatter(const void *sendbuf, void *recvbuf, size_t count, cc
             plan_add(comm, &p, 1, (root + 1 + i) % n, (const char *)sendbuf + (size_t)((root + 1 + i) % n) * block,
                      count, dtype);
     plan_add(comm, &p, 0, root, recvbuf, count, dtype);
-    return issue(comm, &p, async, req, what);
+    return issue(comm, &p, req, what);
 }
 
 /* One side of an uneven all-to-all: every count and displacement in
@@ -156,7 +132,7 @@ static ccl_status_t all_to_all_v(const void *sendbuf, const size_t *sendcounts, 
         plan_add(comm, &p, 1, to, (const char *)sendbuf + sdispls[to] * es, sendcounts[to], dtype);
         plan_add(comm, &p, 0, from, (char *)recvbuf + rdispls[from] * es, recvcounts[from], dtype);
     }
-    return issue(comm, &p, async, req, what);
+    return issue(comm, &p, req, what);
 }
 
 CCL_API ccl_status_t ccl_gather(const void *s, void *r, size_t sendcount, ccl_dtype_t dt, int root, ccl_comm_t *comm) {

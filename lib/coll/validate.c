@@ -11,6 +11,12 @@ ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what) {
     return CCL_OK;
 }
 
+ccl_status_t ccl__check_req(struct ccl_comm *comm, int async, ccl_request_t **req, const char *what) {
+    if (async && !req) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: req is NULL", what);
+    if (req) *req = NULL;
+    return CCL_OK;
+}
+
 ccl_status_t ccl__check_dtype(struct ccl_comm *comm, ccl_dtype_t dtype, const char *what) {
     if ((unsigned)dtype >= CCL_NUM_DTYPES)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: invalid dtype %d", what, (int)dtype);

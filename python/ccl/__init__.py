@@ -116,7 +116,7 @@ class Request:
         if self._status is not None:
             return self._finish()
         done = ctypes.c_int(0)
-        st = _c.ccl_test(self._h, ctypes.byref(done))
+        _c.ccl_test(self._h, ctypes.byref(done))  # its status comes back from wait()
         if not done.value:
             return False
         return self.wait()

@@ -90,15 +90,15 @@ class Buffer:
     def _dtype(self, mv, given):
         found, why = _format_dtype(mv.format, mv.itemsize)
         if why:
-            raise InvalidArgument(f"{self_name(self)}: {why} (libccl works in native byte order)")
+            raise InvalidArgument(f"{self.name}: {why} (libccl works in native byte order)")
         if given is None:
             if found is None:
-                raise InvalidArgument(f"{self_name(self)}: its format {mv.format!r} is no libccl dtype; pass dtype=")
+                raise InvalidArgument(f"{self.name}: its format {mv.format!r} is no libccl dtype; pass dtype=")
             return found
         fmt = mv.format.lstrip("@=<")
         if fmt in _RAW or found == given or (fmt in _HALF_BITS and given in ("float16", "bfloat16")):
             return given
-        raise InvalidArgument(f"{self_name(self)} holds {found or repr(mv.format)} elements but dtype={given} was given")
+        raise InvalidArgument(f"{self.name} holds {found or repr(mv.format)} elements but dtype={given} was given")
 
     def at(self, elements):
         """The address `elements` in (None for an empty buffer)."""
@@ -109,7 +109,3 @@ class Buffer:
             _release(ctypes.byref(self._view))
             self._mv.release()
             self._mv = None
-
-
-def self_name(b):
-    return b.name

@@ -85,6 +85,20 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
               " elements where the sizes must match");
 }
 
+// Equal-sized tensors as the one flat buffer a libccl call takes, and back.
+at::Tensor flatten(const Tensors& ts) {
+  Tensors flat;
+  for (auto& t : ts) flat.push_back(t.view({-1}));
+  return at::cat(flat);
+}
+
+void unflatten(const at::Tensor& flat, const Tensors& outs) {
+  for (size_t i = 0; i < outs.size(); i++) {
+    int64_t n = outs[i].numel();
+    outs[i].view({-1}).copy_(flat.narrow(0, (int64_t)i * n, n));
+  }
+}
+
 // One queued operation's handle: torch's Work plus a future holding the outputs.
 class WorkCCL : public c10d::Work {
  public:
@@ -209,9 +223,7 @@ class ProcessGroupCCL : public c10d::ProcessGroup {
       at::Tensor flat = at::empty({(int64_t)outs.size() * in.numel()}, in.options());
       ccl_status_t st =
           ccl_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), to_ccl(in.scalar_type(), what), comm_);
-      if (st == CCL_OK)
-        for (size_t i = 0; i < outs.size(); i++)
-          outs[i].view({-1}).copy_(flat.narrow(0, (int64_t)i * in.numel(), in.numel()));
+      if (st == CCL_OK) unflatten(flat, outs);
       return st;
     });
   }
@@ -248,9 +260,7 @@ class ProcessGroupCCL : public c10d::ProcessGroup {
       at::Tensor flat = outs.empty() ? at::Tensor() : at::empty({getSize() * in.numel()}, in.options());
       ccl_status_t st = ccl_gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(),
                                    to_ccl(in.scalar_type(), what), root, comm_);
-      if (st == CCL_OK)
-        for (size_t i = 0; i < outs.size(); i++)
-          outs[i].view({-1}).copy_(flat.narrow(0, (int64_t)i * in.numel(), in.numel()));
+      if (st == CCL_OK) unflatten(flat, outs);
       return st;
     });
   }
@@ -270,11 +280,7 @@ class ProcessGroupCCL : public c10d::ProcessGroup {
       TORCH_CHECK(inputs.empty(), "ccl: ", what, ": only the root passes input tensors");
     }
     return enqueue(OpType::SCATTER, {out}, [=] {
-      at::Tensor flat;
-      if (!ins.empty()) {
-        flat = at::empty({getSize() * out.numel()}, out.options());
-        for (size_t i = 0; i < ins.size(); i++) flat.narrow(0, (int64_t)i * out.numel(), out.numel()).copy_(ins[i].view({-1}));
-      }
+      at::Tensor flat = ins.empty() ? at::Tensor() : flatten(ins);
       return ccl_scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(),
                          to_ccl(out.scalar_type(), what), root, comm_);
     });
@@ -290,8 +296,7 @@ class ProcessGroupCCL : public c10d::ProcessGroup {
     for (auto& i : ins) check_same(out, i, what);
     ccl_op_t op = to_ccl(opts.reduceOp, out.scalar_type(), what);
     return enqueue(OpType::REDUCE_SCATTER, {out}, [=] {
-      at::Tensor flat = at::empty({getSize() * out.numel()}, out.options());
-      for (size_t i = 0; i < ins.size(); i++) flat.narrow(0, (int64_t)i * out.numel(), out.numel()).copy_(ins[i].view({-1}));
+      at::Tensor flat = flatten(ins);
       return ccl_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), to_ccl(out.scalar_type(), what), op,
                                 comm_);
     });
