@@ -267,6 +267,54 @@ CCL_API ccl_status_t ccl_test(ccl_request_t *req, int *done);
  * have been released (its memory may then serve a new request). */
 CCL_API ccl_status_t ccl_wait(ccl_request_t *req);
 
+/* ---- CUDA: device buffers and stream-ordered calls (docs/cuda.md) ----
+ * Every call takes device pointers as well as host pointers (found with
+ * the CUDA driver's pointer attributes; libccl loads the driver only when a
+ * process uses CUDA). A blocking or async call on device buffers is ordered
+ * after the work of the legacy default stream, as cudaMemcpy is; work on
+ * other streams must be synchronised first, or use the calls below.
+ *
+ * A stream-ordered call enqueues its operation on a CUDA stream and returns
+ * (NCCL's semantics): the operation starts once the work issued on the
+ * stream before it has completed, and work issued on the stream after it
+ * waits for it. Errors found before enqueueing are returned; later ones
+ * fail the communicator (ccl_comm_get_async_error) and the stream still
+ * goes on, so nothing hangs. NULL is the default stream; without CUDA in
+ * the process, a call on the default stream runs at once, and one on
+ * another stream returns CCL_ERR_UNSUPPORTED saying why. */
+typedef struct CUstream_st *ccl_stream_t; /* the same type as CUstream and cudaStream_t */
+/* Ends a group (ccl_group_start) by ordering its calls on stream: every
+ * call recorded in it, blocking or async, runs in stream order (async
+ * requests still complete and must still be waited). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_group_end_stream(ccl_stream_t stream);
+/* One call ordered on stream: ccl_group_start, the call, then
+ * ccl_group_end_stream(stream). Inside an open group the outermost end
+ * decides. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                                         ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm,
+                                                         ccl_stream_t stream);
+CCL_API CCL_NODISCARD ccl_status_t ccl_reduce_scatter_stream(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                                             ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm,
+                                                             ccl_stream_t stream);
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_gather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                                         ccl_dtype_t dtype, ccl_comm_t *comm, ccl_stream_t stream);
+CCL_API CCL_NODISCARD ccl_status_t ccl_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                                        ccl_dtype_t dtype, int root, ccl_comm_t *comm,
+                                                        ccl_stream_t stream);
+CCL_API CCL_NODISCARD ccl_status_t ccl_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                                     ccl_dtype_t dtype, ccl_op_t op, int root, ccl_comm_t *comm,
+                                                     ccl_stream_t stream);
+CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all_stream(const void *sendbuf, void *recvbuf, size_t count_per_peer,
+                                                         ccl_dtype_t dtype, ccl_comm_t *comm, ccl_stream_t stream);
+CCL_API CCL_NODISCARD ccl_status_t ccl_send_stream(const void *buf, size_t count, ccl_dtype_t dtype, int peer,
+                                                   ccl_comm_t *comm, ccl_stream_t stream);
+CCL_API CCL_NODISCARD ccl_status_t ccl_recv_stream(void *buf, size_t count, ccl_dtype_t dtype, int peer,
+                                                   ccl_comm_t *comm, ccl_stream_t stream);
+/* *err = the error that failed comm (an operation that ran after its call
+ * returned: async, stream-ordered, or a peer's failure), CCL_OK while it is
+ * healthy. */
+CCL_API ccl_status_t ccl_comm_get_async_error(const ccl_comm_t *comm, ccl_status_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,8 +4,10 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/device.h"
 #include "core/log.h"
 #include "core/socket.h"
+#include "cuda/driver.h"
 #include "plan/plan.h"
 
 struct batch_op {
@@ -15,6 +17,7 @@ struct batch_op {
     struct ccl__p2p_xfer *xfers;
     int nxfers;
     const char *what; /* how errors name the transfers */
+    struct ccl__stream_link *link; /* a stream-ordered batch's stream, else NULL */
 };
 
 /* Calls with nothing to move never reach an algorithm: every algorithm
@@ -48,13 +51,28 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
 /* Point-to-point transfers first, all together (so a group's sends and
  * receives can never deadlock on each other), then collectives in issue
  * order (every rank issues those in the same order). */
-static ccl_status_t batch_run(struct ccl__op *base) {
-    struct batch_op *b = (struct batch_op *)base;
-    struct ccl_comm *comm = base->comm;
+static ccl_status_t run_calls(struct batch_op *b) {
+    struct ccl_comm *comm = b->base.comm;
+    b->nxfers = 0;
+    for (int i = 0; i < b->n; i++)
+        if (b->calls[i].is_p2p) b->xfers[b->nxfers++] = b->calls[i].xfer;
     if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->what));
     for (int i = 0; i < b->n; i++)
         if (!b->calls[i].is_p2p) CCL_CHECK(run_coll(comm, &b->calls[i].coll));
     return CCL_OK;
+}
+
+/* A stream-ordered batch first waits for its stream; device buffers are
+ * staged around the run (coll/device.h). */
+static ccl_status_t batch_run(struct ccl__op *base) {
+    struct batch_op *b = (struct batch_op *)base;
+    struct ccl_comm *comm = base->comm;
+    if (b->link) CCL_CHECK(ccl__stream_link_wait(comm, b->link));
+    struct ccl__stage *stage;
+    CCL_CHECK(ccl__stage_in(comm, b->calls, b->n, &stage));
+    ccl_status_t st = run_calls(b);
+    ccl_status_t out = ccl__stage_out(comm, stage, st == CCL_OK);
+    return st < 0 ? st : out;
 }
 
 /* A blocking call on an idle communicator: run it here, with nothing
@@ -70,6 +88,7 @@ static ccl_status_t run_inline(struct ccl__call *call) {
 
 static void batch_release(struct ccl__op *base) {
     struct batch_op *b = (struct batch_op *)base;
+    ccl__stream_link_release(b->link); /* run or not, the stream goes on */
     free(b->calls);
     free(b->xfers);
     free(b->base.reqs);
@@ -77,9 +96,13 @@ static void batch_release(struct ccl__op *base) {
 }
 
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
-                               int inline_ok, const char *what) {
+                               int inline_ok, const char *what, struct ccl__stream_link *link) {
     struct batch_op *b = calloc(1, sizeof(*b));
-    if (!b) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory queueing an operation");
+    if (!b) {
+        ccl__stream_link_release(link);
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory queueing an operation");
+    }
+    b->link = link;
     b->calls = malloc(sizeof(*calls) * (size_t)n);
     b->xfers = malloc(sizeof(*b->xfers) * (size_t)n);
     b->base.reqs = malloc(sizeof(*b->base.reqs) * (size_t)(n + 1));
@@ -90,10 +113,8 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
     memcpy(b->calls, calls, sizeof(*calls) * (size_t)n);
     b->n = n;
     b->what = what ? what : n == 1 ? "send/recv" : "group";
-    for (int i = 0; i < n; i++) {
-        if (calls[i].is_p2p) b->xfers[b->nxfers++] = calls[i].xfer;
+    for (int i = 0; i < n; i++)
         if (calls[i].req) b->base.reqs[b->base.nreqs++] = calls[i].req;
-    }
     if (blocking_req) b->base.reqs[b->base.nreqs++] = blocking_req;
     b->base.comm = comm;
     b->base.run = batch_run;
@@ -106,6 +127,8 @@ ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, in
                               const char *what) {
     ccl_status_t st = ccl__comm_health(comm);
     if (st < 0) return st;
+    if (ccl__cuda_in_process())
+        CCL_CHECK(ccl__device_classify(comm, calls, n, what ? what : calls[0].is_p2p ? "send/recv" : ccl__op_kind_name(calls[0].coll.id.kind)));
     struct ccl_request *req = NULL;
     if (req_out) {
         req = ccl__request_new(comm);
@@ -117,13 +140,13 @@ ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, in
     if (ccl__group_open()) {
         for (int i = 0; i < n && st == CCL_OK; i++) st = ccl__group_record(&calls[i]);
     } else if (req) {
-        st = ccl__submit_batch(comm, calls, n, NULL, 0, what);
-    } else if (n == 1 && ccl__exec_try_inline(comm)) {
+        st = ccl__submit_batch(comm, calls, n, NULL, 0, what, NULL);
+    } else if (n == 1 && !calls[0].device && ccl__exec_try_inline(comm)) {
         return run_inline(calls);
     } else {
         struct ccl_request local;
         ccl__request_init(&local, comm);
-        st = ccl__submit_batch(comm, calls, n, &local, 1, what);
+        st = ccl__submit_batch(comm, calls, n, &local, 1, what, NULL);
         if (st == CCL_OK) st = ccl__request_wait(&local);
         return st;
     }

@@ -119,3 +119,65 @@ CCL_API ccl_status_t ccl_wait(ccl_request_t *req) {
     ccl__request_retire(req);
     return st;
 }
+
+/* The _stream twins: the call in a group of its own, ended on stream. */
+static void group_open(void) {
+    ccl_status_t st = ccl_group_start(); /* cannot fail */
+    (void)st;
+}
+
+static ccl_status_t on_stream(ccl_status_t call_st, ccl_stream_t stream) {
+    ccl_status_t st = ccl_group_end_stream(stream);
+    return call_st < 0 ? call_st : st;
+}
+
+CCL_API ccl_status_t ccl_all_reduce_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
+                                           ccl_comm_t *comm, ccl_stream_t stream) {
+    group_open();
+    return on_stream(coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, BLOCKING, NULL, "all_reduce"), stream);
+}
+CCL_API ccl_status_t ccl_reduce_scatter_stream(const void *s, void *r, size_t recvcount, ccl_dtype_t dt, ccl_op_t op,
+                                               ccl_comm_t *comm, ccl_stream_t stream) {
+    group_open();
+    return on_stream(coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, BLOCKING, NULL, "reduce_scatter"),
+                     stream);
+}
+CCL_API ccl_status_t ccl_all_gather_stream(const void *s, void *r, size_t sendcount, ccl_dtype_t dt, ccl_comm_t *comm,
+                                           ccl_stream_t stream) {
+    group_open();
+    return on_stream(coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_gather"),
+                     stream);
+}
+CCL_API ccl_status_t ccl_broadcast_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, int root,
+                                          ccl_comm_t *comm, ccl_stream_t stream) {
+    group_open();
+    return on_stream(coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, BLOCKING, NULL, "broadcast"),
+                     stream);
+}
+CCL_API ccl_status_t ccl_reduce_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op, int root,
+                                       ccl_comm_t *comm, ccl_stream_t stream) {
+    group_open();
+    return on_stream(coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, BLOCKING, NULL, "reduce"), stream);
+}
+CCL_API ccl_status_t ccl_all_to_all_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_comm_t *comm,
+                                           ccl_stream_t stream) {
+    group_open();
+    return on_stream(coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_to_all"), stream);
+}
+CCL_API ccl_status_t ccl_send_stream(const void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
+                                     ccl_stream_t stream) {
+    group_open();
+    return on_stream(p2p(1, (void *)buf, count, dt, peer, comm, BLOCKING, NULL, "send"), stream);
+}
+CCL_API ccl_status_t ccl_recv_stream(void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
+                                     ccl_stream_t stream) {
+    group_open();
+    return on_stream(p2p(0, buf, count, dt, peer, comm, BLOCKING, NULL, "recv"), stream);
+}
+
+CCL_API ccl_status_t ccl_comm_get_async_error(const ccl_comm_t *comm, ccl_status_t *err) {
+    if (!err) return CCL_ERR_INVALID_ARGUMENT;
+    CCL_CHECK(ccl__check_comm(comm, "get_async_error"));
+    *err = (ccl_status_t)atomic_load(&comm->failed_status);
+    return CCL_OK;
+}

@@ -28,6 +28,7 @@ struct ccl__call {
     struct ccl__coll_args coll;
     struct ccl__p2p_xfer xfer;
     struct ccl_request *req; /* the user's async request, or NULL */
+    int device;              /* a buffer is device memory: the batch stages it (coll/device.h) */
 };
 
 /* CCL_CHECK=1 (check_args.c): the ranks compare this collective's
@@ -54,9 +55,12 @@ ccl_status_t ccl__group_record(const struct ccl__call *call);
 void ccl__group_forget(const struct ccl_comm *comm);
 /* Runs a batch of calls of one communicator as one operation. With
  * inline_ok, an idle communicator runs it in this thread. what names its
- * point-to-point transfers in errors (NULL: "send/recv" or "group"). */
+ * point-to-point transfers in errors (NULL: "send/recv" or "group"). With
+ * link, the batch is ordered on a CUDA stream (coll/device.h; the batch
+ * owns it from here, even on failure). */
+struct ccl__stream_link;
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
-                               int inline_ok, const char *what);
+                               int inline_ok, const char *what, struct ccl__stream_link *link);
 
 /* Creates a communicator from a unique id (comm_init.c): the one path
  * behind ccl_comm_init_rank(_config), ccl_comm_init_env and

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/device.h"
 #include "core/boot_pair.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
@@ -38,6 +39,7 @@ static void comm_free(struct ccl_comm *comm) {
     if (!comm) return;
     ccl__exec_destroy(comm);
     ccl__user_regs_free(comm); /* handles the application did not deregister */
+    ccl__device_free(comm);    /* nothing queued is left to stage or release */
     ccl__reg_clear(comm);      /* registrations belong to the transports: first */
     ccl__conns_teardown(comm);
     ccl__pair_close(comm);

@@ -2,7 +2,10 @@
  * together at the outermost end, one batch per communicator. */
 #include <stdlib.h>
 
+#include <stdio.h>
+
 #include "coll/coll.h"
+#include "coll/device.h"
 #include "core/log.h"
 
 static _Thread_local int group_depth;
@@ -11,19 +14,24 @@ static _Thread_local int group_n, group_cap;
 static _Thread_local int group_lost; /* a recorded call's communicator was destroyed before the end */
 
 /* A recorded call that will never run: its request (if any) completes
- * with the status the group end returns. */
-static void drop_call(struct ccl__call *call) {
+ * with st, the status the group end returns. */
+static void drop_call(struct ccl__call *call, ccl_status_t st) {
     if (call->req) {
-        call->req->status = CCL_ERR_INVALID_USAGE;
+        call->req->status = st;
         atomic_store_explicit(&call->req->done, 1, memory_order_release);
     }
+}
+
+/* One whose communicator was destroyed. */
+static void lose_call(struct ccl__call *call) {
+    drop_call(call, CCL_ERR_INVALID_USAGE);
     group_lost = 1;
 }
 
 void ccl__group_forget(const struct ccl_comm *comm) {
     int k = 0;
     for (int i = 0; i < group_n; i++) {
-        if (group_calls[i].comm == comm) drop_call(&group_calls[i]);
+        if (group_calls[i].comm == comm) lose_call(&group_calls[i]);
         else group_calls[k++] = group_calls[i];
     }
     group_n = k;
@@ -50,8 +58,9 @@ CCL_API ccl_status_t ccl_group_start(void) {
 
 /* Submit one batch per communicator (all before waiting on any, so groups
  * spanning communicators progress together), then wait for the batches
- * that hold blocking calls. */
-static ccl_status_t run_group(struct ccl__call *calls, int n) {
+ * that hold blocking calls. Ordered on a stream (ordered), every batch
+ * is linked to it and nothing waits. */
+static ccl_status_t run_group(struct ccl__call *calls, int n, int ordered, void *stream) {
     ccl_status_t first = CCL_OK;
     struct ccl_request *waits = calloc((size_t)n, sizeof(*waits));
     int *done = calloc((size_t)n, sizeof(int));
@@ -66,7 +75,7 @@ static ccl_status_t run_group(struct ccl__call *calls, int n) {
     int live = 0;
     for (int i = 0; i < n; i++) {
         if (ccl__registry_has(calls[i].comm)) calls[live++] = calls[i];
-        else drop_call(&calls[i]);
+        else lose_call(&calls[i]);
     }
     n = live;
     /* Inline execution would finish one communicator's batch before the
@@ -87,11 +96,19 @@ static ccl_status_t run_group(struct ccl__call *calls, int n) {
                 done[k] = 1;
             }
         struct ccl_request *w = NULL;
-        if (blocking) {
+        struct ccl__stream_link *link = NULL;
+        if (ordered) {
+            ccl_status_t st = ccl__stream_link_new(comm, stream, &link);
+            if (st < 0) {
+                for (int k = 0; k < m; k++) drop_call(&batch[k], st);
+                if (first == CCL_OK) first = st;
+                continue;
+            }
+        } else if (blocking) {
             w = &waits[nwaits++];
             ccl__request_init(w, comm);
         }
-        ccl_status_t st = ccl__submit_batch(comm, batch, m, w, ncomms == 1, NULL);
+        ccl_status_t st = ccl__submit_batch(comm, batch, m, w, ncomms == 1 && !ordered, NULL, link);
         if (st < 0) {
             if (w) nwaits--;
             if (first == CCL_OK) first = st;
@@ -108,10 +125,24 @@ out:
     return first;
 }
 
-CCL_API ccl_status_t ccl_group_end(void) {
+/* The outermost end runs the group, on stream when on_stream (device.h:
+ * without CUDA in the process, the default stream means run now). */
+static ccl_status_t group_end(int on_stream, void *stream) {
     if (group_depth == 0) return CCL_ERR_INVALID_USAGE;
     if (--group_depth > 0) return CCL_OK;
-    ccl_status_t st = group_n ? run_group(group_calls, group_n) : CCL_OK;
+    int ordered = 0;
+    ccl_status_t st = CCL_OK;
+    if (on_stream && group_n) {
+        char why[700];
+        st = ccl__stream_usable(stream, &ordered, why, sizeof why);
+        for (int i = 0; st < 0 && i < group_n; i++) {
+            if (ccl__registry_has(group_calls[i].comm))
+                ccl__set_error(group_calls[i].comm, st, "ccl_group_end_stream: %s", why);
+            drop_call(&group_calls[i], st);
+        }
+        if (st < 0) group_n = 0;
+    }
+    if (group_n) st = run_group(group_calls, group_n, ordered, stream);
     if (group_lost) {
         CCL_WARN(CCL__SUB_COLL, -1, "ccl_group_end: a communicator was destroyed after the group recorded calls on it; "
                                    "those calls did not run");
@@ -122,3 +153,7 @@ CCL_API ccl_status_t ccl_group_end(void) {
     group_n = group_cap = group_lost = 0;
     return st;
 }
+
+CCL_API ccl_status_t ccl_group_end(void) { return group_end(0, NULL); }
+
+CCL_API ccl_status_t ccl_group_end_stream(ccl_stream_t stream) { return group_end(1, stream); }

@@ -45,6 +45,7 @@ struct ccl_comm {
     struct ccl__conn **staged;          /* [nranks]: connections holding committed bytes not yet sent */
     struct ccl__regcache *regcache;     /* registrations kept for reuse (prims/regcache.h); NULL until used */
     struct ccl__user_reg *user_regs;    /* ccl_comm_register's live handles (coll/register.c) */
+    struct ccl__device_state *device;   /* CUDA staging and stream tickets (coll/device.c); NULL until used */
     int nstaged;
 
     /* planner output */

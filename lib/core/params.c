@@ -43,6 +43,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_CHECK", "0", "1: before every collective, compare its arguments across ranks; a difference is an error naming both ranks (the same on every rank)"},
     {"CCL_TEST_KILL_AT", "", "for fault tests: this process kills itself (SIGKILL) at a set-up phase: joined, setup, connecting, connect or connected"},
     {"CCL_TEST_STALL_AT", "", "for fault tests: this process sleeps 0.2 s at a set-up phase (the phases of CCL_TEST_KILL_AT)"},
+    {"CCL_CUDA_LIBRARY", "libcuda.so.1", "the CUDA driver library, opened the first time a call brings a device pointer or a stream"},
     {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c communicator id)"},
     {"CCL_TRACE_MAX_EVENTS", "4000000", "events kept per rank while tracing; later ones are dropped"},
 };
@@ -165,6 +166,7 @@ static void params_load(void) {
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));
     copy_str(params.test_kill_at, sizeof(params.test_kill_at), env_or("CCL_TEST_KILL_AT", ""));
     copy_str(params.test_stall_at, sizeof(params.test_stall_at), env_or("CCL_TEST_STALL_AT", ""));
+    copy_str(params.cuda_library, sizeof(params.cuda_library), env_or("CCL_CUDA_LIBRARY", "libcuda.so.1"));
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
 }
 

@@ -37,6 +37,7 @@ struct ccl__params {
     char algo[160];           /* CCL_ALGO: "" (planner's choice), "tree", or "allreduce:tree,broadcast:ring" */
     char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */
     char trace[256];          /* CCL_TRACE: trace file written at destroy ("" = off) */
+    char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
     size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */
 };
 

@@ -4,7 +4,9 @@
 
 #include <string.h>
 
-const char *ccl__mem_kind_name(int kind) { return kind == CCL__MEM_HOST ? "host" : "?"; }
+const char *ccl__mem_kind_name(int kind) {
+    return kind == CCL__MEM_HOST ? "host" : kind == CCL__MEM_CUDA ? "cuda" : "?";
+}
 
 static int host_serves(int kind) { return kind == CCL__MEM_HOST; }
 

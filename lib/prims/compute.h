@@ -16,7 +16,7 @@
 #include "ccl.h"
 #include "reduce/reduce.h"
 
-enum ccl__mem_kind { CCL__MEM_HOST = 0, CCL__NUM_MEM_KINDS };
+enum ccl__mem_kind { CCL__MEM_HOST = 0, CCL__MEM_CUDA, CCL__NUM_MEM_KINDS };
 const char *ccl__mem_kind_name(int kind);
 
 struct ccl__compute;

@@ -1,0 +1,58 @@
+/*
+ * Device (CUDA) buffers and stream-ordered calls, on top of the host data
+ * path.
+ *
+ * A call whose buffers are device memory is staged: its executor copies
+ * the device data it reads into pinned host memory, runs the operation on
+ * host memory over whatever transports and algorithm the plan picks, and
+ * copies the results back, on an internal stream of the buffers' context.
+ * Any transport, algorithm and collective thus takes device buffers, and
+ * peers on other hosts see ordinary host data (host staging over tcp and
+ * ib). A device executor and a CUDA IPC transport that keep data on the
+ * GPU plug in below the engine (prims/compute.h) without changing this.
+ *
+ * A stream-ordered call (ccl_group_end_stream, the _stream twins) returns
+ * at once: its operation waits for the work issued on the stream before it
+ * (an event), and the stream waits for the operation (a 32-bit ticket in
+ * pinned memory, cuStreamWaitValue32; a host function where stream memory
+ * operations are not supported).
+ */
+#ifndef CCL_COLL_DEVICE_H
+#define CCL_COLL_DEVICE_H
+
+#include "coll/coll.h"
+
+/* Marks the calls whose buffers are device memory (call->device); an error
+ * (buffers on two devices, or on another device than this communicator's)
+ * sets the comm's last error. Only when CUDA is in the process. */
+ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls, int n, const char *what);
+
+/* A batch's staging of device buffers. */
+struct ccl__stage;
+/* Points the device calls of calls[0..n) at pinned host copies (inputs
+ * copied in); *out is NULL when no call has device buffers. */
+ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl__stage **out);
+/* Copies the results back to the device buffers (when ok) and frees. */
+ccl_status_t ccl__stage_out(struct ccl_comm *comm, struct ccl__stage *st, int ok);
+
+/* A stream-ordered batch's link to its stream. */
+struct ccl__stream_link;
+/* Orders a batch of comm on stream: records what the batch waits for and
+ * makes the stream wait for the batch. */
+ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct ccl__stream_link **out);
+/* In the executor, before the batch runs: waits for the stream's earlier
+ * work (an abort or failure of comm ends the wait). */
+ccl_status_t ccl__stream_link_wait(struct ccl_comm *comm, struct ccl__stream_link *l);
+/* After the batch, run or not: lets the stream go on, frees. */
+void ccl__stream_link_release(struct ccl__stream_link *l);
+
+/* 0 when a stream-ordered call can run with this stream: CUDA loads, or
+ * (stream NULL) the process has no CUDA, and the calls run at once. Else
+ * CCL_ERR_UNSUPPORTED with the reason in why. *ordered says whether the
+ * calls are ordered on a real stream. */
+ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t whylen);
+
+/* comm's CUDA resources (destroy). */
+void ccl__device_free(struct ccl_comm *comm);
+
+#endif

@@ -1,0 +1,33 @@
+/* A communicator's CUDA state, shared by device.c (staging) and stream.c
+ * (stream tickets); nothing else looks inside. */
+#ifndef CCL_COLL_DEVICE_STATE_H
+#define CCL_COLL_DEVICE_STATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "cuda/driver.h"
+
+struct ccl__device_state {
+    pthread_mutex_t lock;
+    CUcontext ctx;            /* every device buffer and stream of comm lives here */
+    CUstream stream;          /* staging copies (synchronises with the legacy default stream) */
+    void *stage;              /* pinned; grows to the largest batch */
+    size_t stage_bytes;
+    _Atomic uint32_t *ticket; /* pinned, device-mapped word: the last stream ticket released (stream.c) */
+    CUdeviceptr ticket_dev;   /* the word as the device sees it */
+    _Atomic uint32_t issued;  /* stream tickets handed out */
+};
+
+/* comm's state, made on first use (NULL: out of memory). */
+struct ccl__device_state *ccl__device_state(struct ccl_comm *comm);
+/* Binds comm to ctx (the first device buffer or stream names it); another
+ * context is CCL_ERR_UNSUPPORTED. */
+ccl_status_t ccl__device_bind(struct ccl_comm *comm, CUcontext ctx, const char *what);
+/* Gives comm's ticket word back (destroy, once nothing is queued). */
+void ccl__stream_ticket_free(struct ccl__device_state *d);
+/* A failed driver call as comm's last error (CCL_ERR_SYSTEM). */
+ccl_status_t ccl__device_fail(struct ccl_comm *comm, CUresult res, const char *call, const char *what);
+
+#endif

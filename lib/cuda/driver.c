@@ -1,0 +1,123 @@
+/* Loading the CUDA driver at run time (see driver.h). */
+#define _GNU_SOURCE
+#include "cuda/driver.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/params.h"
+
+static struct ccl__cu cu;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int ready;                 /* cu is filled and cuInit succeeded */
+static _Atomic unsigned long long adds_seen; /* objects the process had loaded when we last looked */
+static char load_error[600];
+
+/* Binds every entry point from an open handle; 0 on success, else names
+ * the missing one. */
+static int bind_all(void *h, char *why, size_t whylen) {
+    static const struct {
+        const char *name;
+        size_t offset;
+    } syms[] = {
+#define SYM(field, name) {name, offsetof(struct ccl__cu, field)}
+        SYM(GetErrorString, "cuGetErrorString"),
+        SYM(Init, "cuInit"),
+        SYM(DriverGetVersion, "cuDriverGetVersion"),
+        SYM(PointerGetAttribute, "cuPointerGetAttribute"),
+        SYM(CtxGetCurrent, "cuCtxGetCurrent"),
+        SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+        SYM(StreamGetCtx, "cuStreamGetCtx"),
+        SYM(MemHostAlloc, "cuMemHostAlloc"),
+        SYM(MemFreeHost, "cuMemFreeHost"),
+        SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
+        SYM(MemcpyAsync, "cuMemcpyAsync"),
+        SYM(StreamCreate, "cuStreamCreate"),
+        SYM(StreamDestroy, "cuStreamDestroy_v2"),
+        SYM(StreamQuery, "cuStreamQuery"),
+        SYM(EventCreate, "cuEventCreate"),
+        SYM(EventRecord, "cuEventRecord"),
+        SYM(EventQuery, "cuEventQuery"),
+        SYM(EventDestroy, "cuEventDestroy_v2"),
+        SYM(StreamWaitValue32, "cuStreamWaitValue32_v2"),
+        SYM(LaunchHostFunc, "cuLaunchHostFunc"),
+        SYM(ModuleLoadData, "cuModuleLoadData"),
+        SYM(ModuleGetFunction, "cuModuleGetFunction"),
+        SYM(LaunchKernel, "cuLaunchKernel"),
+#undef SYM
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *f = dlsym(h, syms[i].name);
+        if (!f) {
+            snprintf(why, whylen, "the CUDA driver has no %s (too old a driver?)", syms[i].name);
+            return -1;
+        }
+        memcpy((char *)&cu + syms[i].offset, &f, sizeof f);
+    }
+    return 0;
+}
+
+/* Under load_lock: fills cu from the driver (already in the process when
+ * noload). 1 when ready. */
+static int load_locked(int noload) {
+    if (atomic_load(&ready)) return 1;
+    const char *name = ccl__params_get()->cuda_library;
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL | (noload ? RTLD_NOLOAD : 0));
+    if (!h) {
+        if (!noload) snprintf(load_error, sizeof load_error, "cannot load the CUDA driver %s: %s", name, dlerror());
+        return 0;
+    }
+    char why[200];
+    if (bind_all(h, why, sizeof why) < 0) {
+        snprintf(load_error, sizeof load_error, "%s: %s", name, why);
+        return 0; /* the handle stays open: the process loaded it anyway */
+    }
+    CUresult r = cu.Init(0);
+    if (r != CCL__CUDA_SUCCESS) {
+        const char *s = NULL;
+        cu.GetErrorString(r, &s);
+        snprintf(load_error, sizeof load_error, "cuInit failed: %s (no usable GPU or driver?)", s ? s : "unknown error");
+        return 0;
+    }
+    atomic_store(&ready, 1);
+    return 1;
+}
+
+static int count_adds(struct dl_phdr_info *info, size_t size, void *out) {
+    (void)size;
+    *(unsigned long long *)out = info->dlpi_adds;
+    return 1; /* the first object carries the process-wide count */
+}
+
+int ccl__cuda_in_process(void) {
+    if (atomic_load_explicit(&ready, memory_order_acquire)) return 1;
+    unsigned long long adds = 0;
+    dl_iterate_phdr(count_adds, &adds);
+    if (adds == atomic_load_explicit(&adds_seen, memory_order_relaxed)) return 0;
+    pthread_mutex_lock(&load_lock);
+    int ok = load_locked(1);
+    atomic_store_explicit(&adds_seen, adds, memory_order_relaxed);
+    pthread_mutex_unlock(&load_lock);
+    return ok;
+}
+
+const struct ccl__cu *ccl__cuda_load(char *why, size_t whylen) {
+    pthread_mutex_lock(&load_lock);
+    int ok = load_locked(0);
+    if (!ok) snprintf(why, whylen, "%s", load_error[0] ? load_error : "the CUDA driver could not be loaded");
+    pthread_mutex_unlock(&load_lock);
+    return ok ? &cu : NULL;
+}
+
+const struct ccl__cu *ccl__cuda(void) { return atomic_load_explicit(&ready, memory_order_acquire) ? &cu : NULL; }
+
+const char *ccl__cuda_error(CUresult r, const char *call, char *buf, size_t n) {
+    const char *s = NULL;
+    if (!ccl__cuda() || cu.GetErrorString(r, &s) != CCL__CUDA_SUCCESS || !s) s = "unknown error";
+    snprintf(buf, n, "%s failed: %s (CUDA error %d)", call, s, r);
+    return buf;
+}

@@ -1,0 +1,82 @@
+/*
+ * The CUDA driver, loaded at run time. libccl links no CUDA library: the
+ * driver (libcuda.so.1) is opened the first time a call brings a device
+ * pointer or a stream, and a process that never touches CUDA never loads
+ * it. The few driver types and constants used are declared here with the
+ * driver's ABI values (checked against cuda.h by test_cuda_abi where the
+ * toolkit is installed).
+ */
+#ifndef CCL_CUDA_DRIVER_H
+#define CCL_CUDA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef void (*CUhostFn)(void *user);
+
+enum {
+    CCL__CUDA_SUCCESS = 0,
+    CCL__CUDA_ERROR_NOT_READY = 600,
+    CCL__CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    CCL__CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    CCL__CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+    CCL__CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    CCL__CU_MEMORYTYPE_HOST = 1,
+    CCL__CU_MEMORYTYPE_DEVICE = 2,
+    CCL__CU_MEMHOSTALLOC_PORTABLE = 1,
+    CCL__CU_MEMHOSTALLOC_DEVICEMAP = 2,
+    CCL__CU_STREAM_WAIT_VALUE_GEQ = 0,
+    CCL__CU_EVENT_DISABLE_TIMING = 2,
+};
+
+/* The driver entry points libccl uses (the versioned symbols cuda.h maps
+ * the plain names to). */
+struct ccl__cu {
+    CUresult (*GetErrorString)(CUresult err, const char **str);
+    CUresult (*Init)(unsigned flags);
+    CUresult (*DriverGetVersion)(int *version);
+    CUresult (*PointerGetAttribute)(void *data, int attribute, CUdeviceptr ptr);
+    CUresult (*CtxGetCurrent)(CUcontext *ctx);
+    CUresult (*CtxSetCurrent)(CUcontext ctx);
+    CUresult (*StreamGetCtx)(CUstream stream, CUcontext *ctx);
+    CUresult (*MemHostAlloc)(void **pp, size_t bytes, unsigned flags);
+    CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *dptr, void *p, unsigned flags);
+    CUresult (*MemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+    CUresult (*StreamCreate)(CUstream *stream, unsigned flags);
+    CUresult (*StreamDestroy)(CUstream stream);
+    CUresult (*StreamQuery)(CUstream stream);
+    CUresult (*EventCreate)(CUevent *event, unsigned flags);
+    CUresult (*EventRecord)(CUevent event, CUstream stream);
+    CUresult (*EventQuery)(CUevent event);
+    CUresult (*EventDestroy)(CUevent event);
+    CUresult (*StreamWaitValue32)(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned flags);
+    CUresult (*LaunchHostFunc)(CUstream stream, CUhostFn fn, void *user);
+    CUresult (*ModuleLoadData)(CUmodule *module, const void *image);
+    CUresult (*ModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);
+    CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shared_bytes, CUstream stream, void **params, void **extra);
+};
+
+/* 1 when the process has the driver loaded (something in it uses CUDA, so
+ * device pointers may exist); the table is then ready. Cheap enough for
+ * every call: until a new shared object appears in the process it costs
+ * one dl_iterate_phdr step. */
+int ccl__cuda_in_process(void);
+/* The driver, loading it if need be (a stream was given); NULL with the
+ * reason in why when it cannot be loaded or initialised. */
+const struct ccl__cu *ccl__cuda_load(char *why, size_t whylen);
+/* The table once ccl__cuda_in_process or ccl__cuda_load succeeded. */
+const struct ccl__cu *ccl__cuda(void);
+/* "cuMemcpyAsync failed: CUDA_ERROR_... (<driver's text>)" into buf. */
+const char *ccl__cuda_error(CUresult r, const char *call, char *buf, size_t n);
+
+#endif
