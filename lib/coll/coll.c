@@ -8,11 +8,17 @@
  * NULL; the blocking calls pass BLOCKING. */
 enum { BLOCKING = 0, ASYNC = 1 };
 
-static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype, ccl_op_t op,
-                         int root, ccl_comm_t *comm, int async, ccl_request_t **req, const char *what) {
+/* The stream of a _stream twin's call (NULL for the others). */
+struct on {
+    ccl_stream_t stream;
+};
+
+static ccl_status_t coll_on(int kind, const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype,
+                            ccl_op_t op, int root, ccl_comm_t *comm, int async, ccl_request_t **req, const char *what,
+                            const struct on *on) {
     CCL_CHECK(ccl__check_comm(comm, what));
     CCL_CHECK(ccl__check_req(comm, async, req, what));
-    struct ccl__call call = {.comm = comm};
+    struct ccl__call call = {.comm = comm, .on_stream = on != NULL, .stream = on ? on->stream : NULL};
     call.coll = (struct ccl__coll_args){
         .id = {.kind = kind, .count = count, .dtype = dtype, .op = op, .root = root},
         .sendbuf = sendbuf,
@@ -22,14 +28,24 @@ static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t co
     return ccl__issue(&call, req);
 }
 
-static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
-                        int async, ccl_request_t **req, const char *what) {
+static ccl_status_t p2p_on(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
+                           int async, ccl_request_t **req, const char *what, const struct on *on) {
     CCL_CHECK(ccl__check_comm(comm, what));
     CCL_CHECK(ccl__check_req(comm, async, req, what));
     CCL_CHECK(ccl__check_p2p(comm, buf, count, dtype, peer, what));
-    struct ccl__call call = {.comm = comm, .is_p2p = 1};
+    struct ccl__call call = {.comm = comm, .is_p2p = 1, .on_stream = on != NULL, .stream = on ? on->stream : NULL};
     call.xfer = (struct ccl__p2p_xfer){.peer = peer, .is_send = is_send, .buf = buf, .count = count, .dtype = dtype};
     return ccl__issue(&call, req);
+}
+
+static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype, ccl_op_t op,
+                         int root, ccl_comm_t *comm, int async, ccl_request_t **req, const char *what) {
+    return coll_on(kind, sendbuf, recvbuf, count, dtype, op, root, comm, async, req, what, NULL);
+}
+
+static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
+                        int async, ccl_request_t **req, const char *what) {
+    return p2p_on(is_send, buf, count, dtype, peer, comm, async, req, what, NULL);
 }
 
 CCL_API ccl_status_t ccl_all_reduce(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
@@ -120,7 +136,9 @@ CCL_API ccl_status_t ccl_wait(ccl_request_t *req) {
     return st;
 }
 
-/* The _stream twins: the call in a group of its own, ended on stream. */
+/* The _stream twins: the call carries its stream, in a group of its own
+ * ended on that stream (inside an open group, the group's end orders each
+ * communicator's calls on the stream they name). */
 static void group_open(void) {
     ccl_status_t st = ccl_group_start(); /* cannot fail */
     (void)st;
@@ -134,45 +152,42 @@ static ccl_status_t on_stream(ccl_status_t call_st, ccl_stream_t stream) {
 CCL_API ccl_status_t ccl_all_reduce_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
                                            ccl_comm_t *comm, ccl_stream_t stream) {
     group_open();
-    return on_stream(coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, BLOCKING, NULL, "all_reduce"), stream);
+    return on_stream(coll_on(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, BLOCKING, NULL, "all_reduce", &(struct on){stream}), stream);
 }
 CCL_API ccl_status_t ccl_reduce_scatter_stream(const void *s, void *r, size_t recvcount, ccl_dtype_t dt, ccl_op_t op,
                                                ccl_comm_t *comm, ccl_stream_t stream) {
     group_open();
-    return on_stream(coll(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, BLOCKING, NULL, "reduce_scatter"),
-                     stream);
+    return on_stream(coll_on(CCL__K_REDUCE_SCATTER, s, r, recvcount, dt, op, -1, comm, BLOCKING, NULL, "reduce_scatter", &(struct on){stream}), stream);
 }
 CCL_API ccl_status_t ccl_all_gather_stream(const void *s, void *r, size_t sendcount, ccl_dtype_t dt, ccl_comm_t *comm,
                                            ccl_stream_t stream) {
     group_open();
-    return on_stream(coll(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_gather"),
-                     stream);
+    return on_stream(coll_on(CCL__K_ALL_GATHER, s, r, sendcount, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_gather", &(struct on){stream}), stream);
 }
 CCL_API ccl_status_t ccl_broadcast_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, int root,
                                           ccl_comm_t *comm, ccl_stream_t stream) {
     group_open();
-    return on_stream(coll(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, BLOCKING, NULL, "broadcast"),
-                     stream);
+    return on_stream(coll_on(CCL__K_BROADCAST, s, r, count, dt, CCL_SUM, root, comm, BLOCKING, NULL, "broadcast", &(struct on){stream}), stream);
 }
 CCL_API ccl_status_t ccl_reduce_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op, int root,
                                        ccl_comm_t *comm, ccl_stream_t stream) {
     group_open();
-    return on_stream(coll(CCL__K_REDUCE, s, r, count, dt, op, root, comm, BLOCKING, NULL, "reduce"), stream);
+    return on_stream(coll_on(CCL__K_REDUCE, s, r, count, dt, op, root, comm, BLOCKING, NULL, "reduce", &(struct on){stream}), stream);
 }
 CCL_API ccl_status_t ccl_all_to_all_stream(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_comm_t *comm,
                                            ccl_stream_t stream) {
     group_open();
-    return on_stream(coll(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_to_all"), stream);
+    return on_stream(coll_on(CCL__K_ALL_TO_ALL, s, r, count, dt, CCL_SUM, -1, comm, BLOCKING, NULL, "all_to_all", &(struct on){stream}), stream);
 }
 CCL_API ccl_status_t ccl_send_stream(const void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
                                      ccl_stream_t stream) {
     group_open();
-    return on_stream(p2p(1, (void *)buf, count, dt, peer, comm, BLOCKING, NULL, "send"), stream);
+    return on_stream(p2p_on(1, (void *)buf, count, dt, peer, comm, BLOCKING, NULL, "send", &(struct on){stream}), stream);
 }
 CCL_API ccl_status_t ccl_recv_stream(void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
                                      ccl_stream_t stream) {
     group_open();
-    return on_stream(p2p(0, buf, count, dt, peer, comm, BLOCKING, NULL, "recv"), stream);
+    return on_stream(p2p_on(0, buf, count, dt, peer, comm, BLOCKING, NULL, "recv", &(struct on){stream}), stream);
 }
 
 CCL_API ccl_status_t ccl_comm_get_async_error(const ccl_comm_t *comm, ccl_status_t *err) {

@@ -29,6 +29,8 @@ struct ccl__call {
     struct ccl__p2p_xfer xfer;
     struct ccl_request *req; /* the user's async request, or NULL */
     int device;              /* a buffer is device memory: the batch stages it (coll/device.h) */
+    int on_stream;           /* a _stream twin: ordered on stream at the group's end */
+    void *stream;
 };
 
 /* CCL_CHECK=1 (check_args.c): the ranks compare this collective's

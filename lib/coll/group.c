@@ -2,8 +2,6 @@
  * together at the outermost end, one batch per communicator. */
 #include <stdlib.h>
 
-#include <stdio.h>
-
 #include "coll/coll.h"
 #include "coll/device.h"
 #include "core/log.h"
@@ -56,11 +54,36 @@ CCL_API ccl_status_t ccl_group_start(void) {
     return CCL_OK;
 }
 
+/* The stream a batch is ordered on: the end's, else the one its calls
+ * name (they must agree). *ordered = 0 runs it now: no stream, or the
+ * default stream in a process without CUDA. */
+static ccl_status_t batch_stream(struct ccl_comm *comm, const struct ccl__call *b, int m, int end_on_stream,
+                                 void *end_stream, int *ordered, struct ccl__stream_link **link) {
+    int named = end_on_stream;
+    void *stream = end_stream;
+    for (int k = 0; k < m && !end_on_stream; k++) {
+        if (!b[k].on_stream) continue;
+        if (named && b[k].stream != stream)
+            return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                                  "group: calls on one communicator name two CUDA streams; a group orders each "
+                                  "communicator's calls on one stream");
+        named = 1;
+        stream = b[k].stream;
+    }
+    *ordered = 0;
+    if (!named) return CCL_OK;
+    char why[700];
+    ccl_status_t st = ccl__stream_usable(stream, ordered, why, sizeof why);
+    if (st < 0) return ccl__set_error(comm, st, "%s", why);
+    return *ordered ? ccl__stream_link_new(comm, stream, link) : CCL_OK;
+}
+
 /* Submit one batch per communicator (all before waiting on any, so groups
  * spanning communicators progress together), then wait for the batches
- * that hold blocking calls. Ordered on a stream (ordered), every batch
- * is linked to it and nothing waits. */
-static ccl_status_t run_group(struct ccl__call *calls, int n, int ordered, void *stream) {
+ * that hold blocking calls. A batch whose calls name a stream (all of
+ * stream, when the end names one) is ordered on it and nothing waits for
+ * it (device.h). */
+static ccl_status_t run_group(struct ccl__call *calls, int n, int end_on_stream, void *end_stream) {
     ccl_status_t first = CCL_OK;
     struct ccl_request *waits = calloc((size_t)n, sizeof(*waits));
     int *done = calloc((size_t)n, sizeof(int));
@@ -97,18 +120,18 @@ static ccl_status_t run_group(struct ccl__call *calls, int n, int ordered, void 
             }
         struct ccl_request *w = NULL;
         struct ccl__stream_link *link = NULL;
-        if (ordered) {
-            ccl_status_t st = ccl__stream_link_new(comm, stream, &link);
-            if (st < 0) {
-                for (int k = 0; k < m; k++) drop_call(&batch[k], st);
-                if (first == CCL_OK) first = st;
-                continue;
-            }
-        } else if (blocking) {
+        int ordered = 0;
+        ccl_status_t st = batch_stream(comm, batch, m, end_on_stream, end_stream, &ordered, &link);
+        if (st < 0) {
+            for (int k = 0; k < m; k++) drop_call(&batch[k], st);
+            if (first == CCL_OK) first = st;
+            continue;
+        }
+        if (!ordered && blocking) {
             w = &waits[nwaits++];
             ccl__request_init(w, comm);
         }
-        ccl_status_t st = ccl__submit_batch(comm, batch, m, w, ncomms == 1 && !ordered, NULL, link);
+        st = ccl__submit_batch(comm, batch, m, w, ncomms == 1 && !ordered, NULL, link);
         if (st < 0) {
             if (w) nwaits--;
             if (first == CCL_OK) first = st;
@@ -130,19 +153,7 @@ out:
 static ccl_status_t group_end(int on_stream, void *stream) {
     if (group_depth == 0) return CCL_ERR_INVALID_USAGE;
     if (--group_depth > 0) return CCL_OK;
-    int ordered = 0;
-    ccl_status_t st = CCL_OK;
-    if (on_stream && group_n) {
-        char why[700];
-        st = ccl__stream_usable(stream, &ordered, why, sizeof why);
-        for (int i = 0; st < 0 && i < group_n; i++) {
-            if (ccl__registry_has(group_calls[i].comm))
-                ccl__set_error(group_calls[i].comm, st, "ccl_group_end_stream: %s", why);
-            drop_call(&group_calls[i], st);
-        }
-        if (st < 0) group_n = 0;
-    }
-    if (group_n) st = run_group(group_calls, group_n, ordered, stream);
+    ccl_status_t st = group_n ? run_group(group_calls, group_n, on_stream, stream) : CCL_OK;
     if (group_lost) {
         CCL_WARN(CCL__SUB_COLL, -1, "ccl_group_end: a communicator was destroyed after the group recorded calls on it; "
                                    "those calls did not run");
