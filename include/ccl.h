@@ -310,6 +310,13 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_send_stream(const void *buf, size_t count
                                                    ccl_comm_t *comm, ccl_stream_t stream);
 CCL_API CCL_NODISCARD ccl_status_t ccl_recv_stream(void *buf, size_t count, ccl_dtype_t dtype, int peer,
                                                    ccl_comm_t *comm, ccl_stream_t stream);
+/* 1 when p is CUDA device memory (0 for host, pinned and managed memory,
+ * and in a process without CUDA). */
+CCL_API int ccl_is_device_pointer(const void *p);
+/* The CUDA device (ordinal) comm's device buffers and streams live on:
+ * the current device when it was created, or its first device buffer's.
+ * CCL_ERR_UNSUPPORTED where the process has no CUDA. */
+CCL_API ccl_status_t ccl_comm_cuda_device(const ccl_comm_t *comm, int *device);
 /* *err = the error that failed comm (an operation that ran after its call
  * returned: async, stream-ordered, or a peer's failure), CCL_OK while it is
  * healthy. */

@@ -154,6 +154,7 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
         comm_free(comm);
         return st;
     }
+    ccl__device_adopt_current(comm);
     *out = comm;
     return CCL_OK;
 }

@@ -251,3 +251,30 @@ void ccl__device_free(struct ccl_comm *comm) {
     free(d);
     comm->device = NULL;
 }
+
+CCL_API int ccl_is_device_pointer(const void *p) {
+    CUcontext ctx;
+    return p && ccl__cuda_in_process() && mem_kind(ccl__cuda(), p, &ctx) == CCL__MEM_CUDA;
+}
+
+void ccl__device_adopt_current(struct ccl_comm *comm) {
+    const struct ccl__cu *cu = ccl__cuda_in_process() ? ccl__cuda() : NULL;
+    CUcontext ctx = NULL;
+    if (cu && cu->CtxGetCurrent(&ctx) == CCL__CUDA_SUCCESS && ctx) (void)ccl__device_bind(comm, ctx, "init");
+}
+
+CCL_API ccl_status_t ccl_comm_cuda_device(const ccl_comm_t *comm, int *device) {
+    if (!device) return CCL_ERR_INVALID_ARGUMENT;
+    CCL_CHECK(ccl__check_comm(comm, "cuda_device"));
+    const struct ccl__cu *cu = ccl__cuda_in_process() ? ccl__cuda() : NULL;
+    if (!cu) return CCL_ERR_UNSUPPORTED;
+    CUcontext prev = NULL, ctx = comm->device ? comm->device->ctx : NULL;
+    cu->CtxGetCurrent(&prev);
+    if (ctx && ctx != prev) cu->CtxSetCurrent(ctx);
+    CUdevice dev = -1;
+    CUresult r = (ctx || prev) ? cu->CtxGetDevice(&dev) : 1;
+    if (ctx && ctx != prev) cu->CtxSetCurrent(prev);
+    if (r != CCL__CUDA_SUCCESS) return CCL_ERR_UNSUPPORTED;
+    *device = dev;
+    return CCL_OK;
+}

@@ -52,6 +52,9 @@ void ccl__stream_link_release(struct ccl__stream_link *l);
  * calls are ordered on a real stream. */
 ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t whylen);
 
+/* A new communicator belongs to the calling thread's current CUDA context,
+ * if the process has one (NCCL's rule: the device current at init). */
+void ccl__device_adopt_current(struct ccl_comm *comm);
 /* comm's CUDA resources (destroy). */
 void ccl__device_free(struct ccl_comm *comm);
 

@@ -31,6 +31,7 @@ static int bind_all(void *h, char *why, size_t whylen) {
         SYM(PointerGetAttribute, "cuPointerGetAttribute"),
         SYM(CtxGetCurrent, "cuCtxGetCurrent"),
         SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+        SYM(CtxGetDevice, "cuCtxGetDevice"),
         SYM(StreamGetCtx, "cuStreamGetCtx"),
         SYM(MemHostAlloc, "cuMemHostAlloc"),
         SYM(MemFreeHost, "cuMemFreeHost"),

@@ -46,6 +46,7 @@ struct ccl__cu {
     CUresult (*PointerGetAttribute)(void *data, int attribute, CUdeviceptr ptr);
     CUresult (*CtxGetCurrent)(CUcontext *ctx);
     CUresult (*CtxSetCurrent)(CUcontext ctx);
+    CUresult (*CtxGetDevice)(CUdevice *device);
     CUresult (*StreamGetCtx)(CUstream stream, CUcontext *ctx);
     CUresult (*MemHostAlloc)(void **pp, size_t bytes, unsigned flags);
     CUresult (*MemFreeHost)(void *p);

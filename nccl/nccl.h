@@ -1,0 +1,146 @@
+/*
+ * libccl-nccl: NCCL's API on libccl. A program written against NCCL's
+ * nccl.h builds against this header and links -lccl-nccl instead of
+ * -lnccl, unchanged: the names, types, enum values and the layout of
+ * ncclUniqueId and ncclConfig_t are NCCL's (API level 2.19). What differs
+ * is said in docs/cuda.md ("The NCCL-compatible library").
+ */
+#ifndef NCCL_H_
+#define NCCL_H_
+
+#include <limits.h>
+#include <stddef.h>
+
+#if !defined(__DRIVER_TYPES_H__)
+/* cudaStream_t exactly as CUDA's driver_types.h declares it. */
+typedef struct CUstream_st *cudaStream_t;
+#endif
+
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 19
+#define NCCL_PATCH 3
+#define NCCL_SUFFIX ""
+#define NCCL_VERSION_CODE 21903
+#define NCCL_VERSION(X, Y, Z) \
+    (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ncclComm *ncclComm_t;
+#define NCCL_COMM_NULL NULL
+
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+typedef enum {
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+    ncclRemoteError = 6,
+    ncclInProgress = 7,
+    ncclNumResults = 8
+} ncclResult_t;
+
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_UNDEF_PTR NULL
+#define NCCL_SPLIT_NOCOLOR -1
+
+typedef struct ncclConfig_v21700 {
+    /* set by NCCL_CONFIG_INITIALIZER, never by hand */
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    /* what a program may set */
+    int blocking;
+    int cgaClusterSize;
+    int minCTAs;
+    int maxCTAs;
+    const char *netName;
+    int splitShare;
+} ncclConfig_t;
+
+#define NCCL_CONFIG_INITIALIZER                                                                        \
+    {                                                                                                  \
+        sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),            \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
+            NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT                                               \
+    }
+
+typedef enum {
+    ncclSum = 0,
+    ncclProd = 1,
+    ncclMax = 2,
+    ncclMin = 3,
+    ncclAvg = 4,
+    ncclNumOps = 5,
+    ncclMaxRedOp = 0x7fffffff
+} ncclRedOp_t;
+
+typedef enum {
+    ncclInt8 = 0,
+    ncclChar = 0,
+    ncclUint8 = 1,
+    ncclInt32 = 2,
+    ncclInt = 2,
+    ncclUint32 = 3,
+    ncclInt64 = 4,
+    ncclUint64 = 5,
+    ncclFloat16 = 6,
+    ncclHalf = 6,
+    ncclFloat32 = 7,
+    ncclFloat = 7,
+    ncclFloat64 = 8,
+    ncclDouble = 8,
+    ncclBfloat16 = 9,
+    ncclNumTypes = 10
+} ncclDataType_t;
+
+typedef enum { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
+
+ncclResult_t ncclGetVersion(int *version);
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+const char *ncclGetErrorString(ncclResult_t result);
+const char *ncclGetLastError(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
+
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                      ncclScalarResidence_t residence, ncclComm_t comm);
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NCCL_H_ */

@@ -1,0 +1,250 @@
+/*
+ * A program written against NCCL's API, and nothing else (nccl.h plus the
+ * C library): built and linked against libccl-nccl, it must run as it
+ * would on NCCL. It forks NRANKS processes that share one unique id, then
+ * on host buffers and the default stream (device buffers: tests/cuda)
+ * checks every collective bit-exactly for every datatype and operation,
+ * send/recv in a group, split, premultiplied sums, the queries, the error
+ * paths and abort. Exits 0 when every rank passed.
+ *
+ *   nccl_program [NRANKS]      (default 3)
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nccl.h"
+
+static int rank, nranks, fails;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+            fails++;                                                       \
+        }                                                                  \
+    } while (0)
+#define NCCL_OK(call)                                                                                          \
+    do {                                                                                                       \
+        ncclResult_t r_ = (call);                                                                              \
+        CHECK(r_ == ncclSuccess, "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
+    } while (0)
+
+static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+/* Small integers: exact in every datatype (float16 and bfloat16 too), so
+ * sums of a few ranks compare bit for bit. */
+static double value(int r, size_t i) { return (double)((int)((r * 7 + i * 3) % 11) - 3); }
+
+static uint16_t to_half(double v) { /* exact for the small integers used */
+    if (v == 0) return signbit(v) ? 0x8000 : 0; /* a product with a zero keeps the sign */
+    uint16_t sign = v < 0 ? 0x8000 : 0;
+    double a = v < 0 ? -v : v;
+    int e = 0;
+    while (a >= 2) a /= 2, e++;
+    return (uint16_t)(sign | ((e + 15) << 10) | (uint16_t)((a - 1) * 1024));
+}
+static uint16_t to_bf16(double v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+static void put(void *buf, ncclDataType_t t, size_t i, double v) {
+    char *p = (char *)buf + i * sizes[t];
+    switch (t) {
+    case ncclInt8: *(int8_t *)p = (int8_t)v; break;
+    case ncclUint8: *(uint8_t *)p = (uint8_t)(int)v; break;
+    case ncclInt32: *(int32_t *)p = (int32_t)v; break;
+    case ncclUint32: *(uint32_t *)p = (uint32_t)(int64_t)v; break;
+    case ncclInt64: *(int64_t *)p = (int64_t)v; break;
+    case ncclUint64: *(uint64_t *)p = (uint64_t)(int64_t)v; break;
+    case ncclFloat16: *(uint16_t *)p = to_half(v); break;
+    case ncclFloat32: *(float *)p = (float)v; break;
+    case ncclFloat64: *(double *)p = v; break;
+    default: *(uint16_t *)p = to_bf16(v); break;
+    }
+}
+
+static double reduce2(ncclRedOp_t op, double a, double b) {
+    switch (op) {
+    case ncclProd: return a * b;
+    case ncclMax: return a > b ? a : b;
+    case ncclMin: return a < b ? a : b;
+    default: return a + b;
+    }
+}
+
+/* The expected element of a reduction over ranks of value(r, i). Products
+ * stay small: ranks <= 5, |value| <= 7. AVG: sum / nranks, truncated for
+ * integers; only compared where exact. */
+static double expected(ncclRedOp_t op, size_t i) {
+    double acc = value(0, i);
+    for (int r = 1; r < nranks; r++) acc = reduce2(op, acc, value(r, i));
+    return acc;
+}
+
+static int same(const void *a, const void *b, ncclDataType_t t, size_t n) { return memcmp(a, b, n * sizes[t]) == 0; }
+
+static int wraps_negative(ncclDataType_t t) { return t == ncclUint8 || t == ncclUint32 || t == ncclUint64; }
+
+static void collectives(ncclComm_t comm) {
+    const size_t n = 257;
+    char *in = malloc(n * nranks * 8), *out = malloc(n * nranks * 8), *want = malloc(n * nranks * 8);
+    for (int t = 0; t < ncclNumTypes; t++) {
+        for (int op = 0; op < ncclNumOps; op++) {
+            if (op == ncclAvg && t != ncclFloat32 && t != ncclFloat64) continue; /* exact only there */
+            /* products of more than two values may round in 16 bits, in whatever order ranks combine */
+            if (op == ncclProd && (t == ncclFloat16 || t == ncclBfloat16) && nranks > 2) continue;
+            for (size_t i = 0; i < n; i++) put(in, t, i, value(rank, i));
+            for (size_t i = 0; i < n; i++) {
+                double e = op == ncclAvg ? expected(ncclSum, i) / nranks : expected(op, i);
+                if (wraps_negative(t) && (op == ncclMax || op == ncclMin)) e = 0; /* compared below by type */
+                put(want, t, i, e);
+            }
+            NCCL_OK(ncclAllReduce(in, out, n, t, op, comm, 0));
+            if (wraps_negative(t) && (op == ncclMax || op == ncclMin)) continue; /* unsigned order differs */
+            CHECK(same(out, want, t, n), "ncclAllReduce: datatype %d op %d differs", t, op);
+            NCCL_OK(ncclReduce(in, out, n, t, op, nranks - 1, comm, 0));
+            if (rank == nranks - 1) CHECK(same(out, want, t, n), "ncclReduce: datatype %d op %d differs", t, op);
+        }
+        /* broadcast from rank 1 % nranks, all_gather, reduce_scatter (sum) */
+        int root = 1 % nranks;
+        for (size_t i = 0; i < n; i++) put(in, t, i, value(rank, i)), put(want, t, i, value(root, i));
+        NCCL_OK(ncclBroadcast(in, out, n, t, root, comm, 0));
+        CHECK(same(out, want, t, n), "ncclBroadcast: datatype %d differs", t);
+        for (int r = 0; r < nranks; r++)
+            for (size_t i = 0; i < n; i++) put(want, t, (size_t)r * n + i, value(r, i));
+        NCCL_OK(ncclAllGather(in, out, n, t, comm, 0));
+        CHECK(same(out, want, t, n * nranks), "ncclAllGather: datatype %d differs", t);
+        for (size_t i = 0; i < n * nranks; i++) put(in, t, i, value(rank, i));
+        for (size_t i = 0; i < n; i++) {
+            double s = 0;
+            for (int r = 0; r < nranks; r++) s += value(r, (size_t)rank * n + i);
+            put(want, t, i, s);
+        }
+        NCCL_OK(ncclReduceScatter(in, out, n, t, ncclSum, comm, 0));
+        CHECK(same(out, want, t, n), "ncclReduceScatter: datatype %d differs", t);
+    }
+    /* send/recv around the ring in a group */
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    for (size_t i = 0; i < n; i++) put(in, ncclInt32, i, value(rank, i)), put(want, ncclInt32, i, value(prev, i));
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(in, n, ncclInt32, next, comm, 0));
+    NCCL_OK(ncclRecv(out, n, ncclInt32, prev, comm, 0));
+    NCCL_OK(ncclGroupEnd());
+    CHECK(same(out, want, ncclInt32, n), "ncclSend/ncclRecv in a group differ");
+    /* premultiplied sums: sum over ranks of 3 * x, on int32 and float32 */
+    int32_t three = 3;
+    float half = 0.5f;
+    ncclRedOp_t pi, pf;
+    NCCL_OK(ncclRedOpCreatePreMulSum(&pi, &three, ncclInt32, ncclScalarHostImmediate, comm));
+    NCCL_OK(ncclRedOpCreatePreMulSum(&pf, &half, ncclFloat32, ncclScalarHostImmediate, comm));
+    for (size_t i = 0; i < n; i++) put(in, ncclInt32, i, value(rank, i)), put(want, ncclInt32, i, 3 * expected(ncclSum, i));
+    NCCL_OK(ncclAllReduce(in, out, n, ncclInt32, pi, comm, 0));
+    CHECK(same(out, want, ncclInt32, n), "premultiplied sum (int32, x3) differs");
+    for (size_t i = 0; i < n; i++) put(in, ncclFloat32, i, value(rank, i)), put(want, ncclFloat32, i, 0.5 * expected(ncclSum, i));
+    NCCL_OK(ncclReduce(in, out, n, ncclFloat32, pf, 0, comm, 0));
+    if (rank == 0) CHECK(same(out, want, ncclFloat32, n), "premultiplied sum (float32, x0.5) differs");
+    CHECK(ncclAllReduce(in, out, n, ncclInt32, pf, comm, 0) == ncclInvalidArgument, "a premultiplied sum of another datatype is refused");
+    NCCL_OK(ncclRedOpDestroy(pi, comm));
+    NCCL_OK(ncclRedOpDestroy(pf, comm));
+    CHECK(ncclAllReduce(in, out, n, ncclInt32, pi, comm, 0) == ncclInvalidArgument, "a destroyed operation is refused");
+    free(in);
+    free(out);
+    free(want);
+}
+
+static int run_rank(ncclUniqueId id) {
+    int v = 0;
+    NCCL_OK(ncclGetVersion(&v));
+    CHECK(v == NCCL_VERSION_CODE, "ncclGetVersion: %d", v);
+    ncclComm_t comm = NULL;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    NCCL_OK(ncclCommInitRankConfig(&comm, nranks, id, rank, &config));
+    if (!comm) return 1;
+    int count = -1, me = -1, dev = -1;
+    NCCL_OK(ncclCommCount(comm, &count));
+    NCCL_OK(ncclCommUserRank(comm, &me));
+    CHECK(count == nranks && me == rank, "ncclCommCount %d, ncclCommUserRank %d", count, me);
+    ncclResult_t r = ncclCommCuDevice(comm, &dev);
+    CHECK(r == ncclSuccess || r == ncclInvalidUsage, "ncclCommCuDevice: %s", ncclGetErrorString(r));
+    if (r != ncclSuccess) CHECK(strstr(ncclGetLastError(comm), "no CUDA") != NULL, "why: %s", ncclGetLastError(comm));
+
+    collectives(comm);
+
+    /* errors: bad arguments, a bad config, an unknown op */
+    float x = 1;
+    CHECK(ncclAllReduce(&x, &x, 1, (ncclDataType_t)42, ncclSum, comm, 0) == ncclInvalidArgument, "bad datatype");
+    CHECK(ncclAllReduce(&x, &x, 1, ncclFloat, (ncclRedOp_t)77, comm, 0) == ncclInvalidArgument, "bad op");
+    CHECK(ncclBroadcast(&x, &x, 1, ncclFloat, nranks + 3, comm, 0) == ncclInvalidArgument, "bad root");
+    CHECK(strlen(ncclGetLastError(comm)) > 0, "ncclGetLastError says why");
+    ncclConfig_t bad = config;
+    bad.magic = 0;
+    ncclComm_t none = NULL;
+    CHECK(ncclCommSplit(comm, 0, 0, &none, &bad) == ncclInvalidArgument, "a config without the initializer");
+    ncclResult_t async = ncclInternalError;
+    NCCL_OK(ncclCommGetAsyncError(comm, &async));
+    CHECK(async == ncclSuccess, "async error %d", async);
+
+    /* split: even and odd ranks; the last rank opts out */
+    ncclComm_t half = NULL;
+    int color = rank == nranks - 1 && nranks > 2 ? NCCL_SPLIT_NOCOLOR : rank % 2;
+    NCCL_OK(ncclCommSplit(comm, color, rank, &half, NULL));
+    if (color == NCCL_SPLIT_NOCOLOR) {
+        CHECK(half == NCCL_COMM_NULL, "NCCL_SPLIT_NOCOLOR gives no communicator");
+    } else if (half) {
+        int hn = 0, hr = -1, want = 0;
+        for (int q = 0; q < nranks; q++) want += (q % 2 == color) && !(q == nranks - 1 && nranks > 2);
+        NCCL_OK(ncclCommCount(half, &hn));
+        NCCL_OK(ncclCommUserRank(half, &hr));
+        CHECK(hn == want && hr == rank / 2, "split: %d ranks (want %d), rank %d", hn, want, hr);
+        int32_t one = 1, sum = 0;
+        NCCL_OK(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, half, 0));
+        CHECK(sum == hn, "all-reduce on the split communicator: %d", sum);
+        NCCL_OK(ncclCommAbort(half)); /* abort frees it, as NCCL's does */
+    }
+    NCCL_OK(ncclCommDestroy(comm));
+    return fails != 0;
+}
+
+int main(int argc, char **argv) {
+    nranks = argc > 1 ? atoi(argv[1]) : 3;
+    if (nranks < 1 || nranks > 5) {
+        fprintf(stderr, "usage: nccl_program [NRANKS, 1 to 5]\n");
+        return 2;
+    }
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) {
+        fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
+        return 1;
+    }
+    pid_t pids[5];
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            rank = r;
+            alarm(120); /* never hang a test run */
+            _exit(run_rank(id));
+        }
+    }
+    int bad = 0;
+    for (int r = 0; r < nranks; r++) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, status);
+            bad = 1;
+        }
+    }
+    printf("nccl_program: %d ranks: %s\n", nranks, bad ? "FAILED" : "every check passed");
+    return bad;
+}
