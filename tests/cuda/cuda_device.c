@@ -1,0 +1,159 @@
+/*
+ * Device buffers on a GPU: 2 ranks (processes) on device 0, every
+ * collective x dtype x op on cuMemAlloc'd buffers, in place and out, counts
+ * 0, 1, 1001 and 4 MiB + 3 elements, each result compared bit for bit with
+ * the same call on host buffers (the host path is checked against its own
+ * reference by the rest of the suite); then the same through a stream
+ * (ccl_all_reduce_stream) with no host synchronisation between the copy
+ * that writes the input, the collective and the copy that reads the output.
+ *
+ * Exits 77 (ctest: skipped), saying why, where no CUDA driver or no GPU is
+ * present. It loads the driver itself, as libccl does, so it builds
+ * anywhere.   cuda_device [NRANKS]
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ccl.h"
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+static struct {
+    CUresult (*Init)(unsigned);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, int);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamSynchronize)(CUstream);
+} cu;
+
+static int load(char *why, size_t n) {
+    void *h = dlopen(getenv("CCL_CUDA_LIBRARY") ? getenv("CCL_CUDA_LIBRARY") : "libcuda.so.1", RTLD_NOW);
+    if (!h) return snprintf(why, n, "no CUDA driver: %s", dlerror()), -1;
+    const char *names[] = {"cuInit", "cuDeviceGetCount", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent", "cuMemAlloc_v2",
+                           "cuMemFree_v2", "cuMemcpy", "cuMemcpyAsync", "cuStreamCreate", "cuStreamSynchronize"};
+    void **slots = (void **)&cu;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!(slots[i] = dlsym(h, names[i]))) return snprintf(why, n, "the CUDA driver has no %s", names[i]), -1;
+    int count = 0;
+    if (cu.Init(0) != 0 || cu.DeviceGetCount(&count) != 0 || count == 0) return snprintf(why, n, "no GPU (cuInit or cuDeviceGetCount)"), -1;
+    return 0;
+}
+
+static int fails;
+#define CHECK(c, ...) \
+    do { if (!(c)) { fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); fails++; } } while (0)
+
+static void fill(void *p, size_t bytes, int rank, int salt) {
+    unsigned char *b = p;
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(rank * 131 + salt + 1);
+    for (size_t i = 0; i < bytes; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, b[i] = (unsigned char)(x >> 24);
+}
+
+enum { AR, RS, AG, BC, RD, A2A, NKINDS };
+static ccl_status_t call(int k, const void *s, void *r, size_t n, ccl_dtype_t dt, ccl_op_t op, ccl_comm_t *c) {
+    switch (k) {
+    case AR: return ccl_all_reduce(s, r, n, dt, op, c);
+    case RS: return ccl_reduce_scatter(s, r, n, dt, op, c);
+    case AG: return ccl_all_gather(s, r, n, dt, c);
+    case BC: return ccl_broadcast(s, r, n, dt, 0, c);
+    case RD: return ccl_reduce(s, r, n, dt, op, 0, c);
+    default: return ccl_all_to_all(s, r, n, dt, c);
+    }
+}
+
+static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
+    CUcontext ctx;
+    cu.DevicePrimaryCtxRetain(&ctx, 0);
+    cu.CtxSetCurrent(ctx);
+    ccl_comm_t *comm;
+    if (ccl_comm_init_rank(&comm, nranks, id, rank) != CCL_OK) return 1;
+    const size_t counts[] = {0, 1, 1001, (4u << 20) + 3};
+    size_t maxb = ((4u << 20) + 3) * 8 * (size_t)nranks;
+    char *hin = malloc(maxb), *hout = malloc(maxb), *dres = malloc(maxb);
+    CUdeviceptr din, dout;
+    cu.MemAlloc(&din, maxb);
+    cu.MemAlloc(&dout, maxb);
+    for (int k = 0; k < NKINDS; k++)
+        for (int dt = 0; dt < CCL_NUM_DTYPES; dt++)
+            for (int op = 0; op < CCL_NUM_OPS; op++) {
+                if ((k == AG || k == BC || k == A2A) && op) continue;
+                for (size_t ci = 0; ci < 4; ci++)
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        size_t n = counts[ci], es = ccl_dtype_size(dt);
+                        if (n > 1001 && (dt != CCL_FLOAT32 || op)) continue; /* the big count: float32 sum */
+                        size_t in_b = (k == RS || k == A2A ? n * nranks : n) * es;
+                        size_t out_b = (k == AG || k == A2A ? n * nranks : n) * es;
+                        size_t buf_b = in_b > out_b ? in_b : out_b;
+                        fill(hin, buf_b, rank, k * 100 + dt * 10 + op);
+                        memcpy(hout, hin, buf_b);
+                        cu.Memcpy(din, (CUdeviceptr)(uintptr_t)hin, buf_b);
+                        cu.Memcpy(dout, (CUdeviceptr)(uintptr_t)hin, buf_b);
+                        const void *hs = hin, *ds = (void *)(uintptr_t)din;
+                        void *hr = inplace ? hin : hout, *dr = inplace ? (void *)(uintptr_t)din : (void *)(uintptr_t)dout;
+                        if (inplace && k == AG) hs = hin + rank * n * es, ds = (char *)(uintptr_t)din + rank * n * es;
+                        if (inplace && (k == RS || k == A2A)) continue; /* in place only where the API has it */
+                        ccl_status_t a = call(k, hs, hr, n, dt, op, comm), b = call(k, ds, dr, n, dt, op, comm);
+                        CHECK(a == CCL_OK && b == CCL_OK, "kind %d dtype %d op %d: %s / %s", k, dt, op,
+                              ccl_status_string(a), ccl_status_string(b));
+                        cu.Memcpy((CUdeviceptr)(uintptr_t)dres, (CUdeviceptr)(uintptr_t)dr, out_b);
+                        if (!(k == RD && rank != 0))
+                            CHECK(memcmp(dres, hr, out_b) == 0, "kind %d dtype %d op %d count %zu in place %d: device "
+                                  "result differs from host", k, dt, op, n, inplace);
+                    }
+            }
+    /* Stream order: copy in, all-reduce, copy out, one stream, no host sync between. */
+    CUstream s;
+    cu.StreamCreate(&s, 1);
+    size_t n = (1u << 20) + 7;
+    fill(hin, n * 4, rank, 999);
+    for (int round = 0; round < 3; round++) {
+        cu.MemcpyAsync(din, (CUdeviceptr)(uintptr_t)hin, n * 4, s);
+        CHECK(ccl_all_reduce_stream((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, comm, s) == CCL_OK,
+              "all_reduce_stream: %s", ccl_comm_last_error(comm));
+        cu.MemcpyAsync((CUdeviceptr)(uintptr_t)dres, dout, n * 4, s);
+        cu.StreamSynchronize(s);
+        CHECK(ccl_all_reduce(hin, hout, n, CCL_INT32, CCL_SUM, comm) == CCL_OK, "host all_reduce");
+        CHECK(memcmp(dres, hout, n * 4) == 0, "stream-ordered all_reduce, round %d: differs", round);
+    }
+    cu.MemFree(din);
+    cu.MemFree(dout);
+    ccl_comm_destroy(comm);
+    return fails != 0;
+}
+
+int main(int argc, char **argv) {
+    int nranks = argc > 1 ? atoi(argv[1]) : 2;
+    char why[300];
+    if (load(why, sizeof why) < 0) {
+        printf("SKIP: device buffers need a GPU: %s\n", why);
+        return 77;
+    }
+    ccl_unique_id_t id;
+    if (ccl_get_unique_id(&id) != CCL_OK) return 1;
+    pid_t pid[8];
+    for (int r = 0; r < nranks && r < 8; r++)
+        if ((pid[r] = fork()) == 0) {
+            alarm(600);
+            _exit(rank_main(r, nranks, id));
+        }
+    int bad = 0;
+    for (int r = 0; r < nranks && r < 8; r++) {
+        int st;
+        waitpid(pid[r], &st, 0);
+        bad |= !WIFEXITED(st) || WEXITSTATUS(st);
+    }
+    printf("cuda_device: %d ranks: %s\n", nranks, bad ? "FAILED" : "every check passed");
+    return bad;
+}
