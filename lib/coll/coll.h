@@ -12,6 +12,10 @@
 
 /* NULL or unknown comm -> status (and message for a known one). */
 ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what);
+/* How many count-element blocks a collective reads from sendbuf (*smult)
+ * and writes to recvbuf (*rmult) on this rank; 0: the buffer is ignored
+ * here (a broadcast's sendbuf off the root, a reduce's recvbuf). */
+void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult);
 /* Validates a collective call; sets the comm's last error on failure. */
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what);
 /* dtype is one of ccl_dtype_t; count * its size * mult (0: 1) fits in
@@ -28,7 +32,7 @@ struct ccl__call {
     struct ccl__coll_args coll;
     struct ccl__p2p_xfer xfer;
     struct ccl_request *req; /* the user's async request, or NULL */
-    int device;              /* a buffer is device memory: the batch stages it (coll/device.h) */
+    int device;              /* CCL__DEV_SEND | CCL__DEV_RECV: device buffers the batch stages (coll/device.h) */
     int on_stream;           /* a _stream twin: ordered on stream at the group's end */
     void *stream;
 };

@@ -41,18 +41,10 @@ static void call_bytes(const struct ccl_comm *comm, const struct ccl__call *c, s
         *rb = c->xfer.is_send ? 0 : b;
         return;
     }
-    const struct ccl__coll_id *id = &c->coll.id;
-    size_t b = id->count * ccl_dtype_size(id->dtype), all = b * (size_t)comm->nranks;
-    int root = id->root == comm->rank;
-    switch (id->kind) {
-    case CCL__K_REDUCE_SCATTER: *sb = all, *rb = b; break;
-    case CCL__K_ALL_GATHER: *sb = b, *rb = all; break;
-    case CCL__K_ALL_TO_ALL: *sb = all, *rb = all; break;
-    case CCL__K_BROADCAST: *sb = root ? b : 0, *rb = b; break;
-    case CCL__K_REDUCE: *sb = b, *rb = root ? b : 0; break;
-    case CCL__K_BARRIER: *sb = 0, *rb = 0; break;
-    default: *sb = b, *rb = b; break;
-    }
+    size_t smult, rmult, b = c->coll.id.count * ccl_dtype_size(c->coll.id.dtype);
+    ccl__coll_extent(comm, &c->coll, &smult, &rmult);
+    *sb = b * smult;
+    *rb = b * rmult;
 }
 
 static void call_buffers(struct ccl__call *c, void ***send, void ***recv) {
@@ -117,10 +109,11 @@ ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls
         call_bytes(comm, c, &sb, &rb);
         call_buffers(c, &send, &recv);
         void *bufs[2] = {send && sb ? *send : NULL, recv && rb ? *recv : NULL};
+        const int bit[2] = {CCL__DEV_SEND, CCL__DEV_RECV};
         for (int k = 0; k < 2; k++) {
             CUcontext ctx = NULL;
             if (!bufs[k] || mem_kind(cu, bufs[k], &ctx) != CCL__MEM_CUDA) continue;
-            c->device = 1;
+            c->device |= bit[k];
             CCL_CHECK(ccl__device_bind(comm, ctx, what));
         }
     }
@@ -160,11 +153,8 @@ static void plan_call(const struct ccl_comm *comm, struct ccl__call *c, struct r
     void **send, **recv;
     call_bytes(comm, c, &sb, &rb);
     call_buffers(c, &send, &recv);
-    char *s = send && sb ? *send : NULL, *v = recv && rb ? *recv : NULL;
-    const struct ccl__cu *cu = ccl__cuda();
-    CUcontext ignored;
-    if (s && mem_kind(cu, s, &ignored) != CCL__MEM_CUDA) s = NULL;
-    if (v && mem_kind(cu, v, &ignored) != CCL__MEM_CUDA) v = NULL;
+    /* Which buffers are device memory was found at issue (classify). */
+    char *s = c->device & CCL__DEV_SEND ? *send : NULL, *v = c->device & CCL__DEV_RECV ? *recv : NULL;
     if (s && v && s < v + rb && v < s + sb) {
         char *lo = s < v ? s : v, *hi = s + sb > v + rb ? s + sb : v + rb;
         r[(*nr)++] = (struct region){.dev = lo, .bytes = (size_t)(hi - lo), .in = 1, .out = 1, .at = *total,
@@ -182,10 +172,23 @@ static void plan_call(const struct ccl_comm *comm, struct ccl__call *c, struct r
     }
 }
 
+/* Copies the staged regions in (device to host) or out, and waits. */
+static CUresult copy_regions(struct ccl_comm *comm, const struct ccl__stage *st, int in) {
+    const struct ccl__cu *cu = ccl__cuda();
+    char *base = comm->device->stage;
+    CUresult r = CCL__CUDA_SUCCESS;
+    for (int i = 0; i < st->n && r == CCL__CUDA_SUCCESS; i++) {
+        CUdeviceptr dev = (CUdeviceptr)(uintptr_t)st->r[i].dev, host = (CUdeviceptr)(uintptr_t)(base + st->r[i].at);
+        if (in ? st->r[i].in : st->r[i].out)
+            r = cu->MemcpyAsync(in ? host : dev, in ? dev : host, st->r[i].bytes, comm->device->stream);
+    }
+    return r == CCL__CUDA_SUCCESS ? stream_drain(cu, comm->device->stream) : r;
+}
+
 ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl__stage **out) {
     *out = NULL;
     int ndev = 0;
-    for (int i = 0; i < n; i++) ndev += calls[i].device;
+    for (int i = 0; i < n; i++) ndev += calls[i].device != 0;
     if (!ndev) return CCL_OK;
     const struct ccl__cu *cu = ccl__cuda();
     struct ccl__stage *st = calloc(1, sizeof(*st));
@@ -208,12 +211,7 @@ ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n
         for (int k = 0; k < 2; k++)
             if (st->r[i].fix[k]) *st->r[i].fix[k] = base + st->r[i].at + st->r[i].fix_at[k];
     *out = st;
-    CUresult r = CCL__CUDA_SUCCESS;
-    for (int i = 0; i < st->n && r == CCL__CUDA_SUCCESS; i++)
-        if (st->r[i].in)
-            r = cu->MemcpyAsync((CUdeviceptr)(uintptr_t)(base + st->r[i].at), (CUdeviceptr)(uintptr_t)st->r[i].dev,
-                                st->r[i].bytes, comm->device->stream);
-    if (r == CCL__CUDA_SUCCESS) r = stream_drain(cu, comm->device->stream);
+    CUresult r = copy_regions(comm, st, 1);
     if (r != CCL__CUDA_SUCCESS) {
         ccl__stage_out(comm, st, 0);
         *out = NULL;
@@ -224,14 +222,7 @@ ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n
 
 ccl_status_t ccl__stage_out(struct ccl_comm *comm, struct ccl__stage *st, int ok) {
     if (!st) return CCL_OK;
-    const struct ccl__cu *cu = ccl__cuda();
-    char *base = comm->device->stage;
-    CUresult r = CCL__CUDA_SUCCESS;
-    for (int i = 0; ok && i < st->n && r == CCL__CUDA_SUCCESS; i++)
-        if (st->r[i].out)
-            r = cu->MemcpyAsync((CUdeviceptr)(uintptr_t)st->r[i].dev, (CUdeviceptr)(uintptr_t)(base + st->r[i].at),
-                                st->r[i].bytes, comm->device->stream);
-    if (ok && r == CCL__CUDA_SUCCESS) r = stream_drain(cu, comm->device->stream);
+    CUresult r = ok ? copy_regions(comm, st, 0) : CCL__CUDA_SUCCESS;
     free(st->r);
     free(st);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemcpyAsync", "copying results to device buffers");

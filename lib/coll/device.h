@@ -22,6 +22,10 @@
 
 #include "coll/coll.h"
 
+/* call->device: which of a call's buffers are device memory. */
+#define CCL__DEV_SEND 1
+#define CCL__DEV_RECV 2
+
 /* Marks the calls whose buffers are device memory (call->device); an error
  * (buffers on two devices, or on another device than this communicator's)
  * sets the comm's last error. Only when CUDA is in the process. */

@@ -32,6 +32,20 @@ ccl_status_t ccl__check_count(struct ccl_comm *comm, size_t count, size_t mult, 
     return CCL_OK;
 }
 
+void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult) {
+    size_t n = (size_t)comm->nranks;
+    int root = a->id.root == comm->rank;
+    switch (a->id.kind) {
+    case CCL__K_REDUCE_SCATTER: *smult = n, *rmult = 1; break;
+    case CCL__K_ALL_GATHER: *smult = 1, *rmult = n; break;
+    case CCL__K_ALL_TO_ALL: *smult = n, *rmult = n; break;
+    case CCL__K_BROADCAST: *smult = root, *rmult = 1; break; /* only the root's sendbuf is read */
+    case CCL__K_REDUCE: *smult = 1, *rmult = root; break;    /* only the root's recvbuf is written */
+    case CCL__K_BARRIER: *smult = 0, *rmult = 0; break;
+    default: *smult = 1, *rmult = 1; break;
+    }
+}
+
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what) {
     CCL_CHECK(ccl__check_dtype(comm, a->id.dtype, what));
     int k = a->id.kind, n = comm->nranks;
@@ -42,12 +56,11 @@ ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args 
         if (a->id.root < 0 || a->id.root >= n)
             return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank (0..%d)", what,
                                   a->id.root, n - 1);
-    size_t mult = k == CCL__K_REDUCE_SCATTER || k == CCL__K_ALL_GATHER || k == CCL__K_ALL_TO_ALL ? (size_t)n : 1;
-    CCL_CHECK(ccl__check_count(comm, a->id.count, mult, a->id.dtype, what));
+    size_t smult, rmult;
+    ccl__coll_extent(comm, a, &smult, &rmult);
+    CCL_CHECK(ccl__check_count(comm, a->id.count, smult > rmult ? smult : rmult, a->id.dtype, what));
     if (a->id.count == 0) return CCL_OK;
-    int me_root = a->id.root == comm->rank;
-    int need_send = !(k == CCL__K_BROADCAST && !me_root);
-    int need_recv = !(k == CCL__K_REDUCE && !me_root);
+    int need_send = smult != 0, need_recv = rmult != 0;
     if (need_send && !a->sendbuf)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: sendbuf is NULL with count %zu", what,
                               (size_t)a->id.count);

@@ -41,22 +41,25 @@ static struct {
     CUmodule mod;
 } loaded[MAX_CONTEXTS];
 
-static int fail(const struct ccl__cu *cu, CUresult r, const char *call, char *why, size_t whylen) {
+static int fail(CUresult r, const char *call, char *why, size_t whylen) {
     char buf[200];
-    snprintf(why, whylen, "%s", cu ? ccl__cuda_error(r, call, buf, sizeof buf) : "the CUDA driver is not loaded");
+    snprintf(why, whylen, "%s", ccl__cuda_error(r, call, buf, sizeof buf));
     return -1;
 }
 
 static int function(const char *name, CUfunction *f, char *why, size_t whylen) {
     const struct ccl__cu *cu = ccl__cuda();
-    if (!cu) return fail(NULL, 0, "", why, whylen);
+    if (!cu) {
+        snprintf(why, whylen, "the CUDA driver is not loaded");
+        return -1;
+    }
     if (!ccl__cuda_have_kernels()) {
         snprintf(why, whylen, "this libccl was built without GPU kernels (CCL_CUDA=OFF, or no nvcc at build time)");
         return -1;
     }
     CUcontext ctx = NULL;
     CUresult r = cu->CtxGetCurrent(&ctx);
-    if (r != CCL__CUDA_SUCCESS) return fail(cu, r, "cuCtxGetCurrent", why, whylen);
+    if (r != CCL__CUDA_SUCCESS) return fail(r, "cuCtxGetCurrent", why, whylen);
     if (!ctx) {
         snprintf(why, whylen, "no current CUDA context on this thread");
         return -1;
@@ -73,8 +76,8 @@ static int function(const char *name, CUfunction *f, char *why, size_t whylen) {
         snprintf(why, whylen, "GPU kernels loaded in %d contexts already", MAX_CONTEXTS);
         return -1;
     }
-    if (!mod) return fail(cu, r, "cuModuleLoadData (the GPU kernels)", why, whylen);
-    if ((r = cu->ModuleGetFunction(f, mod, name)) != CCL__CUDA_SUCCESS) return fail(cu, r, name, why, whylen);
+    if (!mod) return fail(r, "cuModuleLoadData (the GPU kernels)", why, whylen);
+    if ((r = cu->ModuleGetFunction(f, mod, name)) != CCL__CUDA_SUCCESS) return fail(r, name, why, whylen);
     return 0;
 }
 
@@ -84,7 +87,7 @@ static int launch(CUfunction f, size_t n, void **params, CUstream stream, char *
     size_t blocks = (n + threads - 1) / threads;
     if (blocks > 4096) blocks = 4096; /* the grid-stride loop does the rest */
     CUresult r = ccl__cuda()->LaunchKernel(f, (unsigned)blocks, 1, 1, threads, 1, 1, 0, stream, params, NULL);
-    return r == CCL__CUDA_SUCCESS ? 0 : fail(ccl__cuda(), r, "cuLaunchKernel", why, whylen);
+    return r == CCL__CUDA_SUCCESS ? 0 : fail(r, "cuLaunchKernel", why, whylen);
 }
 
 int ccl__cuda_reduce(ccl_dtype_t dtype, ccl_op_t op, void *dst, const void *a, const void *b, size_t n,
