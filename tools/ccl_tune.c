@@ -24,7 +24,11 @@ static const char usage[] = "Usage: ccl-tune [--ranks N] [--reps R] [--output PA
                             "  ~/.cache/libccl/tuning-<host>)\n";
 
 /* One job of n ranks (transport shm or tcp) whose init writes its figures
- * to path. 0 when every rank succeeded. */
+ * to path. 0 when every rank succeeded. The job's coordinator forks its
+ * ranks before it calls ccl_get_unique_id, which starts the bootstrap
+ * root's thread: a child forked while that thread holds a lock (the
+ * allocator's, under a sanitizer) would wait for it forever. The id reaches
+ * the ranks through a pipe; a closed pipe tells them there is none. */
 static int one_job(int n, const char *transport, const char *path) {
     pid_t job = fork();
     if (job < 0) return -1;
@@ -32,11 +36,15 @@ static int one_job(int n, const char *transport, const char *path) {
         setenv("CCL_TUNING_FILE", path, 1);
         setenv("CCL_TRANSPORT", transport, 1);
         setenv("CCL_BIND", "core", 1);
-        ccl_unique_id_t id;
-        if (ccl_get_unique_id(&id) != CCL_OK) _exit(3);
+        int id_pipe[2];
+        if (pipe(id_pipe) != 0) _exit(3);
+        int bad = 0, st;
         for (int r = 0; r < n; r++) {
             pid_t p = fork();
             if (p == 0) {
+                close(id_pipe[1]);
+                ccl_unique_id_t id;
+                if (read(id_pipe[0], &id, sizeof id) != (ssize_t)sizeof id) _exit(3);
                 char host[32];
                 snprintf(host, sizeof host, "ccl-tune-host%d", r);
                 if (strcmp(transport, "tcp") == 0) setenv("CCL_HOST_ID", host, 1);
@@ -44,9 +52,15 @@ static int one_job(int n, const char *transport, const char *path) {
                 if (ccl_comm_init_rank(&comm, n, id, r) != CCL_OK) _exit(4);
                 _exit(ccl_comm_destroy(comm) == CCL_OK ? 0 : 5);
             }
-            if (p < 0) _exit(3);
+            bad |= p < 0;
         }
-        int bad = 0, st;
+        close(id_pipe[0]);
+        ccl_unique_id_t id;
+        if (!bad && ccl_get_unique_id(&id) == CCL_OK) /* ids of 128 bytes: each write is atomic */
+            for (int r = 0; r < n; r++) bad |= write(id_pipe[1], &id, sizeof id) != (ssize_t)sizeof id;
+        else
+            bad = 1;
+        close(id_pipe[1]);
         while (wait(&st) > 0) bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
         _exit(bad);
     }

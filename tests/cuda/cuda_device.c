@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ccl.h"
+#include "spawn_ranks.h"
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -75,8 +76,8 @@ static ccl_status_t call(int k, const void *s, void *r, size_t n, ccl_dtype_t dt
 
 static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
     CUcontext ctx;
-    cu.DevicePrimaryCtxRetain(&ctx, 0);
-    cu.CtxSetCurrent(ctx);
+    if (cu.DevicePrimaryCtxRetain(&ctx, 0) != 0 || cu.CtxSetCurrent(ctx) != 0)
+        return fprintf(stderr, "rank %d: no context on device 0\n", rank), 1;
     ccl_comm_t *comm;
     if (ccl_comm_init_rank(&comm, nranks, id, rank) != CCL_OK) return 1;
     const size_t counts[] = {0, 1, 1001, (4u << 20) + 3};
@@ -133,27 +134,49 @@ static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
     return fails != 0;
 }
 
-int main(int argc, char **argv) {
-    int nranks = argc > 1 ? atoi(argv[1]) : 2;
+static int make_id(void *id) { return ccl_get_unique_id(id) == CCL_OK ? 0 : 1; }
+
+static int nranks;
+static int rank_process(int rank, const void *id) {
     char why[300];
-    if (load(why, sizeof why) < 0) {
+    if (load(why, sizeof why) < 0) return fprintf(stderr, "rank %d: %s\n", rank, why), 1;
+    return rank_main(rank, nranks, *(const ccl_unique_id_t *)id);
+}
+
+/* Whether a GPU is there, asked in a child: CUDA initialised in this
+ * process would not survive the fork of the ranks. */
+static int probe(char *why, size_t n) {
+    int p[2];
+    if (pipe(p) != 0) return snprintf(why, n, "pipe failed"), -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        char w[300] = "";
+        int rc = load(w, sizeof w);
+        if (rc < 0 && write(p[1], w, strlen(w)) < 0) _exit(2);
+        _exit(rc < 0);
+    }
+    close(p[1]);
+    ssize_t got = pid > 0 ? read(p[0], why, n - 1) : -1;
+    why[got > 0 ? got : 0] = 0;
+    close(p[0]);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) > 1)
+        return snprintf(why, n, "the probe for a GPU failed (status 0x%x)", st), -2;
+    return WEXITSTATUS(st) ? -1 : 0;
+}
+
+int main(int argc, char **argv) {
+    nranks = argc > 1 ? atoi(argv[1]) : 2;
+    if (nranks < 1 || nranks > 8) return fprintf(stderr, "usage: cuda_device [NRANKS, 1 to 8]\n"), 2;
+    char why[300];
+    int found = probe(why, sizeof why);
+    if (found == -1) {
         printf("SKIP: device buffers need a GPU: %s\n", why);
         return 77;
     }
-    ccl_unique_id_t id;
-    if (ccl_get_unique_id(&id) != CCL_OK) return 1;
-    pid_t pid[8];
-    for (int r = 0; r < nranks && r < 8; r++)
-        if ((pid[r] = fork()) == 0) {
-            alarm(600);
-            _exit(rank_main(r, nranks, id));
-        }
-    int bad = 0;
-    for (int r = 0; r < nranks && r < 8; r++) {
-        int st;
-        waitpid(pid[r], &st, 0);
-        bad |= !WIFEXITED(st) || WEXITSTATUS(st);
-    }
+    if (found < 0) return fprintf(stderr, "cuda_device: %s\n", why), 1;
+    int bad = spawn_ranks(nranks, sizeof(ccl_unique_id_t), make_id, rank_process, 600);
     printf("cuda_device: %d ranks: %s\n", nranks, bad ? "FAILED" : "every check passed");
     return bad;
 }

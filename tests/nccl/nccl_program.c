@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "spawn_ranks.h"
 
 static int rank, nranks, fails;
 
@@ -216,35 +217,24 @@ static int run_rank(ncclUniqueId id) {
     return fails != 0;
 }
 
+static int make_id(void *id) {
+    if (ncclGetUniqueId(id) == ncclSuccess) return 0;
+    fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
+    return 1;
+}
+
+static int rank_main(int r, const void *id) {
+    rank = r;
+    return run_rank(*(const ncclUniqueId *)id);
+}
+
 int main(int argc, char **argv) {
     nranks = argc > 1 ? atoi(argv[1]) : 3;
     if (nranks < 1 || nranks > 5) {
         fprintf(stderr, "usage: nccl_program [NRANKS, 1 to 5]\n");
         return 2;
     }
-    ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess) {
-        fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
-        return 1;
-    }
-    pid_t pids[5];
-    for (int r = 0; r < nranks; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            rank = r;
-            alarm(120); /* never hang a test run */
-            _exit(run_rank(id));
-        }
-    }
-    int bad = 0;
-    for (int r = 0; r < nranks; r++) {
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, status);
-            bad = 1;
-        }
-    }
+    int bad = spawn_ranks(nranks, sizeof(ncclUniqueId), make_id, rank_main, 120);
     printf("nccl_program: %d ranks: %s\n", nranks, bad ? "FAILED" : "every check passed");
     return bad;
 }
