@@ -48,15 +48,60 @@ def step_times(trace):
     return {k: (max(e.end for e in evs) - min(e.ts for e in evs), evs) for k, evs in groups.items()}
 
 
+def by_kind(trace, calls):
+    """(coll, algo, buffer bytes) -> [calls, bytes sent, rank-calls]. A call's
+    buffer is the extent its data covers (offsets run over the full buffer:
+    recvbuf for all_reduce and all_gather, sendbuf for reduce_scatter); each
+    point-to-point message counts as one call."""
+    rows = defaultdict(lambda: [0, 0, 0])
+    for c in calls:
+        moves = [e for e in c.events if e.kind in ("send", "recv")]
+        if not moves:
+            continue
+        if c.coll == "send/recv":
+            messages = defaultdict(int)
+            for e in moves:
+                if e.kind == "send":
+                    messages[(e.rank, e.peer)] += e.bytes
+            for nbytes in messages.values():
+                row = rows[(c.coll, c.algo, nbytes)]
+                row[0] += 1
+                row[1] += nbytes
+                row[2] += 1
+            continue
+        row = rows[(c.coll, c.algo, max(e.offset + e.bytes for e in moves))]
+        row[0] += 1
+        row[1] += sum(e.bytes for e in moves if e.kind == "send")
+        row[2] += len(c.ranks)
+    return rows
+
+
+# Past this many calls the per-call list is cut short (the table by
+# collective still counts them all).
+LISTED_CALLS = 12
+
+
 def summary(trace, out=sys.stdout):
     calls = trace.collectives()
     print(f"{trace.path}: {trace.nranks} ranks, {len(trace.events)} chunk events, "
           f"{len(calls)} collective call(s)" + (f", {trace.dropped} events DROPPED" if trace.dropped else ""),
           file=out)
-    for c in calls:
+    print("By collective (buffer: the extent of the call's full buffer; sent: what one rank sent in one call, "
+          "on average)", file=out)
+    for (coll, algo, nbytes), (n, sent, rank_calls) in sorted(by_kind(trace, calls).items()):
+        what = "message" if coll == "send/recv" else "call"
+        line = f"  {coll:<15}{algo:<9}{nbytes:>12,} B x {n:<6} {what}{'s' if n != 1 else ' '}"
+        if coll != "send/recv":
+            per = sent / rank_calls
+            line += f"   sent {per:>12,.0f} B ({per / nbytes if nbytes else 0:.2f}x the buffer)"
+        print(line, file=out)
+    print("Calls", file=out)
+    for c in calls[:LISTED_CALLS]:
         moved = sum(t.send.bytes for t in c.transfers)
         print(f"  {c.coll} #{c.seq}: {c.algo}, {len(c.steps)} steps, {len(c.transfers)} transfers, "
               f"{moved} bytes", file=out)
+    if len(calls) > LISTED_CALLS:
+        print(f"  ... and {len(calls) - LISTED_CALLS} more", file=out)
     offsets = trace.other.get("clock_offsets_us")
     if offsets:
         print("  clock offsets to rank 0's bootstrap root (us): " + " ".join(f"{o:g}" for o in offsets), file=out)
