@@ -23,7 +23,7 @@ def main():
     p.add_argument("--accum", type=int, default=1, help="micro-batches per step on each rank (default 1)")
     p.add_argument("--sync", choices=("step", "micro"), default="step",
                    help="all-reduce once per step (default) or after every micro-batch")
-    args = p.parse_args()
+    args = lesson.parse(p, ("accum",))
     sizes = lesson.widths(args)
     comm = lesson.connect()
     n, rank = comm.size, comm.rank

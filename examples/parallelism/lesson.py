@@ -39,6 +39,16 @@ def parser(doc, steps=30, batch=96, sizes="32,64,64,8", lr=0.01):
     return p
 
 
+def parse(p, positive=()):
+    """Parses the command line; a count that must be positive (the common
+    ones and those named in positive) is a usage error (exit 2) otherwise."""
+    args = p.parse_args()
+    for name in ("steps", "batch", "log_every") + tuple(positive):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
 def widths(args):
     sizes = [int(s) for s in args.sizes.split(",")]
     if len(sizes) < 2 or min(sizes) < 1:

@@ -70,7 +70,9 @@ def main():
     p = lesson.parser(__doc__, steps=20, batch=32, sizes="64,256,256,256,8")
     p.add_argument("--compute-ms", type=float, default=5.0,
                    help="time each layer's backward takes on top of its numpy work (default 5)")
-    args = p.parse_args()
+    args = lesson.parse(p)
+    if args.compute_ms < 0:
+        p.error("--compute-ms cannot be negative")
     sizes = lesson.widths(args)
     comm = lesson.connect()
     x, y = lesson.dataset(args, sizes)

@@ -25,7 +25,7 @@ import tensor_parallel as tp
 def main():
     p = lesson.parser(__doc__, sizes="32,64,128,8")
     p.add_argument("--tp", type=int, default=2, help="ranks per tensor-parallel group, T (default 2)")
-    args = p.parse_args()
+    args = lesson.parse(p, ("tp",))
     sizes = lesson.widths(args)
     if len(sizes) != 4:
         raise SystemExit("--sizes: input, the first layer's width, the block's hidden width, output (4 widths)")

@@ -68,7 +68,9 @@ def main():
     p.add_argument("--micro", type=int, default=8, help="micro-batches per step, K (default 8)")
     p.add_argument("--compute-ms", type=float, default=10.0,
                    help="time a micro-batch's forward takes on a stage, backward twice that (default 10)")
-    args = p.parse_args()
+    args = lesson.parse(p, ("micro",))
+    if args.compute_ms < 0:
+        p.error("--compute-ms cannot be negative")
     sizes = lesson.widths(args)
     comm = lesson.connect()
     P, s, K = comm.size, comm.rank, args.micro

@@ -67,7 +67,7 @@ def whole(mine, cols, sizes, comm):
 
 def main():
     p = lesson.parser(__doc__, sizes="32,64,128,8")
-    args = p.parse_args()
+    args = lesson.parse(p)
     sizes = lesson.widths(args)
     if len(sizes) != 4:
         raise SystemExit("--sizes: input, the first layer's width, the block's hidden width, output (4 widths)")

@@ -57,7 +57,7 @@ class Layer:
 def main():
     p = lesson.parser(__doc__, lr=0.003)
     p.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=1, help="ZeRO stage (default 1)")
-    args = p.parse_args()
+    args = lesson.parse(p)
     sizes = lesson.widths(args)
     comm = lesson.connect()
     n, rank, stage = comm.size, comm.rank, args.stage
