@@ -42,12 +42,16 @@ class Layer:
     def __init__(self, w, b, n, rank, stage):
         self.wshape, self.size = w.shape, w.size + b.size
         self.shard = -(-self.size // n)
-        full = np.zeros(self.shard * n)
-        full[:w.size], full[w.size:self.size] = w.ravel(), b
+        full = self.pack(w, b, np.zeros(self.shard * n))
         self.mine = full[rank * self.shard:(rank + 1) * self.shard]
         self.full = full if stage < 3 else None
         if stage == 3:
             self.mine = self.mine.copy()
+
+    def pack(self, w, b, into):
+        """[w, b] written into a padded flat vector (its padding left as is)."""
+        into[:w.size], into[w.size:self.size] = w.ravel(), b
+        return into
 
     def split(self, full):
         nw = self.wshape[0] * self.wshape[1]
@@ -97,11 +101,9 @@ def main():
         keep it whole; stages 2 and 3 reduce-scatter it at once and keep
         their shard, and the whole gradient is gone when backward moves on."""
         if stage < 2:
-            g = grad_full[i]
-            g[:dw.size], g[dw.size:layers[i].size] = dw.ravel(), db
+            layers[i].pack(dw, db, grad_full[i])
             return
-        full = np.zeros(layers[i].shard * n)
-        full[:dw.size], full[dw.size:layers[i].size] = dw.ravel(), db
+        full = layers[i].pack(dw, db, np.zeros(layers[i].shard * n))
         comm.reduce_scatter(full, grad_mine[i])
         traffic.add("reduce_scatter", full.nbytes)
 

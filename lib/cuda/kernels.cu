@@ -25,19 +25,10 @@
         }                                                                                    \
     }
 
-/* Integers: SUM and PROD in the unsigned twin, where wrap-around is defined. */
-#define INT_KERNELS(tag, T, U)                                  \
-    REDUCE(ccl_reduce_##tag##_sum, T, (T)((U)x + (U)y))         \
-    REDUCE(ccl_reduce_##tag##_prod, T, (T)((U)x * (U)y))        \
-    REDUCE(ccl_reduce_##tag##_max, T, x > y ? x : y)            \
-    REDUCE(ccl_reduce_##tag##_min, T, x < y ? x : y)
-
-INT_KERNELS(i8, int8_t, uint8_t)
-INT_KERNELS(u8, uint8_t, uint8_t)
-INT_KERNELS(i32, int32_t, uint32_t)
-INT_KERNELS(u32, uint32_t, uint32_t)
-INT_KERNELS(i64, int64_t, uint64_t)
-INT_KERNELS(u64, uint64_t, uint64_t)
+/* Integers: ccl_reduce_i8_sum ... ccl_reduce_u64_min, each op as reduce/elem.h defines it. */
+#define INT_KERNEL(tag, op, T, EXPR) REDUCE(ccl_reduce_##tag##_##op, T, EXPR)
+#define INT_KERNELS(tag, T, U) CCL_ELEM_INT_OPS(INT_KERNEL, tag, T, U)
+CCL_ELEM_INT_TYPES(INT_KERNELS)
 
 /* __fadd_rn and friends: one IEEE operation, never fused with another. */
 REDUCE(ccl_reduce_f32_sum, float, __fadd_rn(x, y))

@@ -155,4 +155,26 @@ CCL_ELEM double min_f64(double x, double y) {
     return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : smaller;
 }
 
+/* ---- integers ----
+ * What each op means on each integer type, for every place that builds a
+ * kernel table: CCL_ELEM_INT_TYPES(M) calls M(tag, T, U) per type, and
+ * CCL_ELEM_INT_OPS(K, tag, T, U) calls K(tag, op, T, EXPR) per op, EXPR an
+ * expression of the two elements x and y. SUM and PROD are done in the
+ * unsigned twin U, where wrap-around is defined (narrow types promote to
+ * int, where 255 * 255 cannot overflow either). */
+
+#define CCL_ELEM_INT_TYPES(M) \
+    M(i8, int8_t, uint8_t)    \
+    M(u8, uint8_t, uint8_t)   \
+    M(i32, int32_t, uint32_t) \
+    M(u32, uint32_t, uint32_t) \
+    M(i64, int64_t, uint64_t) \
+    M(u64, uint64_t, uint64_t)
+
+#define CCL_ELEM_INT_OPS(K, tag, T, U)    \
+    K(tag, sum, T, (T)((U)x + (U)y))      \
+    K(tag, prod, T, (T)((U)x * (U)y))     \
+    K(tag, max, T, x > y ? x : y)         \
+    K(tag, min, T, x < y ? x : y)
+
 #endif

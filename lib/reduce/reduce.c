@@ -45,20 +45,10 @@ uint16_t ccl__float_to_bf16(float f) { return float_to_bf16_inline(f); }
         }                                                                   \
     }
 
-/* SUM and PROD in the unsigned twin: wrap-around is defined there. Narrow
- * types promote to int, where 255 * 255 cannot overflow either. */
-#define DEFINE_INT_KERNELS(tag, T, U)                        \
-    DEFINE_REDUCE(sum_##tag, T, (T)((U)x + (U)y))            \
-    DEFINE_REDUCE(prod_##tag, T, (T)((U)x * (U)y))           \
-    DEFINE_REDUCE(max_##tag, T, x > y ? x : y)               \
-    DEFINE_REDUCE(min_##tag, T, x < y ? x : y)
-
-DEFINE_INT_KERNELS(i8, int8_t, uint8_t)
-DEFINE_INT_KERNELS(u8, uint8_t, uint8_t)
-DEFINE_INT_KERNELS(i32, int32_t, uint32_t)
-DEFINE_INT_KERNELS(u32, uint32_t, uint32_t)
-DEFINE_INT_KERNELS(i64, int64_t, uint64_t)
-DEFINE_INT_KERNELS(u64, uint64_t, uint64_t)
+/* Integers: sum_i8 ... min_u64, each op as reduce/elem.h defines it. */
+#define DEFINE_INT_KERNEL(tag, op, T, EXPR) DEFINE_REDUCE(op##_##tag, T, EXPR)
+#define DEFINE_INT_KERNELS(tag, T, U) CCL_ELEM_INT_OPS(DEFINE_INT_KERNEL, tag, T, U)
+CCL_ELEM_INT_TYPES(DEFINE_INT_KERNELS)
 
 DEFINE_REDUCE(sum_f32, float, x + y)
 DEFINE_REDUCE(prod_f32, float, x * y)
