@@ -103,10 +103,14 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nra
 typedef struct {
     size_t size;      /* sizeof(ccl_config_t) */
     double timeout_s; /* the longest wait without progress, init included; 0: CCL_TIMEOUT */
+    /* The algorithms of this communicator, in CCL_ALGO's syntax ("tree",
+     * "allreduce:rhd,broadcast:ring"; "" or "auto": the planner's choice);
+     * NULL: CCL_ALGO. Every rank must pass the same. */
+    const char *algo;
 } ccl_config_t;
-#define CCL_CONFIG_INIT {sizeof(ccl_config_t), 0.0}
+#define CCL_CONFIG_INIT {sizeof(ccl_config_t), 0.0, NULL}
 /* ccl_comm_init_rank with options (config NULL: none). A communicator split
- * from it inherits its timeout. */
+ * from it inherits its timeout and its algorithms. */
 CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
                                                              int rank, const ccl_config_t *config);
 /* Rank, size and root address from the launcher's environment: CCL_RANK,

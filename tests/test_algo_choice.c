@@ -208,11 +208,86 @@ START_TEST(bad_names_fail_init) {
 }
 END_TEST
 
+/* ---- per-communicator algorithms (ccl_config_t.algo) ----
+ * The run's CCL_ALGO says ring; communicators made from the harness's
+ * with config.algo run what their config says instead, a split inherits
+ * its parent's, "auto" leaves a collective to the planner, and a name
+ * that is not an algorithm fails init on every rank, naming the config. */
+
+/* A communicator over the same ranks as comm, made with config.algo = algo
+ * (the id passed over comm). NULL on failure, *st says why. */
+static ccl_comm_t *comm_with_algo(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, const char *algo,
+                                  ccl_status_t *st) {
+    ccl_unique_id_t id;
+    memset(&id, 0, sizeof id);
+    if (rank == 0) EXPECT_OK(t, ccl_get_unique_id(&id));
+    EXPECT_OK(t, ccl_broadcast(&id, &id, sizeof id, CCL_UINT8, 0, comm));
+    ccl_config_t cfg = CCL_CONFIG_INIT;
+    cfg.algo = algo;
+    ccl_comm_t *c = NULL;
+    *st = ccl_comm_init_rank_config(&c, nranks, id, rank, &cfg);
+    return c;
+}
+
+/* An all-reduce of 64 floats on c, checked, then describe must say `want`. */
+static void reduce_and_expect(struct harness_tally *t, ccl_comm_t *c, int nranks, const char *want) {
+    float x[64], y[64];
+    int rank;
+    if (EXPECT_OK(t, ccl_comm_rank(c, &rank)) != CCL_OK) return;
+    for (int i = 0; i < 64; i++) x[i] = (float)(rank + i);
+    if (EXPECT_OK(t, ccl_all_reduce(x, y, 64, CCL_FLOAT32, CCL_SUM, c)) != CCL_OK) return;
+    for (int i = 0; i < 64; i++)
+        EXPECT(t, y[i] == (float)(nranks * i + nranks * (nranks - 1) / 2), "all_reduce y[%d] = %g", i, y[i]);
+    expect_described(t, c, want);
+}
+
+static int body_config_algo(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    ccl_status_t st;
+    reduce_and_expect(&t, comm, nranks, "all_reduce:ring (CCL_ALGO)");
+    ccl_comm_t *tree = comm_with_algo(&t, comm, rank, nranks, "tree", &st);
+    EXPECT(&t, st == CCL_OK && tree, "init with config.algo=tree returned %s", ccl_status_string(st));
+    if (tree) {
+        reduce_and_expect(&t, tree, nranks, "all_reduce:tree (config.algo)");
+        expect_described(&t, tree, "algo=tree");
+        /* a split (all ranks, in reverse order) keeps its parent's
+         * algorithms, not the environment's */
+        ccl_comm_t *copy = NULL;
+        if (EXPECT_OK(&t, ccl_comm_split(tree, 0, -rank, &copy)) == CCL_OK && copy) {
+            reduce_and_expect(&t, copy, nranks, "all_reduce:tree (config.algo)");
+            ccl_comm_destroy(copy);
+        }
+        ccl_comm_destroy(tree);
+    }
+    ccl_comm_t *open = comm_with_algo(&t, comm, rank, nranks, "allreduce:auto,broadcast:ring", &st);
+    EXPECT(&t, st == CCL_OK && open, "init with allreduce:auto returned %s", ccl_status_string(st));
+    if (open) {
+        reduce_and_expect(&t, open, nranks, "all_reduce:");
+        expect_described(&t, open, "(cheapest"); /* the planner's reason, not a forced one */
+        ccl_comm_destroy(open);
+    }
+    ccl_comm_t *bad = comm_with_algo(&t, comm, rank, nranks, "spiral", &st);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT && !bad, "init with config.algo=spiral returned %s",
+           ccl_status_string(st));
+    const char *why = ccl_comm_last_error(NULL);
+    EXPECT(&t, why && strstr(why, "config.algo=spiral"), "the failed init says \"%s\"", why ? why : "");
+    if (bad) ccl_comm_destroy(bad);
+    return t.fails;
+}
+
+START_TEST(config_algo) {
+    struct harness_run run = {.nranks = 3, .body = body_config_algo, .env = "CCL_ALGO=ring"};
+    util_run_clean(&run, 0, "config.algo over CCL_ALGO=ring");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("algo_choice");
     TCase *tc = tcase_create("choice");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, per_collective);
+    tcase_add_test(tc, config_algo);
     tcase_add_loop_test(tc, automatic, 0, (int)(sizeof auto_cases / sizeof auto_cases[0]));
     tcase_add_test(tc, forced_cannot_run);
     tcase_add_test(tc, forced_not_applicable);

@@ -68,12 +68,20 @@ struct ccl__stream_link;
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,
                                int inline_ok, const char *what, struct ccl__stream_link *link);
 
+/* What a communicator takes from its creator rather than from the
+ * environment: a config's fields, or a split's parent's. */
+struct ccl__comm_options {
+    double timeout_s; /* > 0: overrides CCL_TIMEOUT */
+    const char *algo; /* non-NULL: overrides CCL_ALGO */
+    const char *algo_source; /* what set it, for messages ("config.algo") */
+};
+
 /* Creates a communicator from a unique id (comm_init.c): the one path
  * behind ccl_comm_init_rank(_config), ccl_comm_init_env and
- * ccl_comm_split. timeout_s > 0 overrides CCL_TIMEOUT for it. */
+ * ccl_comm_split. opt NULL: everything from the environment. */
 struct ccl__unique_id;
 ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank,
-                              double timeout_s);
+                              const struct ccl__comm_options *opt);
 
 /* Frees every ccl_comm_register handle still live (register.c): destroy. */
 void ccl__user_regs_free(struct ccl_comm *comm);

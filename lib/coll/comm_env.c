@@ -177,7 +177,7 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
             return st;
         }
     }
-    return ccl__comm_create(comm, size, &uid, rank, 0);
+    return ccl__comm_create(comm, size, &uid, rank, NULL);
 }
 
 struct split_entry {
@@ -219,7 +219,11 @@ CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_co
         if (uid.magic != CCL__UID_MAGIC)
             st = ccl__set_error(comm, CCL_ERR_REMOTE, "comm_split: rank %d could not create the new communicator",
                                 leader);
-        else st = ccl__comm_create(newcomm, size, &uid, newrank, comm->params.timeout_s);
+        else {
+            /* the parent's timeout and algorithms, wherever they came from */
+            struct ccl__comm_options opt = {comm->params.timeout_s, comm->params.algo, comm->params.algo_source};
+            st = ccl__comm_create(newcomm, size, &uid, newrank, &opt);
+        }
     }
     free(all);
     free(ids);

@@ -140,10 +140,14 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
 }
 
 ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank,
-                              double timeout_s) {
+                              const struct ccl__comm_options *opt) {
     struct ccl_comm *comm = comm_alloc(nranks, rank);
     if (!comm) return CCL_ERR_NO_MEMORY;
-    if (timeout_s > 0) comm->params.timeout_s = timeout_s;
+    if (opt && opt->timeout_s > 0) comm->params.timeout_s = opt->timeout_s;
+    if (opt && opt->algo) {
+        snprintf(comm->params.algo, sizeof comm->params.algo, "%s", opt->algo);
+        snprintf(comm->params.algo_source, sizeof comm->params.algo_source, "%s", opt->algo_source);
+    }
     ccl_status_t st = comm_setup(comm, uid);
     if (st == CCL_OK) st = ccl__registry_add(comm);
     if (st == CCL_OK && comm->params.trace[0]) st = ccl__trace_begin(comm);
@@ -177,7 +181,7 @@ CCL_API ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, cc
         CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank: the id was not made by ccl_get_unique_id");
         return CCL_ERR_INVALID_ARGUMENT;
     }
-    double timeout_s = 0;
+    struct ccl__comm_options opt = {0, NULL, "config.algo"};
     if (config) {
         /* Fields past what the caller's version of the struct has keep their defaults. */
         if (config->size < sizeof(size_t)) {
@@ -185,14 +189,20 @@ CCL_API ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, cc
                      config->size);
             return CCL_ERR_INVALID_ARGUMENT;
         }
-        if (config->size >= offsetof(ccl_config_t, timeout_s) + sizeof(double)) timeout_s = config->timeout_s;
-        if (!(timeout_s >= 0) || timeout_s > 1e9) {
+        if (config->size >= offsetof(ccl_config_t, timeout_s) + sizeof(double)) opt.timeout_s = config->timeout_s;
+        if (!(opt.timeout_s >= 0) || opt.timeout_s > 1e9) {
             CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: timeout_s %g is not a number of seconds >= 0",
-                     timeout_s);
+                     opt.timeout_s);
+            return CCL_ERR_INVALID_ARGUMENT;
+        }
+        if (config->size >= offsetof(ccl_config_t, algo) + sizeof(const char *)) opt.algo = config->algo;
+        if (opt.algo && strlen(opt.algo) >= sizeof(((struct ccl__params *)0)->algo)) {
+            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: algo is longer than %zu characters",
+                     sizeof(((struct ccl__params *)0)->algo) - 1);
             return CCL_ERR_INVALID_ARGUMENT;
         }
     }
-    return ccl__comm_create(comm, nranks, &uid, rank, timeout_s);
+    return ccl__comm_create(comm, nranks, &uid, rank, &opt);
 }
 
 CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm) {

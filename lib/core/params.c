@@ -161,6 +161,7 @@ static void params_load(void) {
     copy_str(params.bind, sizeof(params.bind), env_or("CCL_BIND", "none"));
     copy_str(params.topo_file, sizeof(params.topo_file), env_or("CCL_TOPO_FILE", ""));
     copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
+    copy_str(params.algo_source, sizeof(params.algo_source), "CCL_ALGO");
     ccl__params_tuning_file(params.tuning_file, sizeof(params.tuning_file));
     copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
     copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));

@@ -29,9 +29,9 @@ int ccl__plan_coll_by_name(const char *s, size_t len) {
 
 static ccl_status_t bad_algo(struct ccl_comm *comm, const char *spec, size_t len) {
     return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT,
-                          "init: CCL_ALGO=%s: '%.*s' is not an algorithm (ring, tree, rd, rhd, bruck, pairwise, "
-                          "direct, hier) or collective:algorithm",
-                          comm->params.algo, (int)len, spec);
+                          "init: %s=%s: '%.*s' is not an algorithm (ring, tree, rd, rhd, bruck, pairwise, "
+                          "direct, hier, auto) or collective:algorithm",
+                          comm->params.algo_source, comm->params.algo, (int)len, spec);
 }
 
 ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
@@ -41,7 +41,9 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
     while (*s) {
         size_t len = strcspn(s, ",");
         const char *colon = memchr(s, ':', len);
-        if (!colon) {
+        if (len == 4 && memcmp(s, "auto", 4) == 0) {
+            /* the planner's choice: nothing forced */
+        } else if (!colon) {
             int algo = ccl__algo_by_name(s, len);
             if (algo < 0) return bad_algo(comm, s, len);
             /* One name: every collective it runs. */
@@ -49,8 +51,10 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
                 if (k != CCL__K_P2P && (!ccl__algos[algo] || ccl__algos[algo]->run[k])) comm->algo_forced[k] = (signed char)algo;
         } else {
             int kind = ccl__plan_coll_by_name(s, (size_t)(colon - s));
-            int algo = ccl__algo_by_name(colon + 1, len - (size_t)(colon - s) - 1);
-            if (kind < 0 || algo < 0) return bad_algo(comm, s, len);
+            size_t alen = len - (size_t)(colon - s) - 1;
+            int open = alen == 4 && memcmp(colon + 1, "auto", 4) == 0;
+            int algo = open ? -1 : ccl__algo_by_name(colon + 1, alen);
+            if (kind < 0 || (algo < 0 && !open)) return bad_algo(comm, s, len);
             comm->algo_forced[kind] = (signed char)algo;
         }
         s += len;
@@ -69,7 +73,8 @@ static void model_why(const struct ccl__cost_pick *p, char *why, size_t whylen) 
 
 ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
     int kind = a->id.kind, algo = comm->algo_forced[kind];
-    char why[64] = "CCL_ALGO";
+    char why[64];
+    memcpy(why, comm->params.algo_source, sizeof comm->params.algo_source); /* NUL-terminated, and cheap per call */
     const char *what = ccl__op_kind_name(kind);
     struct ccl__cost_pick pick = {.algo = -1};
     size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
@@ -84,19 +89,19 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
     }
     const struct ccl__algo *al = ccl__algos[algo];
     if (!al) {
-        ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: CCL_ALGO=%s: %s is not available in this version of libccl",
-                       what, comm->params.algo, ccl__algo_names[algo]);
+        ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: %s=%s: %s is not available in this version of libccl",
+                       what, comm->params.algo_source, comm->params.algo, ccl__algo_names[algo]);
         return NULL;
     }
     if (!al->run[kind]) {
-        ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: CCL_ALGO=%s: %s does not run %s", what, comm->params.algo,
-                       al->name, what);
+        ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: %s=%s: %s does not run %s", what,
+                       comm->params.algo_source, comm->params.algo, al->name, what);
         return NULL;
     }
     char reason[160];
     if (al->can_run && !al->can_run(comm, a, reason, sizeof reason)) {
-        ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: CCL_ALGO=%s cannot run this call: %s", what, comm->params.algo,
-                       reason);
+        ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: %s=%s cannot run this call: %s", what,
+                       comm->params.algo_source, comm->params.algo, reason);
         return NULL;
     }
     a->plan.algo = algo;

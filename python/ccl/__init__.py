@@ -150,15 +150,21 @@ class Request:
 
 class Comm:
     """A communicator: Comm(nranks, rank, uid) with uid from
-    get_unique_id() on one rank, or Comm.from_env() under a launcher."""
+    get_unique_id() on one rank, or Comm.from_env() under a launcher.
+    timeout: seconds (None: CCL_TIMEOUT); algo: the algorithms, in
+    CCL_ALGO's syntax ("tree", "allreduce:rhd,broadcast:ring"; None:
+    CCL_ALGO), the same on every rank."""
 
-    def __init__(self, nranks, rank, uid, timeout=None):
+    def __init__(self, nranks, rank, uid, timeout=None, algo=None):
         if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
             raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes get_unique_id() returned")
         self._ptr = None
         cid = _lib.UniqueIdStruct()
         ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
-        cfg = _lib.ConfigStruct(ctypes.sizeof(_lib.ConfigStruct), float(timeout or 0))
+        if algo is not None and not isinstance(algo, str):
+            raise InvalidArgument(f"algo must be a string such as 'ring' or 'allreduce:tree', not {algo!r}")
+        cfg = _lib.ConfigStruct(ctypes.sizeof(_lib.ConfigStruct), float(timeout or 0),
+                                None if algo is None else algo.encode())
         ptr = ctypes.c_void_p()
         _check(_c.ccl_comm_init_rank_config(ctypes.byref(ptr), int(nranks), cid, int(rank), ctypes.byref(cfg)),
                what=f"init of rank {rank} of {nranks} (the library's WARN line says why)")

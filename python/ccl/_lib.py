@@ -52,7 +52,7 @@ class UniqueIdStruct(ctypes.Structure):
 
 
 class ConfigStruct(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("timeout_s", ctypes.c_double)]
+    _fields_ = [("size", ctypes.c_size_t), ("timeout_s", ctypes.c_double), ("algo", ctypes.c_char_p)]
 
 
 _protos = {

@@ -10,9 +10,9 @@ import traceback
 import ccl
 
 
-def _rank_main(n, rank, uid, fn, args, q, timeout):
+def _rank_main(n, rank, uid, fn, args, q, timeout, algo):
     try:
-        comm = ccl.Comm(n, rank, uid, timeout=timeout)
+        comm = ccl.Comm(n, rank, uid, timeout=timeout, algo=algo)
         try:
             fn(comm, *args)
         finally:
@@ -22,13 +22,13 @@ def _rank_main(n, rank, uid, fn, args, q, timeout):
         q.put((rank, traceback.format_exc()))
 
 
-def run(n, fn, *args, deadline=60, timeout=None):
+def run(n, fn, *args, deadline=60, timeout=None, algo=None):
     """Returns when every rank returned; raises AssertionError naming the
     ranks that failed (and their tracebacks) otherwise."""
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     uid = ccl.get_unique_id()
-    procs = [ctx.Process(target=_rank_main, args=(n, r, uid, fn, args, q, timeout)) for r in range(n)]
+    procs = [ctx.Process(target=_rank_main, args=(n, r, uid, fn, args, q, timeout, algo)) for r in range(n)]
     for p in procs:
         p.start()
     results = {}

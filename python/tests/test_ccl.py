@@ -229,6 +229,18 @@ def test_errors_carry_the_sentence():
     run(2, body, timeout=10)
 
 
+def test_algo_per_communicator():
+    def body(comm):
+        x = np.arange(100, dtype=np.float64) * (comm.rank + 1)
+        comm.all_reduce(x)
+        assert (x == np.arange(100) * 6).all()
+        d = comm.describe()
+        assert "algo=allreduce:tree" in d and "all_reduce:tree (config.algo)" in d, d
+    run(3, body, algo="allreduce:tree")
+    with pytest.raises(ccl.InvalidArgument):
+        ccl.Comm(1, 0, ccl.get_unique_id(), algo=3)
+
+
 def test_gil_is_released_while_waiting():
     def body(comm):
         if comm.rank == 1:
