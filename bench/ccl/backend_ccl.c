@@ -10,7 +10,11 @@
 #include "launch.h"
 
 struct bench_comm {
-    ccl_comm_t *comm;
+    ccl_comm_t *comm;      /* the run's: combining numbers, and every call without -A's list */
+    ccl_comm_t *active;    /* what calls, barriers and waits run on */
+    ccl_comm_t *by_algo[BENCH_MAX_ALGOS]; /* -A's list: one communicator per algorithm */
+    const char *const *algo_names;        /* and their names */
+    int nalgos;
     int rank, size;
     ccl_status_t last; /* the last failure */
     char error[512];
@@ -24,6 +28,8 @@ static int launched_by_env(void) {
         if (getenv(vars[i])) return 1;
     return 0;
 }
+
+static ccl_status_t open_algo_comms(struct bench_comm *c, const struct bench_options *o);
 
 static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_status) {
     /* Before anything reads the library's environment. */
@@ -56,7 +62,50 @@ static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_sta
         return NULL;
     }
     c->reqs = reqs;
+    c->active = c->comm;
+    if (o->nalgos && open_algo_comms(c, o) != CCL_OK) {
+        fprintf(stderr, "[rank %d] %s: a communicator per algorithm (-A %s): %s\n", rank, o->prog,
+                o->algos[c->nalgos], c->error);
+        for (int i = 0; i < c->nalgos; i++) ccl_comm_destroy(c->by_algo[i]);
+        ccl_comm_destroy(c->comm);
+        free(c);
+        free(reqs);
+        *exit_status = BENCH_EXIT_ERROR;
+        return NULL;
+    }
     return c;
+}
+
+/* -A's list: one communicator per algorithm, made with ccl_config_t.algo
+ * over the same ranks (each id made by rank 0 and broadcast over the
+ * run's communicator). c->nalgos counts those made. */
+static ccl_status_t open_algo_comms(struct bench_comm *c, const struct bench_options *o) {
+    c->algo_names = o->algos;
+    for (c->nalgos = 0; c->nalgos < o->nalgos; c->nalgos++) {
+        ccl_unique_id_t id;
+        memset(&id, 0, sizeof id);
+        ccl_status_t st = c->rank == 0 ? ccl_get_unique_id(&id) : CCL_OK;
+        /* a rank 0 without an id still broadcasts (zeros): the others then fail at init, not hang */
+        ccl_status_t bst = ccl_broadcast(&id, &id, sizeof id, CCL_UINT8, 0, c->comm);
+        if (st == CCL_OK) st = bst;
+        ccl_config_t cfg = CCL_CONFIG_INIT;
+        cfg.algo = o->algos[c->nalgos];
+        if (st == CCL_OK) st = ccl_comm_init_rank_config(&c->by_algo[c->nalgos], c->size, id, c->rank, &cfg);
+        if (st != CCL_OK) {
+            snprintf(c->error, sizeof c->error, "%s: %s", ccl_status_string(st), ccl_comm_last_error(NULL));
+            return st;
+        }
+    }
+    return CCL_OK;
+}
+
+static int ccl_use_algo(struct bench_comm *c, int i) {
+    if (i < 0 || i >= c->nalgos) {
+        snprintf(c->error, sizeof c->error, "no communicator for algorithm %d", i);
+        return -1;
+    }
+    c->active = c->by_algo[i];
+    return 0;
 }
 
 static int ccl_rank_of(const struct bench_comm *c) { return c->rank; }
@@ -84,6 +133,9 @@ static void ccl_describe(struct bench_comm *c, struct bench_wiring *w) {
     field(w->detail, "hosts", hosts, sizeof hosts);
     w->nhosts = atoi(hosts);
     field(w->detail, "algo", w->algo, sizeof w->algo);
+    size_t n = 0;
+    for (int i = 0; i < c->nalgos && n < sizeof w->algo; i++) /* -A's list: "auto,ring,tree" */
+        n += (size_t)snprintf(w->algo + n, sizeof w->algo - n, "%s%s", i ? "," : "", c->algo_names[i]);
     /* "shm:1,tcp:2" (peers per transport) -> "shm+tcp": one CSV field */
     field(w->detail, "transports", transports, sizeof transports);
     size_t o = 0;
@@ -101,7 +153,7 @@ static const char *ccl_unsupported(const struct bench_comm *c, enum bench_coll c
 /* One call; *nreq counts the requests it left in c->reqs (non-blocking). */
 static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int nonblocking, int *nreq) {
 #define CALL(fn, ...) \
-    (nonblocking ? fn##_async(__VA_ARGS__, c->comm, &c->reqs[*nreq]) : fn(__VA_ARGS__, c->comm))
+    (nonblocking ? fn##_async(__VA_ARGS__, c->active, &c->reqs[*nreq]) : fn(__VA_ARGS__, c->active))
     ccl_status_t st;
     switch (k->coll) {
     case BENCH_ALL_REDUCE: st = CALL(ccl_all_reduce, k->send, k->recv, k->count, k->dtype, k->redop); break;
@@ -116,7 +168,7 @@ static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int 
         *nreq += nonblocking;
         st = CALL(ccl_recv, k->recv, k->count, k->dtype, (c->rank + c->size - 1) % c->size);
         break;
-    default: st = nonblocking ? ccl_barrier_async(c->comm, &c->reqs[*nreq]) : ccl_barrier(c->comm); break;
+    default: st = nonblocking ? ccl_barrier_async(c->active, &c->reqs[*nreq]) : ccl_barrier(c->active); break;
     }
 #undef CALL
     if (st == CCL_OK) *nreq += nonblocking;
@@ -126,7 +178,7 @@ static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int 
 static int failed(struct bench_comm *c, ccl_status_t st, const char *what) {
     if (st == CCL_OK || c->last != CCL_OK) return st != CCL_OK;
     c->last = st;
-    snprintf(c->error, sizeof c->error, "%s: %s: %s", what, ccl_status_string(st), ccl_comm_last_error(c->comm));
+    snprintf(c->error, sizeof c->error, "%s: %s: %s", what, ccl_status_string(st), ccl_comm_last_error(c->active));
     return 1;
 }
 
@@ -139,7 +191,7 @@ static int ccl_run(struct bench_comm *c, const struct bench_call *calls, int n, 
     return bad ? -1 : 0;
 }
 
-static int ccl_barrier_all(struct bench_comm *c) { return failed(c, ccl_barrier(c->comm), "ccl_barrier") ? -1 : 0; }
+static int ccl_barrier_all(struct bench_comm *c) { return failed(c, ccl_barrier(c->active), "ccl_barrier") ? -1 : 0; }
 
 static int ccl_combine(struct bench_comm *c, double *vals, int n, enum bench_reduce_how how) {
     ccl_op_t op = how == BENCH_COMBINE_MIN ? CCL_MIN : how == BENCH_COMBINE_MAX ? CCL_MAX : CCL_SUM;
@@ -148,10 +200,19 @@ static int ccl_combine(struct bench_comm *c, double *vals, int n, enum bench_red
 
 static const char *ccl_error_text(const struct bench_comm *c) { return c->error; }
 
-static void ccl_give_up(struct bench_comm *c) { ccl_comm_abort(c->comm); }
+static void ccl_give_up(struct bench_comm *c) {
+    for (int i = 0; i < c->nalgos; i++) ccl_comm_abort(c->by_algo[i]);
+    ccl_comm_abort(c->comm);
+}
 
 static int ccl_finish(struct bench_comm *c, int exit_status) {
-    ccl_status_t st = ccl_comm_destroy(c->comm);
+    ccl_status_t st = CCL_OK;
+    for (int i = 0; i < c->nalgos; i++) {
+        ccl_status_t sa = ccl_comm_destroy(c->by_algo[i]);
+        if (st == CCL_OK) st = sa;
+    }
+    ccl_status_t sw = ccl_comm_destroy(c->comm);
+    if (st == CCL_OK) st = sw;
     if (st != CCL_OK && exit_status == BENCH_EXIT_OK) {
         fprintf(stderr, "[rank %d] ccl_comm_destroy: %s\n", c->rank, ccl_status_string(st));
         exit_status = BENCH_EXIT_ERROR;
@@ -167,6 +228,7 @@ const struct bench_backend bench_ccl_backend = {
     .rank = ccl_rank_of,
     .size = ccl_size_of,
     .describe = ccl_describe,
+    .use_algo = ccl_use_algo,
     .unsupported = ccl_unsupported,
     .run = ccl_run,
     .barrier = ccl_barrier_all,

@@ -41,6 +41,7 @@ enum bench_combine_mode { BENCH_TIME_RANK0 = 0, BENCH_TIME_AVG = 1, BENCH_TIME_M
 enum bench_reduce_how { BENCH_COMBINE_MIN, BENCH_COMBINE_MAX, BENCH_COMBINE_SUM };
 
 #define BENCH_ALL (-1) /* -r all */
+#define BENCH_MAX_ALGOS 12
 
 struct bench_options {
     const char *prog;   /* program name for messages */
@@ -58,6 +59,13 @@ struct bench_options {
     int ranks; /* --ranks: fork this many local ranks; 0: a launcher started us */
     int host_per_rank;
     const char *transport, *algo;
+    /* -A with several plain names: each size is measured with each of
+     * them in turn, their timed blocks interleaved round by round, one
+     * communicator per algorithm in every rank. */
+    const char *algos[BENCH_MAX_ALGOS];
+    int nalgos; /* 0: one algorithm (or the planner's) for the whole run */
+    int rounds; /* -R: timed blocks per algorithm and size; the median is reported */
+    char algo_names[160]; /* where algos point */
 };
 
 /* What the header and the result files say about the library and wiring. */
@@ -66,7 +74,7 @@ struct bench_wiring {
     char version[32];
     int nhosts;
     char transport[64]; /* "shm", "shm+tcp", "none" */
-    char algo[32];
+    char algo[160];
     char detail[512];   /* rank 0's own description, for the header */
 };
 
@@ -94,6 +102,9 @@ struct bench_backend {
     int (*rank)(const struct bench_comm *c);
     int (*size)(const struct bench_comm *c);
     void (*describe)(struct bench_comm *c, struct bench_wiring *w);
+    /* With -A's list: the calls, barriers and waits that follow run on the
+     * communicator of o->algos[i]. 0 or -1. */
+    int (*use_algo)(struct bench_comm *c, int i);
     /* NULL when the library can run this combination, else why not. */
     const char *(*unsupported)(const struct bench_comm *c, enum bench_coll coll, ccl_dtype_t dtype, ccl_op_t redop);
     /* Issues n calls as one aggregate (a group) and waits for them; with

@@ -13,7 +13,7 @@
 #include "colls.h"
 #include "values.h"
 
-enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK };
+enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS };
 
 static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
     fprintf(f,
@@ -48,6 +48,11 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
                 "  -t, --transport T       force a transport: shm, tcp or ib (sets CCL_TRANSPORT)\n"
                 "  -A, --algo NAME         force an algorithm: ring tree rd rhd bruck pairwise direct\n"
                 "                          hier, or per collective (allreduce:tree); sets CCL_ALGO\n"
+                "  -A auto,ring,tree,...   several names: each size is measured with each algorithm\n"
+                "                          (auto: the planner's choice) in one run, their timed\n"
+                "                          blocks taking turns; one row per algorithm\n"
+                "      --rounds N          with several -A names: timed blocks per algorithm and\n"
+                "                          size, the median reported (default 5)\n"
                 "      --ranks N           fork N local ranks (otherwise: cclrun, torchrun, Slurm\n"
                 "                          or mpirun's environment, or one rank)\n"
                 "      --host-per-rank     with --ranks: each rank its own CCL_HOST_ID (TCP)\n");
@@ -90,7 +95,7 @@ static int parse_size(const char *s, size_t *out) {
 
 /* The names CCL_ALGO takes (the library's docs list what each runs). */
 static int is_algo_name(const char *s) {
-    static const char *const names[] = {"ring", "tree", "rd", "rhd", "bruck", "pairwise", "direct", "hier"};
+    static const char *const names[] = {"ring", "tree", "rd", "rhd", "bruck", "pairwise", "direct", "hier", "auto"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(s, names[i]) == 0) return 1;
     return 0;
@@ -136,6 +141,7 @@ static void set_defaults(struct bench_options *o, const char *prog) {
     o->combine = BENCH_TIME_MAX;
     o->dtype_mask = 1u << CCL_FLOAT32;
     o->redop_mask = 1u << CCL_SUM;
+    o->rounds = 5;
 }
 
 static const struct option long_opts[] = {
@@ -150,8 +156,33 @@ static const struct option long_opts[] = {
     {"algo", required_argument, 0, 'A'},      {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV},   {"ranks", required_argument, 0, OPT_RANKS},
     {"host-per-rank", no_argument, 0, OPT_HOST_PER_RANK}, {"help", no_argument, 0, 'h'},
+    {"rounds", required_argument, 0, OPT_ROUNDS},
     {0, 0, 0, 0},
 };
+
+/* -A's plain names: one is the run's algorithm, several are measured in
+ * turn (o->algos). 0 or -1 (message printed). */
+static int parse_algo_list(const char *p, const char *v, struct bench_options *o) {
+    if (snprintf(o->algo_names, sizeof o->algo_names, "%s", v) >= (int)sizeof o->algo_names)
+        return usage_error(p, "-A: the list is longer than %zu characters", sizeof o->algo_names - 1);
+    o->nalgos = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(o->algo_names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!is_algo_name(tok))
+            return usage_error(p, "-A: '%s' is not an algorithm (ring tree rd rhd bruck pairwise direct hier auto)",
+                               tok);
+        for (int i = 0; i < o->nalgos; i++)
+            if (strcmp(o->algos[i], tok) == 0) return usage_error(p, "-A: '%s' is listed twice", tok);
+        if (o->nalgos == BENCH_MAX_ALGOS) return usage_error(p, "-A: more than %d algorithms", BENCH_MAX_ALGOS);
+        o->algos[o->nalgos++] = tok;
+    }
+    if (o->nalgos == 0) return usage_error(p, "-A: no algorithm named");
+    if (o->nalgos == 1) { /* one name: the whole run's, through CCL_ALGO */
+        o->algo = o->algos[0];
+        o->nalgos = 0;
+    }
+    return 0;
+}
 
 /* One flag; 0 or -1 (message printed). */
 static int apply_flag(int c, const char *v, const struct bench_backend *be, struct bench_options *o, int *factor_set,
@@ -211,16 +242,19 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
         o->transport = v;
         return 0;
     case 'A':
-        /* One name is checked here; a per-collective list is the library's to check. */
-        if (!strpbrk(v, ":,") && !is_algo_name(v))
-            return usage_error(p, "-A: '%s' is not an algorithm (ring tree rd rhd bruck pairwise direct hier)", v);
-        o->algo = v;
-        return 0;
+        /* Names are checked here; a per-collective spec is the library's to check. */
+        if (strchr(v, ':')) {
+            o->algo = v;
+            return 0;
+        }
+        return parse_algo_list(p, v, o);
     case OPT_JSON: o->json_path = v; return 0;
     case OPT_CSV: o->csv_path = v; return 0;
     case OPT_RANKS:
         return parse_int(v, 1, 1024, &o->ranks) ? usage_error(p, "--ranks: '%s' is not a count from 1 to 1024", v) : 0;
     case OPT_HOST_PER_RANK: o->host_per_rank = 1; return 0;
+    case OPT_ROUNDS:
+        return parse_int(v, 1, 1000, &o->rounds) ? usage_error(p, "--rounds: '%s' is not a count from 1 to 1000", v) : 0;
     default: return usage_error(p, "unknown option");
     }
 }
@@ -248,6 +282,7 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     if (o->min_bytes == 0 && !step_set) return usage_error(o->prog, "-b: sizes must start at 1 byte or more with -f");
     if (o->min_bytes > o->max_bytes) return usage_error(o->prog, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
     if (o->host_per_rank && !o->ranks) return usage_error(o->prog, "--host-per-rank needs --ranks");
+    if (o->nalgos && o->stats) return usage_error(o->prog, "-I and several -A algorithms exclude each other");
     return 0;
 }
 

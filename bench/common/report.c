@@ -52,8 +52,12 @@ static void text_header(const struct bench_report *r) {
            "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "out", "in");
     if (o->stats)
         for (int p = 0; p < BENCH_NUM_PLACEMENTS; p++) printf("  %10s %10s %10s %10s", "min", "median", "p99", "max");
+    if (o->nalgos) printf("  %-8s", "algo");
     printf("\n# %10s %14s %9s %7s %6s  %10s %8s %8s %6s  %10s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
            "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    if (o->nalgos)
+        printf("# algorithms in turn: each time is the median of %d timed blocks, the algorithms' blocks interleaved\n",
+               o->rounds);
 }
 
 static void csv_header(const struct bench_report *r) {
@@ -129,6 +133,7 @@ static void text_row(const struct bench_report *r, const struct bench_row *row) 
             printf("  %10.2f %10.2f %10.2f %10.2f", pl->min_us, pl->median_us, pl->p99_us, pl->max_us);
         else printf("  %10s %10s %10s %10s", "N/A", "N/A", "N/A", "N/A");
     }
+    if (row->algo) printf("  %-8s", row->algo);
     printf("\n");
 }
 
@@ -136,7 +141,8 @@ static void csv_row(const struct bench_report *r, const struct bench_row *row, i
     const struct bench_place_result *pl = &row->place[p];
     const struct bench_wiring *w = r->w;
     FILE *f = r->csv;
-    fprintf(f, "%s,%s,%d,%d,%s,%s,%s,%s,", w->library, r->op_name, r->nranks, w->nhosts, w->transport, w->algo,
+    fprintf(f, "%s,%s,%d,%d,%s,%s,%s,%s,", w->library, r->op_name, r->nranks, w->nhosts, w->transport,
+            row->algo ? row->algo : w->algo,
             row->dtype >= 0 ? bench_dtype_name(row->dtype) : "", row->redop >= 0 ? bench_redop_name(row->redop) : "");
     if (row->root >= 0) fprintf(f, "%d", row->root);
     fprintf(f, ",%zu,%zu,%s,%.3f,%.6f,%.6f,", row->bytes, row->count, placement_names[p], pl->time_us, pl->algbw_gbps,
@@ -166,7 +172,12 @@ static void json_row(struct bench_report *r, const struct bench_row *row, int p)
     json_number_or_null(f, "median_us", pl->has_stats, pl->median_us);
     json_number_or_null(f, "p99_us", pl->has_stats, pl->p99_us);
     json_number_or_null(f, "max_us", pl->has_stats, pl->max_us);
-    fprintf(f, ", \"busbw_frac_memcpy\": %.6f}", frac_of_memcpy(r, pl->busbw_gbps));
+    fprintf(f, ", \"busbw_frac_memcpy\": %.6f", frac_of_memcpy(r, pl->busbw_gbps));
+    if (row->algo) { /* -A's list: which algorithm this row measured */
+        fputs(", \"algo\": ", f);
+        json_string(f, row->algo);
+    }
+    fputc('}', f);
 }
 
 void bench_report_row(struct bench_report *r, const struct bench_row *row) {

@@ -24,6 +24,7 @@ struct bench_place_result {
 struct bench_row {
     size_t bytes, count;
     int dtype, redop, root; /* -1: not applicable */
+    const char *algo;       /* -A's list: this row's algorithm; NULL: the run's */
     struct bench_place_result place[BENCH_NUM_PLACEMENTS];
 };
 

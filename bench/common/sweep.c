@@ -127,6 +127,47 @@ static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t by
     return 0;
 }
 
+/* Points the calls that follow at -A's i-th algorithm (nothing to do
+ * without a list). */
+static int use_algo(struct sweep *sw, int i) {
+    if (!sw->o->nalgos || !sw->be->use_algo(sw->c, i)) return 0;
+    fprintf(stderr, "[rank %d] %s: switching to algorithm %s: %s\n", sw->rank, sw->o->prog, sw->o->algos[i],
+            sw->be->last_error(sw->c));
+    return -1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* With -A's list, each algorithm's timed pass runs o->rounds times, the
+ * algorithms taking turns (each round starting one further along, so no
+ * algorithm always follows the same one); the median round is reported.
+ * A machine that slows down for a while slows every algorithm alike. */
+static int timed_rounds(struct sweep *sw, const struct bench_call *call, size_t bytes, int p, struct bench_row *rows) {
+    if (!sw->o->nalgos) return timed_pass(sw, call, bytes, &rows[0].place[p]);
+    int n = sw->o->nalgos, rounds = sw->o->rounds;
+    double *times = calloc((size_t)n * (size_t)rounds, sizeof(double));
+    if (!times) return fail(sw, "out of memory for round times", NULL);
+    int bad = 0;
+    for (int r = 0; r < rounds && !bad; r++)
+        for (int k = 0; k < n && !bad; k++) {
+            int a = (k + r) % n;
+            bad = use_algo(sw, a) || timed_pass(sw, call, bytes, &rows[a].place[p]);
+            times[a * rounds + r] = rows[a].place[p].time_us;
+        }
+    for (int a = 0; a < n && !bad; a++) {
+        struct bench_place_result *res = &rows[a].place[p];
+        qsort(times + a * rounds, (size_t)rounds, sizeof(double), cmp_double);
+        res->time_us = times[a * rounds + rounds / 2];
+        res->algbw_gbps = res->time_us > 0 ? (double)bytes / res->time_us / 1e3 : 0;
+        res->busbw_gbps = res->algbw_gbps * bench_bus_factor(sw->coll, sw->nranks);
+    }
+    free(times);
+    return bad ? -1 : 0;
+}
+
 static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t redop, int root) {
     size_t es = bench_dtype_size(dtype);
     struct bench_layout l = bench_layout_for(sw->coll, size, es, sw->nranks, sw->rank);
@@ -134,8 +175,12 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
         if (sw->rank == 0) bench_progress_step(&sw->progress, size);
         return 0;
     }
-    struct bench_row row = {l.bytes, l.count, sw->coll == BENCH_BARRIER ? -1 : (int)dtype,
-                            sw->info->has_redop ? (int)redop : -1, sw->info->has_root ? root : -1, {{0}}};
+    int nalgos = sw->o->nalgos ? sw->o->nalgos : 1;
+    struct bench_row rows[BENCH_MAX_ALGOS];
+    for (int a = 0; a < nalgos; a++)
+        rows[a] = (struct bench_row){l.bytes, l.count, sw->coll == BENCH_BARRIER ? -1 : (int)dtype,
+                                     sw->info->has_redop ? (int)redop : -1, sw->info->has_root ? root : -1,
+                                     sw->o->nalgos ? sw->o->algos[a] : NULL, {{0}}};
     struct bench_call call = {sw->coll, sw->send, sw->recv, l.count, dtype, redop, root};
     for (int p = 0; p < BENCH_NUM_PLACEMENTS; p++) {
         struct placement pl = {sw->send, sw->recv, sw->recv, l.recv_elems};
@@ -147,15 +192,19 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
         }
         call.send = pl.send;
         call.recv = pl.recv;
-        struct bench_place_result *res = &row.place[p];
-        res->measured = 1;
-        res->wrong = -1;
-        if (sw->o->check && sw->info->moves_data && check_pass(sw, &call, &pl, &res->wrong)) return -1;
-        if (res->wrong > 0) sw->wrong_total += res->wrong;
-        if (timed_pass(sw, &call, l.bytes, res)) return -1;
+        for (int a = 0; a < nalgos; a++) {
+            struct bench_place_result *res = &rows[a].place[p];
+            res->measured = 1;
+            res->wrong = -1;
+            if (sw->o->check && sw->info->moves_data &&
+                (use_algo(sw, a) || check_pass(sw, &call, &pl, &res->wrong)))
+                return -1;
+            if (res->wrong > 0) sw->wrong_total += res->wrong;
+        }
+        if (timed_rounds(sw, &call, l.bytes, p, rows)) return -1;
     }
     if (sw->rank == 0) {
-        bench_report_row(&sw->report, &row);
+        for (int a = 0; a < nalgos; a++) bench_report_row(&sw->report, &rows[a]);
         bench_progress_step(&sw->progress, l.bytes);
     }
     return 0;

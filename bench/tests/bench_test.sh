@@ -94,9 +94,23 @@ files) # LAUNCHER... -- ARGS...: JSON and CSV parse and agree with the text
   run "$tmp/out" $launcher "$bin/$prog" --json "$tmp/r.json" --csv "$tmp/r.csv" $args
   [ $rc -eq 0 ] || die "exit status $rc"
   python3 "$here/check_results.py" "$tmp/out" "$tmp/r.csv" "$tmp/r.json" || die "results disagree" ;;
+algos) # N ALGO,ALGO,...: every algorithm measured in turn in one run, each on its own communicator
+  n=$1 list=$2
+  CCL_DEBUG=INFO CCL_DEBUG_SUBSYS=COLL run "$tmp/out" "$bin/$prog" -b 8 -e 64K -f 8 -n 3 -w 1 --rounds 3 --ranks "$n" -A "$list"
+  [ $rc -eq 0 ] || die "exit status $rc"
+  expect_all_right "$tmp/out"
+  grep -q "^# $prog: .*, algo $list\$" "$tmp/out" || die "the header does not list $list"
+  # one row per algorithm and size, in the order given
+  want=$(for s in 8 64 512 4096 32768; do echo "$list" | tr , '\n' | sed "s/^/$s /"; done)
+  got=$(rows "$tmp/out" | awk '{ print $1, $NF }')
+  [ "$got" = "$want" ] || die "rows are not one per algorithm and size: $got"
+  for a in $(echo "$list" | tr , ' '); do
+    [ "$a" = auto ] && pat="all_reduce #.*: [a-z]* (cheapest" || pat="all_reduce #.*: $a (config.algo)"
+    grep -q "$pat" "$tmp/out.err" || die "no call ran $a"
+  done ;;
 usage) # bad flags: a message naming the program, status 2; -h: status 0
   for bad in "-b" "-b x" "-e 1Q" "-f 1" "-n 0" "-w -1" "-m 0" "-c 2" "-z 7" "-a 4" "-d float8" "-o mean" \
-             "-r x" "-t udp" "-A spiral" "--ranks 0" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
+             "-r x" "-t udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "--rounds 0" "--ranks 0" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
     run "$tmp/out" "$bin/$prog" $bad
     [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
     grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"

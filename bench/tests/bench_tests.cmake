@@ -50,6 +50,8 @@ bench_add_test(files_reduce files reduce_perf -- --ranks 2 -t tcp -b 1K -e 64K -
 bench_add_test(files_broadcast files broadcast_perf -- --ranks 3 -b 4 -e 4K -f 4 -n 3 -r all -c 0 -a 2)
 bench_add_test(files_all_to_all files all_to_all_perf -- --ranks 4 -b 64 -e 64K -f 16 -n 3 -I -a 0)
 bench_add_test(files_barrier files barrier_perf -- --ranks 2 -n 5 -I)
+bench_add_test(files_algos files all_reduce_perf -- --ranks 3 -b 8 -e 64K -f 8 -n 3 -w 1 -A auto,ring,tree --rounds 3)
+bench_add_test(algos algos all_reduce_perf 3 auto,ring,tree,rd,rhd,direct)
 bench_add_test(usage usage broadcast_perf)
 
 # The MPI twins under Open MPI's mpirun, when they were built with it.

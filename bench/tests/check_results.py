@@ -34,6 +34,8 @@ def parse_text(path):
     info = dict(prog=m[1], library=m[2], version=m[3], nranks=int(m[4]), nhosts=int(m[5]), transport=m[6],
                 algo=m[7])
     info["stats"] = any("per iteration (us)" in l for l in lines)
+    # -A's list: an algo column ends every row
+    info["algos"] = any(l.startswith("# ") and l.split()[-1] == "algo" for l in lines)
     memcpy = next(l for l in lines if l.startswith("# memcpy: "))
     info["memcpy"] = float(memcpy.split()[2])
     oob = next(l for l in lines if l.startswith("# Out of bounds values : "))
@@ -44,7 +46,7 @@ def parse_text(path):
         if l.startswith("#") or not l.strip():
             continue
         f = l.split()
-        want = 15 + (8 if info["stats"] else 0)
+        want = 15 + (8 if info["stats"] else 0) + info["algos"]
         if len(f) != want:
             fail(f"text row has {len(f)} fields, not {want}: {l}")
         for p, (base, frac, stats) in enumerate([(5, 13, 15), (9, 14, 19)]):
@@ -53,7 +55,8 @@ def parse_text(path):
             rows.append(dict(size_bytes=int(f[0]), count=int(f[1]), dtype=f[2], redop=f[3], root=int(f[4]),
                              placement=["out", "in"][p], time_us=f[base], algbw_gbps=f[base + 1],
                              busbw_gbps=f[base + 2], wrong=None if f[base + 3] == "N/A" else int(f[base + 3]),
-                             frac=f[frac], stats=f[stats:stats + 4] if info["stats"] else None))
+                             frac=f[frac], stats=f[stats:stats + 4] if info["stats"] else None,
+                             algo=f[-1] if info["algos"] else info["algo"]))
     return info, rows
 
 
@@ -68,7 +71,7 @@ def check_csv(path, info, text_rows):
     for c, t in zip(rows, text_rows):
         where = f"CSV row {c}"
         for key, want in [("library", info["library"]), ("op", op), ("nranks", str(info["nranks"])),
-                          ("nhosts", str(info["nhosts"])), ("transport", info["transport"]), ("algo", info["algo"]),
+                          ("nhosts", str(info["nhosts"])), ("transport", info["transport"]), ("algo", t["algo"]),
                           ("size_bytes", str(t["size_bytes"])), ("count", str(t["count"])),
                           ("placement", t["placement"]), ("dtype", "" if t["dtype"] == "none" else t["dtype"]),
                           ("redop", "" if t["redop"] == "none" else t["redop"]),
@@ -110,8 +113,10 @@ def check_json(path, info, text_rows):
     if len(doc["rows"]) != len(text_rows):
         fail(f"JSON has {len(doc['rows'])} rows, the text {len(text_rows)}")
     for j, t in zip(doc["rows"], text_rows):
-        if list(j) != ROW_KEYS:
+        if list(j) != ROW_KEYS + (["algo"] if info["algos"] else []):
             fail(f"JSON row keys {list(j)}")
+        if info["algos"] and j["algo"] != t["algo"]:
+            fail(f"JSON row {j}: algo is {j['algo']!r}, the text says {t['algo']!r}")
         for key in ("size_bytes", "count", "dtype", "redop", "root", "placement", "wrong"):
             if j[key] != t[key]:
                 fail(f"JSON row {j}: {key} is {j[key]!r}, the text says {t[key]!r}")
