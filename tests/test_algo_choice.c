@@ -219,9 +219,7 @@ END_TEST
 static ccl_comm_t *comm_with_algo(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, const char *algo,
                                   ccl_status_t *st) {
     ccl_unique_id_t id;
-    memset(&id, 0, sizeof id);
-    if (rank == 0) EXPECT_OK(t, ccl_get_unique_id(&id));
-    EXPECT_OK(t, ccl_broadcast(&id, &id, sizeof id, CCL_UINT8, 0, comm));
+    util_shared_id(t, comm, &id);
     ccl_config_t cfg = CCL_CONFIG_INIT;
     cfg.algo = algo;
     ccl_comm_t *c = NULL;

@@ -455,9 +455,7 @@ static int body_config(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
     ccl_unique_id_t id;
-    memset(&id, 0, sizeof id);
-    if (rank == 0) EXPECT_OK(&t, ccl_get_unique_id(&id));
-    EXPECT_OK(&t, ccl_broadcast(&id, &id, sizeof id, CCL_UINT8, 0, comm));
+    util_shared_id(&t, comm, &id);
     ccl_comm_t *c = NULL;
     ccl_config_t bad = CCL_CONFIG_INIT;
     bad.timeout_s = -1;

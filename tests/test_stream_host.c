@@ -163,10 +163,7 @@ END_TEST
 static Suite *suite(void) {
     Suite *s = suite_create("stream_host");
     util_add_loop_case(s, "stream_twins_on_default_stream", stream_twins_on_default_stream, 3, 120);
-    TCase *tc = tcase_create("stream_without_driver_is_unsupported");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, stream_without_driver_is_unsupported);
-    suite_add_tcase(s, tc);
+    util_add_loop_case(s, "stream_without_driver_is_unsupported", stream_without_driver_is_unsupported, 1, 60);
     return s;
 }
 

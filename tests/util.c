@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
 
 void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, int timeout_s) {
@@ -30,6 +31,12 @@ int util_init_invalid_argument(int rank, ccl_status_t st, void *arg) {
     struct harness_tally t = {rank, 0};
     EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "init with %s returned %s", (const char *)arg, ccl_status_string(st));
     return t.fails;
+}
+
+void util_shared_id(struct harness_tally *t, ccl_comm_t *comm, ccl_unique_id_t *id) {
+    memset(id, 0, sizeof *id);
+    if (t->rank == 0) EXPECT_OK(t, ccl_get_unique_id(id));
+    EXPECT_OK(t, ccl_broadcast(id, id, sizeof *id, CCL_UINT8, 0, comm));
 }
 
 void util_raise_fd_limit(long want) {

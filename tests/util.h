@@ -24,6 +24,10 @@ void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char 
  * is the environment that should make it fail (for the message). */
 int util_init_invalid_argument(int rank, ccl_status_t st, void *arg);
 
+/* A fresh unique id made by rank 0 and broadcast over comm: every rank
+ * gets the same, for a second communicator over the same ranks. */
+void util_shared_id(struct harness_tally *t, ccl_comm_t *comm, ccl_unique_id_t *id);
+
 /* Raises this process's open-file limit to at least `want` descriptors
  * (up to the hard limit), for tests that hold many connections open. */
 void util_raise_fd_limit(long want);

@@ -90,6 +90,13 @@ static int check_pass(struct sweep *sw, const struct bench_call *call, const str
     return 0;
 }
 
+/* A result's time per operation and the bandwidths that follow from it. */
+static void set_time(const struct sweep *sw, struct bench_place_result *res, size_t bytes, double time_us) {
+    res->time_us = time_us;
+    res->algbw_gbps = time_us > 0 ? (double)bytes / time_us / 1e3 : 0;
+    res->busbw_gbps = res->algbw_gbps * bench_bus_factor(sw->coll, sw->nranks);
+}
+
 static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t bytes, struct bench_place_result *res) {
     const struct bench_options *o = sw->o;
     const struct bench_backend *be = sw->be;
@@ -121,9 +128,7 @@ static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t by
         res->max_us = s.max;
         t = s.mean * 1e-6;
     }
-    res->time_us = t * 1e6;
-    res->algbw_gbps = t > 0 ? (double)bytes / t / 1e9 : 0;
-    res->busbw_gbps = res->algbw_gbps * bench_bus_factor(sw->coll, sw->nranks);
+    set_time(sw, res, bytes, t * 1e6);
     return 0;
 }
 
@@ -134,11 +139,6 @@ static int use_algo(struct sweep *sw, int i) {
     fprintf(stderr, "[rank %d] %s: switching to algorithm %s: %s\n", sw->rank, sw->o->prog, sw->o->algos[i],
             sw->be->last_error(sw->c));
     return -1;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* With -A's list, each algorithm's timed pass runs o->rounds times, the
@@ -157,13 +157,8 @@ static int timed_rounds(struct sweep *sw, const struct bench_call *call, size_t 
             bad = use_algo(sw, a) || timed_pass(sw, call, bytes, &rows[a].place[p]);
             times[a * rounds + r] = rows[a].place[p].time_us;
         }
-    for (int a = 0; a < n && !bad; a++) {
-        struct bench_place_result *res = &rows[a].place[p];
-        qsort(times + a * rounds, (size_t)rounds, sizeof(double), cmp_double);
-        res->time_us = times[a * rounds + rounds / 2];
-        res->algbw_gbps = res->time_us > 0 ? (double)bytes / res->time_us / 1e3 : 0;
-        res->busbw_gbps = res->algbw_gbps * bench_bus_factor(sw->coll, sw->nranks);
-    }
+    for (int a = 0; a < n && !bad; a++)
+        set_time(sw, &rows[a].place[p], bytes, bench_stats_of(times + a * rounds, rounds).median);
     free(times);
     return bad ? -1 : 0;
 }

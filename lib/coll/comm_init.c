@@ -196,9 +196,9 @@ CCL_API ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, cc
             return CCL_ERR_INVALID_ARGUMENT;
         }
         if (config->size >= offsetof(ccl_config_t, algo) + sizeof(const char *)) opt.algo = config->algo;
-        if (opt.algo && strlen(opt.algo) >= sizeof(((struct ccl__params *)0)->algo)) {
-            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: algo is longer than %zu characters",
-                     sizeof(((struct ccl__params *)0)->algo) - 1);
+        size_t algo_max = sizeof(((struct ccl__params *)0)->algo) - 1;
+        if (opt.algo && strlen(opt.algo) > algo_max) {
+            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: algo is longer than %zu characters", algo_max);
             return CCL_ERR_INVALID_ARGUMENT;
         }
     }
