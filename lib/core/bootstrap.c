@@ -97,12 +97,23 @@ ccl_status_t ccl__boot_told(struct ccl_comm *comm) {
     return ccl__set_error(comm, CCL_ERR_REMOTE, "init: set-up failed on another rank");
 }
 
+/* A failure this rank judged alone (a bad argument, as every rank may find
+ * at once), not one seen on a peer or told by the root: its message says
+ * more than any other rank's or the root's could. */
+static int own_failure(const struct ccl_comm *comm, ccl_status_t mine) {
+    return mine != CCL_OK && !comm->boot_told && mine != CCL_ERR_REMOTE && mine != CCL_ERR_TIMEOUT;
+}
+
 ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mine) {
     struct ccl__boot_round_msg m = {.status = mine, .rank = comm->rank};
     double t0 = ccl__now(), dl = t0 + comm->params.timeout_s;
     int first_round = comm->clock_rtt == 0;
-    ccl_status_t st = ccl__sock_send_all(root_fd, &m, sizeof(m), dl);
-    if (st == CCL_OK) st = ccl__sock_recv_all(root_fd, &m, sizeof(m), dl);
+    /* The root answers the first failure at once, and the process that
+     * holds it may have returned from init and exited since: the answer can
+     * be waiting here even when the send fails, so read it either way. */
+    ccl_status_t sent = ccl__sock_send_all(root_fd, &m, sizeof(m), dl);
+    ccl_status_t st = ccl__sock_recv_all(root_fd, &m, sizeof(m), sent == CCL_OK ? dl : ccl__now() + 1.0);
+    if (st != CCL_OK && own_failure(comm, mine)) return mine;
     if (st != CCL_OK) return ccl__set_error(comm, st, "init: lost the bootstrap root during set-up");
     /* The root stamps its clock as it answers, after the slowest rank
      * arrived, so request and reply are not symmetric: root_time - t1 is
@@ -120,7 +131,7 @@ ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mi
      * consequence of the first: blame the first rank and keep this rank's
      * symptom beside it. A failure this rank judged alone (a bad argument,
      * as every rank may find at once) stays its own. */
-    if (mine != CCL_OK && !comm->boot_told && mine != CCL_ERR_REMOTE && mine != CCL_ERR_TIMEOUT) return mine;
+    if (own_failure(comm, mine)) return mine;
     if (mine == CCL_OK || comm->boot_told)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "init: rank %d failed during set-up (%s)", m.rank,
                               ccl_status_string((ccl_status_t)m.status));
