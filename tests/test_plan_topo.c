@@ -97,6 +97,103 @@ START_TEST(bad_topo_file) {
 }
 END_TEST
 
+/* ---- RDMA devices by nearness ---- */
+
+/* An RDMA adapter (a PCI device and its OpenFabrics OS device) as hwloc
+ * XML, for hanging under a CPU-side object. */
+static void adapter_xml(char *out, size_t n, int index, const char *name) {
+    snprintf(out, n,
+             "<object type=\"PCIDev\" gp_index=\"%d\" pci_busid=\"0000:%02x:00.0\" "
+             "pci_type=\"0207 [15b3:1017] [15b3:0020] 00\" pci_link_speed=\"0.000000\">"
+             "<object type=\"OSDev\" gp_index=\"%d\" name=\"%s\" osdev_type=\"%d\"/></object>\n",
+             900 + 2 * index, index + 1, 901 + 2 * index, name, (int)HWLOC_OBJ_OSDEV_OPENFABRICS);
+}
+
+/* path: a mkstemp template, replaced by the file written: two packages of
+ * two cores (CPUs 0-1 and 2-3), mlx5_0 in package 1, mlx5_1 in package 0,
+ * and rxe0 on the machine as a whole (a device of no package, as a
+ * soft-RoCE one is). */
+static void write_adapters_xml(char *path) {
+    hwloc_topology_t t;
+    ck_assert_int_eq(hwloc_topology_init(&t), 0);
+    ck_assert_int_eq(hwloc_topology_set_synthetic(t, "pack:2 numa:1 core:2 pu:1"), 0);
+    ck_assert_int_eq(hwloc_topology_load(t), 0);
+    char *xml;
+    int len;
+    ck_assert_int_eq(hwloc_topology_export_xmlbuffer(t, &xml, &len, 0), 0);
+    size_t cap = (size_t)len + 4096, used = 0;
+    char *doc = malloc(cap), dev[512];
+    ck_assert_ptr_nonnull(doc);
+    /* each device goes before the first object inside its parent (after
+     * the parent's info lines, which come first) */
+    const char *const parents[] = {"type=\"Machine\"", "type=\"Package\" os_index=\"0\"",
+                                   "type=\"Package\" os_index=\"1\""};
+    const char *const names[] = {"rxe0", "mlx5_1", "mlx5_0"};
+    const char *from = xml;
+    for (int k = 0; k < 3; k++) {
+        const char *tag = strstr(from, parents[k]);
+        ck_assert_ptr_nonnull(tag);
+        const char *end = strstr(strchr(tag, '>'), "<object");
+        ck_assert_ptr_nonnull(end);
+        memcpy(doc + used, from, (size_t)(end - from));
+        used += (size_t)(end - from);
+        adapter_xml(dev, sizeof dev, k, names[k]);
+        used += (size_t)snprintf(doc + used, cap - used, "%s", dev);
+        from = end;
+    }
+    used += (size_t)snprintf(doc + used, cap - used, "%s", from);
+    hwloc_free_xmlbuffer(t, xml);
+    hwloc_topology_destroy(t);
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, doc, used), (ssize_t)used);
+    close(fd);
+    free(doc);
+}
+
+static const struct {
+    const char *cpus, *want;
+} nearest[] = {
+    {"0-1", "mlx5_1,rxe0,mlx5_0"}, /* package 0: its own adapter, the machine's, then package 1's */
+    {"3", "mlx5_0,rxe0,mlx5_1"},   /* one core of package 1 */
+    {"2-3", "mlx5_0,rxe0,mlx5_1"},
+    {"1-2", "rxe0,"},              /* spanning both packages: the machine's first, the two alike after it */
+    {"0-3", "rxe0,"},
+};
+
+START_TEST(rdma_nearest_first) {
+    char path[] = "/tmp/ccl-topo-XXXXXX";
+    write_adapters_xml(path);
+    char got[128], err[CCL__ERR_BYTES];
+    ck_assert_msg(ccl__plan_rdma_order(path, nearest[_i].cpus, got, sizeof got, err, sizeof err) == CCL_OK, "%s", err);
+    const char *want = nearest[_i].want;
+    size_t wl = strlen(want);
+    if (want[wl - 1] == ',') /* the rest in either order: both packages' adapters */
+        ck_assert_msg(strncmp(got, want, wl) == 0 && strlen(got) == strlen("rxe0,mlx5_1,mlx5_0") &&
+                          strstr(got, "mlx5_0") && strstr(got, "mlx5_1"),
+                      "cpus %s: devices in the order %s", nearest[_i].cpus, got);
+    else
+        ck_assert_msg(strcmp(got, want) == 0, "cpus %s: devices in the order %s, want %s", nearest[_i].cpus, got,
+                      want);
+    /* a list too short for every name keeps whole names only */
+    char small[12];
+    ck_assert_int_eq(ccl__plan_rdma_order(path, nearest[_i].cpus, small, sizeof small, err, sizeof err), CCL_OK);
+    ck_assert_msg(strncmp(got, small, strlen(small)) == 0 && (got[strlen(small)] == ',' || !got[strlen(small)]),
+                  "cut to %zu bytes: \"%s\" from \"%s\"", sizeof small, small, got);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(rdma_order_without_devices) {
+    char got[128] = "x", err[CCL__ERR_BYTES];
+    ck_assert_int_eq(ccl__plan_rdma_order("pack:2 core:2 pu:1", "0", got, sizeof got, err, sizeof err), CCL_OK);
+    ck_assert_str_eq(got, "");
+    ck_assert_int_eq(ccl__plan_rdma_order("pack:2 core:2 pu:1", "zero", got, sizeof got, err, sizeof err),
+                     CCL_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err, "zero"), "the error does not name the list: \"%s\"", err);
+}
+END_TEST
+
 /* ---- places and the ring, on hand-made peer tables ---- */
 
 #define MAXR 64
@@ -337,6 +434,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, summary_xml);
     tcase_add_test(tc, summary_this_machine);
     tcase_add_loop_test(tc, bad_topo_file, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
+    tcase_add_loop_test(tc, rdma_nearest_first, 0, (int)(sizeof nearest / sizeof nearest[0]));
+    tcase_add_test(tc, rdma_order_without_devices);
     suite_add_tcase(s, tc);
     tc = tcase_create("ring");
     tcase_add_loop_test(tc, ring_crosses_least, 0, (int)(sizeof shapes / sizeof shapes[0]));

@@ -10,7 +10,9 @@
  * registered buffer) and arrive exact; ccl_comm_register pins memory that
  * later transfers reuse; a receiver that expected another size fails, and
  * the sender hears of it at once through the failure notice, as a peer of
- * a rank that aborts does.
+ * a rank that aborts does; without CCL_IB_HCA each rank takes the active
+ * device hwloc places nearest (plan/topo.c's order is unit-tested on a
+ * described machine in test_plan_topo).
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -23,6 +25,8 @@
 #include "ccl.h"
 #include "core/comm.h"
 #include "harness.h"
+#include "plan/plan.h"
+#include "transports/ib/ib.h"
 #include "prims/regcache.h"
 #include "util.h"
 
@@ -427,10 +431,77 @@ static void add_case(Suite *s, const char *name, const TTest *test) {
     suite_add_tcase(s, c);
 }
 
+/* ---- the device, when CCL_IB_HCA does not name one ---- */
+
+static int port_active(struct ibv_device *dev) {
+    struct ibv_context *ctx = ibv_open_device(dev);
+    if (!ctx) return 0;
+    struct ibv_device_attr da;
+    struct ibv_port_attr pa;
+    int ok = 0;
+    if (ibv_query_device(ctx, &da) == 0)
+        for (int p = 1; p <= da.phys_port_cnt && !ok; p++)
+            ok = ibv_query_port(ctx, (uint8_t)p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
+    ibv_close_device(ctx);
+    return ok;
+}
+
+/* Where name stands in a comma-separated list; past every place if absent. */
+static int place_in(const char *list, const char *name) {
+    int k = 0;
+    for (const char *p = list; *p; k++) {
+        size_t w = strcspn(p, ",");
+        if (w == strlen(name) && strncmp(p, name, w) == 0) return k;
+        p += w + (p[w] == ',');
+    }
+    return 1 << 20;
+}
+
+/* Each rank uses the active device the planner lists nearest (hwloc, for
+ * the CPUs it may use: CCL_BIND=none keeps them what the test sees), verbs'
+ * first among devices alike and when hwloc places none; the job runs on it. */
+static int body_nearest(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    char near[128], err[CCL__ERR_BYTES], want[64] = "";
+    EXPECT(&t, ccl__plan_rdma_order("", "", near, sizeof near, err, sizeof err) == CCL_OK, "%s", err);
+    EXPECT(&t, strcmp(comm->rdma_near, near) == 0, "the communicator lists \"%s\", hwloc here \"%s\"",
+           comm->rdma_near, near);
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    if (!s) {
+        harness_fail(&t, __FILE__, __LINE__, "no ib state with CCL_TRANSPORT=ib");
+        return t.fails;
+    }
+    int n = 0, best = 1 << 30;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    for (int i = 0; list && i < n; i++) {
+        int at = place_in(near, ibv_get_device_name(list[i]));
+        if (at < best && port_active(list[i])) best = at, snprintf(want, sizeof want, "%s", ibv_get_device_name(list[i]));
+    }
+    if (list) ibv_free_device_list(list);
+    fprintf(stderr, "rank %d: hwloc lists \"%s\"; the transport uses %s\n", rank, near, s->dev);
+    EXPECT(&t, strcmp(s->dev, want) == 0, "the transport uses %s, not %s", s->dev, want);
+    float x[257], y[257];
+    for (int i = 0; i < 257; i++) x[i] = (float)(rank + i);
+    if (EXPECT_OK(&t, ccl_all_reduce(x, y, 257, CCL_FLOAT32, CCL_SUM, comm)) == CCL_OK)
+        for (int i = 0; i < 257; i++)
+            EXPECT(&t, y[i] == (float)(nranks * i + nranks * (nranks - 1) / 2), "y[%d] = %g", i, y[i]);
+    return t.fails;
+}
+
+START_TEST(nearest_device) {
+    if (!need_device("nearest_device")) return;
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_nearest,
+                              .env = "CCL_IB_HCA= CCL_BIND=none", .deadline_s = 120};
+    util_run_clean(&run, 0, "2 ranks ib, no CCL_IB_HCA");
+}
+END_TEST
+
 static Suite *ib_suite(void) {
     Suite *s = suite_create("transport_ib");
     add_case(s, "forced_without_device", forced_without_device);
     add_case(s, "steady_many_calls", steady_many_calls);
+    add_case(s, "nearest_device", nearest_device);
     add_case(s, "zero_copy_exact", zero_copy_exact);
     add_case(s, "register_reuse", register_reuse);
     add_case(s, "zero_copy_size_mismatch", zero_copy_size_mismatch);

@@ -95,6 +95,7 @@ struct ccl_comm {
 
     /* bootstrap (core/bootstrap.c) */
     char boot_addr[64];                 /* address peers can reach us at */
+    char rdma_near[128];                /* RDMA devices, nearest to this rank's CPUs first (plan/topo.c) */
     double clock_offset;                /* root's clock minus ours, seconds (set-up rounds) */
     int clock_shared_with_root;         /* same host as the root: offset is exactly 0 */
     double clock_rtt;                   /* last set-up round's round trip (0 before the first) */

@@ -22,7 +22,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_SHM_SLOT_BYTES", "131072", "bytes per shared-memory FIFO slot (a pipeline chunk)"},
     {"CCL_TCP_SLOT_BYTES", "131072", "bytes per TCP staging slot (a pipeline chunk)"},
     {"CCL_IB_SLOT_BYTES", "131072", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
-    {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the first device with an active port)"},
+    {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the active device nearest to the rank by hwloc)"},
     {"CCL_IB_GID_INDEX", "0", "GID table index of the RDMA port (RoCE: which address and RoCE version)"},
     {"CCL_IB_ZCOPY_BYTES", "1048576",
      "point-to-point messages over RDMA of at least this many bytes go zero-copy (0: only buffers given to "

@@ -24,6 +24,13 @@ ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_in
  * machine); a failure's reason in err. */
 ccl_status_t ccl__plan_machine_summary(const char *topo_file, struct ccl__peer_info *out, char *err, size_t errlen);
 
+/* The RDMA devices of a machine (this one: "", an hwloc XML file) nearest
+ * to the CPUs in cpulist ("0-3,8"; "": where this process may run) first,
+ * comma-separated into out, as ccl__plan_local_topology leaves them in
+ * comm->rdma_near for the ib transport; a failure's reason in err. */
+ccl_status_t ccl__plan_rdma_order(const char *topo_file, const char *cpulist, char *out, size_t outlen, char *err,
+                                  size_t errlen);
+
 /* Where a rank runs, or will once CCL_BIND pins it; -1: not known. host
  * numbers hosts by their lowest rank. */
 struct ccl__place {

@@ -106,6 +106,57 @@ static void summarize_devices(hwloc_topology_t topo, struct ccl__topo_summary *s
     }
 }
 
+/* How far an I/O device is from the CPUs cpus: 0 when the CPU-side object
+ * it hangs off (a package, a NUMA node, the machine) covers them all, 1
+ * when it covers some or its place is unknown, 2 when it covers none (the
+ * device is another package's). */
+static int device_distance(hwloc_topology_t topo, hwloc_obj_t dev, hwloc_const_bitmap_t cpus) {
+    hwloc_obj_t at = hwloc_get_non_io_ancestor_obj(topo, dev);
+    if (!at || !at->cpuset || hwloc_bitmap_iszero(cpus)) return 1;
+    if (hwloc_bitmap_isincluded(cpus, at->cpuset)) return 0;
+    return hwloc_bitmap_intersects(cpus, at->cpuset) ? 1 : 2;
+}
+
+/* The RDMA devices (OpenFabrics OS devices) of topo, nearest to cpus first:
+ * by distance, then by the fewest CPUs at the object each hangs off (a
+ * device in the rank's NUMA node before one that is only in its package or
+ * attached to the whole machine), then in hwloc's order. Comma-separated
+ * into out; "" when the topology lists none. */
+#define NEAR_MAX 32
+static void rdma_by_nearness(hwloc_topology_t topo, hwloc_const_bitmap_t cpus, char *out, size_t outlen) {
+    struct {
+        const char *name;
+        int distance, weight;
+    } dev[NEAR_MAX];
+    int n = 0;
+    for (hwloc_obj_t d = hwloc_get_next_osdev(topo, NULL); d && n < NEAR_MAX; d = hwloc_get_next_osdev(topo, d)) {
+        if (d->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS || !d->name) continue;
+        hwloc_obj_t at = hwloc_get_non_io_ancestor_obj(topo, d);
+        int weight = at && at->cpuset ? hwloc_bitmap_weight(at->cpuset) : -1;
+        dev[n].name = d->name;
+        dev[n].distance = device_distance(topo, d, cpus);
+        dev[n].weight = weight < 0 ? 1 << 30 : weight;
+        /* insertion keeps hwloc's order among equals */
+        int k = n++;
+        while (k > 0 && (dev[k - 1].distance > dev[k].distance ||
+                         (dev[k - 1].distance == dev[k].distance && dev[k - 1].weight > dev[k].weight))) {
+            __typeof__(dev[0]) t = dev[k - 1];
+            dev[k - 1] = dev[k], dev[k] = t;
+            k--;
+        }
+    }
+    size_t used = 0;
+    out[0] = 0;
+    for (int k = 0; k < n; k++) {
+        int w = snprintf(out + used, outlen - used, "%s%s", k ? "," : "", dev[k].name);
+        if (w < 0 || (size_t)w >= outlen - used) {
+            out[used] = 0; /* whole names only */
+            break;
+        }
+        used += (size_t)w;
+    }
+}
+
 ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_info *self) {
     struct ccl__topo_summary *s = &self->topo;
     memset(s, 0, sizeof *s);
@@ -131,6 +182,7 @@ ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_in
             s->machine_cores = (uint16_t)hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
             summarize_cores(topo, cpus, s);
             summarize_devices(topo, s);
+            rdma_by_nearness(topo, cpus, comm->rdma_near, sizeof comm->rdma_near);
             self->ncores = s->npus;
         }
         hwloc_bitmap_free(cpus);
@@ -146,6 +198,8 @@ ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_in
              s->source == CCL__TOPO_XML ? "hwloc XML" : s->source == CCL__TOPO_SYNTHETIC ? "synthetic" : "this machine",
              s->npackages, s->nnuma, s->machine_cores, s->ncores, s->npus, s->package, s->numa, s->l2_kib, s->l3_kib,
              s->nnet, s->nrdma, s->ngpu);
+    if (comm->rdma_near[0])
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "RDMA devices, nearest to this rank first: %s", comm->rdma_near);
     return CCL_OK;
 }
 
@@ -162,6 +216,35 @@ ccl_status_t ccl__plan_machine_summary(const char *topo_file, struct ccl__peer_i
     snprintf(comm->params.bind, sizeof comm->params.bind, "none");
     memset(out, 0, sizeof *out);
     ccl_status_t st = ccl__plan_local_topology(comm, out);
+    snprintf(err, errlen, "%s", st == CCL_OK ? "" : comm->last_error);
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm);
+    return st;
+}
+
+ccl_status_t ccl__plan_rdma_order(const char *topo_file, const char *cpulist, char *out, size_t outlen, char *err,
+                                  size_t errlen) {
+    struct ccl_comm *comm = calloc(1, sizeof(*comm)); /* for the parameters and the error message */
+    if (!comm) return snprintf(err, errlen, "out of memory"), CCL_ERR_NO_MEMORY;
+    comm->nranks = 1;
+    comm->boot_fd = -1;
+    pthread_mutex_init(&comm->err_lock, NULL);
+    comm->params = *ccl__params_get();
+    hwloc_topology_t topo;
+    int source;
+    ccl_status_t st = open_topology(comm, topo_file, &topo, &source);
+    out[0] = 0;
+    if (st == CCL_OK) {
+        hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
+        if (!cpus) st = CCL_ERR_NO_MEMORY;
+        else if (cpulist[0] && hwloc_bitmap_list_sscanf(cpus, cpulist) != 0)
+            st = ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s is not a list of CPUs", cpulist);
+        else if (!cpulist[0] && hwloc_get_cpubind(topo, cpus, HWLOC_CPUBIND_PROCESS) != 0)
+            hwloc_bitmap_copy(cpus, hwloc_topology_get_topology_cpuset(topo));
+        if (st == CCL_OK) rdma_by_nearness(topo, cpus, out, outlen);
+        hwloc_bitmap_free(cpus);
+        hwloc_topology_destroy(topo);
+    }
     snprintf(err, errlen, "%s", st == CCL_OK ? "" : comm->last_error);
     pthread_mutex_destroy(&comm->err_lock);
     free(comm);

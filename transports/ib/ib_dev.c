@@ -33,8 +33,21 @@ static uint8_t active_port(struct ibv_context *ctx, uint8_t nports, uint8_t want
     return 0;
 }
 
-/* CCL_IB_HCA is "name" or "name:port"; empty takes the first device with
- * an active port. */
+/* Where name stands in comm->rdma_near (the planner's hwloc order,
+ * nearest first); devices it does not list come after, in verbs' order. */
+static int nearness(const struct ccl_comm *comm, const char *name) {
+    size_t len = strlen(name);
+    int k = 0;
+    for (const char *p = comm->rdma_near; *p; k++) {
+        size_t w = strcspn(p, ",");
+        if (w == len && strncmp(p, name, len) == 0) return k;
+        p += w + (p[w] == ',');
+    }
+    return 1 << 20;
+}
+
+/* CCL_IB_HCA is "name" or "name:port"; empty takes the device nearest to
+ * the rank (by hwloc, see nearness) that has an active port. */
 static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) {
     char want[sizeof(comm->params.ib_hca)];
     snprintf(want, sizeof(want), "%s", comm->params.ib_hca);
@@ -51,11 +64,21 @@ static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) 
         return unavailable(comm, CCL_ERR_UNSUPPORTED,
                            errno == ENOSYS ? "this kernel has no RDMA support (no uverbs)" : "no RDMA device found");
     }
+    /* Nearest first (stable: verbs' order among devices alike), in a copy:
+     * the list itself goes back to verbs as it came. */
+    struct ibv_device *order[n];
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        for (; k > 0 && nearness(comm, ibv_get_device_name(order[k - 1])) > nearness(comm, ibv_get_device_name(list[i]));
+             k--)
+            order[k] = order[k - 1];
+        order[k] = list[i];
+    }
     char why[200] = "";
     for (int i = 0; i < n && !s->ctx; i++) {
-        const char *name = ibv_get_device_name(list[i]);
+        const char *name = ibv_get_device_name(order[i]);
         if (want[0] && strcmp(name, want) != 0) continue;
-        struct ibv_context *ctx = ibv_open_device(list[i]);
+        struct ibv_context *ctx = ibv_open_device(order[i]);
         if (!ctx) {
             snprintf(why, sizeof(why), "cannot open %s: %s", name, strerror(errno));
             continue;
@@ -133,9 +156,12 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
     char gid[48];
     snprintf(gid, sizeof(gid), "%02x%02x:%02x%02x:...:%02x%02x:%02x%02x", s->gid.raw[0], s->gid.raw[1],
              s->gid.raw[2], s->gid.raw[3], s->gid.raw[12], s->gid.raw[13], s->gid.raw[14], s->gid.raw[15]);
-    CCL_INFO(CCL__SUB_NET, comm->rank, "ib: using %s port %u (%s, lid %u, GID %d %s, MTU %d)", s->dev, s->port,
+    CCL_INFO(CCL__SUB_NET, comm->rank, "ib: using %s port %u (%s, lid %u, GID %d %s, MTU %d; %s)", s->dev, s->port,
              s->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", s->lid, s->gid_index, gid,
-             128 << s->mtu);
+             128 << s->mtu,
+             comm->params.ib_hca[0] ? "CCL_IB_HCA"
+             : comm->rdma_near[0]   ? "the nearest by hwloc"
+                                    : "hwloc places no RDMA device: the first active one");
     return CCL_OK;
 }
 
