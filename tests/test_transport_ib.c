@@ -446,17 +446,6 @@ static int port_active(struct ibv_device *dev) {
     return ok;
 }
 
-/* Where name stands in a comma-separated list; past every place if absent. */
-static int place_in(const char *list, const char *name) {
-    int k = 0;
-    for (const char *p = list; *p; k++) {
-        size_t w = strcspn(p, ",");
-        if (w == strlen(name) && strncmp(p, name, w) == 0) return k;
-        p += w + (p[w] == ',');
-    }
-    return 1 << 20;
-}
-
 /* Each rank uses the active device the planner lists nearest (hwloc, for
  * the CPUs it may use: CCL_BIND=none keeps them what the test sees), verbs'
  * first among devices alike and when hwloc places none; the job runs on it. */
@@ -475,7 +464,7 @@ static int body_nearest(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     int n = 0, best = 1 << 30;
     struct ibv_device **list = ibv_get_device_list(&n);
     for (int i = 0; list && i < n; i++) {
-        int at = place_in(near, ibv_get_device_name(list[i]));
+        int at = ccl__list_place(near, ibv_get_device_name(list[i]));
         if (at < best && port_active(list[i])) best = at, snprintf(want, sizeof want, "%s", ibv_get_device_name(list[i]));
     }
     if (list) ibv_free_device_list(list);

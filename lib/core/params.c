@@ -175,3 +175,14 @@ const struct ccl__params *ccl__params_get(void) {
     pthread_once(&params_once, params_load);
     return &params;
 }
+
+int ccl__list_place(const char *list, const char *name) {
+    size_t len = strlen(name);
+    int k = 0;
+    for (const char *p = list; *p; k++) {
+        size_t w = strcspn(p, ",");
+        if (w == len && strncmp(p, name, len) == 0) return k;
+        p += w + (p[w] == ',');
+    }
+    return 1 << 20;
+}

@@ -58,4 +58,8 @@ struct ccl__param_doc {
 };
 const struct ccl__param_doc *ccl__params_docs(size_t *n);
 
+/* Where name stands in a comma-separated list ("a,b,c": b is 1); past
+ * every place (1 << 20) when the list does not hold it. */
+int ccl__list_place(const char *list, const char *name);
+
 #endif

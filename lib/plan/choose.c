@@ -34,6 +34,9 @@ static ccl_status_t bad_algo(struct ccl_comm *comm, const char *spec, size_t len
                           comm->params.algo_source, comm->params.algo, (int)len, spec);
 }
 
+/* "auto": the planner's choice, nothing forced. */
+static int names_auto(const char *s, size_t len) { return len == 4 && memcmp(s, "auto", 4) == 0; }
+
 ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
     memset(comm->algo_forced, -1, sizeof comm->algo_forced);
     memset(comm->algo_last, -1, sizeof comm->algo_last);
@@ -41,18 +44,16 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
     while (*s) {
         size_t len = strcspn(s, ",");
         const char *colon = memchr(s, ':', len);
-        if (len == 4 && memcmp(s, "auto", 4) == 0) {
-            /* the planner's choice: nothing forced */
-        } else if (!colon) {
+        if (!colon && !names_auto(s, len)) { /* a plain "auto" forces nothing */
             int algo = ccl__algo_by_name(s, len);
             if (algo < 0) return bad_algo(comm, s, len);
             /* One name: every collective it runs. */
             for (int k = 1; k < CCL__NUM_OP_KINDS; k++)
                 if (k != CCL__K_P2P && (!ccl__algos[algo] || ccl__algos[algo]->run[k])) comm->algo_forced[k] = (signed char)algo;
-        } else {
+        } else if (colon) {
             int kind = ccl__plan_coll_by_name(s, (size_t)(colon - s));
             size_t alen = len - (size_t)(colon - s) - 1;
-            int open = alen == 4 && memcmp(colon + 1, "auto", 4) == 0;
+            int open = names_auto(colon + 1, alen);
             int algo = open ? -1 : ccl__algo_by_name(colon + 1, alen);
             if (kind < 0 || (algo < 0 && !open)) return bad_algo(comm, s, len);
             comm->algo_forced[kind] = (signed char)algo;

@@ -106,12 +106,11 @@ static void summarize_devices(hwloc_topology_t topo, struct ccl__topo_summary *s
     }
 }
 
-/* How far an I/O device is from the CPUs cpus: 0 when the CPU-side object
- * it hangs off (a package, a NUMA node, the machine) covers them all, 1
- * when it covers some or its place is unknown, 2 when it covers none (the
- * device is another package's). */
-static int device_distance(hwloc_topology_t topo, hwloc_obj_t dev, hwloc_const_bitmap_t cpus) {
-    hwloc_obj_t at = hwloc_get_non_io_ancestor_obj(topo, dev);
+/* How far an I/O device is from the CPUs cpus, by `at`, the CPU-side
+ * object it hangs off (a package, a NUMA node, the machine): 0 when at
+ * covers them all, 1 when it covers some or its place is unknown, 2 when it
+ * covers none (the device is another package's). */
+static int device_distance(hwloc_obj_t at, hwloc_const_bitmap_t cpus) {
     if (!at || !at->cpuset || hwloc_bitmap_iszero(cpus)) return 1;
     if (hwloc_bitmap_isincluded(cpus, at->cpuset)) return 0;
     return hwloc_bitmap_intersects(cpus, at->cpuset) ? 1 : 2;
@@ -134,7 +133,7 @@ static void rdma_by_nearness(hwloc_topology_t topo, hwloc_const_bitmap_t cpus, c
         hwloc_obj_t at = hwloc_get_non_io_ancestor_obj(topo, d);
         int weight = at && at->cpuset ? hwloc_bitmap_weight(at->cpuset) : -1;
         dev[n].name = d->name;
-        dev[n].distance = device_distance(topo, d, cpus);
+        dev[n].distance = device_distance(at, cpus);
         dev[n].weight = weight < 0 ? 1 << 30 : weight;
         /* insertion keeps hwloc's order among equals */
         int k = n++;
@@ -203,33 +202,41 @@ ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_in
     return CCL_OK;
 }
 
-ccl_status_t ccl__plan_machine_summary(const char *topo_file, struct ccl__peer_info *out, char *err, size_t errlen) {
-    /* A communicator of one, for the parameters and the error message. */
+/* A communicator of one, for the parameters and the error message of the
+ * entry points that plan for a machine without a job; NULL when out of
+ * memory. */
+static struct ccl_comm *scratch_comm(void) {
     struct ccl_comm *comm = calloc(1, sizeof(*comm));
-    if (!comm) return snprintf(err, errlen, "out of memory"), CCL_ERR_NO_MEMORY;
+    if (!comm) return NULL;
     comm->boot_fd = -1;
     comm->magic = CCL__COMM_MAGIC;
     comm->nranks = 1;
     pthread_mutex_init(&comm->err_lock, NULL);
     comm->params = *ccl__params_get();
-    snprintf(comm->params.topo_file, sizeof comm->params.topo_file, "%s", topo_file);
-    snprintf(comm->params.bind, sizeof comm->params.bind, "none");
-    memset(out, 0, sizeof *out);
-    ccl_status_t st = ccl__plan_local_topology(comm, out);
+    return comm;
+}
+
+/* Its message into err (empty on success), then it is gone. */
+static ccl_status_t scratch_done(struct ccl_comm *comm, ccl_status_t st, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", st == CCL_OK ? "" : comm->last_error);
     pthread_mutex_destroy(&comm->err_lock);
     free(comm);
     return st;
 }
 
+ccl_status_t ccl__plan_machine_summary(const char *topo_file, struct ccl__peer_info *out, char *err, size_t errlen) {
+    struct ccl_comm *comm = scratch_comm();
+    if (!comm) return snprintf(err, errlen, "out of memory"), CCL_ERR_NO_MEMORY;
+    snprintf(comm->params.topo_file, sizeof comm->params.topo_file, "%s", topo_file);
+    snprintf(comm->params.bind, sizeof comm->params.bind, "none");
+    memset(out, 0, sizeof *out);
+    return scratch_done(comm, ccl__plan_local_topology(comm, out), err, errlen);
+}
+
 ccl_status_t ccl__plan_rdma_order(const char *topo_file, const char *cpulist, char *out, size_t outlen, char *err,
                                   size_t errlen) {
-    struct ccl_comm *comm = calloc(1, sizeof(*comm)); /* for the parameters and the error message */
+    struct ccl_comm *comm = scratch_comm();
     if (!comm) return snprintf(err, errlen, "out of memory"), CCL_ERR_NO_MEMORY;
-    comm->nranks = 1;
-    comm->boot_fd = -1;
-    pthread_mutex_init(&comm->err_lock, NULL);
-    comm->params = *ccl__params_get();
     hwloc_topology_t topo;
     int source;
     ccl_status_t st = open_topology(comm, topo_file, &topo, &source);
@@ -245,10 +252,7 @@ ccl_status_t ccl__plan_rdma_order(const char *topo_file, const char *cpulist, ch
         hwloc_bitmap_free(cpus);
         hwloc_topology_destroy(topo);
     }
-    snprintf(err, errlen, "%s", st == CCL_OK ? "" : comm->last_error);
-    pthread_mutex_destroy(&comm->err_lock);
-    free(comm);
-    return st;
+    return scratch_done(comm, st, err, errlen);
 }
 
 /* The machine's topology and the CPUs this thread may run on; 0 on

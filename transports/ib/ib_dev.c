@@ -33,21 +33,9 @@ static uint8_t active_port(struct ibv_context *ctx, uint8_t nports, uint8_t want
     return 0;
 }
 
-/* Where name stands in comm->rdma_near (the planner's hwloc order,
- * nearest first); devices it does not list come after, in verbs' order. */
-static int nearness(const struct ccl_comm *comm, const char *name) {
-    size_t len = strlen(name);
-    int k = 0;
-    for (const char *p = comm->rdma_near; *p; k++) {
-        size_t w = strcspn(p, ",");
-        if (w == len && strncmp(p, name, len) == 0) return k;
-        p += w + (p[w] == ',');
-    }
-    return 1 << 20;
-}
-
 /* CCL_IB_HCA is "name" or "name:port"; empty takes the device nearest to
- * the rank (by hwloc, see nearness) that has an active port. */
+ * the rank that has an active port: first in comm->rdma_near (the
+ * planner's hwloc order), devices it does not list after, in verbs' order. */
 static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) {
     char want[sizeof(comm->params.ib_hca)];
     snprintf(want, sizeof(want), "%s", comm->params.ib_hca);
@@ -69,7 +57,8 @@ static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) 
     struct ibv_device *order[n];
     for (int i = 0; i < n; i++) {
         int k = i;
-        for (; k > 0 && nearness(comm, ibv_get_device_name(order[k - 1])) > nearness(comm, ibv_get_device_name(list[i]));
+        for (; k > 0 && ccl__list_place(comm->rdma_near, ibv_get_device_name(order[k - 1])) >
+                           ccl__list_place(comm->rdma_near, ibv_get_device_name(list[i]));
              k--)
             order[k] = order[k - 1];
         order[k] = list[i];
