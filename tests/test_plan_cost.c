@@ -220,6 +220,26 @@ START_TEST(model_terms) {
     ck_assert_msg(tcp2 < 1.9 * tcp1, "tcp hier: %.0f us against %.0f", tcp2, tcp1);
     ck_assert_msg(rdma2 < 1.9 * rdma1, "rdma hier: %.0f us against %.0f", rdma2, rdma1);
 
+    /* The direct algorithm on 8 ranks of one host: with 4 ranks per core,
+     * 3 of a rank's 7 peers share its core and their windows are read
+     * from its own caches, so its bytes cost less than on unshared cores
+     * (only 4/7 of the reads cross), while the ring's do not change; on
+     * one rank per core every read crosses. 512 KiB: as measured on 2
+     * cores, direct below the ring. */
+    static const struct synthetic eight = {"1 host, 8 ranks", 1, 1, 8, CCL__LINK_TCP, 4};
+    struct ccl__job_shape packed, spread;
+    make_shape(&eight, &packed);
+    make_shape(&eight, &spread);
+    spread.oversub = 1;
+    const size_t mid = 512u << 10;
+    double d4 = ccl__cost_predict(&packed, &f, CCL__K_ALL_REDUCE, CCL__ALGO_DIRECT, mid);
+    double r4 = ccl__cost_predict(&packed, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, mid);
+    double d1 = ccl__cost_predict(&spread, &f, CCL__K_ALL_REDUCE, CCL__ALGO_DIRECT, mid);
+    double r1 = ccl__cost_predict(&spread, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, mid);
+    ck_assert_msg(d4 < r4, "8 ranks on 2 cores, 512 KiB: direct %.0f us, ring %.0f us", d4, r4);
+    ck_assert_msg(d4 / d1 < 0.9 * (r4 / r1), "direct %.0f -> %.0f us, ring %.0f -> %.0f us, 1 -> 4 ranks per core",
+                  d1, d4, r1, r4);
+
     struct ccl__job_shape two;
     make_shape(&shapes[0], &two); /* 1 host, 2 ranks */
     double tree = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_TREE, 8);

@@ -23,6 +23,8 @@ static const char usage[] =
     "  --hosts H           hosts of that machine (default 1)\n"
     "  --ranks-per-host L  ranks on each (default: one per core)\n"
     "  --net tcp|rdma      what connects the hosts (default tcp)\n"
+    "  --one-machine       the hosts share one machine's cores (hosts simulated on one machine, as\n"
+    "                      bench/algo-table's tcp configurations are)\n"
     "  --coll LIST         all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all,barrier or all\n"
     "                      (default all_reduce)\n"
     "  -b SIZE -e SIZE -f F  the sweep: from -b to -e bytes, times F (default 8, 64M, 8)\n"
@@ -34,6 +36,7 @@ struct opts {
     const char *topo, *colls, *tuning;
     int kinds[16], nkinds; /* the collectives asked for, in order */
     int hosts, per_host, net;
+    int one_machine; /* every host's ranks share one machine's cores */
     size_t b, e, f;
     size_t chunk; /* CCL_CHUNK_BYTES: every call's chunk (0: the model's per call) */
 };
@@ -63,7 +66,8 @@ static int parse_int(const char *s, const char *what, int lo, int hi) {
 static void parse(int argc, char **argv, struct opts *o) {
     static const struct option longs[] = {
         {"topo", 1, 0, 't'}, {"hosts", 1, 0, 'H'},  {"ranks-per-host", 1, 0, 'L'}, {"net", 1, 0, 'N'},
-        {"coll", 1, 0, 'c'}, {"tuning-file", 1, 0, 'T'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0},
+        {"coll", 1, 0, 'c'}, {"tuning-file", 1, 0, 'T'}, {"one-machine", 0, 0, 'M'},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct opts){.topo = "this", .colls = "all_reduce", .hosts = 1, .net = CCL__LINK_TCP, .b = 8,
                        .e = 64u << 20, .f = 8};
@@ -82,6 +86,7 @@ static void parse(int argc, char **argv, struct opts *o) {
             break;
         case 'c': o->colls = optarg; break;
         case 'T': o->tuning = optarg; break;
+        case 'M': o->one_machine = 1; break;
         case 'b': o->b = parse_size(optarg, "-b"); break;
         case 'e': o->e = parse_size(optarg, "-e"); break;
         case 'f': o->f = (size_t)parse_int(optarg, "-f", 2, 1 << 20); break;
@@ -214,7 +219,7 @@ int main(int argc, char **argv) {
         peers[r] = machine;
         peers[r].rank = r;
         snprintf(peers[r].host_id, sizeof peers[r].host_id, "host%d", r / per);
-        snprintf(peers[r].machine_id, sizeof peers[r].machine_id, "machine%d", r / per);
+        snprintf(peers[r].machine_id, sizeof peers[r].machine_id, "machine%d", o.one_machine ? 0 : r / per);
         snprintf(peers[r].hostname, sizeof peers[r].hostname, "host%d", r / per);
         peers[r].ncores = machine.topo.npus ? machine.topo.npus : 1;
     }
