@@ -333,6 +333,44 @@ START_TEST(places_of_pinned_ranks) {
 }
 END_TEST
 
+/* Ranks per CPU in the model's shape: ranks pinned to a core each count
+ * the distinct cores they sit on (2 ranks pinned to 2 cores: 1 per CPU,
+ * though each may use one CPU; 8 pinned round robin to 2 cores: 4), ranks
+ * free to use 2 CPUs count those (4 ranks: 2), and machines apart count
+ * apart (2 machines of 2 pinned ranks on one core each: 2). */
+static int shm_pairs(void *ctx, int a, int b) {
+    (void)ctx, (void)a, (void)b;
+    return -1;
+}
+
+START_TEST(ranks_per_cpu) {
+    static const struct {
+        int n, machines, pinned_cores, ncores; /* pinned_cores 0: unpinned */
+        double want;
+    } cases[] = {{2, 1, 2, 2, 1}, {8, 1, 2, 2, 4}, {4, 1, 0, 2, 2}, {4, 2, 1, 2, 2}, {3, 1, 0, 4, 1}};
+    struct table *T = malloc(sizeof *T);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memset(T, 0, sizeof *T);
+        T->n = cases[c].n;
+        int per = T->n / cases[c].machines;
+        for (int r = 0; r < T->n; r++) {
+            struct ccl__peer_info *p = &T->peers[r];
+            snprintf(p->host_id, sizeof p->host_id, "h%d", r / per);
+            snprintf(p->machine_id, sizeof p->machine_id, "m%d", r / per);
+            p->topo.source = CCL__TOPO_MACHINE, p->topo.package = p->topo.numa = 0;
+            p->topo.core = (int16_t)(cases[c].pinned_cores ? (r % per) % cases[c].pinned_cores : -1);
+            p->ncores = cases[c].pinned_cores ? 1 : cases[c].ncores;
+            T->ring[r] = r;
+        }
+        struct ccl__job_shape shape;
+        ck_assert_int_eq(ccl__plan_shape(T->n, T->peers, T->ring, shm_pairs, NULL, &shape), 0);
+        ck_assert_msg(shape.oversub == cases[c].want, "case %zu: %d ranks on %d machines: %.2f ranks per CPU, want %.2f",
+                      c, T->n, cases[c].machines, shape.oversub, cases[c].want);
+    }
+    free(T);
+}
+END_TEST
+
 /* ---- in real processes ---- */
 
 /* Ranks bound by their "launcher" (setup) to CPU rank % 2: the ring puts
@@ -440,6 +478,7 @@ static Suite *suite(void) {
     tc = tcase_create("ring");
     tcase_add_loop_test(tc, ring_crosses_least, 0, (int)(sizeof shapes / sizeof shapes[0]));
     tcase_add_test(tc, places_of_pinned_ranks);
+    tcase_add_test(tc, ranks_per_cpu);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "ring_follows_launcher_binding", ring_follows_launcher_binding, 1, 60);
     util_add_loop_case(s, "bad_topo_file_fails_every_rank", bad_topo_file_fails_every_rank, 1, 60);
