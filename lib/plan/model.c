@@ -42,32 +42,18 @@ int ccl__plan_shm_class(const struct ccl__place *p, const struct ccl__place *q) 
     return CCL__LINK_NUMA; /* unknown places count as one NUMA node: nothing says otherwise */
 }
 
-/* Ranks per CPU on the busiest machine, at least 1. The CPUs a machine's
- * ranks share are the most any one of them may use or, where ranks are
- * pinned to a core each (by their launcher, or by CCL_BIND in an earlier
- * communicator of the process), the distinct cores they sit on: two ranks
- * pinned to two cores share nothing, though each may use one CPU only
- * (counting that one CPU made a second communicator of a pinned 2-rank
- * job see 2 ranks per CPU where its first saw 1, and choose otherwise). */
+/* Ranks per CPU on the busiest machine, at least 1. Its CPUs are those
+ * its ranks share, pinned or not (counting a pinned rank's one CPU made a
+ * second communicator of a pinned 2-rank job see 2 ranks per CPU where its
+ * first saw 1, and choose otherwise). */
 static double oversubscription(int n, const struct ccl__peer_info *peers) {
     double worst = 1;
-    uint8_t *seen = calloc(1u << 15, 1); /* topo.core is an int16_t */
     for (int r = 0; r < n; r++) {
         int index, local = ccl__plan_machine_ranks_of(n, peers, r, &index);
         if (index != 0) continue; /* each machine once, from its first rank */
-        int cpus = 0, pinned = 0;
-        for (int q = r; q < n; q++) {
-            if (strcmp(peers[q].machine_id, peers[r].machine_id) != 0) continue;
-            if (peers[q].ncores > cpus) cpus = peers[q].ncores;
-            int core = peers[q].topo.core;
-            if (seen && core >= 0 && !seen[core]) seen[core] = 1, pinned++;
-        }
-        for (int q = r; seen && q < n; q++)
-            if (peers[q].topo.core >= 0) seen[peers[q].topo.core] = 0;
-        if (pinned > cpus) cpus = pinned;
+        int cpus = ccl__plan_machine_cpus(n, peers, r);
         if (cpus > 0 && (double)local / cpus > worst) worst = (double)local / cpus;
     }
-    free(seen);
     return worst;
 }
 

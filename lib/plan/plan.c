@@ -192,6 +192,21 @@ int ccl__plan_machine_ranks_of(int n, const struct ccl__peer_info *peers, int ra
     return count;
 }
 
+int ccl__plan_machine_cpus(int n, const struct ccl__peer_info *peers, int rank) {
+    const char *mine = peers[rank].machine_id;
+    uint8_t pinned_at[(INT16_MAX + 1) / 8] = {0}; /* a bit per core: topo.core is an int16_t */
+    int cpus = 0, pinned = 0;
+    for (int r = 0; r < n; r++) {
+        if (strcmp(peers[r].machine_id, mine) != 0) continue;
+        if (peers[r].ncores > cpus) cpus = peers[r].ncores;
+        int core = peers[r].topo.core;
+        if (core < 0 || (pinned_at[core / 8] >> (core % 8) & 1)) continue;
+        pinned_at[core / 8] |= (uint8_t)(1u << (core % 8));
+        pinned++;
+    }
+    return pinned > cpus ? pinned : cpus;
+}
+
 int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index) {
     return ccl__plan_machine_ranks_of(comm->nranks, comm->peers, comm->rank, index);
 }

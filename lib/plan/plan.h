@@ -70,6 +70,11 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
 int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index);
 /* The same for any rank of a peer table. */
 int ccl__plan_machine_ranks_of(int n, const struct ccl__peer_info *peers, int rank, int *index);
+/* The CPUs the ranks of rank's machine share: the most any of them may
+ * use or, where ranks are pinned to a core each (by their launcher, or by
+ * CCL_BIND in an earlier communicator of the process), the distinct cores
+ * they sit on, whichever is more; 0 when nobody knows. */
+int ccl__plan_machine_cpus(int n, const struct ccl__peer_info *peers, int rank);
 
 /* Where CCL_BIND=core pins the index-th of nlocal ranks of a machine, in
  * the ncores cores and npus hardware threads a rank may use: *slot is a
