@@ -9,8 +9,9 @@
 #   from the other at once) against ib_write_bw -b (bidirectional RDMA
 #   WRITE), at 1 MiB and 4 MiB; the ratio is libccl's busbw (bytes one way
 #   per second) over half of perftest's two-way figure;
-# - latency: sendrecv_perf's time for 8 bytes against ib_send_lat's typical
-#   one-way latency for 8 bytes;
+# - latency: pingpong_perf's time for 8 bytes (half a round trip) against
+#   ib_send_lat's typical latency for 8 bytes (half a round trip too), and
+#   for the record sendrecv_perf's 8-byte time (both ranks send at once);
 # - all_reduce_perf over ib on 2 ranks, 1 MiB and 4 MiB, for the record.
 #
 # Rank 0 uses DEV0 and rank 1 DEV1 (default rxe0,rxe1), each as its own
@@ -67,6 +68,8 @@ for r in $(seq 1 "$rounds"); do
   done
   lat=$(perftest ib_send_lat -s 8 -n 2000 -F | awk '$1 == 8 {print $5; exit}')
   echo "round $r perftest_send_lat_us 8 ${lat:-nan}" >>"$raw"
+  line=$(ccl pingpong_perf -b 8 -e 8 -n 2000 -w 100 -c 0 | awk '$2 == 8 {print; exit}')
+  echo "round $r ccl_pingpong_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
   line=$(ccl sendrecv_perf -b 8 -e 8 -n 2000 -w 100 -c 0 | awk '$2 == 8 {print; exit}')
   echo "round $r ccl_sendrecv_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
   for size in 1048576 4194304; do
@@ -91,8 +94,9 @@ awk '
       cc = m["ccl_sendrecv_busbw_GBps " s]
       printf "bandwidth %7d B: libccl sendrecv %.3f GB/s each way, ib_write_bw -b %.3f GB/s each way: ratio %.2f\n", s, cc, pt, (pt > 0 ? cc / pt : 0)
     }
-    pl = m["perftest_send_lat_us 8"]; cl = m["ccl_sendrecv_time_us 8"]
-    printf "latency 8 B: libccl sendrecv %.2f us, ib_send_lat %.2f us: ratio %.2f\n", cl, pl, (pl > 0 ? cl / pl : 0)
+    pl = m["perftest_send_lat_us 8"]; cl = m["ccl_pingpong_time_us 8"]
+    printf "latency 8 B: libccl pingpong %.2f us, ib_send_lat %.2f us: ratio %.2f\n", cl, pl, (pl > 0 ? cl / pl : 0)
+    printf "exchange 8 B: libccl sendrecv %.2f us (both ranks send at once)\n", m["ccl_sendrecv_time_us 8"]
     for (s = 1048576; s <= 4194304; s *= 4)
       printf "all_reduce %7d B: libccl busbw %.3f GB/s\n", s, m["ccl_all_reduce_busbw_GBps " s]
   }' "$raw" | tee "$out/summary.txt"

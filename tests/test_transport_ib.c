@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ccl.h"
 #include "core/comm.h"
@@ -113,6 +114,7 @@ static int need_device(const char *test) {
     return 0;
 }
 
+
 /* Byte i of rank r's message number k: a pattern no shift or mix-up keeps. */
 static uint8_t pattern(int r, int k, size_t i) { return (uint8_t)(r * 131 + k * 17 + i * 7 + (i >> 11)); }
 
@@ -126,6 +128,60 @@ static long first_wrong(const uint8_t *b, size_t n, int r, int k) {
         if (b[i] != pattern(r, k, i)) return (long)i;
     return -1;
 }
+
+/* ---- credits ---- */
+
+#define CREDIT_ROUNDS 300
+#define CREDIT_STREAM 200
+#define CREDIT_BYTES 100
+
+/* Over 4 slots: a ping-pong, whose credits all ride back in the slots going
+ * the other way (no credit write of its own, past a few); then a stream one
+ * way with nothing coming back, received only after the sender has filled
+ * the FIFO and waits for credits, which must come back in writes of their
+ * own; the sender destroys its communicator as soon as its last send
+ * returns, with that slot possibly still on the wire. Every byte exact. */
+static int body_credits(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    int peer = 1 - rank;
+    uint8_t buf[CREDIT_BYTES];
+    for (int k = 0; k < CREDIT_ROUNDS && !t.fails; k++) {
+        int mine = k % 2 == rank; /* rank 0 sends on even rounds */
+        if (mine) fill(buf, sizeof buf, rank, k);
+        ccl_status_t st = mine ? ccl_send(buf, sizeof buf, CCL_UINT8, peer, comm)
+                               : ccl_recv(buf, sizeof buf, CCL_UINT8, peer, comm);
+        EXPECT(&t, st == CCL_OK, "round %d: %s: %s", k, ccl_status_string(st), ccl_comm_last_error(comm));
+        if (!mine && st == CCL_OK) EXPECT(&t, first_wrong(buf, sizeof buf, peer, k) < 0, "round %d: wrong bytes", k);
+    }
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    uint64_t writes = s && s->conns[peer] ? s->conns[peer]->credit_writes : 0;
+    EXPECT(&t, s && s->conns[peer] && writes <= 4,
+           "a ping-pong of %d rounds returned credits in %llu writes of their own (they ride in slots)",
+           CREDIT_ROUNDS, (unsigned long long)writes);
+    for (int k = 0; k < CREDIT_STREAM && !t.fails; k++) {
+        if (rank == 1 && k == 0) usleep(300 * 1000); /* let the sender fill the FIFO and wait */
+        if (rank == 0) fill(buf, sizeof buf, 0, 1000 + k);
+        ccl_status_t st = rank == 0 ? ccl_send(buf, sizeof buf, CCL_UINT8, 1, comm)
+                                    : ccl_recv(buf, sizeof buf, CCL_UINT8, 0, comm);
+        EXPECT(&t, st == CCL_OK, "stream message %d: %s: %s", k, ccl_status_string(st), ccl_comm_last_error(comm));
+        if (rank == 1 && st == CCL_OK)
+            EXPECT(&t, first_wrong(buf, sizeof buf, 0, 1000 + k) < 0, "stream message %d: wrong bytes", k);
+    }
+    if (rank == 1 && s && s->conns[peer])
+        EXPECT(&t, s->conns[peer]->credit_writes > writes, "a one-way stream of %d messages over 4 slots got "
+               "its credits back without a credit write", CREDIT_STREAM);
+    return t.fails;
+}
+
+START_TEST(credits_both_ways) {
+    if (!need_device("credits_both_ways")) return;
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_credits,
+                              .env = "CCL_SLOTS=4", .deadline_s = 120};
+    util_run_clean(&run, 0, "2 ranks ib, credits in slots and in writes");
+}
+END_TEST
 
 /* ---- zero-copy ---- */
 
@@ -490,6 +546,7 @@ static Suite *ib_suite(void) {
     Suite *s = suite_create("transport_ib");
     add_case(s, "forced_without_device", forced_without_device);
     add_case(s, "steady_many_calls", steady_many_calls);
+    add_case(s, "credits_both_ways", credits_both_ways);
     add_case(s, "nearest_device", nearest_device);
     add_case(s, "zero_copy_exact", zero_copy_exact);
     add_case(s, "register_reuse", register_reuse);

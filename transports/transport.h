@@ -78,7 +78,8 @@ struct ccl__transport {
     ccl_status_t (*recv_release)(struct ccl__conn *c);
     /* Moves staged bytes (stream transports); *moved != 0 if anything moved. */
     ccl_status_t (*progress)(struct ccl__conn *c, int *moved);
-    /* 1 when every committed slot has left this process. */
+    /* 1 when every committed slot needs nothing more from this process to
+     * reach the peer (has left it, or is an adapter's to deliver). */
     int (*flushed)(struct ccl__conn *c);
     /* A descriptor to poll() while waiting, with events; -1 if none. */
     int (*wait_fd)(struct ccl__conn *c, short *events);

@@ -168,6 +168,16 @@ static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int 
         *nreq += nonblocking;
         st = CALL(ccl_recv, k->recv, k->count, k->dtype, (c->rank + c->size - 1) % c->size);
         break;
+    case BENCH_PINGPONG: { /* blocking calls only (options.c), one after the other */
+        int partner = c->rank ^ 1;
+        if (partner >= c->size) return CCL_OK;
+        if (c->rank % 2 == 0) st = ccl_send(k->send, k->count, k->dtype, partner, c->active);
+        else st = ccl_recv(k->recv, k->count, k->dtype, partner, c->active);
+        if (st != CCL_OK) return st;
+        if (c->rank % 2 == 0) st = ccl_recv(k->recv, k->count, k->dtype, partner, c->active);
+        else st = ccl_send(k->send, k->count, k->dtype, partner, c->active);
+        break;
+    }
     default: st = nonblocking ? ccl_barrier_async(c->active, &c->reqs[*nreq]) : ccl_barrier(c->active); break;
     }
 #undef CALL

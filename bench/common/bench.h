@@ -24,6 +24,7 @@ enum bench_coll {
     BENCH_REDUCE,
     BENCH_ALL_TO_ALL,
     BENCH_SENDRECV,
+    BENCH_PINGPONG,
     BENCH_BARRIER,
     BENCH_NUM_COLLS
 };

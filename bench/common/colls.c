@@ -2,16 +2,18 @@
 #include "colls.h"
 
 static const struct bench_coll_info infos[BENCH_NUM_COLLS] = {
-    [BENCH_ALL_REDUCE] = {"all_reduce", "all_reduce_perf", 1, 0, 1, 1},
-    [BENCH_REDUCE_SCATTER] = {"reduce_scatter", "reduce_scatter_perf", 1, 0, 1, 1},
-    [BENCH_ALL_GATHER] = {"all_gather", "all_gather_perf", 0, 0, 1, 1},
-    [BENCH_BROADCAST] = {"broadcast", "broadcast_perf", 0, 1, 1, 1},
-    [BENCH_REDUCE] = {"reduce", "reduce_perf", 1, 1, 1, 1},
+    [BENCH_ALL_REDUCE] = {"all_reduce", "all_reduce_perf", 1, 0, 1, 1, 1},
+    [BENCH_REDUCE_SCATTER] = {"reduce_scatter", "reduce_scatter_perf", 1, 0, 1, 1, 1},
+    [BENCH_ALL_GATHER] = {"all_gather", "all_gather_perf", 0, 0, 1, 1, 1},
+    [BENCH_BROADCAST] = {"broadcast", "broadcast_perf", 0, 1, 1, 1, 1},
+    [BENCH_REDUCE] = {"reduce", "reduce_perf", 1, 1, 1, 1, 1},
     /* libccl's all-to-all is never in place; sending from and receiving
      * into one buffer at once would race in a ring exchange too. */
-    [BENCH_ALL_TO_ALL] = {"all_to_all", "all_to_all_perf", 0, 0, 0, 1},
-    [BENCH_SENDRECV] = {"sendrecv", "sendrecv_perf", 0, 0, 0, 1},
-    [BENCH_BARRIER] = {"barrier", "barrier_perf", 0, 0, 0, 0},
+    [BENCH_ALL_TO_ALL] = {"all_to_all", "all_to_all_perf", 0, 0, 0, 1, 1},
+    [BENCH_SENDRECV] = {"sendrecv", "sendrecv_perf", 0, 0, 0, 1, 1},
+    /* Ranks 2k and 2k+1 in turn: 2k sends, 2k+1 sends it back. */
+    [BENCH_PINGPONG] = {"pingpong", "pingpong_perf", 0, 0, 0, 1, 2},
+    [BENCH_BARRIER] = {"barrier", "barrier_perf", 0, 0, 0, 0, 1},
 };
 
 const struct bench_coll_info *bench_coll_info(enum bench_coll coll) { return &infos[coll]; }

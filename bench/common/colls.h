@@ -14,6 +14,10 @@ struct bench_coll_info {
     const char *name; /* "all_reduce": the op field of CSV and JSON */
     const char *prog; /* "all_reduce_perf" */
     int has_redop, has_root, has_in_place, moves_data;
+    /* Messages that follow one another in a call (a ping-pong's two): the
+     * time reported is per message, the one-way latency that osu_latency
+     * and perftest report. */
+    int legs;
 };
 
 const struct bench_coll_info *bench_coll_info(enum bench_coll coll);

@@ -283,6 +283,9 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     if (o->min_bytes > o->max_bytes) return usage_error(o->prog, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
     if (o->host_per_rank && !o->ranks) return usage_error(o->prog, "--host-per-rank needs --ranks");
     if (o->nalgos && o->stats) return usage_error(o->prog, "-I and several -A algorithms exclude each other");
+    if (bench_coll_info(coll)->legs > 1 && (o->agg > 1 || o->nonblocking))
+        return usage_error(o->prog, "-m and -z 1 would overlap what a %s times one after the other",
+                           bench_coll_info(coll)->name);
     return 0;
 }
 

@@ -109,7 +109,7 @@ static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t by
         double t0 = bench_now();
         for (int i = 0; i < o->iters; i++)
             if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "timed call failed", call);
-        t = (bench_now() - t0) / o->iters / o->agg;
+        t = (bench_now() - t0) / o->iters / o->agg / sw->info->legs;
         if (combine_times(sw, &t, 1)) return fail(sw, "combining times failed", NULL);
     } else {
         /* Each iteration alone, so that its time is its own on every rank. */
@@ -117,7 +117,7 @@ static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t by
             if (be->barrier(sw->c)) return fail(sw, "barrier failed", NULL);
             double t0 = bench_now();
             if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "timed call failed", call);
-            sw->iter_times[i] = (bench_now() - t0) / o->agg * 1e6;
+            sw->iter_times[i] = (bench_now() - t0) / o->agg / sw->info->legs * 1e6;
         }
         if (combine_times(sw, sw->iter_times, o->iters)) return fail(sw, "combining times failed", NULL);
         struct bench_stats s = bench_stats_of(sw->iter_times, o->iters);

@@ -172,6 +172,8 @@ size_t bench_output_elems(const struct bench_check_case *k) {
         return k->rank == k->root ? k->count : 0;
     case BENCH_BARRIER:
         return 0;
+    case BENCH_PINGPONG: /* the last of an odd count has no partner */
+        return (k->rank ^ 1) < k->nranks ? k->count : 0;
     default:
         return k->count;
     }
@@ -186,6 +188,7 @@ static int64_t expected_value(const struct bench_check_case *k, size_t j) {
     case BENCH_ALL_GATHER: return input_value(k, (int)(j / c), j % c);
     case BENCH_BROADCAST: return input_value(k, k->root, j);
     case BENCH_ALL_TO_ALL: return input_value(k, (int)(j / c), (size_t)k->rank * c + j % c);
+    case BENCH_PINGPONG: return input_value(k, k->rank ^ 1, j);
     default: return input_value(k, (k->rank + k->nranks - 1) % k->nranks, j); /* sendrecv: from rank - 1 */
     }
 }

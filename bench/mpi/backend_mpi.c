@@ -179,6 +179,15 @@ static int issue(struct bench_comm *c, const struct bench_call *k, MPI_Request *
     case BENCH_ALL_TO_ALL:
         err = r ? MPI_Ialltoall(k->send, n, t, k->recv, n, t, w, r) : MPI_Alltoall(k->send, n, t, k->recv, n, t, w);
         break;
+    case BENCH_PINGPONG: { /* blocking calls only (options.c), one after the other */
+        int partner = c->rank ^ 1, even = c->rank % 2 == 0;
+        err = MPI_SUCCESS;
+        if (partner >= c->size) break;
+        err = even ? MPI_Send(k->send, n, t, partner, 0, w) : MPI_Recv(k->recv, n, t, partner, 0, w, MPI_STATUS_IGNORE);
+        if (err == MPI_SUCCESS)
+            err = even ? MPI_Recv(k->recv, n, t, partner, 0, w, MPI_STATUS_IGNORE) : MPI_Send(k->send, n, t, partner, 0, w);
+        break;
+    }
     case BENCH_SENDRECV: {
         int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
         if (!r) {

@@ -119,6 +119,11 @@ usage) # bad flags: a message naming the program, status 2; -h: status 0
   [ $rc -eq 2 ] && grep -q 'only 2 ranks' "$tmp/out.err" || die "-r 5 with 2 ranks: status $rc"
   run "$tmp/out" "$bin/$prog" -h
   [ $rc -eq 0 ] && grep -q "^Usage: $prog " "$tmp/out" && grep -q CCL_BENCH_CORRUPT "$tmp/out" || die "-h" ;;
+legs) # a program whose call is messages one after the other refuses to overlap them
+  for bad in "-m 2" "-z 1"; do
+    run "$tmp/out" "$bin/$prog" --ranks 2 $short $bad
+    [ $rc -eq 2 ] && grep -q "^$prog: -m and -z 1 would overlap" "$tmp/out.err" || die "'$bad': status $rc"
+  done ;;
 mpi) # MPIRUN...: the MPI twin under mpirun, 2 ranks
   run "$tmp/out" "$@" "$bin/$prog" $short -d all -o sum,max
   [ $rc -eq 0 ] || die "exit status $rc"

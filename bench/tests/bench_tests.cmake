@@ -11,7 +11,7 @@ macro(bench_add_test name case prog)
 endmacro()
 
 set(bench_reducing all_reduce reduce_scatter reduce)
-set(bench_moving all_reduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv)
+set(bench_moving all_reduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv pingpong)
 
 # Every program, 1 to 4 ranks, over shared memory and over TCP.
 foreach(coll ${BENCH_COLLS})
@@ -53,6 +53,7 @@ bench_add_test(files_barrier files barrier_perf -- --ranks 2 -n 5 -I)
 bench_add_test(files_algos files all_reduce_perf -- --ranks 3 -b 8 -e 64K -f 8 -n 3 -w 1 -A auto,ring,tree --rounds 3)
 bench_add_test(algos algos all_reduce_perf 3 auto,ring,tree,rd,rhd,direct)
 bench_add_test(usage usage broadcast_perf)
+bench_add_test(legs_pingpong legs pingpong_perf)
 
 # The MPI twins under Open MPI's mpirun, when they were built with it.
 find_program(BENCH_MPIRUN_OPENMPI mpirun.openmpi)

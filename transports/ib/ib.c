@@ -21,7 +21,7 @@
 #include "core/socket.h"
 #include "transports/ib/ib.h"
 
-#define HDR_BYTES sizeof(struct ccl__slot_meta)
+#define HDR_BYTES CCL__IB_HDR_BYTES
 #define POLL_BATCH 32
 
 static inline struct ccl__ib_conn *ib_conn(struct ccl__conn *c) { return (struct ccl__ib_conn *)c; }
@@ -83,12 +83,41 @@ ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, 
 
 /* Tells the peer how many slots we have released, when the send queue has
  * room; otherwise a later call does (the count is cumulative, so credits
- * never need a request each). */
-static ccl_status_t send_credit(struct ccl__ib_conn *c) {
-    if (c->credit_sent == c->released || c->sq_busy >= c->sq_depth || c->failed) return c->failed;
+ * never need a request each). Unless `now`, only once half the FIFO is
+ * released: until then the count may ride back in a slot of ours. */
+static ccl_status_t send_credit(struct ccl__ib_conn *c, int now) {
+    uint64_t owed = c->released - c->credit_sent;
+    if (!owed || c->failed) return c->failed;
+    struct ccl__ib_state *s = ccl__ib_state(c->base.comm);
+    if (!now && s->lazy_credits && owed < (c->nslots + 1) / 2) {
+        if (!s->owing) s->dry_polls = 0;
+        s->owing = 1;
+        return CCL_OK;
+    }
+    if (c->sq_busy >= c->sq_depth) { /* the completion that frees room sends it */
+        s->owing = 1;
+        return CCL_OK;
+    }
     CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_CREDIT, CCL__IB_IMM(CCL__IB_IMM_CREDIT, c->released), 0, 0));
     c->credit_sent = c->released;
+    c->credit_writes++;
     return CCL_OK;
+}
+
+/* A rank that waits, for anything, returns every credit it owes: a peer
+ * may be waiting for them to send what this rank waits for. Not at the
+ * first look that finds nothing: a call's receive is often polled just
+ * before its send goes out, and that send carries them for free. */
+#define DRY_POLLS_BEFORE_CREDITS 8
+static void send_owed_credits(struct ccl__ib_state *s, int moved, int now) {
+    if (!s->owing) return;
+    if (moved) s->dry_polls = 0;
+    if (!now && (moved || ++s->dry_polls < DRY_POLLS_BEFORE_CREDITS)) return;
+    s->owing = 0;
+    for (int p = 0; p < s->nranks; p++) {
+        struct ccl__ib_conn *c = s->conns[p];
+        if (c) send_credit(c, 1);
+    }
 }
 
 /* ---- completions ---- */
@@ -139,6 +168,21 @@ static ccl_status_t take_count(struct ccl__ib_conn *c, uint32_t n, uint64_t *had
     return CCL_OK;
 }
 
+/* The credits in the head of the slot that just arrived: cumulative,
+ * never behind what we know (RC keeps them in order), never past the
+ * slots we have sent. */
+static ccl_status_t take_slot_credits(struct ccl__ib_conn *c) {
+    uint64_t r;
+    memcpy(&r, c->recv_fifo + (c->arrived % c->nslots) * c->stride + offsetof(struct ccl__ib_slot_head, released),
+           sizeof(r));
+    if (r < c->credits || r > c->sent)
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned credits for %llu slots (had %llu, sent %llu)",
+                                 c->base.peer, peer_host(c), (unsigned long long)r, (unsigned long long)c->credits,
+                                 (unsigned long long)c->sent);
+    c->credits = r;
+    return CCL_OK;
+}
+
 static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *wc) {
     int peer = (int)((wc->wr_id >> 8) & 0xffffff), kind = (int)(wc->wr_id & 0xff);
     struct ccl__ib_conn *c = peer < s->nranks ? s->conns[peer] : NULL;
@@ -158,7 +202,7 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
         c->pull_done += (size_t)(wc->wr_id >> 32);
         return CCL_OK;
     }
-    if (kind == CCL__IB_WR_CREDIT || kind == CCL__IB_WR_ACK) return send_credit(c);
+    if (kind == CCL__IB_WR_CREDIT || kind == CCL__IB_WR_ACK) return send_credit(c, 1);
     /* A write with immediate from the peer: a slot, credits, an
      * acknowledged pull, or its failure. */
     uint32_t imm = ntohl(wc->imm_data), n = imm & CCL__IB_COUNT_MASK;
@@ -175,6 +219,7 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
         if (n != (uint32_t)(c->arrived & CCL__IB_COUNT_MASK) || c->arrived - c->released >= c->nslots)
             return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
                              c->base.peer, peer_host(c), n, (unsigned long long)c->arrived);
+        CCL_CHECK(take_slot_credits(c));
         c->arrived++;
     }
     return ccl__ib_post_recv(c);
@@ -192,10 +237,24 @@ static void drain_cq(struct ccl__ib_state *s, int *moved) {
     }
 }
 
-void ccl__ib_flush_notices(struct ccl__ib_state *s) {
+/* Our slot writes still on their way: a write the adapter has not yet
+ * delivered dies with its queue pair, and a rank whose last call returned
+ * while its last slot was in flight may destroy the communicator at once. */
+static int sends_pending(const struct ccl__ib_state *s) {
+    for (int p = 0; s->conns && p < s->nranks; p++) {
+        const struct ccl__ib_conn *c = s->conns[p];
+        if (c && !c->failed && c->send_done != c->sent) return 1;
+    }
+    return 0;
+}
+
+void ccl__ib_flush(struct ccl__ib_state *s, int healthy) {
     int moved = 0;
-    double give_up = ccl__now() + 0.2;
-    while (__atomic_load_n(&s->notices_done, __ATOMIC_RELAXED) < __atomic_load_n(&s->notices_posted, __ATOMIC_RELAXED) &&
+    /* A dead peer fails the writes to it once the adapter's retries run
+     * out (well under this); a failed communicator's peers need nothing. */
+    double give_up = ccl__now() + 2.0;
+    while ((__atomic_load_n(&s->notices_done, __ATOMIC_RELAXED) < __atomic_load_n(&s->notices_posted, __ATOMIC_RELAXED) ||
+            (healthy && sends_pending(s))) &&
            ccl__now() < give_up) {
         drain_cq(s, &moved);
         sched_yield();
@@ -225,9 +284,11 @@ static void take_events(struct ccl__ib_state *s) {
 
 ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved) {
     struct ccl__ib_state *s = ccl__ib_state(c->base.comm);
+    int got = 0;
     take_events(s);
-    drain_cq(s, moved);
-    if (!c->failed) send_credit(c);
+    drain_cq(s, &got);
+    send_owed_credits(s, got, 0);
+    *moved |= got;
     return c->failed;
 }
 
@@ -257,7 +318,9 @@ static ccl_status_t ib_send_commit(struct ccl__conn *base, const struct ccl__slo
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: commit of %u bytes to rank %d without a free slot",
                               m->bytes, base->peer);
     uint64_t slot = c->sent % c->nslots;
-    memcpy(c->send_fifo + slot * c->stride, m, HDR_BYTES);
+    struct ccl__ib_slot_head head = {.meta = *m, .released = c->released};
+    memcpy(c->send_fifo + slot * c->stride, &head, HDR_BYTES);
+    c->credit_sent = c->released; /* on their way with the slot */
     CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_DATA, CCL__IB_IMM(CCL__IB_IMM_SLOT, c->sent), slot,
                                  (uint32_t)HDR_BYTES + m->bytes));
     c->sent++;
@@ -273,7 +336,7 @@ static ccl_status_t ib_recv_acquire(struct ccl__conn *base, const void **buf, st
         if (c->arrived == c->released) return CCL_INPROGRESS;
     }
     const uint8_t *slot = c->recv_fifo + (c->released % c->nslots) * c->stride;
-    memcpy(m, slot, HDR_BYTES);
+    memcpy(m, slot, sizeof(*m));
     if (m->bytes > base->slot_bytes)
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote a malformed slot: %u payload bytes, slots hold %zu",
                          base->peer, peer_host(c), m->bytes, base->slot_bytes);
@@ -287,7 +350,7 @@ static ccl_status_t ib_recv_release(struct ccl__conn *base) {
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: release with no slot acquired from rank %d",
                               base->peer);
     c->released++;
-    return send_credit(c);
+    return send_credit(c, 0);
 }
 
 static ccl_status_t ib_progress(struct ccl__conn *base, int *moved) {
@@ -295,10 +358,16 @@ static ccl_status_t ib_progress(struct ccl__conn *base, int *moved) {
     return ccl__ib_progress_all(ib_conn(base), moved);
 }
 
-/* Our copy of a slot must stay until the adapter has read it. */
+/* A posted write is the adapter's to deliver: nothing on this side has
+ * to run for it to arrive, and our copy of its slot is not reused until
+ * its completion is in (can_send), so a call need not wait for the
+ * peer's acknowledgement before it returns. Waiting for it cost a round
+ * trip per call where the data takes one way (8 B send/recv on
+ * soft-RoCE: 2x). A write that fails later fails the connection, which
+ * the next call on it reports; teardown waits for the last writes. */
 static int ib_flushed(struct ccl__conn *base) {
-    struct ccl__ib_conn *c = ib_conn(base);
-    return c->failed || c->send_done == c->sent;
+    (void)base;
+    return 1;
 }
 
 /* Arms the completion queue, then looks once more: completions that came
@@ -307,6 +376,7 @@ static int ib_flushed(struct ccl__conn *base) {
 static int ib_wait_fd(struct ccl__conn *base, short *events) {
     struct ccl__ib_state *s = ccl__ib_state(base->comm);
     *events = POLLIN;
+    send_owed_credits(s, 0, 1); /* before sleeping, whatever the count */
     if (!s->armed) {
         if (ibv_req_notify_cq(s->cq, 0) != 0) return s->kick_fd; /* cannot arm: poll briefly */
         s->armed = 1;

@@ -8,9 +8,14 @@
  * payload; the sender fills its own registered copy of the slot and writes
  * header and payload into the receiver's slot with one RDMA WRITE WITH
  * IMMEDIATE, whose immediate (the slot's number) raises a completion on the
- * receiver. The receiver returns credits the same way: a zero-length WRITE
- * WITH IMMEDIATE carrying the count of slots it has released (top bit set).
- * RC delivers in order, so slot n is always slot n mod `slots`.
+ * receiver. Credits (the count of slots the receiver has released) ride
+ * back in the head of every slot written the other way, so traffic both
+ * ways (a send/recv pair, a ring of two) needs no writes of its own for
+ * them; otherwise the receiver returns them in a zero-length WRITE WITH
+ * IMMEDIATE (the count in the immediate), once half the FIFO is released
+ * or once it has waited a moment for anything (at once, in a job where it also
+ * has peers on other transports). RC delivers in order, so slot n is
+ * always slot n mod `slots`.
  *
  * Large point-to-point messages go zero-copy (the zc_* operations of
  * transport.h): the sender's slot carries an offer (address, key and size
@@ -59,6 +64,14 @@ extern const struct ccl__transport ccl__transport_ib;
 enum { CCL__IB_IMM_SLOT = 0, CCL__IB_IMM_ZC_ACK = 1, CCL__IB_IMM_CREDIT = 2, CCL__IB_IMM_FAIL = 3 };
 #define CCL__IB_COUNT_MASK 0x3fffffffu
 #define CCL__IB_IMM(kind, n) (((uint32_t)(kind) << 30) | ((uint32_t)(n) & CCL__IB_COUNT_MASK))
+
+/* What heads every slot: the engine's stamp, then the writer's credits
+ * for the other direction (its `released` count when it wrote). */
+struct ccl__ib_slot_head {
+    struct ccl__slot_meta meta;
+    uint64_t released;
+};
+#define CCL__IB_HDR_BYTES sizeof(struct ccl__ib_slot_head)
 
 /* A zero-copy offer: the payload of an offer slot. */
 struct ccl__ib_zc_offer {
@@ -127,6 +140,7 @@ struct ccl__ib_conn {
     uint64_t arrived;     /* slots the peer has written to us */
     uint64_t released;    /* of those, released by our caller */
     uint64_t credit_sent; /* `released` as last told to the peer */
+    uint64_t credit_writes; /* credits returned in writes of their own (the rest rode in slots) */
     unsigned sq_busy, sq_depth; /* send requests posted and not completed */
     unsigned rq_posted;
 
@@ -151,6 +165,9 @@ struct ccl__ib_state {
     int cq_size;
     unsigned cq_events; /* channel events taken and not yet acknowledged */
     int armed;          /* the CQ will raise an event on the next completion */
+    int lazy_credits;   /* every peer of this rank is on ib: credits may wait (ib_setup.c) */
+    int owing;          /* some connection has released slots it has not yet told its peer of */
+    int dry_polls;      /* looks at the queue since the last that found something (ib.c) */
     int kick_fd;        /* eventfd: readable when completions came in while arming */
     int kicked;         /* kick_fd holds a count to read */
     uint8_t port, link_layer;
@@ -189,9 +206,9 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *c, const struct ccl__slot_meta *
                               void *reg);
 ccl_status_t ccl__ib_zc_take(struct ccl__conn *c, void *buf, size_t bytes, void *reg);
 ccl_status_t ccl__ib_zc_done(struct ccl__conn *c, int is_send);
-/* Waits a moment for the failure notices to leave, before teardown
- * destroys the queue pairs they are queued on. */
-void ccl__ib_flush_notices(struct ccl__ib_state *s);
+/* Waits (boundedly) for the failure notices, and when `healthy` for the
+ * slot writes, to leave before teardown destroys their queue pairs. */
+void ccl__ib_flush(struct ccl__ib_state *s, int healthy);
 /* Shared by ib.c and ib_zc.c. */
 ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes);
 ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved);

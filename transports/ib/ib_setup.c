@@ -17,7 +17,7 @@
 #include "core/log.h"
 #include "transports/ib/ib.h"
 
-#define HDR_BYTES sizeof(struct ccl__slot_meta)
+#define HDR_BYTES CCL__IB_HDR_BYTES
 #define RETRY_TIMEOUT 14 /* 4.096 us * 2^14: 67 ms per try */
 #define RETRY_COUNT 7    /* then the request fails: the peer is gone or unreachable */
 
@@ -159,8 +159,16 @@ ccl_status_t ccl__ib_connect(struct ccl_comm *comm, const uint8_t *use, struct c
     struct ccl__ib_state *s = ccl__ib_state(comm);
     if (!s || !s->ctx) return ccl__set_error(comm, CCL_ERR_INTERNAL, "ib: connect without a device");
     ccl_status_t st = CCL_OK;
-    for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
+    int others = 0;
+    for (int p = 0; p < comm->nranks && st == CCL_OK; p++) {
         if (use[p] && s->conns[p]) st = connect_one(comm, s, s->conns[p]);
+        else if (p != comm->rank) others++;
+    }
+    /* Credits may wait for a slot going back (ib.h) only where every wait
+     * of this rank polls this transport, which then returns what it owes
+     * first: a rank waiting on a shared-memory or tcp peer alone would
+     * hold them while its ib peers wait for them. */
+    s->lazy_credits = others == 0;
     for (int p = 0; p < comm->nranks; p++)
         if (use[p] && s->conns[p]) conns[p] = &s->conns[p]->base;
     return st;
@@ -174,7 +182,7 @@ ccl_status_t ccl__ib_setup_done(struct ccl_comm *comm) {
 void ccl__ib_teardown(struct ccl_comm *comm) {
     struct ccl__ib_state *s = ccl__ib_state(comm);
     if (!s) return;
-    if (s->cq) ccl__ib_flush_notices(s);
+    if (s->cq) ccl__ib_flush(s, ccl__comm_health(comm) >= 0);
     for (int p = 0; s->conns && p < s->nranks; p++) {
         conn_free(s->conns[p]);
         s->conns[p] = NULL;
