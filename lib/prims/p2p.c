@@ -29,6 +29,11 @@ struct lane {
     int next_in_line; /* the lane after this one on its (peer, direction), or -1 */
 };
 
+/* Runs of at most this many transfers among at most this many ranks keep
+ * their lanes and queues on the stack. */
+#define P2P_FEW_LANES 2
+#define P2P_FEW_RANKS 64
+
 /* Lanes queue per (peer, direction) in issue order; only each queue's head
  * moves, so a poll costs the number of queues with work left, not the
  * number of transfers (thousands of small messages to one peer stay
@@ -229,8 +234,19 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
     }
     CCL_CHECK(match_self(comm, x, n, what));
     struct p2p_run r = {.comm = comm, .waiting = comm->scratch_conns};
-    r.lanes = calloc(n > 0 ? (size_t)n : 1u, sizeof(*r.lanes));
-    r.head = malloc(sizeof(int) * 6 * (size_t)comm->nranks);
+    /* A send, a receive or a pair of them among a few ranks (the
+     * small-message latency path) allocates nothing. */
+    struct lane few_lanes[P2P_FEW_LANES];
+    int few_queues[6 * P2P_FEW_RANKS];
+    int few = n <= P2P_FEW_LANES && comm->nranks <= P2P_FEW_RANKS;
+    if (few) {
+        memset(few_lanes, 0, sizeof(few_lanes[0]) * (size_t)(n > 0 ? n : 1));
+        r.lanes = few_lanes;
+        r.head = few_queues;
+    } else {
+        r.lanes = calloc(n > 0 ? (size_t)n : 1u, sizeof(*r.lanes));
+        r.head = malloc(sizeof(int) * 6 * (size_t)comm->nranks);
+    }
     if (!r.lanes || !r.head) {
         free(r.lanes);
         free(r.head);
@@ -247,7 +263,9 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
                                   .root = -1};
         st = ccl__prims_init(&l->p, comm, &id, comm->conns[x[i].peer]->slot_bytes, CCL__MEM_HOST);
         l->p.trace_kind = kind;
-        snprintf(l->p.what, sizeof(l->p.what), "%s", what);
+        size_t len = strnlen(what, sizeof(l->p.what) - 1);
+        memcpy(l->p.what, what, len);
+        l->p.what[len] = '\0';
     }
     if (st == CCL_OK) {
         queue_lanes(&r, comm->nranks);
@@ -256,7 +274,9 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
     if (st == CCL_OK) st = ccl__prims_flush(comm, what);
     for (int i = 0; i < r.n; i++)
         if (r.lanes[i].reg) ccl__reg_put(comm, r.lanes[i].reg); /* a failed zero-copy transfer */
-    free(r.lanes);
-    free(r.head);
+    if (!few) {
+        free(r.lanes);
+        free(r.head);
+    }
     return st;
 }

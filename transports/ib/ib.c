@@ -68,7 +68,7 @@ ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, 
         .sg_list = bytes ? &sge : NULL,
         .num_sge = bytes ? 1 : 0,
         .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-        .send_flags = IBV_SEND_SIGNALED,
+        .send_flags = IBV_SEND_SIGNALED | (bytes && bytes <= c->max_inline ? IBV_SEND_INLINE : 0),
         .imm_data = htonl(imm),
         .wr.rdma = {.remote_addr = c->remote_addr + slot * c->stride, .rkey = c->remote_rkey},
     };

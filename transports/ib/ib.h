@@ -80,6 +80,11 @@ struct ccl__ib_zc_offer {
     uint32_t rkey;
     uint32_t pad;
 };
+/* Writes up to this size (a slot's head and a small payload) travel inside
+ * the request (IBV_SEND_INLINE): the adapter need not fetch them from
+ * registered memory, one step less on the small-message path. */
+#define CCL__IB_INLINE_BYTES 256u
+
 /* RDMA READs are cut at this size, so that a long pull keeps credits and
  * other connections' traffic moving between its pieces. */
 #define CCL__IB_READ_BYTES (1u << 20)
@@ -142,6 +147,7 @@ struct ccl__ib_conn {
     uint64_t credit_sent; /* `released` as last told to the peer */
     uint64_t credit_writes; /* credits returned in writes of their own (the rest rode in slots) */
     unsigned sq_busy, sq_depth; /* send requests posted and not completed */
+    uint32_t max_inline;        /* the most bytes a write may carry inline (0: none) */
     unsigned rq_posted;
 
     /* Zero-copy, as sender: offers posted, and acknowledged by the peer. */

@@ -69,10 +69,16 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
         .send_cq = s->cq,
         .recv_cq = s->cq,
         /* one more each way: the failure notice (ccl__ib_poison) */
-        .cap = {.max_send_wr = c->sq_depth + 1, .max_recv_wr = c->sq_depth + 1, .max_send_sge = 1, .max_recv_sge = 1},
+        .cap = {.max_send_wr = c->sq_depth + 1, .max_recv_wr = c->sq_depth + 1, .max_send_sge = 1, .max_recv_sge = 1,
+                .max_inline_data = CCL__IB_INLINE_BYTES},
         .qp_type = IBV_QPT_RC,
     };
     c->qp = ibv_create_qp(s->pd, &qa);
+    if (!c->qp) { /* a device that inlines less, or nothing */
+        qa.cap.max_inline_data = 0;
+        c->qp = ibv_create_qp(s->pd, &qa);
+    }
+    c->max_inline = c->qp ? qa.cap.max_inline_data : 0;
     if (!c->qp)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot create a queue pair for rank %d on %s: %s", peer,
                               s->dev, strerror(errno));
