@@ -251,8 +251,9 @@ static int sends_pending(const struct ccl__ib_state *s) {
 void ccl__ib_flush(struct ccl__ib_state *s, int healthy) {
     int moved = 0;
     /* A dead peer fails the writes to it once the adapter's retries run
-     * out (well under this); a failed communicator's peers need nothing. */
-    double give_up = ccl__now() + 2.0;
+     * out (well under 2 s); a failed communicator's peers need no more
+     * data, and its notices are best effort. */
+    double give_up = ccl__now() + (healthy ? 2.0 : 0.2);
     while ((__atomic_load_n(&s->notices_done, __ATOMIC_RELAXED) < __atomic_load_n(&s->notices_posted, __ATOMIC_RELAXED) ||
             (healthy && sends_pending(s))) &&
            ccl__now() < give_up) {
