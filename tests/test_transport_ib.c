@@ -114,7 +114,6 @@ static int need_device(const char *test) {
     return 0;
 }
 
-
 /* Byte i of rank r's message number k: a pattern no shift or mix-up keeps. */
 static uint8_t pattern(int r, int k, size_t i) { return (uint8_t)(r * 131 + k * 17 + i * 7 + (i >> 11)); }
 

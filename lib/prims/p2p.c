@@ -263,9 +263,7 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
                                   .root = -1};
         st = ccl__prims_init(&l->p, comm, &id, comm->conns[x[i].peer]->slot_bytes, CCL__MEM_HOST);
         l->p.trace_kind = kind;
-        size_t len = strnlen(what, sizeof(l->p.what) - 1);
-        memcpy(l->p.what, what, len);
-        l->p.what[len] = '\0';
+        ccl__prims_name(&l->p, what, -1);
     }
     if (st == CCL_OK) {
         queue_lanes(&r, comm->nranks);

@@ -86,6 +86,8 @@ static inline void ccl__prims_at(struct ccl__prims *p, int algo, int recv_phase,
                                           .send_step = send_step, .chunk = chunk, .round = round, .offset = offset};
 }
 
+/* p->what = "NAME #SEQ", or NAME alone when seq < 0 (cut to fit). */
+void ccl__prims_name(struct ccl__prims *p, const char *name, long seq);
 /* chunk_bytes: the plan's chunk, never more than a slot of any link the
  * call uses and the same on every rank (every rank must cut alike). */
 ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const struct ccl__coll_id *id,

@@ -14,19 +14,21 @@ const char *ccl__op_kind_name(int kind) {
     return kind > 0 && kind < CCL__NUM_OP_KINDS ? names[kind] : "?";
 }
 
-/* "all_reduce #12" into p->what by hand: every call makes one (two per
- * send/recv pair), and snprintf's cost was a tenth of a small
- * point-to-point message's time in this library. */
-static void name_call(struct ccl__prims *p, const char *name, unsigned seq) {
-    size_t n = strnlen(name, sizeof(p->what) - 14), at = n;
-    memcpy(p->what, name, n);
-    char digits[10];
-    int k = 0;
-    do digits[k++] = (char)('0' + seq % 10);
-    while ((seq /= 10) != 0);
-    p->what[at++] = ' ';
-    p->what[at++] = '#';
-    while (k > 0) p->what[at++] = digits[--k];
+/* By hand: every call names one (two per send/recv pair), and snprintf's
+ * cost was a tenth of a small point-to-point message's time. */
+void ccl__prims_name(struct ccl__prims *p, const char *name, long seq) {
+    size_t at = strnlen(name, sizeof(p->what) - (seq >= 0 ? 14 : 1)); /* " #" and 10 digits, then the end */
+    memcpy(p->what, name, at);
+    if (seq >= 0) {
+        char digits[10];
+        int k = 0;
+        unsigned long v = (unsigned long)seq;
+        do digits[k++] = (char)('0' + v % 10);
+        while ((v /= 10) != 0 && k < 10);
+        p->what[at++] = ' ';
+        p->what[at++] = '#';
+        while (k > 0) p->what[at++] = digits[--k];
+    }
     p->what[at] = '\0';
 }
 
@@ -40,7 +42,7 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
     if (p->chunk_elems == 0) p->chunk_elems = 1;
     p->mem = mem;
     p->trace_kind = id->kind;
-    name_call(p, ccl__op_kind_name(id->kind), id->seq);
+    ccl__prims_name(p, ccl__op_kind_name(id->kind), id->seq);
     /* The kinds this call touches: its buffers and its connections' slots. */
     int kinds[CCL__NUM_MEM_KINDS + 1] = {mem}, nk = 1;
     for (int k = 0; k < CCL__NUM_MEM_KINDS; k++)

@@ -21,7 +21,6 @@
 #include "core/socket.h"
 #include "transports/ib/ib.h"
 
-#define HDR_BYTES CCL__IB_HDR_BYTES
 #define POLL_BATCH 32
 
 static inline struct ccl__ib_conn *ib_conn(struct ccl__conn *c) { return (struct ccl__ib_conn *)c; }
@@ -308,7 +307,7 @@ static ccl_status_t ib_send_acquire(struct ccl__conn *base, void **buf) {
         CCL_CHECK(ccl__ib_progress_all(c, &moved));
         if (!can_send(c)) return CCL_INPROGRESS;
     }
-    *buf = c->send_fifo + (c->sent % c->nslots) * c->stride + HDR_BYTES;
+    *buf = c->send_fifo + (c->sent % c->nslots) * c->stride + CCL__IB_HDR_BYTES;
     return CCL_OK;
 }
 
@@ -320,10 +319,10 @@ static ccl_status_t ib_send_commit(struct ccl__conn *base, const struct ccl__slo
                               m->bytes, base->peer);
     uint64_t slot = c->sent % c->nslots;
     struct ccl__ib_slot_head head = {.meta = *m, .released = c->released};
-    memcpy(c->send_fifo + slot * c->stride, &head, HDR_BYTES);
+    memcpy(c->send_fifo + slot * c->stride, &head, CCL__IB_HDR_BYTES);
     c->credit_sent = c->released; /* on their way with the slot */
     CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_DATA, CCL__IB_IMM(CCL__IB_IMM_SLOT, c->sent), slot,
-                                 (uint32_t)HDR_BYTES + m->bytes));
+                                 (uint32_t)CCL__IB_HDR_BYTES + m->bytes));
     c->sent++;
     return CCL_OK;
 }
@@ -341,7 +340,7 @@ static ccl_status_t ib_recv_acquire(struct ccl__conn *base, const void **buf, st
     if (m->bytes > base->slot_bytes)
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote a malformed slot: %u payload bytes, slots hold %zu",
                          base->peer, peer_host(c), m->bytes, base->slot_bytes);
-    *buf = slot + HDR_BYTES;
+    *buf = slot + CCL__IB_HDR_BYTES;
     return CCL_OK;
 }
 

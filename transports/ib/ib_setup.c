@@ -17,7 +17,6 @@
 #include "core/log.h"
 #include "transports/ib/ib.h"
 
-#define HDR_BYTES CCL__IB_HDR_BYTES
 #define RETRY_TIMEOUT 14 /* 4.096 us * 2^14: 67 ms per try */
 #define RETRY_COUNT 7    /* then the request fails: the peer is gone or unreachable */
 
@@ -50,7 +49,7 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     *out = c;
     c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot};
     c->nslots = depth;
-    c->stride = (HDR_BYTES + slot + 63) & ~(size_t)63;
+    c->stride = (CCL__IB_HDR_BYTES + slot + 63) & ~(size_t)63;
     /* The slots' writes, as many credits, a pull's reads and its acknowledgement. */
     c->sq_depth = 2 * depth + 2 + s->rd_atom + 1;
     if (c->sq_depth > s->max_qp_wr) c->sq_depth = s->max_qp_wr;

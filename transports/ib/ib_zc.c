@@ -11,7 +11,6 @@
 #include "core/log.h"
 #include "transports/ib/ib.h"
 
-#define HDR_BYTES CCL__IB_HDR_BYTES
 
 static inline struct ccl__ib_conn *ib_conn(struct ccl__conn *c) { return (struct ccl__ib_conn *)c; }
 
@@ -94,7 +93,7 @@ ccl_status_t ccl__ib_zc_take(struct ccl__conn *base, void *buf, size_t bytes, vo
     struct ccl__slot_meta m;
     struct ccl__ib_zc_offer offer;
     memcpy(&m, at, sizeof(m));
-    memcpy(&offer, at + HDR_BYTES, sizeof(offer));
+    memcpy(&offer, at + CCL__IB_HDR_BYTES, sizeof(offer));
     if (m.bytes != sizeof(offer) || offer.bytes != bytes)
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d offered %llu bytes (in a slot of %u); this rank receives %zu",
                                  base->peer, (unsigned long long)offer.bytes, m.bytes, bytes);
