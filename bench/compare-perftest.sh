@@ -9,10 +9,15 @@
 #   from the other at once) against ib_write_bw -b (bidirectional RDMA
 #   WRITE), at 1 MiB and 4 MiB; the ratio is libccl's busbw (bytes one way
 #   per second) over half of perftest's two-way figure;
-# - latency: pingpong_perf's time for 8 bytes (half a round trip) against
-#   ib_send_lat's typical latency for 8 bytes (half a round trip too), and
+# - latency: pingpong_perf's time for 8 bytes (half a round trip, the mean
+#   over a timed block) against ib_send_lat's for 8 bytes (half a round trip
+#   too): its mean (t_avg), the same statistic, and its median iteration
+#   (t_typical), which leaves out the slow iterations a mean counts; and
 #   for the record sendrecv_perf's 8-byte time (both ranks send at once);
-# - all_reduce_perf over ib on 2 ranks, 1 MiB and 4 MiB, for the record.
+# - all_reduce_perf over ib on 2 ranks against Open MPI over UCX
+#   (all_reduce_perf_mpi, pml ucx on rc_verbs, one device per rank) at 1, 4
+#   and 16 MiB, when mpirun.openmpi, UCX's verbs transport and the MPI twin
+#   are there (the summary says why not otherwise).
 #
 # Rank 0 uses DEV0 and rank 1 DEV1 (default rxe0,rxe1), each as its own
 # host, so traffic crosses from one adapter to the other as perftest's does.
@@ -41,6 +46,23 @@ raw=$out/raw.txt
 : >"$raw"
 export CCL_TUNING_FILE=${CCL_TUNING_FILE:-none}
 port=18515
+ar_sizes="1048576 4194304 16777216"
+
+# Open MPI over UCX, restricted to the verbs transports (rc_verbs for data,
+# ud_verbs for UCX's own connection set-up over RoCE) so that its traffic
+# crosses the same two adapters as libccl's; no shared memory.
+mpi_bin=$build/bench/mpi/all_reduce_perf_mpi
+mpi_why=""
+command -v mpirun.openmpi >/dev/null || mpi_why="no mpirun.openmpi (apt-get install openmpi-bin)"
+[ -n "$mpi_why" ] || [ -x "$mpi_bin" ] || mpi_why="no $mpi_bin (install libopenmpi-dev, rebuild)"
+[ -n "$mpi_why" ] || ls /usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so* >/dev/null 2>&1 || mpi_why="no UCX verbs transport (libuct_ib, package libucx0)"
+[ "$(hostname)" != "(none)" ] || hostname rdma-vm # Open MPI refuses a host named "(none)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi_ucx() { # all_reduce_perf_mpi's arguments
+  timeout 600 mpirun.openmpi -np 2 --mca pml ucx --mca btl self --mca osc ^ucx \
+    -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_IB_GID_INDEX=0 \
+    sh -c 'UCX_NET_DEVICES=$(echo "$0" | cut -d, -f$((OMPI_COMM_WORLD_RANK + 1))):1 exec "$@"' "$devs" "$mpi_bin" "$@"
+}
 
 # perftest: server on dev1, client on dev0, over the loopback for set-up.
 perftest() { # tool, then its arguments; prints the client's output
@@ -66,21 +88,28 @@ for r in $(seq 1 "$rounds"); do
     line=$(ccl sendrecv_perf -b $size -e $size -n 50 -w 5 -c 0 | awk -v s=$size '$2 == s {print; exit}')
     echo "round $r ccl_sendrecv_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
   done
-  lat=$(perftest ib_send_lat -s 8 -n 2000 -F | awk '$1 == 8 {print $5; exit}')
-  echo "round $r perftest_send_lat_us 8 ${lat:-nan}" >>"$raw"
+  # t_typical (the median iteration) and t_avg (the mean, what
+  # pingpong_perf's time is: a timed block over its iterations)
+  lat=$(perftest ib_send_lat -s 8 -n 2000 -F | awk '$1 == 8 {print $5, $6; exit}')
+  echo "round $r perftest_send_lat_us 8 ${lat% *}" >>"$raw"
+  echo "round $r perftest_send_lat_avg_us 8 ${lat#* }" >>"$raw"
   line=$(ccl pingpong_perf -b 8 -e 8 -n 2000 -w 100 -c 0 | awk '$2 == 8 {print; exit}')
   echo "round $r ccl_pingpong_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
   line=$(ccl sendrecv_perf -b 8 -e 8 -n 2000 -w 100 -c 0 | awk '$2 == 8 {print; exit}')
   echo "round $r ccl_sendrecv_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
-  for size in 1048576 4194304; do
-    line=$(ccl all_reduce_perf -b $size -e $size -n 20 -w 3 -c 0 | awk -v s=$size '$2 == s {print; exit}')
+  for size in $ar_sizes; do
+    iters=$((20 * 1048576 / size + 3))
+    line=$(ccl all_reduce_perf -b $size -e $size -n $iters -w 3 -c 0 | awk -v s=$size '$2 == s {print; exit}')
     echo "round $r ccl_all_reduce_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
+    [ -z "$mpi_why" ] || continue
+    line=$(mpi_ucx -b $size -e $size -n $iters -w 3 -c 0 2>&1 | awk -v s=$size '$1 == s {print; exit}')
+    echo "round $r mpi_ucx_all_reduce_busbw_GBps $size $(echo "$line" | awk '$6 > 0 {printf "%.5f", $1 / $6 / 1000; exit} {print "nan"}')" >>"$raw"
   done
   echo "compare-perftest: round $r of $rounds done" >&2
 done
 
 # Medians per (what, size), then the ratios.
-awk '
+awk -v mpi_why="$mpi_why" -v ar_sizes="$ar_sizes" '
   { v[$3 " " $4] = v[$3 " " $4] " " $5 }
   function median(list,   a, n, i, j, t) {
     n = split(list, a, " ")
@@ -94,9 +123,18 @@ awk '
       cc = m["ccl_sendrecv_busbw_GBps " s]
       printf "bandwidth %7d B: libccl sendrecv %.3f GB/s each way, ib_write_bw -b %.3f GB/s each way: ratio %.2f\n", s, cc, pt, (pt > 0 ? cc / pt : 0)
     }
-    pl = m["perftest_send_lat_us 8"]; cl = m["ccl_pingpong_time_us 8"]
-    printf "latency 8 B: libccl pingpong %.2f us, ib_send_lat %.2f us: ratio %.2f\n", cl, pl, (pl > 0 ? cl / pl : 0)
+    pl = m["perftest_send_lat_us 8"]; pa = m["perftest_send_lat_avg_us 8"]; cl = m["ccl_pingpong_time_us 8"]
+    printf "latency 8 B, mean: libccl pingpong %.2f us, ib_send_lat t_avg %.2f us: ratio %.2f\n", cl, pa, (pa > 0 ? cl / pa : 0)
+    printf "latency 8 B: libccl pingpong mean %.2f us, ib_send_lat t_typical (median) %.2f us: ratio %.2f\n", cl, pl, (pl > 0 ? cl / pl : 0)
     printf "exchange 8 B: libccl sendrecv %.2f us (both ranks send at once)\n", m["ccl_sendrecv_time_us 8"]
-    for (s = 1048576; s <= 4194304; s *= 4)
-      printf "all_reduce %7d B: libccl busbw %.3f GB/s\n", s, m["ccl_all_reduce_busbw_GBps " s]
+    n = split(ar_sizes, sizes, " ")
+    for (i = 1; i <= n; i++) {
+      s = sizes[i]; cc = m["ccl_all_reduce_busbw_GBps " s]
+      if (mpi_why != "") {
+        printf "all_reduce %8d B: libccl busbw %.3f GB/s; Open MPI over UCX not run: %s\n", s, cc, mpi_why
+        continue
+      }
+      mu = m["mpi_ucx_all_reduce_busbw_GBps " s]
+      printf "all_reduce %8d B: libccl busbw %.3f GB/s, Open MPI over UCX %.3f GB/s: ratio %.2f\n", s, cc, mu, (mu > 0 ? cc / mu : 0)
+    }
   }' "$raw" | tee "$out/summary.txt"

@@ -135,11 +135,12 @@ CCL_API ccl_status_t ccl_comm_abort(ccl_comm_t *comm);
 CCL_API ccl_status_t ccl_comm_rank(const ccl_comm_t *comm, int *rank);
 CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
 /* How this rank is wired, as space-separated key=value pairs, e.g.
- * "rank=0 ranks=4 hosts=2 local=2 cpus=16 spin_us=50 transports=shm:1,tcp:2
- * ring=0,1,2,3 algo=ring" (hosts: groups of ranks that share memory; local:
- * ranks on this rank's machine; cpus: CPUs it may use, affinity and cgroup
- * quota; transports: peers of this rank per transport). Truncated to n
- * bytes. */
+ * "rank=0 ranks=4 hosts=2 local=2 cpus=16 spin_us=50 own_core=1
+ * transports=shm:1,tcp:2 ring=0,1,2,3 algo=ring" (hosts: groups of ranks
+ * that share memory; local: ranks on this rank's machine; cpus: CPUs it may
+ * use, affinity and cgroup quota; own_core: the creating thread runs on a
+ * core no other local rank runs on, so its waits spin without yielding;
+ * transports: peers of this rank per transport). Truncated to n bytes. */
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n);
 
 /* ---- memory registration ----

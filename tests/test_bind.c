@@ -19,6 +19,16 @@ static void record_mask(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
     sched_getaffinity(0, sizeof before, &before);
 }
 
+/* Whether ccl_comm_describe says this rank's thread has a core of its own
+ * (own_core=1: its waits spin without yielding). */
+static int own_core(ccl_comm_t *comm, struct harness_tally *t) {
+    char d[1024] = "";
+    EXPECT_OK(t, ccl_comm_describe(comm, d, sizeof d));
+    const char *p = strstr(d, " own_core=");
+    EXPECT(t, p != NULL, "ccl_comm_describe has no own_core: %s", d);
+    return p ? p[10] == '1' : -1;
+}
+
 /* Every rank's mask after init, gathered on every rank. */
 static int gather_masks(ccl_comm_t *comm, struct harness_tally *t, cpu_set_t *all) {
     cpu_set_t mine;
@@ -52,6 +62,9 @@ static int body_pinned(ccl_comm_t *comm, int rank, int nranks, void *arg) {
         }
         if (nranks > allowed) EXPECT(&t, CPU_COUNT(&all[r]) == 1, "rank %d has %d CPUs, not one", r, CPU_COUNT(&all[r]));
     }
+    /* A core each when there are enough (this machine's CPUs are cores). */
+    int own = own_core(comm, &t);
+    EXPECT(&t, own == (nranks <= allowed), "own_core=%d with %d ranks on %d CPUs", own, nranks, allowed);
     if (nranks > allowed) {
         int lo = nranks / allowed, hi = (nranks + allowed - 1) / allowed;
         for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
@@ -104,6 +117,15 @@ static int body_untouched(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     if (!gather_masks(comm, &t, all)) return t.fails;
     EXPECT(&t, CPU_EQUAL(&all[rank], &before), "init changed the mask from %d CPUs to %d", CPU_COUNT(&before),
            CPU_COUNT(&all[rank]));
+    /* Only a rank its launcher bound to a CPU no other rank has. */
+    int alone = CPU_COUNT(&before) == 1;
+    for (int r = 0; r < nranks && alone; r++) {
+        cpu_set_t both;
+        CPU_AND(&both, &all[r], &before);
+        alone = r == rank || (CPU_COUNT(&all[r]) == 1 && CPU_COUNT(&both) == 0);
+    }
+    int own = own_core(comm, &t);
+    EXPECT(&t, own == alone, "own_core=%d for a rank %s", own, alone ? "alone on its CPU" : "that shares or has several");
     return t.fails;
 }
 

@@ -120,12 +120,15 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     ccl__tune_local(comm, &self);
     ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
     if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
+    /* Pinned before the transports set up: their buffers are first touched,
+     * and the nearest RDMA device chosen, from where the rank will run. A
+     * bad CCL_BIND fails every rank's init through the first round. */
+    if (st == CCL_OK && topo_st == CCL_OK) topo_st = ccl__plan_bind(comm);
     if (st == CCL_OK) st = setup_transports(comm, root_fd, topo_st);
     for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
         if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
     if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_direct(comm);
-    if (st == CCL_OK) st = ccl__plan_bind(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK) st = ccl__plan_model(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {

@@ -62,6 +62,8 @@ struct ccl_comm {
     double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
     double yield_base_s, yield_max_s;   /* yield_s adapts between these (prims/wait.c); equal: it does not */
     int machine_ranks, machine_cpus;    /* ranks of this communicator on this machine, CPUs this rank may use */
+    int own_core;                       /* own_core_thread runs on a core no other local rank runs on */
+    pthread_t own_core_thread;          /* the thread pinned there (the one that created the communicator) */
     /* The direct path: every rank's shared window, when every rank has one
      * this process maps (one host); the same decision on every rank. */
     uint8_t **windows;                  /* [nranks], NULL when the direct path is off */

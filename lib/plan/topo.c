@@ -12,14 +12,19 @@
 
 /* The topology CCL_TOPO_FILE names (an XML file when one is readable there,
  * else a synthetic description), or this machine's; I/O devices kept. */
-static ccl_status_t open_topology(struct ccl_comm *comm, const char *file, hwloc_topology_t *topo, int *source) {
-    if (hwloc_topology_init(topo) != 0)
-        return ccl__set_error(comm, CCL_ERR_SYSTEM, "init: hwloc cannot start a topology");
-    hwloc_topology_set_io_types_filter(*topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+/* The I/O objects the summary uses (network, RDMA and GPU devices). */
+static void keep_devices(hwloc_topology_t topo) {
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     /* The Linux backend finds PCI devices through sysfs; the libpciaccess
      * plugin adds nothing the summary uses, and leaks memory (AddressSanitizer
      * reports it at exit in every program that creates a communicator). */
-    hwloc_topology_set_components(*topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+}
+
+static ccl_status_t open_topology(struct ccl_comm *comm, const char *file, hwloc_topology_t *topo, int *source) {
+    if (hwloc_topology_init(topo) != 0)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "init: hwloc cannot start a topology");
+    keep_devices(*topo);
     *source = CCL__TOPO_MACHINE;
     if (file[0] && access(file, R_OK) == 0) {
         *source = CCL__TOPO_XML;
@@ -255,11 +260,13 @@ ccl_status_t ccl__plan_rdma_order(const char *topo_file, const char *cpulist, ch
     return scratch_done(comm, st, err, errlen);
 }
 
-/* The machine's topology and the CPUs this thread may run on; 0 on
- * success, with both to be freed by unload_topology. */
-static int load_topology(hwloc_topology_t *topo, hwloc_bitmap_t *cpus) {
+/* The machine's topology (with its devices when `devices`) and the CPUs
+ * this thread may run on; 0 on success, with both to be freed by
+ * unload_topology. */
+static int load_topology(hwloc_topology_t *topo, hwloc_bitmap_t *cpus, int devices) {
     *cpus = NULL;
     if (hwloc_topology_init(topo) != 0) return -1;
+    if (devices) keep_devices(*topo);
     if (hwloc_topology_load(*topo) == 0 && (*cpus = hwloc_bitmap_alloc()) &&
         hwloc_get_cpubind(*topo, *cpus, HWLOC_CPUBIND_THREAD) == 0)
         return 0;
@@ -271,6 +278,25 @@ static int load_topology(hwloc_topology_t *topo, hwloc_bitmap_t *cpus) {
 static void unload_topology(hwloc_topology_t topo, hwloc_bitmap_t cpus) {
     hwloc_bitmap_free(cpus);
     hwloc_topology_destroy(topo);
+}
+
+/* This thread may spin without yielding: no rank of this machine shares its
+ * core (prims/wait.c). */
+static void own_core(struct ccl_comm *comm) {
+    comm->own_core = 1;
+    comm->own_core_thread = pthread_self();
+}
+
+/* Bound by its launcher to one core, and every other rank of this machine
+ * to another one. */
+static int alone_on_launcher_core(const struct ccl_comm *comm) {
+    const struct ccl__peer_info *me = &comm->peers[comm->rank];
+    for (int r = 0; r < comm->nranks; r++) {
+        const struct ccl__peer_info *p = &comm->peers[r];
+        if (r == comm->rank || strcmp(p->machine_id, me->machine_id) != 0) continue;
+        if (p->topo.core < 0 || p->topo.core == me->topo.core) return 0;
+    }
+    return 1;
 }
 
 static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal) {
@@ -287,6 +313,10 @@ static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: could not pin to cpus %s; running unpinned", where);
         return;
     }
+    /* Every local rank takes a core of its own when there are enough. */
+    if (type == HWLOC_OBJ_CORE) own_core(comm);
+    /* The RDMA devices by nearness to where the rank now runs. */
+    if (strchr(comm->rdma_near, ',')) rdma_by_nearness(topo, obj->cpuset, comm->rdma_near, sizeof comm->rdma_near);
     CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: local rank %d of %d pinned to %s %d of %d (cpus %s)", index,
              nlocal, type == HWLOC_OBJ_CORE ? "core" : "hardware thread", place,
              type == HWLOC_OBJ_CORE ? cores : pus, where);
@@ -294,22 +324,25 @@ static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t
 
 ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
     const char *mode = comm->params.bind;
-    if (strcmp(mode, "none") == 0) return CCL_OK;
-    if (strcmp(mode, "core") != 0)
+    if (strcmp(mode, "none") != 0 && strcmp(mode, "core") != 0)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_BIND=%s: want none or core", mode);
+    int launcher_bound = comm->peers[comm->rank].topo.core >= 0;
+    if (launcher_bound && alone_on_launcher_core(comm)) own_core(comm);
+    if (strcmp(mode, "none") == 0) return CCL_OK;
     if (comm->params.topo_file[0]) {
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: CCL_TOPO_FILE describes another machine: planned as "
                  "pinned, nothing pinned");
         return CCL_OK;
     }
-    if (comm->peers[comm->rank].topo.core >= 0) {
+    if (launcher_bound) {
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: already bound to one core (by the launcher): left as is");
         return CCL_OK;
     }
     int index, nlocal = ccl__plan_machine_ranks(comm, &index);
     hwloc_topology_t topo;
     hwloc_bitmap_t allowed;
-    if (load_topology(&topo, &allowed) != 0) {
+    /* Several RDMA devices: which is nearest may change with the pinning. */
+    if (load_topology(&topo, &allowed, strchr(comm->rdma_near, ',') != NULL) != 0) {
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: hwloc cannot tell where this thread may run; running unpinned");
         return CCL_OK;
     }

@@ -38,6 +38,7 @@ struct ccl__waiter {
     uint32_t armed_bell;
     unsigned idle_rounds;
     int slept;         /* this idle stretch went to sleep */
+    int pure_spin;     /* alone on its core: spinning needs no yield */
     double idle_since; /* ccl__now() of the last progress */
     double next_check; /* next liveness check of the peers */
     ccl_status_t gone; /* a waited-on peer's liveness check failed: look once more before failing */
@@ -52,6 +53,7 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
     w->armed_bell = 0;
     w->idle_rounds = 0;
     w->slept = 0;
+    w->pure_spin = comm->own_core && pthread_equal(pthread_self(), comm->own_core_thread);
     w->idle_since = ccl__now();
     w->next_check = w->idle_since + LIVENESS_PERIOD_S;
     w->gone = CCL_OK;
@@ -253,9 +255,14 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     if (idle < spin_s) {
         /* Past the first microseconds, a spinning rank also yields: when the
          * scheduler has put the peer it waits for on the same core, a pure
-         * spin would hold that core for all of spin_s on every wait. Alone on
-         * its core, sched_yield returns at once. */
-        if (idle < TIGHT_SPIN_S) for (int i = 0; i < 16; i++) cpu_relax();
+         * spin would hold that core for all of spin_s on every wait. Pinned
+         * to a core no other local rank uses, the thread that was pinned
+         * spins all of spin_s: the yield would only cost it a system call
+         * (measured over soft-RoCE in the test VM, 5 alternating rounds:
+         * 8 B one-way latency 37.9 us yielding, 32.2 us spinning). Other
+         * threads (the progress thread of asynchronous calls) may share the
+         * core with the caller's compute, and keep yielding. */
+        if (idle < TIGHT_SPIN_S || w->pure_spin) for (int i = 0; i < 16; i++) cpu_relax();
         else sched_yield();
         return CCL_OK;
     }
