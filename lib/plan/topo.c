@@ -10,8 +10,6 @@
 #include "core/log.h"
 #include "plan/plan.h"
 
-/* The topology CCL_TOPO_FILE names (an XML file when one is readable there,
- * else a synthetic description), or this machine's; I/O devices kept. */
 /* The I/O objects the summary uses (network, RDMA and GPU devices). */
 static void keep_devices(hwloc_topology_t topo) {
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
@@ -21,6 +19,8 @@ static void keep_devices(hwloc_topology_t topo) {
     hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
 }
 
+/* The topology CCL_TOPO_FILE names (an XML file when one is readable there,
+ * else a synthetic description), or this machine's; I/O devices kept. */
 static ccl_status_t open_topology(struct ccl_comm *comm, const char *file, hwloc_topology_t *topo, int *source) {
     if (hwloc_topology_init(topo) != 0)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "init: hwloc cannot start a topology");
@@ -326,7 +326,8 @@ ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
     const char *mode = comm->params.bind;
     if (strcmp(mode, "none") != 0 && strcmp(mode, "core") != 0)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_BIND=%s: want none or core", mode);
-    int launcher_bound = comm->peers[comm->rank].topo.core >= 0;
+    const struct ccl__topo_summary *mine = &comm->peers[comm->rank].topo;
+    int launcher_bound = mine->core >= 0 && mine->source == CCL__TOPO_MACHINE;
     if (launcher_bound && alone_on_launcher_core(comm)) own_core(comm);
     if (strcmp(mode, "none") == 0) return CCL_OK;
     if (comm->params.topo_file[0]) {
