@@ -207,6 +207,16 @@ int ccl__plan_machine_cpus(int n, const struct ccl__peer_info *peers, int rank) 
     return pinned > cpus ? pinned : cpus;
 }
 
+int ccl__plan_alone_on_core(int n, const struct ccl__peer_info *peers, int rank) {
+    const struct ccl__peer_info *me = &peers[rank];
+    if (me->topo.core < 0) return 0;
+    for (int r = 0; r < n; r++) {
+        if (r == rank || strcmp(peers[r].machine_id, me->machine_id) != 0) continue;
+        if (peers[r].topo.core < 0 || peers[r].topo.core == me->topo.core) return 0;
+    }
+    return 1;
+}
+
 int ccl__plan_machine_ranks(const struct ccl_comm *comm, int *index) {
     return ccl__plan_machine_ranks_of(comm->nranks, comm->peers, comm->rank, index);
 }

@@ -75,6 +75,9 @@ int ccl__plan_machine_ranks_of(int n, const struct ccl__peer_info *peers, int ra
  * CCL_BIND in an earlier communicator of the process), the distinct cores
  * they sit on, whichever is more; 0 when nobody knows. */
 int ccl__plan_machine_cpus(int n, const struct ccl__peer_info *peers, int rank);
+/* 1 when rank is pinned to one core (topo.core) and every other rank of
+ * its machine to another one. */
+int ccl__plan_alone_on_core(int n, const struct ccl__peer_info *peers, int rank);
 
 /* Where CCL_BIND=core pins the index-th of nlocal ranks of a machine, in
  * the ncores cores and npus hardware threads a rank may use: *slot is a

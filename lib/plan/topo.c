@@ -287,18 +287,6 @@ static void own_core(struct ccl_comm *comm) {
     comm->own_core_thread = pthread_self();
 }
 
-/* Bound by its launcher to one core, and every other rank of this machine
- * to another one. */
-static int alone_on_launcher_core(const struct ccl_comm *comm) {
-    const struct ccl__peer_info *me = &comm->peers[comm->rank];
-    for (int r = 0; r < comm->nranks; r++) {
-        const struct ccl__peer_info *p = &comm->peers[r];
-        if (r == comm->rank || strcmp(p->machine_id, me->machine_id) != 0) continue;
-        if (p->topo.core < 0 || p->topo.core == me->topo.core) return 0;
-    }
-    return 1;
-}
-
 static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal) {
     int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_CORE);
     int pus = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_PU);
@@ -315,8 +303,11 @@ static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t
     }
     /* Every local rank takes a core of its own when there are enough. */
     if (type == HWLOC_OBJ_CORE) own_core(comm);
-    /* The RDMA devices by nearness to where the rank now runs. */
-    if (strchr(comm->rdma_near, ',')) rdma_by_nearness(topo, obj->cpuset, comm->rdma_near, sizeof comm->rdma_near);
+    /* The RDMA devices by nearness to where the rank now runs (none listed
+     * when the topology was loaded without its devices: the order stays). */
+    char near[sizeof comm->rdma_near];
+    rdma_by_nearness(topo, obj->cpuset, near, sizeof near);
+    if (near[0]) memcpy(comm->rdma_near, near, sizeof near);
     CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: local rank %d of %d pinned to %s %d of %d (cpus %s)", index,
              nlocal, type == HWLOC_OBJ_CORE ? "core" : "hardware thread", place,
              type == HWLOC_OBJ_CORE ? cores : pus, where);
@@ -328,7 +319,7 @@ ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_BIND=%s: want none or core", mode);
     const struct ccl__topo_summary *mine = &comm->peers[comm->rank].topo;
     int launcher_bound = mine->core >= 0 && mine->source == CCL__TOPO_MACHINE;
-    if (launcher_bound && alone_on_launcher_core(comm)) own_core(comm);
+    if (launcher_bound && ccl__plan_alone_on_core(comm->nranks, comm->peers, comm->rank)) own_core(comm);
     if (strcmp(mode, "none") == 0) return CCL_OK;
     if (comm->params.topo_file[0]) {
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: CCL_TOPO_FILE describes another machine: planned as "
