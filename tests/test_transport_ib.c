@@ -399,10 +399,19 @@ END_TEST
 
 /* ---- a cable pulled ----
  * CCL_TEST_CABLE names the network interface under one of the devices (the
- * VM's v1, under rxe1). Two ranks all-reduce 1 MiB in a loop across the
- * two devices; the parent takes the interface down. Both ranks must get
- * CCL_ERR_REMOTE, naming a rank, long before CCL_TIMEOUT (60 s), and leave
- * nothing behind. The parent brings the link back once they are done. */
+ * VM's v1, under rxe1; traffic between rxe0 and rxe1 crosses the veth pair,
+ * not the loopback). Two ranks all-reduce 1 MiB in a loop across the two
+ * devices. Each tells the parent once a call has completed, so the cable
+ * is pulled mid-loop however slow the machine is; the parent takes the
+ * interface down and answers each rank with the moment it did. Both ranks
+ * must then get CCL_ERR_REMOTE, naming a rank, within CABLE_ERR_S of the
+ * pull (CCL_LINK_TIMEOUT is 5 s, CCL_TIMEOUT 60 s), and leave nothing
+ * behind; whichever rank was only sending when the cable went learns of it
+ * from its adapter's retries alone. The parent brings the link back once
+ * they are done. */
+
+#define CABLE_LINK_TIMEOUT "5"
+#define CABLE_ERR_S 20.0
 
 static int body_cable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
@@ -411,17 +420,33 @@ static int body_cable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     size_t n = (1u << 20) / sizeof(float);
     float *buf = calloc(n, sizeof(float));
     ccl_status_t st = buf ? CCL_OK : CCL_ERR_NO_MEMORY;
-    double t0 = harness_now();
+    if (st == CCL_OK) st = ccl_all_reduce(buf, buf, n, CCL_FLOAT32, CCL_SUM, comm);
+    EXPECT(&t, st == CCL_OK, "the first all-reduce, cable in, returned %s: '%s'", ccl_status_string(st),
+           ccl_comm_last_error(comm));
+    /* The parent pulls the cable once every rank has said this. */
+    EXPECT(&t, harness_child_send("looping") == 0, "cannot tell the parent");
+    char msg[64] = "";
+    double pulled = 0;
     int calls = 0;
-    while (st == CCL_OK && harness_now() - t0 < 40) {
+    while (st == CCL_OK) {
+        /* A look at the channel costs at most 1 ms; a call, tens. */
+        if (!pulled && harness_child_recv(msg, sizeof msg, 1e-3) == 0) sscanf(msg, "pulled %lf", &pulled);
+        if (pulled && harness_now() - pulled > CABLE_ERR_S + 10) break;
         st = ccl_all_reduce(buf, buf, n, CCL_FLOAT32, CCL_SUM, comm);
         calls++;
     }
+    /* The call in flight when the cable went can fail before the word. */
+    if (!pulled && harness_child_recv(msg, sizeof msg, 10) == 0) sscanf(msg, "pulled %lf", &pulled);
+    double after = pulled ? harness_now() - pulled : -1;
     const char *why = ccl_comm_last_error(comm);
-    EXPECT(&t, st == CCL_ERR_REMOTE, "after %d all-reduces and %.1f s, the last returned %s: '%s'", calls,
-           harness_now() - t0, ccl_status_string(st), why);
+    EXPECT(&t, pulled > 0, "never heard that the cable was pulled (%d calls)", calls);
+    EXPECT(&t, st == CCL_ERR_REMOTE, "%.1f s after the cable was pulled (%d calls), the last all-reduce returned %s: '%s'",
+           after, calls, ccl_status_string(st), why);
+    EXPECT(&t, after <= CABLE_ERR_S, "the error came %.1f s after the cable was pulled (at most %.0f s)", after,
+           CABLE_ERR_S);
     EXPECT(&t, strstr(why, "rank "), "the error names no rank: '%s'", why);
-    fprintf(stderr, "[cable] rank %d: %s after %d calls: %s\n", rank, ccl_status_string(st), calls, why);
+    fprintf(stderr, "[cable] rank %d: %s %.1f s after the pull, after %d calls: %s\n", rank, ccl_status_string(st),
+            after, calls, why);
     free(buf);
     return t.fails;
 }
@@ -446,14 +471,20 @@ static int child_running(pid_t pid) {
 static int pull_cable(struct harness_run *run, void *arg) {
     const char *ifname = arg;
     int fails = 0;
-    struct timespec settle = {2, 0}, tick = {0, 100 * 1000 * 1000};
-    nanosleep(&settle, NULL); /* the ranks are in their loop by now */
+    char msg[64];
+    for (int r = 0; r < run->nranks; r++)
+        if (harness_recv(run, r, msg, sizeof msg, run->deadline - 20) != 0 || strcmp(msg, "looping") != 0) {
+            fprintf(stderr, "parent: rank %d never reached its loop; the cable stays in\n", r);
+            return 1;
+        }
     if (link_set(ifname, "down") != 0) {
         fprintf(stderr, "parent: cannot take %s down\n", ifname);
         fails++;
     }
     double t0 = harness_now();
-    for (int alive = 1; alive && harness_now() - t0 < 50;) {
+    for (int r = 0; r < run->nranks; r++) harness_send(run, r, "pulled %.6f", t0);
+    struct timespec settle = {2, 0}, tick = {0, 100 * 1000 * 1000};
+    for (int alive = 1; alive && harness_now() - t0 < CABLE_ERR_S + 20;) {
         nanosleep(&tick, NULL);
         alive = 0;
         for (int r = 0; r < run->nranks; r++) alive |= child_running(run->pid[r]);
@@ -473,7 +504,7 @@ START_TEST(cable_pulled) {
     }
     struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_cable,
                               .parent = pull_cable, .arg = (void *)ifname, .lenient_destroy = 1,
-                              .deadline_s = 120};
+                              .env = "CCL_LINK_TIMEOUT=" CABLE_LINK_TIMEOUT, .deadline_s = 180};
     util_run_clean(&run, 0, "2 ranks ib, the cable under rank 1's device pulled");
 }
 END_TEST

@@ -15,7 +15,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_DEBUG_SUBSYS", "ALL", "comma list of INIT,BOOT,NET,SHM,COLL,P2P,PLAN,ENV (^X excludes)"},
     {"CCL_DEBUG_FILE", "", "log to this file instead of stderr (%h host, %p pid)"},
     {"CCL_TIMEOUT", "300", "seconds a wait may go without progress before CCL_ERR_TIMEOUT"},
-    {"CCL_LINK_TIMEOUT", "10", "seconds a tcp peer's host may leave our packets unanswered before the link counts as down (0: only CCL_TIMEOUT)"},
+    {"CCL_LINK_TIMEOUT", "10", "seconds a peer's host (tcp) or adapter (ib) may leave our packets unanswered before the link counts as down (0: only CCL_TIMEOUT)"},
     {"CCL_TRANSPORT", "", "force one transport for every peer: shm, tcp or ib (ib only where built with libibverbs and an RDMA device is up)"},
     {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default: the kernel's boot id and the /dev/shm directory)"},
     {"CCL_SOCKET_IFNAME", "", "network interface for sockets (default: first non-loopback)"},

@@ -13,7 +13,7 @@ struct ccl__params {
     double timeout_s;         /* CCL_TIMEOUT: longest wait without progress */
     char test_kill_at[16];    /* CCL_TEST_KILL_AT: a set-up phase where this process dies (fault tests) */
     char test_stall_at[16];   /* CCL_TEST_STALL_AT: a set-up phase where this process sleeps 0.2 s (fault tests) */
-    double link_timeout_s;    /* CCL_LINK_TIMEOUT: longest silence of a tcp peer's host (0: off) */
+    double link_timeout_s;    /* CCL_LINK_TIMEOUT: longest silence of a peer's host or adapter */
     char transport[16];       /* CCL_TRANSPORT: "" (auto), "shm", "tcp", "ib" */
     char host_id[64];         /* CCL_HOST_ID or hostname + boot id */
     char machine_id[64];      /* hostname + boot id, whatever CCL_HOST_ID says */

@@ -17,8 +17,26 @@
 #include "core/log.h"
 #include "transports/ib/ib.h"
 
-#define RETRY_TIMEOUT 14 /* 4.096 us * 2^14: 67 ms per try */
-#define RETRY_COUNT 7    /* then the request fails: the peer is gone or unreachable */
+/* A request the peer's adapter does not acknowledge is sent again after
+ * the local ack timeout, 4.096 us * 2^exponent, up to RETRY_COUNT times;
+ * then it fails the queue pair (the link or the peer's host is gone). The
+ * tries together last at most about CCL_LINK_TIMEOUT (CCL_TIMEOUT when
+ * that is 0), the same promise tcp keeps: an adapter may wait up to four
+ * times the nominal timeout (soft-RoCE takes about that), so the nominal
+ * tries fill a quarter of it. Six retries, not the field's maximum of
+ * seven: soft-RoCE takes seven to mean "retry forever", and a cable pulled
+ * under a rank that was only sending then failed no call at all. */
+#define RETRY_COUNT 6
+#define ACK_TIMEOUT_MIN 14 /* 67 ms: below, a busy host retries for nothing */
+#define ACK_TIMEOUT_MAX 24 /* 69 s */
+
+static uint8_t ack_timeout_exponent(const struct ccl_comm *comm) {
+    double budget_s = comm->params.link_timeout_s > 0 ? comm->params.link_timeout_s : comm->params.timeout_s;
+    double per_try_s = budget_s / (4 * (RETRY_COUNT + 1));
+    uint8_t t = ACK_TIMEOUT_MIN;
+    while (t < ACK_TIMEOUT_MAX && 4.096e-6 * (double)(1u << (t + 1)) <= per_try_s) t++;
+    return t;
+}
 
 int ccl__ib_can_connect(const struct ccl__peer_info *a, const struct ccl__peer_info *b) {
     (void)a;
@@ -125,7 +143,8 @@ static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, s
                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair to rank %d (%.64s): ready-to-receive: %s",
                               c->base.peer, comm->peers[c->base.peer].hostname, strerror(errno));
-    struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = RETRY_TIMEOUT, .retry_cnt = RETRY_COUNT,
+    struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = ack_timeout_exponent(comm),
+                            .retry_cnt = RETRY_COUNT,
                             .rnr_retry = 7, .sq_psn = mine->psn, .max_rd_atomic = s->rd_atom};
     if (ibv_modify_qp(c->qp, &r,
                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
