@@ -17,8 +17,9 @@ run() { # name, then the command
   if "$@"; then r=passed; else r=FAILED; fails=$((fails + 1)); fi
   echo "rdma-suite: $name $r in $(($(date +%s) - start)) s"
 }
-# CCL_TEST_CABLE: the interface under rxe1, taken down (and up again) by
-# test_transport_ib's cable_pulled once both ranks are in their loop.
+# CCL_TEST_CABLE: the interface under rxe1, which test_transport_ib takes
+# down (cable_pulled) or makes drop every packet (link_silent) once both
+# ranks are in their loop, and restores after.
 cable=v1
 run test_transport_ib env CCL_TEST_CABLE="$cable" "$build/tests/test_transport_ib"
 run "test_faults (kill -9)" env CK_RUN_CASE=kill_during_all_reduce "$build/tests/test_faults"

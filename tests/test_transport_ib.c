@@ -10,7 +10,8 @@
  * registered buffer) and arrive exact; ccl_comm_register pins memory that
  * later transfers reuse; a receiver that expected another size fails, and
  * the sender hears of it at once through the failure notice, as a peer of
- * a rank that aborts does; without CCL_IB_HCA each rank takes the active
+ * a rank that aborts does; a link taken down or gone silent mid-loop fails
+ * both ranks long before CCL_TIMEOUT; without CCL_IB_HCA each rank takes the active
  * device hwloc places nearest (plan/topo.c's order is unit-tested on a
  * described machine in test_plan_topo).
  */
@@ -397,18 +398,19 @@ START_TEST(abort_is_told) {
 }
 END_TEST
 
-/* ---- a cable pulled ----
+/* ---- a link cut ----
  * CCL_TEST_CABLE names the network interface under one of the devices (the
  * VM's v1, under rxe1; traffic between rxe0 and rxe1 crosses the veth pair,
  * not the loopback). Two ranks all-reduce 1 MiB in a loop across the two
- * devices. Each tells the parent once a call has completed, so the cable
- * is pulled mid-loop however slow the machine is; the parent takes the
- * interface down and answers each rank with the moment it did. Both ranks
- * must then get CCL_ERR_REMOTE, naming a rank, within CABLE_ERR_S of the
- * pull (CCL_LINK_TIMEOUT is 5 s, CCL_TIMEOUT 60 s), and leave nothing
- * behind; whichever rank was only sending when the cable went learns of it
- * from its adapter's retries alone. The parent brings the link back once
- * they are done. */
+ * devices. Each tells the parent once a call has completed, so the link is
+ * cut mid-loop however slow the machine is: the parent takes the interface
+ * down (cable_pulled) or makes it drop every packet it sends (link_silent),
+ * and answers each rank with the moment it did. Both ranks must then get
+ * CCL_ERR_REMOTE, naming a rank, within CABLE_ERR_S of the cut
+ * (CCL_LINK_TIMEOUT is 5 s, CCL_TIMEOUT 60 s), and leave nothing behind. A
+ * rank whose own port went down fails its next send at once; a silent link
+ * is found by the adapters' retries alone. The parent restores the link
+ * once they are done. */
 
 #define CABLE_LINK_TIMEOUT "5"
 #define CABLE_ERR_S 20.0
@@ -451,9 +453,20 @@ static int body_cable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     return t.fails;
 }
 
-static int link_set(const char *ifname, const char *state) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "ip link set %s %s", ifname, state);
+/* Two ways to cut a link: take the interface down (both adapters see
+ * their port go), or leave it up and drop every packet it would send (a
+ * switch that dies silently: only retries tell). */
+struct cut {
+    const char *what, *cut, *restore; /* commands, %s the interface */
+    const char *ifname;
+};
+static const struct cut PULL = {"the cable pulled", "ip link set %s down", "ip link set %s up", NULL};
+static const struct cut SILENT = {"every packet dropped", "tc qdisc add dev %s root netem loss 100%%",
+                                  "tc qdisc del dev %s root", NULL};
+
+static int link_do(const char *fmt, const char *ifname) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, fmt, ifname);
     return system(cmd);
 }
 
@@ -468,17 +481,17 @@ static int child_running(pid_t pid) {
     return end && end[1] == ' ' && end[2] != 'Z';
 }
 
-static int pull_cable(struct harness_run *run, void *arg) {
-    const char *ifname = arg;
+static int cut_link(struct harness_run *run, void *arg) {
+    const struct cut *cut = arg;
     int fails = 0;
     char msg[64];
     for (int r = 0; r < run->nranks; r++)
         if (harness_recv(run, r, msg, sizeof msg, run->deadline - 20) != 0 || strcmp(msg, "looping") != 0) {
-            fprintf(stderr, "parent: rank %d never reached its loop; the cable stays in\n", r);
+            fprintf(stderr, "parent: rank %d never reached its loop; the link stays as it is\n", r);
             return 1;
         }
-    if (link_set(ifname, "down") != 0) {
-        fprintf(stderr, "parent: cannot take %s down\n", ifname);
+    if (link_do(cut->cut, cut->ifname) != 0) {
+        fprintf(stderr, "parent: cannot cut %s (%s)\n", cut->ifname, cut->what);
         fails++;
     }
     double t0 = harness_now();
@@ -489,23 +502,32 @@ static int pull_cable(struct harness_run *run, void *arg) {
         alive = 0;
         for (int r = 0; r < run->nranks; r++) alive |= child_running(run->pid[r]);
     }
-    fprintf(stderr, "parent: the ranks were done %.1f s after %s went down\n", harness_now() - t0, ifname);
-    if (link_set(ifname, "up") != 0) fails++;
+    fprintf(stderr, "parent: the ranks were done %.1f s after %s (%s)\n", harness_now() - t0, cut->what, cut->ifname);
+    if (link_do(cut->restore, cut->ifname) != 0) fails++;
     nanosleep(&settle, NULL); /* the device's port comes back */
     return fails;
 }
 
-START_TEST(cable_pulled) {
-    if (!need_device("cable_pulled")) return;
-    const char *ifname = getenv("CCL_TEST_CABLE");
-    if (!ifname || !*ifname) {
-        fprintf(stderr, "SKIP cable_pulled: CCL_TEST_CABLE names no interface to take down\n");
+static void run_cut(const char *test, struct cut cut) {
+    if (!need_device(test)) return;
+    cut.ifname = getenv("CCL_TEST_CABLE");
+    if (!cut.ifname || !*cut.ifname) {
+        fprintf(stderr, "SKIP %s: CCL_TEST_CABLE names no interface to cut\n", test);
         return;
     }
     struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_cable,
-                              .parent = pull_cable, .arg = (void *)ifname, .lenient_destroy = 1,
+                              .parent = cut_link, .arg = &cut, .lenient_destroy = 1,
                               .env = "CCL_LINK_TIMEOUT=" CABLE_LINK_TIMEOUT, .deadline_s = 180};
-    util_run_clean(&run, 0, "2 ranks ib, the cable under rank 1's device pulled");
+    util_run_clean(&run, 0, "2 ranks ib, %s under rank 1's device", cut.what);
+}
+
+START_TEST(cable_pulled) {
+    run_cut("cable_pulled", PULL);
+}
+END_TEST
+
+START_TEST(link_silent) {
+    run_cut("link_silent", SILENT);
 }
 END_TEST
 
@@ -583,6 +605,7 @@ static Suite *ib_suite(void) {
     add_case(s, "zero_copy_size_mismatch", zero_copy_size_mismatch);
     add_case(s, "abort_is_told", abort_is_told);
     add_case(s, "cable_pulled", cable_pulled);
+    add_case(s, "link_silent", link_silent);
     return s;
 }
 

@@ -13,6 +13,7 @@
 # Inside, a veth pair v0 <-> v1 (192.0.2.1 and 192.0.2.2) carries the two
 # devices, rxe0 on v0 and rxe1 on v1; give ranks on different simulated
 # hosts different devices (CCL_IB_HCA) and RDMA traffic crosses the pair.
+# netem is loaded, so a test can make a link drop packets (tc qdisc).
 #
 # Exit status: COMMAND's; 77 when no VM can run here (no qemu, no kernel
 # package: the reason is printed); 125 when the guest did not finish.
@@ -73,7 +74,7 @@ if [ ! -f "$cache/vmlinuz" ]; then
   kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
   depmod -b "$kernel_tree" "$kver"
   cp "$kernel_tree/boot/vmlinuz-$kver" "$cache/vmlinuz.part" && mv "$cache/vmlinuz.part" "$cache/vmlinuz"
-  rm -f "$cache/initrd-2.gz"
+  rm -f "$cache/initrd-3.gz"
 fi
 kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
 moddir="$kernel_tree/lib/modules/$kver"
@@ -89,11 +90,11 @@ modules_in_order() {
   done | awk '!seen[$0]++'
 }
 
-if [ ! -f "$cache/initrd-2.gz" ]; then
+if [ ! -f "$cache/initrd-3.gz" ]; then
   root=$(mktemp -d)
   mkdir -p "$root/bin" "$root/lib/modules" "$root/host" "$root/proc" "$root/sys" "$root/dev"
   cp /bin/busybox "$root/bin/busybox"
-  modules_in_order crc32_generic virtio_pci 9pnet_virtio 9p veth rdma_rxe rdma_ucm >"$root/lib/modules/load" ||
+  modules_in_order crc32_generic virtio_pci 9pnet_virtio 9p veth sch_netem rdma_rxe rdma_ucm >"$root/lib/modules/load" ||
     skip "the kernel package lacks a module the VM needs"
   while read -r m; do cp "$moddir/$m" "$root/lib/modules/"; done <"$root/lib/modules/load"
   cat >"$root/init" <<'EOF'
@@ -132,7 +133,7 @@ $bb sync
 $bb poweroff -f
 EOF
   chmod 755 "$root/init"
-  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd-2.gz"
+  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd-3.gz"
   rm -rf "$root"
 fi
 
@@ -146,7 +147,7 @@ set -- -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 timeout "${CCL_RDMA_VM_TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg -smp 2 -m "${CCL_RDMA_VM_MEM:-3072}" \
-  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd-2.gz" "$@" \
+  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd-3.gz" "$@" \
   -append "console=ttyS0 quiet loglevel=3 panic=-1 clocksource=tsc tsc=reliable cmd=$(b64 "$command") dir=$(b64 "$(pwd)") share=$(b64 "$share")" \
   </dev/null >"$log" 2>&1 || true
 # The console interleaves kernel messages: find the markers anywhere.
