@@ -2,6 +2,7 @@
  * ranks report to each other. */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -27,6 +28,15 @@ static int own_core(ccl_comm_t *comm, struct harness_tally *t) {
     const char *p = strstr(d, " own_core=");
     EXPECT(t, p != NULL, "ccl_comm_describe has no own_core: %s", d);
     return p ? p[10] == '1' : -1;
+}
+
+/* How long ccl_comm_describe says this rank's waits spin, in us. */
+static double spin_us(ccl_comm_t *comm, struct harness_tally *t) {
+    char d[1024] = "";
+    EXPECT_OK(t, ccl_comm_describe(comm, d, sizeof d));
+    const char *p = strstr(d, " spin_us=");
+    EXPECT(t, p != NULL, "ccl_comm_describe has no spin_us: %s", d);
+    return p ? atof(p + 9) : -1;
 }
 
 /* Every rank's mask after init, gathered on every rank. */
@@ -126,6 +136,15 @@ static int body_untouched(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     }
     int own = own_core(comm, &t);
     EXPECT(&t, own == alone, "own_core=%d for a rank %s", own, alone ? "alone on its CPU" : "that shares or has several");
+    /* Ranks a launcher bound to a CPU each have a CPU each: the machine is
+     * not crowded, though each rank may use one CPU, and waits spin. */
+    int one_each = 1;
+    for (int r = 0; r < nranks && one_each; r++) {
+        one_each = CPU_COUNT(&all[r]) == 1;
+        for (int q = 0; q < r && one_each; q++) one_each = !CPU_EQUAL(&all[r], &all[q]);
+    }
+    double spin = spin_us(comm, &t);
+    if (one_each) EXPECT(&t, spin > 0, "waits spin %.0f us with %d ranks bound to a CPU each", spin, nranks);
     return t.fails;
 }
 
@@ -154,9 +173,9 @@ static void launcher_binds_reversed(int rank, int nranks, ccl_unique_id_t *id, v
 }
 
 START_TEST(launcher_bound) {
-    struct harness_run run = {.nranks = 3, .body = body_untouched, .setup = launcher_binds_reversed,
+    struct harness_run run = {.nranks = 2 + _i, .body = body_untouched, .setup = launcher_binds_reversed,
                               .env = "CCL_BIND=core"};
-    util_run_clean(&run, 0, "CCL_BIND=core after a launcher bound every rank");
+    util_run_clean(&run, 0, "CCL_BIND=core after a launcher bound each of %d ranks", run.nranks);
 }
 END_TEST
 
@@ -174,7 +193,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, restricted_mask);
     tcase_add_loop_test(tc, untouched, 0, 2);
-    tcase_add_test(tc, launcher_bound);
+    tcase_add_loop_test(tc, launcher_bound, 0, 2);
     tcase_add_test(tc, bad_value_fails_init);
     suite_add_tcase(s, tc);
     return s;

@@ -236,9 +236,11 @@ int ccl__plan_pin_slot(int index, int nlocal, int ncores, int npus, int *slot, i
 }
 
 void ccl__plan_waiting(struct ccl_comm *comm) {
-    const struct ccl__peer_info *me = &comm->peers[comm->rank];
     int index, local = ccl__plan_machine_ranks(comm, &index);
-    long threads = me->ncores > 0 ? me->ncores : sysconf(_SC_NPROCESSORS_ONLN);
+    /* The machine's CPUs, not this rank's: ranks a launcher bound to a CPU
+     * each may each use one, and are not crowded for it. */
+    long threads = ccl__plan_machine_cpus(comm->nranks, comm->peers, comm->rank);
+    if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
     int crowded = threads > 0 && local > threads;
     comm->spin_s = comm->params.spin_us * 1e-6;
     comm->yield_s = comm->yield_base_s = 200e-6;
