@@ -428,26 +428,26 @@ static int body_cable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     /* The parent pulls the cable once every rank has said this. */
     EXPECT(&t, harness_child_send("looping") == 0, "cannot tell the parent");
     char msg[64] = "";
-    double pulled = 0;
+    double cut_at = 0;
     int calls = 0;
     while (st == CCL_OK) {
         /* A look at the channel costs at most 1 ms; a call, tens. */
-        if (!pulled && harness_child_recv(msg, sizeof msg, 1e-3) == 0) sscanf(msg, "pulled %lf", &pulled);
-        if (pulled && harness_now() - pulled > CABLE_ERR_S + 10) break;
+        if (!cut_at && harness_child_recv(msg, sizeof msg, 1e-3) == 0) sscanf(msg, "cut %lf", &cut_at);
+        if (cut_at && harness_now() - cut_at > CABLE_ERR_S + 10) break;
         st = ccl_all_reduce(buf, buf, n, CCL_FLOAT32, CCL_SUM, comm);
         calls++;
     }
     /* The call in flight when the cable went can fail before the word. */
-    if (!pulled && harness_child_recv(msg, sizeof msg, 10) == 0) sscanf(msg, "pulled %lf", &pulled);
-    double after = pulled ? harness_now() - pulled : -1;
+    if (!cut_at && harness_child_recv(msg, sizeof msg, 10) == 0) sscanf(msg, "cut %lf", &cut_at);
+    double after = cut_at ? harness_now() - cut_at : -1;
     const char *why = ccl_comm_last_error(comm);
-    EXPECT(&t, pulled > 0, "never heard that the cable was pulled (%d calls)", calls);
-    EXPECT(&t, st == CCL_ERR_REMOTE, "%.1f s after the cable was pulled (%d calls), the last all-reduce returned %s: '%s'",
-           after, calls, ccl_status_string(st), why);
-    EXPECT(&t, after <= CABLE_ERR_S, "the error came %.1f s after the cable was pulled (at most %.0f s)", after,
+    EXPECT(&t, cut_at > 0, "never heard that the link was cut (%d calls)", calls);
+    EXPECT(&t, st == CCL_ERR_REMOTE, "%.1f s after the cut (%d calls), the last all-reduce returned %s: '%s'", after,
+           calls, ccl_status_string(st), why);
+    EXPECT(&t, after <= CABLE_ERR_S, "the error came %.1f s after the cut (at most %.0f s)", after,
            CABLE_ERR_S);
     EXPECT(&t, strstr(why, "rank "), "the error names no rank: '%s'", why);
-    fprintf(stderr, "[cable] rank %d: %s %.1f s after the pull, after %d calls: %s\n", rank, ccl_status_string(st),
+    fprintf(stderr, "[cable] rank %d: %s %.1f s after the cut, after %d calls: %s\n", rank, ccl_status_string(st),
             after, calls, why);
     free(buf);
     return t.fails;
@@ -495,7 +495,7 @@ static int cut_link(struct harness_run *run, void *arg) {
         fails++;
     }
     double t0 = harness_now();
-    for (int r = 0; r < run->nranks; r++) harness_send(run, r, "pulled %.6f", t0);
+    for (int r = 0; r < run->nranks; r++) harness_send(run, r, "cut %.6f", t0);
     struct timespec settle = {2, 0}, tick = {0, 100 * 1000 * 1000};
     for (int alive = 1; alive && harness_now() - t0 < CABLE_ERR_S + 20;) {
         nanosleep(&tick, NULL);

@@ -22,8 +22,8 @@
  * then it fails the queue pair (the link or the peer's host is gone). The
  * tries together last at most about CCL_LINK_TIMEOUT (CCL_TIMEOUT when
  * that is 0), the same promise tcp keeps: an adapter may wait up to four
- * times the nominal timeout (soft-RoCE takes about that), so the nominal
- * tries fill a quarter of it. Six retries, not the field's maximum of
+ * times the nominal timeout (soft-RoCE did, for a link whose carrier
+ * went), so the nominal tries fill a quarter of it. Six retries, not the field's maximum of
  * seven: soft-RoCE takes seven to mean "retry forever", and a cable pulled
  * under a rank that was only sending then failed no call at all. */
 #define RETRY_COUNT 6
@@ -175,7 +175,10 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
      * bootstrap round that closes connect. */
     for (unsigned i = 0; i < c->sq_depth + 1; i++) CCL_CHECK(ccl__ib_post_recv(c));
     CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer));
-    CCL_INFO(CCL__SUB_NET, comm->rank, "ib: connected to rank %d (qp %u -> %u)", c->base.peer, mine.qpn, peer.qpn);
+    uint8_t t = ack_timeout_exponent(comm);
+    CCL_INFO(CCL__SUB_NET, comm->rank,
+             "ib: connected to rank %d (qp %u -> %u; an unacknowledged write is tried %d times, %.0f ms apart)",
+             c->base.peer, mine.qpn, peer.qpn, RETRY_COUNT + 1, 4.096e-3 * (double)(1u << t));
     return CCL_OK;
 }
 
