@@ -408,12 +408,13 @@ END_TEST
  * and answers each rank with the moment it did. Both ranks must then get
  * CCL_ERR_REMOTE, naming a rank, within CABLE_ERR_S of the cut
  * (CCL_LINK_TIMEOUT is 5 s, CCL_TIMEOUT 60 s), and leave nothing behind. A
- * rank whose own port went down fails its next send at once; a silent link
- * is found by the adapters' retries alone. The parent restores the link
- * once they are done. */
+ * rank whose own port went down fails its next send at once, or, idle,
+ * once the port has stayed down for CCL_LINK_TIMEOUT; a silent link is
+ * found by the adapters' retries alone. The parent restores the link once
+ * they are done. */
 
 #define CABLE_LINK_TIMEOUT "5"
-#define CABLE_ERR_S 20.0
+#define CABLE_ERR_S 12.0
 
 static int body_cable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;

@@ -396,10 +396,34 @@ static int ib_wait_fd(struct ccl__conn *base, short *events) {
  * that wrote its last slot and exited is not a failure until that slot
  * is read), then whether the peer's process still holds its pair
  * channel. */
+/* This rank's own port. A cable pulled under its adapter takes the port
+ * out of the active state, and retries alone find that late: soft-RoCE,
+ * whose peer's carrier went with it, kept retrying for 15 s with
+ * CCL_LINK_TIMEOUT=5. A port may flap; one that stays down for the link
+ * budget fails the connection. Looked at only while idle, a tenth of a
+ * second apart (the wait routine's liveness period). */
+static ccl_status_t check_port(struct ccl__ib_conn *c) {
+    struct ccl__ib_state *s = ccl__ib_state(c->base.comm);
+    struct ibv_port_attr pa;
+    if (ibv_query_port(s->ctx, s->port, &pa) != 0 || pa.state == IBV_PORT_ACTIVE) {
+        s->port_down_since = 0;
+        return CCL_OK;
+    }
+    double now = ccl__now(), budget = ccl__ib_link_budget_s(c->base.comm);
+    if (s->port_down_since == 0) s->port_down_since = now;
+    if (now - s->port_down_since < budget) return CCL_OK;
+    return ccl__ib_conn_fail(c, CCL_ERR_REMOTE,
+                             "this rank's adapter %s port %u has been %s for %.1f s (CCL_LINK_TIMEOUT=%g): rank %d "
+                             "(%.64s) cannot be reached",
+                             s->dev, s->port, ibv_port_state_str(pa.state), now - s->port_down_since,
+                             c->base.comm->params.link_timeout_s, c->base.peer, peer_host(c));
+}
+
 static ccl_status_t ib_check_peer(struct ccl__conn *base) {
     struct ccl__ib_conn *c = ib_conn(base);
     int moved = 0;
     CCL_CHECK(ccl__ib_progress_all(c, &moved));
+    CCL_CHECK(check_port(c));
     if (c->arrived == c->released && ccl__pair_gone(base->comm, base->peer)) {
         const struct ccl__peer_info *pi = &base->comm->peers[base->peer];
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (pid %d on %.64s) exited or left the communicator", base->peer,

@@ -185,8 +185,16 @@ struct ccl__ib_state {
     uint8_t rd_atom; /* RDMA READs in flight per queue pair (the device's limit, at most 16) */
     int notices_posted, notices_done; /* failure notices (atomic: posted by whichever thread fails) */
     char dev[32];
+    double port_down_since; /* ccl__now() when an idle look first found the port not active; 0: active */
     struct ccl__ib_conn **conns; /* [nranks], owned here */
 };
+
+/* How long a link may leave this rank's writes unanswered, or its own port
+ * down, before it counts as cut: CCL_LINK_TIMEOUT, or CCL_TIMEOUT when
+ * that is 0. */
+static inline double ccl__ib_link_budget_s(const struct ccl_comm *comm) {
+    return comm->params.link_timeout_s > 0 ? comm->params.link_timeout_s : comm->params.timeout_s;
+}
 
 /* Device, protection domain and completion queue (ib_dev.c). */
 ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]);

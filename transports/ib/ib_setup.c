@@ -31,8 +31,7 @@
 #define ACK_TIMEOUT_MAX 24 /* 69 s */
 
 static uint8_t ack_timeout_exponent(const struct ccl_comm *comm) {
-    double budget_s = comm->params.link_timeout_s > 0 ? comm->params.link_timeout_s : comm->params.timeout_s;
-    double per_try_s = budget_s / (4 * (RETRY_COUNT + 1));
+    double per_try_s = ccl__ib_link_budget_s(comm) / (4 * (RETRY_COUNT + 1));
     uint8_t t = ACK_TIMEOUT_MIN;
     while (t < ACK_TIMEOUT_MAX && 4.096e-6 * (double)(1u << (t + 1)) <= per_try_s) t++;
     return t;
