@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -308,6 +309,59 @@ START_TEST(send_deadline) {
 }
 END_TEST
 
+static long read_sysctl(const char *path) {
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f && fscanf(f, "%ld", &v) != 1) v = -1;
+    if (f) fclose(f);
+    return v;
+}
+
+static int sock_buf(int fd, int which) {
+    int v = 0;
+    socklen_t len = sizeof(v);
+    ck_assert_int_eq(getsockopt(fd, SOL_SOCKET, which, &v, &len), 0);
+    return v;
+}
+
+/* CCL_TCP_SOCKET_BYTES: both buffers fixed when the kernel's caps allow
+ * the size, left alone (autotuned) when they do not or when it is 0, and
+ * the reason said. */
+START_TEST(socket_buffers) {
+    int c, s;
+    tcp_pair(&c, &s);
+    char why[128] = "";
+    int rcv0 = sock_buf(c, SO_RCVBUF), snd0 = sock_buf(c, SO_SNDBUF);
+    ck_assert_int_eq(ccl__sock_buffers(c, 0, why, sizeof(why)), 0);
+    ck_assert_msg(strstr(why, "CCL_TCP_SOCKET_BYTES=0"), "why: %s", why);
+    ck_assert_int_eq(sock_buf(c, SO_RCVBUF), rcv0);
+    ck_assert_int_eq(sock_buf(c, SO_SNDBUF), snd0);
+
+    long rmax = read_sysctl("/proc/sys/net/core/rmem_max"), wmax = read_sysctl("/proc/sys/net/core/wmem_max");
+    ck_assert_msg(rmax > 0 && wmax > 0, "net.core.rmem_max %ld, wmem_max %ld", rmax, wmax);
+    /* Above the smaller cap: left alone, naming the cap. */
+    size_t over = (size_t)(rmax > wmax ? rmax : wmax) + 4096;
+    ck_assert_int_eq(ccl__sock_buffers(c, over, why, sizeof(why)), 0);
+    ck_assert_msg(strstr(why, "net.core.") && strstr(why, "below CCL_TCP_SOCKET_BYTES"), "why: %s", why);
+    ck_assert_int_eq(sock_buf(c, SO_RCVBUF), rcv0);
+
+    /* Within both caps: the kernel keeps twice the request (its own
+     * bookkeeping), on both sides of the socket. */
+    size_t want = (size_t)(rmax < wmax ? rmax : wmax);
+    if (want > (8u << 20)) want = 8u << 20;
+    ck_assert_int_eq(ccl__sock_buffers(c, want, why, sizeof(why)), 1);
+    ck_assert_int_eq(sock_buf(c, SO_RCVBUF), 2 * (int)want);
+    ck_assert_int_eq(sock_buf(c, SO_SNDBUF), 2 * (int)want);
+    /* The connection still carries data. */
+    char buf[4];
+    ck_assert_int_eq(ccl__sock_send_all(c, "wxyz", 4, ccl__now() + 5), CCL_OK);
+    ck_assert_int_eq(ccl__sock_recv_all(s, buf, 4, ccl__now() + 5), CCL_OK);
+    ck_assert_int_eq(memcmp(buf, "wxyz", 4), 0);
+    close(c);
+    close(s);
+}
+END_TEST
+
 START_TEST(accept_deadline) {
     union ccl__sa a = loopback(0);
     int lfd, fd = 7;
@@ -408,6 +462,7 @@ static Suite *socket_suite(void) {
     tcase_add_test(io, connect_deadline);
     tcase_add_test(io, connect_waits_for_listener);
     tcase_add_test(io, ipv6_round_trip);
+    tcase_add_test(io, socket_buffers);
     suite_add_tcase(s, io);
     return s;
 }

@@ -184,6 +184,18 @@ static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_
     EXPECT(&c->t, cn && cn->t == tcp && cn->comm == comm && cn->peer == 1 - c->rank, "conn to the peer");
     EXPECT(&c->t, cn && cn->slot_bytes == comm->params.tcp_slot_bytes, "slot size from params");
     EXPECT(&c->t, comm->conns[c->rank] == NULL, "no conn to self");
+    /* CCL_TCP_SOCKET_BYTES (4 MiB by default) fixes both buffers of the
+     * connection where the kernel's caps allow it: the kernel keeps twice
+     * the request. */
+    char why[128];
+    int probe = socket(AF_INET, SOCK_STREAM, 0), rcv = 0;
+    socklen_t len = sizeof(rcv);
+    if (cn && probe >= 0 && ccl__sock_buffers(probe, comm->params.tcp_socket_bytes, why, sizeof(why))) {
+        getsockopt(((struct ccl__tcp_conn *)cn)->fd, SOL_SOCKET, SO_RCVBUF, &rcv, &len);
+        EXPECT(&c->t, (size_t)rcv == 2 * comm->params.tcp_socket_bytes, "connection's receive buffer %d, want 2 x %zu",
+               rcv, comm->params.tcp_socket_bytes);
+    }
+    if (probe >= 0) close(probe);
 }
 
 static struct ccl__conn *bring_up(struct rank_ctx *c, struct ccl_comm *comm) {

@@ -50,6 +50,12 @@ void ccl__sock_nodelay(int fd);
 /* Kernel keepalive on an idle connection: about 1 + link_timeout_s seconds
  * of an unanswering peer host fail the socket with ETIMEDOUT (0: off). */
 void ccl__sock_keepalive(int fd, double link_timeout_s);
+/* Fixes both socket buffers of fd at `bytes` (0: leaves them to the
+ * kernel's autotuning). Returns 1 when set; 0 when left alone, because
+ * bytes is 0 or above what net.core.rmem_max / wmem_max allow (the kernel
+ * would cap the request below what autotuning reaches), with the reason
+ * in why. */
+int ccl__sock_buffers(int fd, size_t bytes, char *why, size_t whylen);
 /* 1 and *silent_s = seconds since the peer's host last acknowledged
  * anything, when data we sent is waiting for retransmission; else 0. */
 int ccl__sock_silent_s(int fd, double *silent_s);

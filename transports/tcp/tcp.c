@@ -403,8 +403,13 @@ ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct c
     ccl__sock_nonblock(fd);
     ccl__sock_nodelay(fd);
     ccl__sock_keepalive(fd, comm->params.link_timeout_s);
-    /* SO_SNDBUF/SO_RCVBUF are left alone: setting them turns off the
-     * kernel's buffer autotuning, which grows past what we could ask for. */
+    char why[128];
+    size_t want = comm->params.tcp_socket_bytes;
+    if (ccl__sock_buffers(fd, want, why, sizeof(why)))
+        CCL_TRACE(CCL__SUB_NET, comm->rank, "tcp: rank %d: socket buffers fixed at %zu bytes", peer, want);
+    else if (want)
+        CCL_INFO(CCL__SUB_NET, comm->rank, "tcp: rank %d: socket buffers left to the kernel's autotuning (%s)", peer,
+                 why);
     *out = c;
     return CCL_OK;
 }
