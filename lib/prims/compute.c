@@ -25,6 +25,10 @@ static int host_done(struct ccl__compute_ticket t) {
 
 const struct ccl__compute ccl__compute_host = {
     .name = "host",
+    /* Half of a 32 KiB L1: the piece's result stays there between the
+     * reduction and the copies (on this 2-core EPYC, 2-rank all-reduce at
+     * 1-4 MiB 2-6% faster than whole 128 KiB steps). */
+    .piece_bytes = 16 << 10,
     .serves = host_serves,
     .copy = host_copy,
     .reduce = host_reduce,

@@ -28,6 +28,11 @@ struct ccl__compute_ticket {
 
 struct ccl__compute {
     const char *name;
+    /* A step's data work is handed over in pieces of at most this many
+     * bytes (0: whole), so that the copies into the send slots re-read a
+     * result that is still in the first-level cache (host). A device
+     * engine wants whole steps: one launch each. */
+    size_t piece_bytes;
     /* 1 when this engine can touch memory of kind k. */
     int (*serves)(int kind);
     /* dst <- src (bytes). */

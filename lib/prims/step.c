@@ -155,30 +155,44 @@ static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s,
     return CCL_OK;
 }
 
+/* Elements [off, off + n) of a step's data work: the result into target,
+ * then from there into every send slot. */
+static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, void *target,
+                         size_t off, size_t n) {
+    const struct ccl__compute *cu = p->compute;
+    size_t boff = off * p->esize, bytes = n * p->esize;
+    char *t = (char *)target + boff;
+    const char *src = s->src ? (const char *)s->src + boff : NULL;
+    if (s->nrecv == 0) {
+        cu->copy(t, src, bytes);
+    } else if (!s->reduce) {
+        cu->copy(t, (const char *)st->in[0] + boff, bytes);
+    } else {
+        const void *ops[CCL__STEP_MAX_PEERS + 1] = {0};
+        int k = 0;
+        if (src && !s->src_last) ops[k++] = src;
+        for (int i = 0; i < s->nrecv; i++) ops[k++] = (const char *)st->in[i] + boff;
+        if (src && s->src_last) ops[k++] = src;
+        if (k == 1) cu->copy(t, ops[0], bytes);
+        else cu->reduce(p->reduce, t, ops[0], ops[1], n);
+        for (int j = 2; j < k; j++) cu->reduce(p->reduce, t, t, ops[j], n);
+    }
+    if (s->div > 1) cu->divide(t, n, p->id.dtype, s->div);
+    for (int i = 0; i < s->nsend; i++)
+        if (st->out[i] != target) cu->copy((char *)st->out[i] + boff, t, bytes);
+}
+
 /* Hands the step's copies and reductions to the compute engine. */
 static ccl_status_t submit(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, size_t bytes) {
     const struct ccl__compute *cu = p->compute;
     void *target = s->dst ? s->dst : (s->nsend ? st->out[0] : NULL);
     if (!target && s->nrecv && bytes)
         return ccl__set_error(p->comm, CCL_ERR_INTERNAL, "%s: a step receives with nowhere to put the data", p->what);
-    if (target) {
-        if (s->nrecv == 0) {
-            cu->copy(target, s->src, bytes);
-        } else if (!s->reduce) {
-            cu->copy(target, st->in[0], bytes);
-        } else {
-            const void *ops[CCL__STEP_MAX_PEERS + 1] = {0};
-            int k = 0;
-            if (s->src && !s->src_last) ops[k++] = s->src;
-            for (int i = 0; i < s->nrecv; i++) ops[k++] = st->in[i];
-            if (s->src && s->src_last) ops[k++] = s->src;
-            if (k == 1) cu->copy(target, ops[0], bytes);
-            else cu->reduce(p->reduce, target, ops[0], ops[1], s->n);
-            for (int j = 2; j < k; j++) cu->reduce(p->reduce, target, target, ops[j], s->n);
-        }
-        if (s->div > 1) cu->divide(target, s->n, p->id.dtype, s->div);
-        for (int i = 0; i < s->nsend; i++)
-            if (st->out[i] != target) cu->copy(st->out[i], target, bytes);
+    if (target && s->n) {
+        size_t piece = cu->piece_bytes ? cu->piece_bytes / p->esize : s->n;
+        if (piece == 0) piece = 1;
+        for (size_t o = 0; o < s->n; o += piece)
+            submit_piece(p, s, st, target, o, s->n - o < piece ? s->n - o : piece);
     }
     st->ticket = cu->fence();
     return CCL_OK;
