@@ -2,7 +2,7 @@
 # compare-mpi.sh: libccl's all_reduce_perf against all_reduce_perf_mpi (Open
 # MPI) on this machine, same flags, same timing, same columns:
 #
-#   bench/compare-mpi.sh [-B BUILD_DIR] [-r "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP] OUT_DIR
+#   bench/compare-mpi.sh [-B BUILD_DIR] [-r "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP] [-s] OUT_DIR
 #
 # For each rank count, over shared memory (libccl -t shm; Open MPI --mca btl
 # self,vader) and over TCP on the loopback (libccl -t tcp with one
@@ -12,15 +12,20 @@
 # OUT_DIR/ratios.csv, and prints a table of
 # out-of-place busbw per size with the libccl/MPI ratio. Defaults: build/,
 # 2 and 4 ranks, 8 B to 64 MiB, nccl-tests' 20 iterations after 5 warm-ups.
+# -s passes --steady to both programs (blocks timed in a slow spell of the
+# machine are timed again; bench/README.md, "Comparing fairly").
 # Compare ratios from one run; absolute numbers move between runs.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=$top/build ranks="2 4" min=8 max=64M iters=20 warmup=5
-usage() { echo "usage: $0 [-B BUILD_DIR] [-r \"2 4\"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP] OUT_DIR" >&2; exit 2; }
-while getopts B:r:b:e:n:w:h o; do
+build=$top/build ranks="2 4" min=8 max=64M iters=20 warmup=5 steady=
+usage() {
+  echo "usage: $0 [-B BUILD_DIR] [-r \"2 4\"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP] [-s] OUT_DIR" >&2
+  exit 2
+}
+while getopts B:r:b:e:n:w:sh o; do
   case $o in
     B) build=$OPTARG ;; r) ranks=$OPTARG ;; b) min=$OPTARG ;; e) max=$OPTARG ;;
-    n) iters=$OPTARG ;; w) warmup=$OPTARG ;; *) usage ;;
+    n) iters=$OPTARG ;; w) warmup=$OPTARG ;; s) steady=--steady ;; *) usage ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -35,7 +40,7 @@ mkdir -p "$out"
 
 # Open MPI refuses root unless told; more ranks than cores needs --oversubscribe.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-sweep="-b $min -e $max -f 2 -n $iters -w $warmup"
+sweep="-b $min -e $max -f 2 -n $iters -w $warmup $steady"
 
 for n in $ranks; do
   for t in shm tcp; do

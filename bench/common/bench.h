@@ -51,6 +51,7 @@ struct bench_options {
     double step_factor; /* -f: multiplicative steps otherwise */
     int iters, warmup, agg, cycles;
     int check, nonblocking, stats;
+    double steady; /* --steady's factor (0: off): time blocks again that a slow spell touched (steady.h) */
     enum bench_combine_mode combine;
     unsigned dtype_mask; /* bit per ccl_dtype_t */
     unsigned redop_mask; /* bit per ccl_op_t */

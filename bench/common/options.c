@@ -1,6 +1,7 @@
 /* Flags as nccl-tests spells them, plus the launching and output flags. */
 #define _GNU_SOURCE
 #include "options.h"
+#include "steady.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -13,7 +14,7 @@
 #include "colls.h"
 #include "values.h"
 
-enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS };
+enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY };
 
 static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
     fprintf(f,
@@ -40,6 +41,9 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             "  -N, --run_cycles N      repeat the whole sweep N times, 0 forever (default 1)\n"
             "  -I, --stats             time every iteration alone (after a barrier) and add\n"
             "                          min, median, p99 and max over iterations\n"
+            "      --steady[=F]        bracket every timed block with a 1 MiB all-reduce probe\n"
+            "                          and time it again when a probe took over F (1.5) times\n"
+            "                          the fastest: results from a machine's usual speed only\n"
             "      --json FILE         also write the results as JSON\n"
             "      --csv FILE          also write the results as CSV\n",
             prog);
@@ -156,7 +160,7 @@ static const struct option long_opts[] = {
     {"algo", required_argument, 0, 'A'},      {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV},   {"ranks", required_argument, 0, OPT_RANKS},
     {"host-per-rank", no_argument, 0, OPT_HOST_PER_RANK}, {"help", no_argument, 0, 'h'},
-    {"rounds", required_argument, 0, OPT_ROUNDS},
+    {"rounds", required_argument, 0, OPT_ROUNDS}, {"steady", optional_argument, 0, OPT_STEADY},
     {0, 0, 0, 0},
 };
 
@@ -253,6 +257,11 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
     case OPT_RANKS:
         return parse_int(v, 1, 1024, &o->ranks) ? usage_error(p, "--ranks: '%s' is not a count from 1 to 1024", v) : 0;
     case OPT_HOST_PER_RANK: o->host_per_rank = 1; return 0;
+    case OPT_STEADY:
+        o->steady = BENCH_STEADY_FACTOR;
+        if (v && (sscanf(v, "%lf", &o->steady) != 1 || !(o->steady >= 1.05 && o->steady <= 100)))
+            return usage_error(p, "--steady=%s: the factor must be a number from 1.05 to 100", v);
+        return 0;
     case OPT_ROUNDS:
         return parse_int(v, 1, 1000, &o->rounds) ? usage_error(p, "--rounds: '%s' is not a count from 1 to 1000", v) : 0;
     default: return usage_error(p, "unknown option");

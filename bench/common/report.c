@@ -213,13 +213,24 @@ int bench_report_close(struct bench_report *r) {
     double avg = r->busbw_rows ? r->busbw_sum / (double)r->busbw_rows : 0.0;
     if (r->checked) printf("# Out of bounds values : %lld %s\n", r->wrong_total, r->wrong_total ? "FAILED" : "OK");
     else printf("# Out of bounds values : N/A (not checked)\n");
-    printf("# Avg bus bandwidth    : %g \n#\n", avg);
+    printf("# Avg bus bandwidth    : %g \n", avg);
+    if (r->o->steady)
+        printf("# Steady               : %ld blocks timed again, %ld s waited, %ld kept slow (fastest probe %.1f us, "
+               "factor %.2f)\n",
+               r->steady_redone, r->steady_waited_s, r->steady_kept_slow, r->steady_best_us, r->o->steady);
+    printf("#\n");
     fflush(stdout);
     if (r->json) {
         fputs("\n ],\n \"wrong_total\": ", r->json);
         if (r->checked) fprintf(r->json, "%lld", r->wrong_total);
         else fputs("null", r->json);
-        fprintf(r->json, ", \"avg_busbw_gbps\": %.6f}\n", avg);
+        fprintf(r->json, ", \"avg_busbw_gbps\": %.6f", avg);
+        if (r->o->steady)
+            fprintf(r->json,
+                    ", \"steady\": {\"redone\": %ld, \"waited_s\": %ld, \"kept_slow\": %ld, "
+                    "\"fastest_probe_us\": %.3f}",
+                    r->steady_redone, r->steady_waited_s, r->steady_kept_slow, r->steady_best_us);
+        fputs("}\n", r->json);
     }
     int st = close_file(r->csv, r->o->csv_path);
     st |= close_file(r->json, r->o->json_path);

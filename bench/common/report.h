@@ -47,6 +47,9 @@ struct bench_report {
     long busbw_rows;
     long long wrong_total;
     int checked;
+    /* --steady's account (steady.h), for the footer */
+    long steady_redone, steady_waited_s, steady_kept_slow;
+    double steady_best_us;
 };
 
 /* Opens the files and writes every header. -1 (message printed) when a

@@ -14,6 +14,7 @@
 #include "measure.h"
 #include "options.h"
 #include "report.h"
+#include "steady.h"
 #include "values.h"
 
 struct sweep {
@@ -30,6 +31,7 @@ struct sweep {
     long long wrong_total;
     struct bench_report report;
     struct bench_progress progress;
+    struct bench_steady steady; /* --steady */
 };
 
 /* What one placement of one size runs on. */
@@ -132,6 +134,19 @@ static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t by
     return 0;
 }
 
+/* A timed pass on communicator slot `slot` (-A's index, 0 without a list),
+ * with --steady timed again until the machine stayed at speed through it. */
+static int guarded_pass(struct sweep *sw, const struct bench_call *call, size_t bytes, int slot,
+                        struct bench_place_result *res) {
+    for (int again = 1, try = 1; again; try++) {
+        if (bench_steady_before(&sw->steady, slot)) return fail(sw, "--steady's probe failed", NULL);
+        if (timed_pass(sw, call, bytes, res)) return -1;
+        if (bench_steady_after(&sw->steady, slot, try == BENCH_STEADY_MAX_TRIES, &again))
+            return fail(sw, "--steady's probe failed", NULL);
+    }
+    return 0;
+}
+
 /* Points the calls that follow at -A's i-th algorithm (nothing to do
  * without a list). */
 static int use_algo(struct sweep *sw, int i) {
@@ -146,7 +161,7 @@ static int use_algo(struct sweep *sw, int i) {
  * algorithm always follows the same one); the median round is reported.
  * A machine that slows down for a while slows every algorithm alike. */
 static int timed_rounds(struct sweep *sw, const struct bench_call *call, size_t bytes, int p, struct bench_row *rows) {
-    if (!sw->o->nalgos) return timed_pass(sw, call, bytes, &rows[0].place[p]);
+    if (!sw->o->nalgos) return guarded_pass(sw, call, bytes, 0, &rows[0].place[p]);
     int n = sw->o->nalgos, rounds = sw->o->rounds;
     double *times = calloc((size_t)n * (size_t)rounds, sizeof(double));
     if (!times) return fail(sw, "out of memory for round times", NULL);
@@ -154,7 +169,7 @@ static int timed_rounds(struct sweep *sw, const struct bench_call *call, size_t 
     for (int r = 0; r < rounds && !bad; r++)
         for (int k = 0; k < n && !bad; k++) {
             int a = (k + r) % n;
-            bad = use_algo(sw, a) || timed_pass(sw, call, bytes, &rows[a].place[p]);
+            bad = use_algo(sw, a) || guarded_pass(sw, call, bytes, a, &rows[a].place[p]);
             times[a * rounds + r] = rows[a].place[p].time_us;
         }
     for (int a = 0; a < n && !bad; a++)
@@ -270,6 +285,7 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
         memset(sw->send, 0, bytes);
         memset(sw->recv, 0, bytes);
     }
+    if (ok && bench_steady_init(&sw->steady, o->steady, sw->be, sw->c, sw->rank, o->nalgos, o->prog)) ok = 0;
     if (!all_ok(sw, ok)) return BENCH_EXIT_ERROR;
     sw->be->describe(sw->c, w);
     /* The roofline is one core's memcpy: the other ranks wait meanwhile. */
@@ -301,6 +317,10 @@ static int run_all(struct sweep *sw) {
             return BENCH_EXIT_ERROR;
         }
     status = sw->wrong_total ? BENCH_EXIT_WRONG : BENCH_EXIT_OK;
+    struct bench_report *r = &sw->report;
+    if (sw->steady.on)
+        bench_steady_summary(&sw->steady, &r->steady_redone, &r->steady_waited_s, &r->steady_kept_slow,
+                             &r->steady_best_us);
     if (sw->rank == 0 && bench_report_close(&sw->report)) status = BENCH_EXIT_ERROR;
     /* Nobody exits before rank 0 has written everything: launchers stop
      * every rank when one exits with a failure. */
@@ -328,5 +348,6 @@ int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_b
     free(sw.recv);
     free(sw.iter_times);
     free(sw.calls);
+    bench_steady_free(&sw.steady);
     return be->finish(c, status);
 }

@@ -89,6 +89,29 @@ corrupt) # LAUNCHER... -- ARGS...: the checker's self-test must make the program
   grep -Eq '# Out of bounds values : [1-9][0-9]* FAILED$' "$tmp/out" || die "no FAILED footer"
   grep -Eq '\[rank [0-9]+\] |CCL WARN' "$tmp/out.err" && die "the program failed for another reason"
   exit 0 ;;
+steady) # N: --steady's guard, driven by its self-test (CCL_BENCH_SLOW_PROBE)
+  n=$1
+  # Probes 1-5 calibrate; 6 is the first block's "before", 7 its "after".
+  CCL_BENCH_SLOW_PROBE=6 run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady
+  [ $rc -eq 0 ] || die "exit status $rc"
+  expect_all_right "$tmp/out"
+  # At least: the machine itself may be slow for a while too.
+  waited='^# Steady *: [0-9]* blocks timed again, [1-9][0-9]* s waited, [0-9]* kept slow'
+  grep -q "$waited (fastest probe [0-9.]* us, factor 1.50)\$" "$tmp/out" || die "a slow probe before a block must make the run wait"
+  grep -q -- '--steady: the machine is slow' "$tmp/out.err" || die "the wait is not announced"
+  CCL_BENCH_SLOW_PROBE=7 run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady=3 -A auto,ring \
+    --rounds 2
+  [ $rc -eq 0 ] || die "exit status $rc"
+  expect_all_right "$tmp/out"
+  grep -q '^# Steady *: [1-9][0-9]* blocks timed again, .*, factor 3.00)$' "$tmp/out" ||
+    die "a slow probe after a block must time it again"
+  [ "$(rows "$tmp/out" | wc -l)" -eq 4 ] || die "two sizes x two algorithms: four rows"
+  run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n"
+  grep -q '^# Steady' "$tmp/out" && die "no steady line without --steady"
+  run "$tmp/out" "$bin/$prog" --steady=1
+  [ $rc -eq 2 ] || die "--steady=1: exit status $rc, not 2"
+  grep -q 'factor must be a number from 1.05 to 100' "$tmp/out.err" || die "--steady=1 not explained"
+  exit 0 ;;
 files) # LAUNCHER... -- ARGS...: JSON and CSV parse and agree with the text
   split_launcher "$@"
   run "$tmp/out" $launcher "$bin/$prog" --json "$tmp/r.json" --csv "$tmp/r.csv" $args

@@ -52,6 +52,7 @@ bench_add_test(files_all_to_all files all_to_all_perf -- --ranks 4 -b 64 -e 64K 
 bench_add_test(files_barrier files barrier_perf -- --ranks 2 -n 5 -I)
 bench_add_test(files_algos files all_reduce_perf -- --ranks 3 -b 8 -e 64K -f 8 -n 3 -w 1 -A auto,ring,tree --rounds 3)
 bench_add_test(algos algos all_reduce_perf 3 auto,ring,tree,rd,rhd,direct)
+bench_add_test(steady steady all_reduce_perf 3)
 bench_add_test(usage usage broadcast_perf)
 bench_add_test(legs_pingpong legs pingpong_perf)
 

@@ -1,0 +1,135 @@
+/* --steady: bracket every timed block with a bandwidth probe (steady.h). */
+#define _GNU_SOURCE
+#include "steady.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "measure.h"
+
+#define PROBE_REPS 3
+#define CALIBRATION_PROBES 5
+
+int bench_steady_init(struct bench_steady *s, double factor, const struct bench_backend *be, struct bench_comm *c,
+                      int rank, int nalgos, const char *prog) {
+    memset(s, 0, sizeof *s);
+    s->on = factor > 0;
+    s->factor = factor;
+    s->be = be;
+    s->c = c;
+    s->rank = rank;
+    s->nalgos = nalgos;
+    s->prog = prog;
+    if (!s->on) return 0;
+    const char *slow_probe = getenv("CCL_BENCH_SLOW_PROBE");
+    s->slow_probe = slow_probe ? atol(slow_probe) : 0;
+    s->send = calloc(BENCH_STEADY_PROBE_BYTES / sizeof(float), sizeof(float));
+    s->recv = calloc(BENCH_STEADY_PROBE_BYTES / sizeof(float), sizeof(float));
+    if (!s->send || !s->recv) {
+        fprintf(stderr, "[rank %d] %s: out of memory for --steady's probe\n", rank, prog);
+        return -1;
+    }
+    return 0;
+}
+
+void bench_steady_free(struct bench_steady *s) {
+    free(s->send);
+    free(s->recv);
+    memset(s, 0, sizeof *s);
+}
+
+/* The fastest of a few all-reduces, the slowest rank's time (the same on
+ * every rank), always on -A's first communicator so that every probe of
+ * the run measures the same thing; then back to `slot`'s. */
+static int probe(struct bench_steady *s, int slot, double *us) {
+    struct bench_call call = {BENCH_ALL_REDUCE, s->send, s->recv, BENCH_STEADY_PROBE_BYTES / sizeof(float),
+                              CCL_FLOAT32, CCL_SUM, -1};
+    if (s->nalgos && slot != 0 && s->be->use_algo(s->c, 0)) return -1;
+    double best = 0;
+    /* Warm first: a rank that has just slept wakes slowly. */
+    int bad = s->be->run(s->c, &call, 1, 0);
+    for (int i = 0; i < PROBE_REPS && !bad; i++) {
+        bad = s->be->barrier(s->c);
+        double t0 = bench_now();
+        bad = bad || s->be->run(s->c, &call, 1, 0);
+        double t = (bench_now() - t0) * 1e6;
+        if (i == 0 || t < best) best = t;
+    }
+    if (bad || s->be->combine(s->c, &best, 1, BENCH_COMBINE_MAX)) return -1;
+    if (s->nalgos && slot != 0 && s->be->use_algo(s->c, slot)) return -1;
+    /* The guard's self-test: the probe numbered CCL_BENCH_SLOW_PROBE
+     * (from 1, the same on every rank) reads ten times slower. */
+    if (++s->probes == s->slow_probe) best *= 10;
+    *us = best;
+    return 0;
+}
+
+/* Records the probe; 1 when it is slow against the fastest so far. A
+ * fastest that falls by more than the factor once blocks were kept means
+ * those were timed in a slow period (the run started in one): said at once
+ * and counted in the summary. */
+static int slow(struct bench_steady *s, double us) {
+    if (s->best > 0 && us * s->factor < s->best && s->kept > s->kept_before_fall) {
+        if (s->rank == 0)
+            fprintf(stderr,
+                    "[%s] --steady: the machine has become faster (probe %.0f us, fastest so far %.0f us): the %ld "
+                    "blocks timed so far were timed while it was slow\n",
+                    s->prog, us, s->best, s->kept);
+        s->kept_before_fall = s->kept;
+    }
+    if (s->best == 0 || us < s->best) s->best = us;
+    return us > s->factor * s->best;
+}
+
+static void pause_one_second(void) {
+    struct timespec ts = {1, 0};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+int bench_steady_before(struct bench_steady *s, int slot) {
+    if (!s->on) return 0;
+    double us;
+    /* The first probes set the speed to expect. */
+    for (int i = 0, fresh = s->best == 0; fresh && i < CALIBRATION_PROBES; i++) {
+        if (probe(s, slot, &us)) return -1;
+        slow(s, us);
+    }
+    if (probe(s, slot, &us)) return -1;
+    for (int waited = 0; slow(s, us) && waited < BENCH_STEADY_MAX_WAIT_S; waited++) {
+        if (s->rank == 0 && waited == 0)
+            fprintf(stderr, "[%s] --steady: the machine is slow (probe %.0f us, fastest %.0f us): waiting\n", s->prog,
+                    us, s->best);
+        pause_one_second();
+        s->waited_s++;
+        if (probe(s, slot, &us)) return -1;
+    }
+    return 0;
+}
+
+int bench_steady_after(struct bench_steady *s, int slot, int last_try, int *again) {
+    *again = 0;
+    if (!s->on) return 0;
+    double us;
+    if (probe(s, slot, &us)) return -1;
+    if (slow(s, us)) {
+        if (!last_try) {
+            s->redone++;
+            *again = 1;
+            return 0;
+        }
+        s->kept_slow++;
+    }
+    s->kept++;
+    return 0;
+}
+
+void bench_steady_summary(const struct bench_steady *s, long *redone, long *waited_s, long *kept_slow,
+                          double *best_us) {
+    *redone = s->redone;
+    *waited_s = s->waited_s;
+    *kept_slow = s->kept_slow + s->kept_before_fall;
+    *best_us = s->best;
+}
