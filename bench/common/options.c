@@ -1,7 +1,6 @@
 /* Flags as nccl-tests spells them, plus the launching and output flags. */
 #define _GNU_SOURCE
 #include "options.h"
-#include "steady.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -12,6 +11,7 @@
 #include <strings.h>
 
 #include "colls.h"
+#include "steady.h"
 #include "values.h"
 
 enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY };

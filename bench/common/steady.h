@@ -10,9 +10,8 @@
  * probe (an all-reduce of BENCH_STEADY_PROBE_BYTES on -A's first
  * communicator, fastest of a few); a block with a probe more than the
  * factor (BENCH_STEADY_FACTOR unless given) times the fastest seen is
- * thrown away and timed
- * again once the probe is back to speed. Every rank takes the same
- * decision: probes are combined across ranks first.
+ * thrown away and timed again once the probe is back to speed. Every rank
+ * takes the same decision: probes are combined across ranks first.
  *
  * Self-test: CCL_BENCH_SLOW_PROBE=K makes the K-th probe of the run read
  * ten times slower. The run's first five probes set the speed to expect;
@@ -20,8 +19,6 @@
  */
 #ifndef BENCH_STEADY_H
 #define BENCH_STEADY_H
-
-#include <stddef.h>
 
 #include "bench.h"
 
@@ -31,8 +28,7 @@
 #define BENCH_STEADY_MAX_TRIES 10  /* a block's tries: the last is kept, and counted if slow */
 
 struct bench_steady {
-    int on;
-    double factor; /* a probe over factor x the fastest is slow */
+    double factor; /* a probe over factor x the fastest is slow; 0: --steady is off */
     const struct bench_backend *be;
     struct bench_comm *c;
     int rank, nalgos;

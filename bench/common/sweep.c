@@ -318,7 +318,7 @@ static int run_all(struct sweep *sw) {
         }
     status = sw->wrong_total ? BENCH_EXIT_WRONG : BENCH_EXIT_OK;
     struct bench_report *r = &sw->report;
-    if (sw->steady.on)
+    if (sw->o->steady)
         bench_steady_summary(&sw->steady, &r->steady_redone, &r->steady_waited_s, &r->steady_kept_slow,
                              &r->steady_best_us);
     if (sw->rank == 0 && bench_report_close(&sw->report)) status = BENCH_EXIT_ERROR;
