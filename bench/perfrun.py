@@ -28,11 +28,18 @@ def sweep(cmd, env=None, stderr=False):
     """Runs cmd writing its CSV to a temporary file: (exit status, the
     out-of-place rows as dicts (none when it failed), its stderr when
     asked for, else None)."""
+    status, rows, err, _ = sweep_footer(cmd, env, stderr)
+    return status, rows, err
+
+
+def sweep_footer(cmd, env=None, stderr=False):
+    """sweep(), and the report's footer lines ("# Steady : ...") last."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
-        r = subprocess.run(cmd + ["--csv", out.name], env=env, stdout=subprocess.DEVNULL,
+        r = subprocess.run(cmd + ["--csv", out.name], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE if stderr else subprocess.DEVNULL, text=True)
         rows = []
         if r.returncode == 0:
             with open(out.name, newline="") as f:
                 rows = [row for row in csv.DictReader(f) if row["placement"] == "out"]
-        return r.returncode, rows, r.stderr
+        footer = [line for line in r.stdout.splitlines() if line.startswith("# Steady")]
+        return r.returncode, rows, r.stderr, footer
