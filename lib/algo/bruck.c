@@ -75,7 +75,7 @@ static ccl_status_t bruck_all_gather(struct ccl_comm *comm, const struct ccl__co
             if (rn) CCL_CHECK(ccl__prims_recv(&p, from, (char *)ccl__at(buf, ro, p.esize), rn));
         }
     }
-    return ccl__prims_flush(comm, p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
 /* One packed message of `elems` elements: sent from out, received into in,
@@ -96,7 +96,9 @@ static ccl_status_t bruck_all_to_all(struct ccl_comm *comm, const struct ccl__co
     size_t bb = a->id.count * p.esize; /* bytes per block */
     int most = (n + 1) / 2;            /* blocks with a given bit set, at most */
     char *tmp = malloc((size_t)n * bb + 2 * (size_t)most * bb);
-    if (!tmp) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory for %d blocks of %zu bytes", p.what, n, bb);
+    if (!tmp)
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory for %d blocks of %zu bytes",
+                              ccl__prims_what(&p), n, bb);
     char *pack = tmp + (size_t)n * bb, *unpack = pack + (size_t)most * bb;
     const struct ccl__compute *cu = p.compute;
     for (int i = 0; i < n; i++) cu->copy(tmp + (size_t)i * bb, (const char *)a->sendbuf + (size_t)((r + i) % n) * bb, bb);
@@ -115,7 +117,7 @@ static ccl_status_t bruck_all_to_all(struct ccl_comm *comm, const struct ccl__co
     for (int i = 0; i < n && st == CCL_OK; i++)
         cu->copy((char *)a->recvbuf + (size_t)ccl__mod(r - i, n) * bb, tmp + (size_t)i * bb, bb);
     free(tmp);
-    return st == CCL_OK ? ccl__prims_flush(comm, p.what) : st;
+    return st == CCL_OK ? ccl__prims_flush(comm, ccl__prims_what(&p)) : st;
 }
 
 static ccl_status_t dissemination_barrier(struct ccl_comm *comm, const struct ccl__coll_args *a) {
@@ -128,7 +130,7 @@ static ccl_status_t dissemination_barrier(struct ccl_comm *comm, const struct cc
         CCL_CHECK(ccl__prims_send(&p, (r + d) % n, NULL, 0));
         CCL_CHECK(ccl__prims_recv(&p, ccl__mod(r - d, n), NULL, 0));
     }
-    return ccl__prims_flush(comm, p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
 const struct ccl__algo ccl__algo_bruck = {

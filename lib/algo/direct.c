@@ -130,7 +130,7 @@ static ccl_status_t wait_flag(const struct direct *d, enum flag f, uint64_t want
     struct flag_wait w = {.d = d, .f = f, .want = want, .pending = comm->scratch_conns};
     for (int q = 0; q < d->n; q++)
         if (q != d->r && (rank < 0 || q == rank)) w.pending[w.npending++] = comm->conns[q];
-    return ccl__wait(comm, d->p.what, w.pending, &w.npending, poll_flag, &w);
+    return ccl__wait(comm, ccl__prims_what(&d->p), w.pending, &w.npending, poll_flag, &w);
 }
 
 /* Publishes counter f = the current round and rings every peer. */
@@ -155,7 +155,7 @@ static ccl_status_t poll_settled(void *ctx, int *moved) {
 static ccl_status_t settle(const struct direct *d) {
     struct settle_wait w = {.cu = d->p.compute, .t = d->p.compute->fence()};
     int none = 0;
-    return ccl__wait(d->comm, d->p.what, NULL, &none, poll_settled, &w);
+    return ccl__wait(d->comm, ccl__prims_what(&d->p), NULL, &none, poll_settled, &w);
 }
 
 /* ---- the phases of a round ---- */

@@ -116,7 +116,7 @@ static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__c
     CCL_CHECK(fold_in(&p, &f, comm->rank, buf, count));
     if (f.me >= 0) CCL_CHECK(among(&p, &f, buf, count, a->id.op == CCL_AVG ? comm->nranks : 0));
     CCL_CHECK(fold_out(&p, &f, comm->rank, buf, count));
-    return ccl__prims_flush(comm, p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
 static ccl_status_t rd_among(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div) {
@@ -187,7 +187,7 @@ static ccl_status_t rd_all_gather(struct ccl_comm *comm, const struct ccl__coll_
         at(&p, CCL__TR_RD, CCL__TR_ALL_GATHER, step);
         CCL_CHECK(exchange(&p, partner, buf, mine, (size_t)mask * count, theirs, (size_t)mask * count, 0, 0, 0));
     }
-    return ccl__prims_flush(comm, p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
 const struct ccl__algo ccl__algo_rd = {

@@ -146,7 +146,7 @@ static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, 
         if (ph != AG_ONLY) CCL_CHECK(round_rs(R, j, ph == RS_THEN_AG));
         if (ph != RS_ONLY) CCL_CHECK(round_ag(R, j, ph == RS_THEN_AG));
     }
-    return ccl__prims_flush(comm, R->p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&R->p));
 }
 
 /* The whole communicator on the planner's ring: block b is rank b's. */
@@ -194,7 +194,7 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
         if (!reduce && P != first) s.src = NULL;
         CCL_CHECK(ccl__prims_step(&p, &s));
     }
-    return ccl__prims_flush(comm, p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
 static ccl_status_t ring_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {

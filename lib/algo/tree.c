@@ -155,7 +155,7 @@ static ccl_status_t binomial_run(struct ccl_comm *comm, const struct ccl__coll_a
         struct ccl__step s = reduce ? up_step(&t, src, dst, n, div) : down_step(&t, src, dst, n);
         CCL_CHECK(ccl__prims_step(&p, &s));
     }
-    return ccl__prims_flush(comm, p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
 static ccl_status_t tree_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
@@ -229,7 +229,7 @@ static ccl_status_t tree_all_reduce(struct ccl_comm *comm, const struct ccl__col
                 else s = down_step(&t[h], dst, dst, m);
                 CCL_CHECK(ccl__prims_step(&p, &s));
             }
-    return ccl__prims_flush(comm, p.what);
+    return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
 const struct ccl__algo ccl__algo_tree = {

@@ -170,8 +170,11 @@ void ccl__exec_inline_done(struct ccl_comm *comm) {
     struct ccl__exec *e = comm->exec;
     pthread_mutex_lock(&e->lock);
     e->busy = 0;
-    pthread_cond_broadcast(&e->work);
-    pthread_cond_broadcast(&e->done);
+    /* Only the progress thread with work queued behind this call, or a
+     * destroy, waits for the runner to be free: the small-message path
+     * skips the broadcasts otherwise. */
+    if (e->head || e->stop) pthread_cond_broadcast(&e->work);
+    if (e->stop) pthread_cond_broadcast(&e->done);
     pthread_mutex_unlock(&e->lock);
 }
 

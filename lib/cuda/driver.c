@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/params.h"
 
@@ -94,8 +95,26 @@ static int count_adds(struct dl_phdr_info *info, size_t size, void *out) {
     return 1; /* the first object carries the process-wide count */
 }
 
+/* How often a process without the driver looks again. The look (the
+ * loader's lock and a walk step) cost a small message a twentieth of its
+ * time when every call made it. Skipping it for a tick of the coarse clock
+ * misses no device pointer: between the driver's arrival and the first
+ * device allocation lie cuInit and a context's creation, which take far
+ * longer than a tick. */
+#define LOOK_EVERY_NS 1000000LL
+static _Atomic long long next_look_ns;
+
+static long long coarse_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 int ccl__cuda_in_process(void) {
     if (atomic_load_explicit(&ready, memory_order_acquire)) return 1;
+    long long now = coarse_now_ns();
+    if (now < atomic_load_explicit(&next_look_ns, memory_order_relaxed)) return 0;
+    atomic_store_explicit(&next_look_ns, now + LOOK_EVERY_NS, memory_order_relaxed);
     unsigned long long adds = 0;
     dl_iterate_phdr(count_adds, &adds);
     if (adds == atomic_load_explicit(&adds_seen, memory_order_relaxed)) return 0;

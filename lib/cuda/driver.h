@@ -69,8 +69,9 @@ struct ccl__cu {
 
 /* 1 when the process has the driver loaded (something in it uses CUDA, so
  * device pointers may exist); the table is then ready. Cheap enough for
- * every call: until a new shared object appears in the process it costs
- * one dl_iterate_phdr step. */
+ * every call: until the driver is there it looks (one dl_iterate_phdr
+ * step, and more only when a new shared object appeared) at most once a
+ * millisecond, reading a coarse clock in between. */
 int ccl__cuda_in_process(void);
 /* The driver, loading it if need be (a stream was given); NULL with the
  * reason in why when it cannot be loaded or initialised. */

@@ -112,8 +112,8 @@ static ccl_status_t zc_start(struct lane *l, int *moved) {
     if (x->is_send) {
         if (!wants_zc(comm, c, x)) return CCL_OK;
         if (ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg) != CCL_OK) {
-            CCL_INFO(CCL__SUB_P2P, comm->rank, "%s: %zu bytes to rank %d go through slots: %s", l->p.what, bytes,
-                     x->peer, ccl_comm_last_error(comm));
+            CCL_INFO(CCL__SUB_P2P, comm->rank, "%s: %zu bytes to rank %d go through slots: %s",
+                     ccl__prims_what(&l->p), bytes, x->peer, ccl_comm_last_error(comm));
             return CCL_OK;
         }
     } else {
@@ -165,6 +165,25 @@ static ccl_status_t zc_move(struct lane *l, int *moved) {
     return CCL_OK;
 }
 
+/* Moves one lane's transfer as far as it can: CCL_OK once it is done. */
+static ccl_status_t move_lane(struct lane *l, int *moved) {
+    struct ccl__p2p_xfer *x = l->x;
+    while (x->done_bytes < total_bytes(x)) {
+        ccl_status_t st;
+        if (l->zc == 0 && (st = zc_start(l, moved)) != CCL_OK) return st;
+        if (l->zc == 1) {
+            if ((st = zc_move(l, moved)) != CCL_OK) return st;
+            continue;
+        }
+        if (!l->busy) next_step(l);
+        if ((st = ccl__step_try(&l->p, &l->step, &l->st, moved)) != CCL_OK) return st;
+        x->done_bytes += l->step.n * l->p.esize;
+        l->busy = 0;
+        *moved = 1;
+    }
+    return CCL_OK;
+}
+
 /* Moves the head of every queue as far as it can; a head that finishes
  * hands over to the next lane of its queue at once. */
 static ccl_status_t poll_lanes(void *ctx, int *moved) {
@@ -174,30 +193,10 @@ static ccl_status_t poll_lanes(void *ctx, int *moved) {
     for (int i = 0; i < r->nqueues; i++) {
         int q = r->queues[i], at = r->head[q];
         while (at >= 0) {
-            struct lane *l = &r->lanes[at];
-            struct ccl__p2p_xfer *x = l->x;
-            while (x->done_bytes < total_bytes(x)) {
-                if (l->zc == 0) {
-                    ccl_status_t st = zc_start(l, moved);
-                    if (st == CCL_INPROGRESS) break;
-                    if (st < 0) return st;
-                }
-                if (l->zc == 1) {
-                    ccl_status_t st = zc_move(l, moved);
-                    if (st == CCL_INPROGRESS) break;
-                    if (st < 0) return st;
-                    continue;
-                }
-                if (!l->busy) next_step(l);
-                ccl_status_t st = ccl__step_try(&l->p, &l->step, &l->st, moved);
-                if (st == CCL_INPROGRESS) break;
-                if (st < 0) return st;
-                x->done_bytes += l->step.n * l->p.esize;
-                l->busy = 0;
-                *moved = 1;
-            }
-            if (x->done_bytes < total_bytes(x)) break;
-            at = l->next_in_line;
+            ccl_status_t st = move_lane(&r->lanes[at], moved);
+            if (st == CCL_INPROGRESS) break;
+            if (st < 0) return st;
+            at = r->lanes[at].next_in_line;
         }
         r->head[q] = at;
         if (at < 0) continue;
@@ -225,6 +224,40 @@ static void queue_lanes(struct p2p_run *r, int nranks) {
         if (r->head[q] >= 0) r->queues[r->nqueues++] = q;
 }
 
+/* One blocking send or receive (the small-message latency path): its lane
+ * alone, waiting on its one connection and flushing only that one, since
+ * every call ends with every connection flushed. */
+struct one_run {
+    struct lane l;
+    struct ccl__conn *waiting[1];
+    int nwaiting;
+};
+
+static ccl_status_t poll_one(void *ctx, int *moved) {
+    struct one_run *o = ctx;
+    ccl_status_t st = move_lane(&o->l, moved);
+    o->nwaiting = st == CCL_INPROGRESS;
+    return st;
+}
+
+static ccl_status_t run_one(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int kind, const char *what) {
+    struct one_run o;
+    struct lane *l = &o.l;
+    *l = (struct lane){.x = x, .next_in_line = -1}; /* the contexts are filled as used */
+    struct ccl__coll_id id = {.kind = CCL__K_P2P, .seq = x->seq, .count = x->count, .dtype = x->dtype, .root = -1};
+    struct ccl__conn *c = comm->conns[x->peer];
+    ccl_status_t st = ccl__prims_init(&l->p, comm, &id, c->slot_bytes, CCL__MEM_HOST);
+    if (st != CCL_OK) return st;
+    l->p.trace_kind = kind;
+    ccl__prims_name(&l->p, what, -1);
+    o.waiting[0] = c;
+    o.nwaiting = 1;
+    st = ccl__wait(comm, what, o.waiting, &o.nwaiting, poll_one, &o);
+    if (st == CCL_OK) st = ccl__prims_flush_conn(comm, c, what);
+    if (l->reg) ccl__reg_put(comm, l->reg); /* a failed zero-copy transfer */
+    return st;
+}
+
 ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what) {
     for (int i = 0; i < n; i++) {
         x[i].done_bytes = 0;
@@ -233,6 +266,7 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         x[i].seq = x[i].is_send ? comm->send_seq[x[i].peer]++ : comm->recv_seq[x[i].peer]++;
     }
     CCL_CHECK(match_self(comm, x, n, what));
+    if (n == 1 && x[0].peer != comm->rank) return run_one(comm, x, kind, what);
     struct p2p_run r = {.comm = comm, .waiting = comm->scratch_conns};
     /* A send, a receive or a pair of them among a few ranks (the
      * small-message latency path) allocates nothing. */

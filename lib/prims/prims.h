@@ -72,7 +72,13 @@ struct ccl__prims {
     size_t chunk_elems;         /* elements per step at most (the plan's chunk) */
     int mem;                    /* memory kind of the call's buffers */
     const struct ccl__compute *compute;
-    char what[48];              /* "all_reduce #12", for messages */
+    /* "all_reduce #12", for messages: formatted from name and name_seq
+     * only when a message or a wait asks (ccl__prims_what), since every
+     * call names its context and most never say the name. */
+    const char *name;
+    long name_seq;
+    char what[48];
+    int what_ready;
     int trace_kind;             /* the collective the trace files it under (id.kind unless told) */
     struct ccl__prims_trace tr; /* meaningful only while tracing */
 };
@@ -86,8 +92,18 @@ static inline void ccl__prims_at(struct ccl__prims *p, int algo, int recv_phase,
                                           .send_step = send_step, .chunk = chunk, .round = round, .offset = offset};
 }
 
-/* p->what = "NAME #SEQ", or NAME alone when seq < 0 (cut to fit). */
-void ccl__prims_name(struct ccl__prims *p, const char *name, long seq);
+/* Names the context "NAME #SEQ", or NAME alone when seq < 0 (cut to
+ * fit); ccl__prims_what returns the name, formatting it the first time. */
+static inline void ccl__prims_name(struct ccl__prims *p, const char *name, long seq) {
+    p->name = name;
+    p->name_seq = seq;
+    p->what_ready = 0;
+}
+const char *ccl__prims_what_format(struct ccl__prims *p);
+static inline const char *ccl__prims_what(const struct ccl__prims *p) {
+    /* The cache is the context's own, written by the thread that runs it. */
+    return p->what_ready ? p->what : ccl__prims_what_format((struct ccl__prims *)p);
+}
 /* chunk_bytes: the plan's chunk, never more than a slot of any link the
  * call uses and the same on every rank (every rank must cut alike). */
 ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const struct ccl__coll_id *id,
@@ -153,6 +169,9 @@ ccl_status_t ccl__step_try(struct ccl__prims *p, const struct ccl__step *s, stru
 /* Waits until everything this rank sent has left the process (stream
  * transports): the end of every call. */
 ccl_status_t ccl__prims_flush(struct ccl_comm *comm, const char *what);
+/* The same for one connection: a call that sent on that one alone (every
+ * call ends flushed, so the others have nothing left). */
+ccl_status_t ccl__prims_flush_conn(struct ccl_comm *comm, struct ccl__conn *c, const char *what);
 
 /* Point-to-point transfers that progress together (groups, all-to-all). */
 struct ccl__p2p_xfer {

@@ -14,9 +14,11 @@ const char *ccl__op_kind_name(int kind) {
     return kind > 0 && kind < CCL__NUM_OP_KINDS ? names[kind] : "?";
 }
 
-/* By hand: every call names one (two per send/recv pair), and snprintf's
- * cost was a tenth of a small point-to-point message's time. */
-void ccl__prims_name(struct ccl__prims *p, const char *name, long seq) {
+/* By hand: snprintf's cost was a tenth of a small point-to-point
+ * message's time, back when every call formatted its name. */
+const char *ccl__prims_what_format(struct ccl__prims *p) {
+    const char *name = p->name ? p->name : "?";
+    long seq = p->name_seq;
     size_t at = strnlen(name, sizeof(p->what) - (seq >= 0 ? 14 : 1)); /* " #" and 10 digits, then the end */
     memcpy(p->what, name, at);
     if (seq >= 0) {
@@ -30,6 +32,8 @@ void ccl__prims_name(struct ccl__prims *p, const char *name, long seq) {
         while (k > 0) p->what[at++] = digits[--k];
     }
     p->what[at] = '\0';
+    p->what_ready = 1;
+    return p->what;
 }
 
 ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const struct ccl__coll_id *id,
@@ -42,7 +46,7 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
     if (p->chunk_elems == 0) p->chunk_elems = 1;
     p->mem = mem;
     p->trace_kind = id->kind;
-    ccl__prims_name(p, ccl__op_kind_name(id->kind), id->seq);
+    ccl__prims_name(p, ccl__op_kind_name(id->kind), (long)id->seq);
     /* The kinds this call touches: its buffers and its connections' slots. */
     int kinds[CCL__NUM_MEM_KINDS + 1] = {mem}, nk = 1;
     for (int k = 0; k < CCL__NUM_MEM_KINDS; k++)
@@ -50,7 +54,7 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
     p->compute = ccl__compute_for(kinds, nk);
     if (!p->compute)
         return ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: no compute engine serves %s buffers with %s slots",
-                              p->what, ccl__mem_kind_name(mem), ccl__mem_kind_name(kinds[nk - 1]));
+                              ccl__prims_what(p), ccl__mem_kind_name(mem), ccl__mem_kind_name(kinds[nk - 1]));
     return CCL_OK;
 }
 
@@ -62,26 +66,27 @@ static ccl_status_t mismatch(struct ccl__prims *p, int peer, const struct ccl__s
         ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
                        "%s: rank %d sent message #%u with count %llu of %s; this rank receives #%u with count %llu "
                        "of %s (%zu bytes expected in this slot, %u came)",
-                       p->what, peer, m->seq, (unsigned long long)m->count, ccl_dtype_name((ccl_dtype_t)m->dtype),
-                       id->seq, (unsigned long long)id->count, ccl_dtype_name(id->dtype), want_bytes, m->bytes);
+                       ccl__prims_what(p), peer, m->seq, (unsigned long long)m->count,
+                       ccl_dtype_name((ccl_dtype_t)m->dtype), id->seq, (unsigned long long)id->count,
+                       ccl_dtype_name(id->dtype), want_bytes, m->bytes);
     else if (id->kind == CCL__K_P2P)
         ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
                        "%s: expected a message from rank %d but it is running %s #%u: calls were issued in a "
                        "different order",
-                       p->what, peer, ccl__op_kind_name(m->kind), m->seq);
+                       ccl__prims_what(p), peer, ccl__op_kind_name(m->kind), m->seq);
     else if (m->kind == id->kind && m->seq == id->seq && m->count != id->count)
-        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE, "%s: count %llu differs from rank %d's count %llu", p->what,
-                       (unsigned long long)id->count, peer, (unsigned long long)m->count);
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE, "%s: count %llu differs from rank %d's count %llu",
+                       ccl__prims_what(p), (unsigned long long)id->count, peer, (unsigned long long)m->count);
     else if (m->kind == id->kind && m->seq == id->seq)
         ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
                        "%s: arguments differ from rank %d's (dtype %s/%s, op %s/%s, root %d/%d, slice %zu/%u bytes)",
-                       p->what, peer, ccl_dtype_name(id->dtype), ccl_dtype_name((ccl_dtype_t)m->dtype),
+                       ccl__prims_what(p), peer, ccl_dtype_name(id->dtype), ccl_dtype_name((ccl_dtype_t)m->dtype),
                        ccl_op_name(id->op), ccl_op_name((ccl_op_t)m->op), id->root, (int)m->root, want_bytes,
                        m->bytes);
     else
         ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
                        "%s: rank %d is running %s #%u (count %llu) instead: calls were issued in a different order",
-                       p->what, peer, ccl__op_kind_name(m->kind), m->seq, (unsigned long long)m->count);
+                       ccl__prims_what(p), peer, ccl__op_kind_name(m->kind), m->seq, (unsigned long long)m->count);
     return ccl__comm_fail(p->comm, CCL_ERR_INVALID_USAGE);
 }
 
@@ -187,7 +192,8 @@ static ccl_status_t submit(struct ccl__prims *p, const struct ccl__step *s, stru
     const struct ccl__compute *cu = p->compute;
     void *target = s->dst ? s->dst : (s->nsend ? st->out[0] : NULL);
     if (!target && s->nrecv && bytes)
-        return ccl__set_error(p->comm, CCL_ERR_INTERNAL, "%s: a step receives with nowhere to put the data", p->what);
+        return ccl__set_error(p->comm, CCL_ERR_INTERNAL, "%s: a step receives with nowhere to put the data",
+                              ccl__prims_what(p));
     if (target && s->n) {
         size_t piece = cu->piece_bytes ? cu->piece_bytes / p->esize : s->n;
         if (piece == 0) piece = 1;
@@ -259,7 +265,7 @@ ccl_status_t ccl__prims_step(struct ccl__prims *p, const struct ccl__step *s) {
     int moved = 0;
     ccl_status_t st = poll_step(&w, &moved);
     if (st != CCL_INPROGRESS) return st;
-    return ccl__wait(p->comm, p->what, w.waiting, &w.nwaiting, poll_step, &w);
+    return ccl__wait(p->comm, ccl__prims_what(p), w.waiting, &w.nwaiting, poll_step, &w);
 }
 
 ccl_status_t ccl__prims_send(struct ccl__prims *p, int to, const void *src, size_t n) {
@@ -294,6 +300,13 @@ static ccl_status_t poll_flushed(void *ctx, int *moved) {
         if (!f->pending[i]->t->flushed(f->pending[i])) f->pending[k++] = f->pending[i];
     f->n = k;
     return k ? CCL_INPROGRESS : CCL_OK;
+}
+
+ccl_status_t ccl__prims_flush_conn(struct ccl_comm *comm, struct ccl__conn *c, const char *what) {
+    if (c->t->flushed(c)) return CCL_OK;
+    struct flush_wait f = {.comm = comm, .pending = comm->scratch_conns, .n = 1};
+    f.pending[0] = c;
+    return ccl__wait(comm, what, f.pending, &f.n, poll_flushed, &f);
 }
 
 ccl_status_t ccl__prims_flush(struct ccl_comm *comm, const char *what) {
