@@ -302,19 +302,23 @@ static ccl_status_t poll_flushed(void *ctx, int *moved) {
     return k ? CCL_INPROGRESS : CCL_OK;
 }
 
+/* Adds c to the connections still to flush, when it has bytes left. */
+static void flush_note(struct flush_wait *f, struct ccl__conn *c) {
+    if (c && !c->t->flushed(c)) f->pending[f->n++] = c;
+}
+
+static ccl_status_t flush_wait_all(struct flush_wait *f, const char *what) {
+    return f->n ? ccl__wait(f->comm, what, f->pending, &f->n, poll_flushed, f) : CCL_OK;
+}
+
 ccl_status_t ccl__prims_flush_conn(struct ccl_comm *comm, struct ccl__conn *c, const char *what) {
-    if (c->t->flushed(c)) return CCL_OK;
-    struct flush_wait f = {.comm = comm, .pending = comm->scratch_conns, .n = 1};
-    f.pending[0] = c;
-    return ccl__wait(comm, what, f.pending, &f.n, poll_flushed, &f);
+    struct flush_wait f = {.comm = comm, .pending = comm->scratch_conns};
+    flush_note(&f, c);
+    return flush_wait_all(&f, what);
 }
 
 ccl_status_t ccl__prims_flush(struct ccl_comm *comm, const char *what) {
     struct flush_wait f = {.comm = comm, .pending = comm->scratch_conns};
-    for (int r = 0; r < comm->nranks; r++) {
-        struct ccl__conn *c = comm->conns[r];
-        if (c && !c->t->flushed(c)) f.pending[f.n++] = c;
-    }
-    if (f.n == 0) return CCL_OK;
-    return ccl__wait(comm, what, f.pending, &f.n, poll_flushed, &f);
+    for (int r = 0; r < comm->nranks; r++) flush_note(&f, comm->conns[r]);
+    return flush_wait_all(&f, what);
 }
