@@ -247,6 +247,12 @@ struct pump {
     int nsend, nrecv; /* frames to send and to receive */
     int sent, received;
     uint8_t *scratch; /* slot_bytes, to rebuild expected contents */
+    /* The caller's memory instead of slots (send_commit_from, recv_into):
+     * frames are built in out and asked for in in (slot_bytes each). Every
+     * fifth receive asks for a size one byte off, which the transport must
+     * refuse: that frame lands in a slot, and in stays as it was. */
+    int caller_mem;
+    uint8_t *out, *in;
 };
 
 static void check_frame(struct rank_ctx *c, struct pump *p, const void *buf, const struct ccl__slot_meta *m,
@@ -276,8 +282,11 @@ static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pu
             st = tcp->send_acquire(cn, &buf);
             if (st == CCL_OK) {
                 struct ccl__slot_meta m = frame_meta(c->rank, p->sent, slot);
-                fill(buf, m.bytes, c->rank, p->sent);
-                if ((st = tcp->send_commit(cn, &m)) < 0) return st;
+                fill(p->caller_mem ? p->out : buf, m.bytes, c->rank, p->sent);
+                st = p->caller_mem ? tcp->send_commit_from(cn, &m, p->out) : tcp->send_commit(cn, &m);
+                /* what the transport kept, it copied: the caller's memory is free again */
+                if (p->caller_mem) memset(p->out, 0xa5, m.bytes);
+                if (st < 0) return st;
                 p->sent++;
                 moved = 1;
             } else if (st != CCL_INPROGRESS) {
@@ -287,9 +296,16 @@ static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pu
         if (p->received < p->nrecv) {
             const void *buf;
             struct ccl__slot_meta m;
+            uint32_t want = frame_bytes(cn->peer, p->received, slot);
+            int refused = p->received % 5 == 4 && want > 0;
+            if (p->caller_mem && (st = tcp->recv_into(cn, p->in, refused ? want - 1 : want)) < 0) return st;
             st = tcp->recv_acquire(cn, &buf, &m);
             if (st == CCL_OK) {
+                if (p->caller_mem)
+                    EXPECT(&c->t, !refused || buf != p->in, "frame %d: a hint of the wrong size was taken",
+                           p->received);
                 check_frame(c, p, buf, &m, cn->peer, slot);
+                if (p->caller_mem) memset(p->in, 0x5a, slot);
                 EXPECT_OK(&c->t, tcp->recv_release(cn));
                 p->received++;
                 moved = 1;
@@ -319,13 +335,18 @@ struct stream_cfg {
     size_t slot_bytes;
     int slots;
     int frames;
+    int caller_mem; /* frames from and into the caller's memory */
 };
 
 static const struct stream_cfg stream_cfgs[] = {
-    {64 << 10, 4, 3000}, /* the common shape */
-    {4096, 1, 3000},     /* one slot: no read-ahead, no gathering */
-    {64, 3, 6000},       /* tiny slots: many frames per system call */
-    {1 << 20, 8, 300},   /* big slots: frames larger than socket buffers */
+    {64 << 10, 4, 3000, 0}, /* the common shape */
+    {4096, 1, 3000, 0},     /* one slot: no read-ahead, no gathering */
+    {64, 3, 6000, 0},       /* tiny slots: many frames per system call */
+    {1 << 20, 8, 300, 0},   /* big slots: frames larger than socket buffers */
+    {64 << 10, 4, 3000, 1}, /* the same from and into the caller's memory */
+    {4096, 1, 3000, 1},
+    {64, 3, 6000, 1},       /* with the stash taking small frames */
+    {1 << 20, 8, 300, 1},   /* partial writes: the rest copied into the slot */
 };
 
 /* Both ranks stream at once; then rank 0 tears down and rank 1 checks that
@@ -334,7 +355,8 @@ static void stream_body(struct rank_ctx *c) {
     const struct stream_cfg *cfg = c->arg;
     struct ccl_comm *comm = comm_new(c->rank, cfg->slot_bytes, cfg->slots, 30);
     struct ccl__conn *cn = bring_up(c, comm);
-    struct pump p = {.nsend = cfg->frames, .nrecv = cfg->frames, .scratch = malloc(cfg->slot_bytes)};
+    struct pump p = {.nsend = cfg->frames, .nrecv = cfg->frames, .scratch = malloc(cfg->slot_bytes),
+                     .caller_mem = cfg->caller_mem, .out = malloc(cfg->slot_bytes), .in = malloc(cfg->slot_bytes)};
     EXPECT_OK(&c->t, pump_run(c, cn, &p, 30));
     EXPECT(&c->t, p.received == cfg->frames && p.sent == cfg->frames, "all frames through");
     barrier(c);
@@ -362,11 +384,14 @@ static void stream_body(struct rank_ctx *c) {
         comm_free(comm);
     }
     free(p.scratch);
+    free(p.out);
+    free(p.in);
 }
 
 START_TEST(stream_both_ways) {
-    char tag[64];
-    snprintf(tag, sizeof(tag), "stream %zu bytes x %d slots", stream_cfgs[_i].slot_bytes, stream_cfgs[_i].slots);
+    char tag[80];
+    snprintf(tag, sizeof(tag), "stream %zu bytes x %d slots%s", stream_cfgs[_i].slot_bytes, stream_cfgs[_i].slots,
+             stream_cfgs[_i].caller_mem ? " (caller's memory)" : "");
     run_pair(tag, stream_body, stream_body, &stream_cfgs[_i], 0);
 }
 END_TEST
@@ -422,6 +447,123 @@ static void backpressure_body(struct rank_ctx *c) {
 }
 
 START_TEST(backpressure) { run_pair("backpressure", backpressure_body, backpressure_body, NULL, 0); }
+END_TEST
+
+/* ---- the caller's memory, step by step ---- */
+
+#define BIG_FRAME (1u << 20)
+
+/* Polls recv_acquire (progressing) until a frame is there. */
+static ccl_status_t await_frame(struct ccl__conn *cn, const void **buf, struct ccl__slot_meta *m) {
+    for (double end = ccl__now() + 10; ccl__now() < end;) {
+        ccl_status_t st = tcp->recv_acquire(cn, buf, m);
+        if (st != CCL_INPROGRESS) return st;
+        struct pollfd pf = {.events = 0};
+        pf.fd = tcp->wait_fd(cn, &pf.events);
+        poll(&pf, 1, 100);
+    }
+    return CCL_ERR_TIMEOUT;
+}
+
+/* Commits frame i of BIG_FRAME bytes from the caller's memory, which is
+ * scribbled over at once: the transport must have what it still needs. */
+static void send_big_from_caller(struct rank_ctx *c, struct ccl__conn *cn, uint8_t *out, int i, uint32_t bytes) {
+    void *slot;
+    EXPECT_OK(&c->t, tcp->send_acquire(cn, &slot));
+    struct ccl__slot_meta m = frame_meta(0, i, BIG_FRAME);
+    m.bytes = bytes;
+    fill(out, bytes, 0, i);
+    EXPECT_OK(&c->t, tcp->send_commit_from(cn, &m, out));
+    memset(out, 0xa5, bytes);
+}
+
+static void expect_big(struct rank_ctx *c, struct ccl__conn *cn, const uint8_t *in, int i, uint32_t bytes,
+                       int in_caller) {
+    const void *buf;
+    struct ccl__slot_meta m;
+    EXPECT_OK(&c->t, await_frame(cn, &buf, &m));
+    EXPECT(&c->t, m.bytes == bytes && m.seq == (uint32_t)i, "frame %d: %u bytes, seq %u", i, m.bytes, m.seq);
+    EXPECT(&c->t, (buf == in) == in_caller, "frame %d: in %s, expected %s", i,
+           buf == in ? "the caller's memory" : "a slot", in_caller ? "the caller's memory" : "a slot");
+    uint8_t *want = malloc(BIG_FRAME);
+    fill(want, bytes, 0, i);
+    EXPECT(&c->t, memcmp(buf, want, bytes) == 0, "frame %d: payload differs", i);
+    free(want);
+    EXPECT_OK(&c->t, tcp->recv_release(cn));
+}
+
+/* Rank 0 sends, rank 1 receives, in rounds the channel keeps in step:
+ * 1. a frame asked for before it was sent lands in the caller's memory;
+ * 2. asked for with the wrong size, it lands in a slot, the memory untouched;
+ * 3. a hint withdrawn before anything arrived leaves the frame to a slot;
+ * 4. a frame larger than the socket buffers, sent from the caller's memory
+ *    while nobody reads: the rest is copied, the caller's memory reused;
+ * 5. a receive withdrawn once part of its frame is in the caller's memory
+ *    fails the connection, instead of losing those bytes silently. */
+static void caller_memory_body(struct rank_ctx *c) {
+    struct ccl_comm *comm = comm_new(c->rank, BIG_FRAME, 4, 30);
+    comm->params.tcp_socket_bytes = 64 << 10; /* a big frame cannot be in flight whole */
+    struct ccl__conn *cn = bring_up(c, comm);
+    uint8_t *mem = malloc(BIG_FRAME);
+    char b = 'g';
+    if (c->rank == 0) {
+        for (int round = 1; round <= 3; round++) {
+            chan_recv(c, &b, 1);
+            send_big_from_caller(c, cn, mem, round, 50000);
+            EXPECT(&c->t, tcp->flushed(cn), "round %d: 50000 bytes went straight from the caller's memory", round);
+        }
+        send_big_from_caller(c, cn, mem, 4, BIG_FRAME);
+        EXPECT(&c->t, !tcp->flushed(cn), "round 4: the socket took the whole frame");
+        chan_send(c, &b, 1);
+        struct pump p = {0};
+        EXPECT_OK(&c->t, pump_run(c, cn, &p, 30)); /* writes the rest */
+        chan_recv(c, &b, 1);
+        send_big_from_caller(c, cn, mem, 5, BIG_FRAME);
+        struct pump q = {0};
+        pump_run(c, cn, &q, 30); /* the peer fails its side: how this ends is not the point */
+        chan_recv(c, &b, 1);
+    } else {
+        const size_t hdr = sizeof(struct ccl__slot_meta);
+        struct ccl__tcp_conn *tc = (struct ccl__tcp_conn *)cn;
+        memset(mem, 0x5a, BIG_FRAME);
+        EXPECT_OK(&c->t, tcp->recv_into(cn, mem, 50000));
+        chan_send(c, &b, 1);
+        expect_big(c, cn, mem, 1, 50000, 1);
+
+        memset(mem, 0x5a, BIG_FRAME);
+        EXPECT_OK(&c->t, tcp->recv_into(cn, mem, 49999));
+        chan_send(c, &b, 1);
+        expect_big(c, cn, mem, 2, 50000, 0);
+        EXPECT(&c->t, mem[0] == 0x5a && mem[49999] == 0x5a, "a refused hint left the caller's memory alone");
+
+        EXPECT_OK(&c->t, tcp->recv_into(cn, mem, 50000));
+        EXPECT_OK(&c->t, tcp->recv_into(cn, NULL, 0));
+        chan_send(c, &b, 1);
+        expect_big(c, cn, mem, 3, 50000, 0);
+
+        chan_recv(c, &b, 1);
+        expect_big(c, cn, mem, 4, BIG_FRAME, 0);
+
+        EXPECT_OK(&c->t, tcp->recv_into(cn, mem, BIG_FRAME));
+        chan_send(c, &b, 1);
+        int moved = 0;
+        for (double end = ccl__now() + 10; tc->recv_got <= hdr && ccl__now() < end;) {
+            EXPECT_OK(&c->t, tcp->progress(cn, &moved));
+            poll(NULL, 0, 1);
+        }
+        EXPECT(&c->t, tc->recv_got > hdr && tc->recv_ready == 0, "part of frame 5 arrived (%zu bytes)", tc->recv_got);
+        EXPECT_STATUS(&c->t, CCL_ERR_INTERNAL, tcp->recv_into(cn, NULL, 0));
+        EXPECT(&c->t, error_says(comm, "abandoned in mid-frame"), "error: %s", comm->last_error);
+        const void *buf;
+        struct ccl__slot_meta m;
+        EXPECT_STATUS(&c->t, CCL_ERR_INTERNAL, tcp->recv_acquire(cn, &buf, &m));
+        chan_send(c, &b, 1);
+    }
+    comm_free(comm);
+    free(mem);
+}
+
+START_TEST(caller_memory) { run_pair("caller's memory", caller_memory_body, caller_memory_body, NULL, 0); }
 END_TEST
 
 /* ---- strangers at set-up ---- */
@@ -795,6 +937,7 @@ static Suite *tcp_suite(void) {
     TCase *data = tcase_create("data");
     tcase_add_loop_test(data, stream_both_ways, 0, (int)(sizeof(stream_cfgs) / sizeof(stream_cfgs[0])));
     tcase_add_test(data, backpressure);
+    tcase_add_test(data, caller_memory);
     suite_add_tcase(s, data);
     TCase *faults = tcase_create("faults");
     tcase_add_test(faults, strangers_dropped);

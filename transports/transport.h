@@ -76,6 +76,24 @@ struct ccl__transport {
     ccl_status_t (*send_commit)(struct ccl__conn *c, const struct ccl__slot_meta *m);
     ccl_status_t (*recv_acquire)(struct ccl__conn *c, const void **buf, struct ccl__slot_meta *m);
     ccl_status_t (*recv_release)(struct ccl__conn *c);
+    /* The caller's memory instead of a slot (both NULL when the transport
+     * has none: where the slots are what the peer reads, as shm's, there
+     * is no copy to save). For stream transports, whose slots are only
+     * staging on each side of the socket, they save a copy per chunk.
+     * send_commit_from: commits the slot send_acquire gave with its
+     * m->bytes of payload at `payload` (host memory the caller may change
+     * once this returns) instead of in the slot: the transport writes what
+     * it can straight from there and copies only the rest into the slot.
+     * recv_into: the caller wants the next frame, if it carries `bytes`
+     * of payload, at buf (host memory); when that frame has not begun
+     * arriving yet, the transport reads it there instead of into a slot,
+     * and recv_acquire then returns buf as its payload. A hint: any frame
+     * may still arrive in a slot. buf NULL withdraws it (a step abandoned
+     * because the communicator failed); a frame already partly read into
+     * the caller's memory then fails the connection, since its bytes are
+     * gone with that memory. */
+    ccl_status_t (*send_commit_from)(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *payload);
+    ccl_status_t (*recv_into)(struct ccl__conn *c, void *buf, size_t bytes);
     /* Moves staged bytes (stream transports); *moved != 0 if anything moved. */
     ccl_status_t (*progress)(struct ccl__conn *c, int *moved);
     /* 1 when every committed slot needs nothing more from this process to

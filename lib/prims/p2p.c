@@ -224,6 +224,14 @@ static void queue_lanes(struct p2p_run *r, int nranks) {
         if (r->head[q] >= 0) r->queues[r->nqueues++] = q;
 }
 
+/* What a lane still holds once its run ended: after a failure, the
+ * registration of a zero-copy transfer and the step it was in. */
+static void release_lane(struct lane *l, ccl_status_t run_status) {
+    if (l->reg) ccl__reg_put(l->p.comm, l->reg);
+    l->reg = NULL;
+    if (run_status < 0 && l->busy) ccl__step_abandon(&l->p, &l->step);
+}
+
 /* One blocking send or receive (the small-message latency path): its lane
  * alone, waiting on its one connection and flushing only that one, since
  * every call ends with every connection flushed. */
@@ -254,7 +262,7 @@ static ccl_status_t run_one(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int 
     o.nwaiting = 1;
     st = ccl__wait(comm, what, o.waiting, &o.nwaiting, poll_one, &o);
     if (st == CCL_OK) st = ccl__prims_flush_conn(comm, c, what);
-    if (l->reg) ccl__reg_put(comm, l->reg); /* a failed zero-copy transfer */
+    release_lane(l, st);
     return st;
 }
 
@@ -304,8 +312,7 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         st = ccl__wait(comm, what, r.waiting, &r.nwaiting, poll_lanes, &r);
     }
     if (st == CCL_OK) st = ccl__prims_flush(comm, what);
-    for (int i = 0; i < r.n; i++)
-        if (r.lanes[i].reg) ccl__reg_put(comm, r.lanes[i].reg); /* a failed zero-copy transfer */
+    for (int i = 0; i < r.n; i++) release_lane(&r.lanes[i], st);
     if (!few) {
         free(r.lanes);
         free(r.head);

@@ -159,12 +159,17 @@ struct ccl__step_state {
     struct ccl__compute_ticket ticket;
     const void *in[CCL__STEP_MAX_PEERS];
     void *out[CCL__STEP_MAX_PEERS];
+    const void *from; /* where the result already lies in the caller's memory, or NULL */
+    unsigned direct;  /* bit i: send i commits straight from `from`, not from out[i] */
     double t0, ta, tc; /* trace times: entered, acquired, computed */
 };
 /* Moves the step as far as it can now: CCL_OK when it has completed,
  * CCL_INPROGRESS when it waits for slots or compute (*moved set when it
  * advanced), or a failure (the communicator has failed). */
 ccl_status_t ccl__step_try(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, int *moved);
+/* A step left unfinished because the communicator failed: withdraws what
+ * it asked of its connections (a receive into the caller's memory). */
+void ccl__step_abandon(struct ccl__prims *p, const struct ccl__step *s);
 
 /* Waits until everything this rank sent has left the process (stream
  * transports): the end of every call. */

@@ -139,6 +139,12 @@ static void trace_step(struct ccl__prims *p, const struct ccl__step *s, const st
 
 /* ---- the step ---- */
 
+/* A step that only copies what it receives into the caller's memory asks
+ * for it there, saving the copy out of a slot where the transport can. */
+static int receives_into_dst(const struct ccl__prims *p, const struct ccl__step *s, size_t bytes) {
+    return s->nrecv == 1 && !s->reduce && s->dst && bytes && p->mem == CCL__MEM_HOST;
+}
+
 /* Every slot, or none: a step that cannot have them all takes nothing. */
 static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st,
                                 size_t bytes) {
@@ -146,6 +152,10 @@ static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s,
     for (int i = 0; i < s->nrecv; i++) {
         struct ccl__conn *c = comm->conns[s->recv[i]];
         struct ccl__slot_meta m;
+        if (c->t->recv_into && receives_into_dst(p, s, bytes)) {
+            ccl_status_t r = c->t->recv_into(c, s->dst, bytes);
+            if (r < 0) return ccl__comm_fail(comm, r);
+        }
         ccl_status_t r = c->t->recv_acquire(c, &st->in[i], &m);
         if (r == CCL_INPROGRESS) return st->blocked = c, r;
         if (r < 0) return ccl__comm_fail(comm, r);
@@ -169,9 +179,10 @@ static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct
     char *t = (char *)target + boff;
     const char *src = s->src ? (const char *)s->src + boff : NULL;
     if (s->nrecv == 0) {
-        cu->copy(t, src, bytes);
+        if (t != src) cu->copy(t, src, bytes);
     } else if (!s->reduce) {
-        cu->copy(t, (const char *)st->in[0] + boff, bytes);
+        const char *in = (const char *)st->in[0] + boff;
+        if (t != in) cu->copy(t, in, bytes); /* the transport may have put it in place */
     } else {
         const void *ops[CCL__STEP_MAX_PEERS + 1] = {0};
         int k = 0;
@@ -184,13 +195,30 @@ static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct
     }
     if (s->div > 1) cu->divide(t, n, p->id.dtype, s->div);
     for (int i = 0; i < s->nsend; i++)
-        if (st->out[i] != target) cu->copy((char *)st->out[i] + boff, t, bytes);
+        if (!(st->direct >> i & 1) && st->out[i] != target) cu->copy((char *)st->out[i] + boff, t, bytes);
+}
+
+/* Where the step's result lies in the caller's memory once computed (dst,
+ * or the src a step only sends), and which sends may go from there: those
+ * over a transport that copies out of the caller's memory itself. The
+ * rest get their slot filled. */
+static void plan_direct_sends(const struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st,
+                              size_t bytes) {
+    st->direct = 0;
+    st->from = NULL;
+    if (p->mem != CCL__MEM_HOST || !bytes) return;
+    st->from = s->dst ? s->dst : s->nrecv == 0 && s->div <= 1 ? s->src : NULL;
+    for (int i = 0; st->from && i < s->nsend; i++)
+        if (p->comm->conns[s->send[i]]->t->send_commit_from) st->direct |= 1u << i;
 }
 
 /* Hands the step's copies and reductions to the compute engine. */
 static ccl_status_t submit(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, size_t bytes) {
     const struct ccl__compute *cu = p->compute;
-    void *target = s->dst ? s->dst : (s->nsend ? st->out[0] : NULL);
+    plan_direct_sends(p, s, st, bytes);
+    void *target = s->dst;
+    for (int i = 0; !target && i < s->nsend; i++)
+        if (!(st->direct >> i & 1)) target = st->out[i];
     if (!target && s->nrecv && bytes)
         return ccl__set_error(p->comm, CCL_ERR_INTERNAL, "%s: a step receives with nowhere to put the data",
                               ccl__prims_what(p));
@@ -204,7 +232,8 @@ static ccl_status_t submit(struct ccl__prims *p, const struct ccl__step *s, stru
     return CCL_OK;
 }
 
-static ccl_status_t finish(struct ccl__prims *p, const struct ccl__step *s, size_t bytes) {
+static ccl_status_t finish(struct ccl__prims *p, const struct ccl__step *s, const struct ccl__step_state *st,
+                           size_t bytes) {
     struct ccl_comm *comm = p->comm;
     for (int i = 0; i < s->nrecv; i++) {
         struct ccl__conn *c = comm->conns[s->recv[i]];
@@ -214,7 +243,7 @@ static ccl_status_t finish(struct ccl__prims *p, const struct ccl__step *s, size
     struct ccl__slot_meta m = ccl__prims_stamp(p, bytes);
     for (int i = 0; i < s->nsend; i++) {
         struct ccl__conn *c = comm->conns[s->send[i]];
-        ccl_status_t r = c->t->send_commit(c, &m);
+        ccl_status_t r = st->direct >> i & 1 ? c->t->send_commit_from(c, &m, st->from) : c->t->send_commit(c, &m);
         if (r < 0) return ccl__comm_fail(comm, r);
         ccl__note_staged(comm, c);
     }
@@ -235,7 +264,7 @@ ccl_status_t ccl__step_try(struct ccl__prims *p, const struct ccl__step *s, stru
     }
     if (!p->compute->done(st->ticket)) return CCL_INPROGRESS;
     if (tracing) st->tc = ccl__now();
-    CCL_CHECK(finish(p, s, bytes));
+    CCL_CHECK(finish(p, s, st, bytes));
     if (tracing) trace_step(p, s, st, bytes);
     return CCL_OK;
 }
@@ -264,8 +293,16 @@ ccl_status_t ccl__prims_step(struct ccl__prims *p, const struct ccl__step *s) {
     if (__builtin_expect(p->comm->trace != NULL, 0)) w.st.t0 = ccl__now();
     int moved = 0;
     ccl_status_t st = poll_step(&w, &moved);
-    if (st != CCL_INPROGRESS) return st;
-    return ccl__wait(p->comm, ccl__prims_what(p), w.waiting, &w.nwaiting, poll_step, &w);
+    if (st == CCL_INPROGRESS) st = ccl__wait(p->comm, ccl__prims_what(p), w.waiting, &w.nwaiting, poll_step, &w);
+    if (st < 0) ccl__step_abandon(p, s);
+    return st;
+}
+
+void ccl__step_abandon(struct ccl__prims *p, const struct ccl__step *s) {
+    for (int i = 0; i < s->nrecv; i++) {
+        struct ccl__conn *c = p->comm->conns[s->recv[i]];
+        if (c->t->recv_into) (void)c->t->recv_into(c, NULL, 0);
+    }
 }
 
 ccl_status_t ccl__prims_send(struct ccl__prims *p, int to, const void *src, size_t n) {

@@ -185,9 +185,42 @@ static ccl_status_t tcp_send_commit(struct ccl__conn *base, const struct ccl__sl
     return write_frames(c, &moved);
 }
 
+/* With nothing staged ahead of it, the frame goes straight from the
+ * caller's memory; only what the socket does not take now is copied into
+ * the slot, to leave from there. Behind staged frames it is copied whole:
+ * the stream's order is theirs first. */
+static ccl_status_t tcp_send_commit_from(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *payload) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    if (c->failed) return c->failed;
+    ccl_status_t st = fail_if_peer_done(c);
+    if (st < 0) return st;
+    if (c->send_count == c->nslots || m->bytes > base->slot_bytes)
+        return tcp_send_commit(base, m); /* says what is wrong */
+    size_t frame = HDR_BYTES + m->bytes, sent = 0;
+    if (c->send_count == 0) {
+        struct iovec iov[2] = {{.iov_base = (void *)m, .iov_len = HDR_BYTES},
+                               {.iov_base = (void *)payload, .iov_len = m->bytes}};
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = m->bytes ? 2 : 1};
+        ssize_t w;
+        while ((w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)) < 0 && errno == EINTR) continue;
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return fail_io(c, errno, "send");
+        if (w > 0) sent = (size_t)w;
+        if (sent == frame) return CCL_OK;
+    }
+    unsigned s = (c->send_head + c->send_count) % c->nslots;
+    size_t from = sent > HDR_BYTES ? sent - HDR_BYTES : 0;
+    memcpy(c->send_buf + (size_t)s * base->slot_bytes + from, (const uint8_t *)payload + from, m->bytes - from);
+    c->send_meta[s] = *m;
+    if (c->send_count++ == 0) c->send_off = sent;
+    if (sent) return CCL_OK; /* the socket took what it could: it is full */
+    int moved = 0;
+    return write_frames(c, &moved);
+}
+
 /* ---- receiving ---- */
 
 static void frame_complete(struct ccl__tcp_conn *c, uint32_t bytes) {
+    if (c->ext_state == CCL__TCP_EXT_FILLING) c->ext_state = CCL__TCP_EXT_READY;
     c->recv_ready++;
     c->recv_got = 0;
     c->last_bytes = bytes;
@@ -204,6 +237,10 @@ static ccl_status_t received_bytes(struct ccl__tcp_conn *c, size_t n) {
             c->recv_got += take;
             n -= take;
             if (c->recv_got < HDR_BYTES) return CCL_OK;
+            /* The frame a receiver asked for in its own memory: only if it
+             * is the size that receiver expects. */
+            if (c->ext_state == CCL__TCP_EXT_WANTED)
+                c->ext_state = m->bytes == c->ext_bytes ? CCL__TCP_EXT_FILLING : CCL__TCP_EXT_NONE;
             if (m->bytes == CCL__TCP_GOODBYE_BYTES) {
                 c->peer_done = 1;
                 c->recv_got = 0;
@@ -234,6 +271,8 @@ static struct iovec filling_part(struct ccl__tcp_conn *c) {
         return (struct iovec){.iov_base = (uint8_t *)&c->recv_meta[f] + c->recv_got,
                               .iov_len = HDR_BYTES - c->recv_got};
     size_t off = c->recv_got - HDR_BYTES;
+    if (c->ext_state == CCL__TCP_EXT_FILLING)
+        return (struct iovec){.iov_base = c->ext + off, .iov_len = c->recv_meta[f].bytes - off};
     return (struct iovec){.iov_base = c->recv_buf + (size_t)f * c->base.slot_bytes + off,
                           .iov_len = c->recv_meta[f].bytes - off};
 }
@@ -307,7 +346,36 @@ static ccl_status_t tcp_recv_acquire(struct ccl__conn *base, const void **buf, s
         if (c->recv_ready == 0) return c->peer_done ? fail_closed(c) : CCL_INPROGRESS;
     }
     *m = c->recv_meta[c->recv_head];
-    *buf = c->recv_buf + (size_t)c->recv_head * base->slot_bytes;
+    *buf = c->ext_state == CCL__TCP_EXT_READY ? c->ext : c->recv_buf + (size_t)c->recv_head * base->slot_bytes;
+    return CCL_OK;
+}
+
+/* Only the frame that will be at the head once it arrives, and only
+ * before its payload began landing in a slot: the frame after the head
+ * must be free to be read ahead into slots. */
+static ccl_status_t tcp_recv_into(struct ccl__conn *base, void *buf, size_t bytes) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    if (!buf) {
+        int placed = c->ext_state == CCL__TCP_EXT_READY ||
+                     (c->ext_state == CCL__TCP_EXT_FILLING && c->recv_got > HDR_BYTES);
+        c->ext_state = CCL__TCP_EXT_NONE;
+        return placed ? conn_fail(c, CCL_ERR_INTERNAL, "a receive from rank %d was abandoned in mid-frame", base->peer)
+                      : CCL_OK;
+    }
+    if (c->failed) return c->failed;
+    if (c->ext_state == CCL__TCP_EXT_FILLING || c->ext_state == CCL__TCP_EXT_READY) {
+        if (c->ext == buf && c->ext_bytes == bytes) return CCL_OK; /* the same step, trying again */
+        return ccl__set_error(base->comm, CCL_ERR_INTERNAL,
+                              "tcp: a second receive from rank %d asked for a frame in its memory", base->peer);
+    }
+    c->ext_state = CCL__TCP_EXT_NONE;
+    if (c->recv_ready > 0 || c->peer_done || bytes == 0 || bytes > base->slot_bytes) return CCL_OK;
+    if (c->recv_got < HDR_BYTES)
+        c->ext_state = CCL__TCP_EXT_WANTED;
+    else if (c->recv_got == HDR_BYTES && c->recv_meta[c->recv_head].bytes == bytes)
+        c->ext_state = CCL__TCP_EXT_FILLING;
+    c->ext = buf;
+    c->ext_bytes = bytes;
     return CCL_OK;
 }
 
@@ -316,6 +384,7 @@ static ccl_status_t tcp_recv_release(struct ccl__conn *base) {
     if (c->recv_ready == 0)
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "tcp: release with no slot acquired from rank %d",
                               base->peer);
+    if (c->ext_state == CCL__TCP_EXT_READY) c->ext_state = CCL__TCP_EXT_NONE; /* it was the head */
     c->recv_head = c->recv_head + 1 == c->nslots ? 0 : c->recv_head + 1;
     c->recv_ready--;
     /* Stashed bytes may now fit: place them before anyone polls, since
@@ -446,6 +515,8 @@ const struct ccl__transport ccl__transport_tcp = {
     .teardown = ccl__tcp_teardown,
     .send_acquire = tcp_send_acquire,
     .send_commit = tcp_send_commit,
+    .send_commit_from = tcp_send_commit_from,
+    .recv_into = tcp_recv_into,
     .recv_acquire = tcp_recv_acquire,
     .recv_release = tcp_recv_release,
     .progress = tcp_progress,

@@ -68,6 +68,14 @@ struct ccl__tcp_conn {
     size_t recv_got;     /* bytes of the filling frame (header included) received */
     uint32_t last_bytes; /* payload size of the last complete frame */
 
+    /* A receiver that asked for the next frame in its own memory
+     * (recv_into): while WANTED, the filling frame's header decides; while
+     * FILLING, its payload goes to ext; once READY, the frame at the head
+     * has its payload there. At most one frame at a time. */
+    enum { CCL__TCP_EXT_NONE, CCL__TCP_EXT_WANTED, CCL__TCP_EXT_FILLING, CCL__TCP_EXT_READY } ext_state;
+    uint8_t *ext;
+    size_t ext_bytes;
+
     /* While frames are small, a read also takes up to CCL__TCP_STASH_BYTES
      * past the frame being filled; they are copied into place from here.
      * Bytes wait here only while every receive slot is full. */
