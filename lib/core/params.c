@@ -20,7 +20,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_HOST_ID", "", "host identity; ranks with equal ids share memory (default: the kernel's boot id and the /dev/shm directory)"},
     {"CCL_SOCKET_IFNAME", "", "network interface for sockets (default: first non-loopback)"},
     {"CCL_SHM_SLOT_BYTES", "131072", "bytes per shared-memory FIFO slot (a pipeline chunk)"},
-    {"CCL_TCP_SLOT_BYTES", "131072", "bytes per TCP staging slot (a pipeline chunk)"},
+    {"CCL_TCP_SLOT_BYTES", "524288", "bytes per TCP staging slot (a pipeline chunk)"},
     {"CCL_TCP_SOCKET_BYTES", "4194304",
      "send and receive buffer of every TCP connection, when net.core.rmem_max and wmem_max allow it (0: the "
      "kernel's autotuning)"},
@@ -147,7 +147,7 @@ static void params_load(void) {
     else default_host_id(params.machine_id, params.host_id, sizeof(params.host_id));
     copy_str(params.ifname, sizeof(params.ifname), env_or("CCL_SOCKET_IFNAME", ""));
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
-    params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
+    params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_socket_bytes = (size_t)env_long("CCL_TCP_SOCKET_BYTES", 4 << 20, 0, 1L << 30);
     params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     copy_str(params.ib_hca, sizeof(params.ib_hca), env_or("CCL_IB_HCA", ""));
