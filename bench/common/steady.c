@@ -12,6 +12,8 @@
 #define PROBE_REPS 3
 #define CALIBRATION_PROBES 5
 
+enum { PROBE_CALIBRATION = 1, PROBE_BEFORE, PROBE_AFTER };
+
 int bench_steady_init(struct bench_steady *s, double factor, const struct bench_backend *be, struct bench_comm *c,
                       int rank, int nalgos, const char *prog) {
     memset(s, 0, sizeof *s);
@@ -23,7 +25,7 @@ int bench_steady_init(struct bench_steady *s, double factor, const struct bench_
     s->prog = prog;
     if (s->factor == 0) return 0;
     const char *slow_probe = getenv("CCL_BENCH_SLOW_PROBE");
-    s->slow_probe = slow_probe ? atol(slow_probe) : 0;
+    s->slow_probe = !slow_probe ? 0 : !strcmp(slow_probe, "before") ? PROBE_BEFORE : !strcmp(slow_probe, "after") ? PROBE_AFTER : 0;
     s->send = calloc(BENCH_STEADY_PROBE_BYTES / sizeof(float), sizeof(float));
     s->recv = calloc(BENCH_STEADY_PROBE_BYTES / sizeof(float), sizeof(float));
     if (!s->send || !s->recv) {
@@ -42,7 +44,7 @@ void bench_steady_free(struct bench_steady *s) {
 /* The fastest of a few all-reduces, the slowest rank's time (the same on
  * every rank), always on -A's first communicator so that every probe of
  * the run measures the same thing; then back to `slot`'s. */
-static int probe(struct bench_steady *s, int slot, double *us) {
+static int probe(struct bench_steady *s, int slot, int role, double *us) {
     struct bench_call call = {BENCH_ALL_REDUCE, s->send, s->recv, BENCH_STEADY_PROBE_BYTES / sizeof(float),
                               CCL_FLOAT32, CCL_SUM, -1};
     if (s->nalgos && slot != 0 && s->be->use_algo(s->c, 0)) return -1;
@@ -58,9 +60,15 @@ static int probe(struct bench_steady *s, int slot, double *us) {
     }
     if (bad || s->be->combine(s->c, &best, 1, BENCH_COMBINE_MAX)) return -1;
     if (s->nalgos && slot != 0 && s->be->use_algo(s->c, slot)) return -1;
-    /* The guard's self-test: the probe numbered CCL_BENCH_SLOW_PROBE
-     * (from 1, the same on every rank) reads ten times slower. */
-    if (++s->probes == s->slow_probe) best *= 10;
+    /* The guard's self-test: the first probe of the role
+     * CCL_BENCH_SLOW_PROBE names (the first block's before or after, on
+     * every rank) reads ten times slower. By role, not by number: a probe
+     * the machine itself made slow adds probes, which would move a
+     * numbered one to another role. */
+    if (role == s->slow_probe) {
+        best *= 10;
+        s->slow_probe = 0;
+    }
     *us = best;
     return 0;
 }
@@ -93,17 +101,17 @@ int bench_steady_before(struct bench_steady *s, int slot) {
     double us;
     /* The first probes set the speed to expect. */
     for (int i = 0, fresh = s->best == 0; fresh && i < CALIBRATION_PROBES; i++) {
-        if (probe(s, slot, &us)) return -1;
+        if (probe(s, slot, PROBE_CALIBRATION, &us)) return -1;
         slow(s, us);
     }
-    if (probe(s, slot, &us)) return -1;
+    if (probe(s, slot, PROBE_BEFORE, &us)) return -1;
     for (int waited = 0; slow(s, us) && waited < BENCH_STEADY_MAX_WAIT_S; waited++) {
         if (s->rank == 0 && waited == 0)
             fprintf(stderr, "[%s] --steady: the machine is slow (probe %.0f us, fastest %.0f us): waiting\n", s->prog,
                     us, s->best);
         pause_one_second();
         s->waited_s++;
-        if (probe(s, slot, &us)) return -1;
+        if (probe(s, slot, PROBE_BEFORE, &us)) return -1;
     }
     return 0;
 }
@@ -112,7 +120,7 @@ int bench_steady_after(struct bench_steady *s, int slot, int last_try, int *agai
     *again = 0;
     if (s->factor == 0) return 0;
     double us;
-    if (probe(s, slot, &us)) return -1;
+    if (probe(s, slot, PROBE_AFTER, &us)) return -1;
     if (slow(s, us)) {
         if (!last_try) {
             s->redone++;

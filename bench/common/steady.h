@@ -13,9 +13,10 @@
  * thrown away and timed again once the probe is back to speed. Every rank
  * takes the same decision: probes are combined across ranks first.
  *
- * Self-test: CCL_BENCH_SLOW_PROBE=K makes the K-th probe of the run read
- * ten times slower. The run's first five probes set the speed to expect;
- * after them, each block has one probe before and one after.
+ * The run's first five probes set the speed to expect; after them, each
+ * block has one probe before and one after. Self-test:
+ * CCL_BENCH_SLOW_PROBE=before (after) makes the first block's probe
+ * before (after) it read ten times slower.
  */
 #ifndef BENCH_STEADY_H
 #define BENCH_STEADY_H
@@ -38,7 +39,7 @@ struct bench_steady {
     long kept, kept_slow;   /* blocks kept; of them, kept on their last try though slow */
     long kept_before_fall;  /* blocks kept before the fastest probe fell by more than the factor */
     long redone, waited_s;
-    long probes, slow_probe; /* probes so far; CCL_BENCH_SLOW_PROBE's self-test */
+    int slow_probe; /* CCL_BENCH_SLOW_PROBE's self-test: the role of the probe to slow, until done */
 };
 
 /* 0, or -1 when out of memory (message printed). factor 0: off, and

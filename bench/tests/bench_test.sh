@@ -91,15 +91,14 @@ corrupt) # LAUNCHER... -- ARGS...: the checker's self-test must make the program
   exit 0 ;;
 steady) # N: --steady's guard, driven by its self-test (CCL_BENCH_SLOW_PROBE)
   n=$1
-  # Probes 1-5 calibrate; 6 is the first block's "before", 7 its "after".
-  CCL_BENCH_SLOW_PROBE=6 run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady
+  CCL_BENCH_SLOW_PROBE=before run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady
   [ $rc -eq 0 ] || die "exit status $rc"
   expect_all_right "$tmp/out"
   # At least: the machine itself may be slow for a while too.
   waited='^# Steady *: [0-9]* blocks timed again, [1-9][0-9]* s waited, [0-9]* kept slow'
   grep -q "$waited (fastest probe [0-9.]* us, factor 1.50)\$" "$tmp/out" || die "a slow probe before a block must make the run wait"
   grep -q -- '--steady: the machine is slow' "$tmp/out.err" || die "the wait is not announced"
-  CCL_BENCH_SLOW_PROBE=7 run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady=3 -A auto,ring \
+  CCL_BENCH_SLOW_PROBE=after run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady=3 -A auto,ring \
     --rounds 2
   [ $rc -eq 0 ] || die "exit status $rc"
   expect_all_right "$tmp/out"
