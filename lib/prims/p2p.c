@@ -42,9 +42,11 @@ struct p2p_run {
     struct ccl_comm *comm;
     struct lane *lanes;
     int n;
-    int *head, *tail; /* [2 * nranks]: per queue (2 * peer + is_send) its first and last lane, or -1 */
+    int *head, *tail; /* [2 * nranks]: per queue (2 * peer + is_send) its first and last lane */
     int *queues;      /* the queues that still have lanes */
     int nqueues;
+    int *send_peers;  /* [nranks]: the peers sent to, for the flush */
+    int nsend_peers;
     struct ccl__conn **waiting; /* the connections something is still owed on */
     int nwaiting;
 };
@@ -85,7 +87,7 @@ static void next_step(struct lane *l) {
     char *at = (char *)x->buf + x->done_bytes;
     l->step = x->is_send ? (struct ccl__step){.src = at, .n = n, .nsend = 1, .send = {x->peer}}
                          : (struct ccl__step){.dst = at, .n = n, .nrecv = 1, .recv = {x->peer}};
-    memset(&l->st, 0, sizeof(l->st));
+    l->st.started = 0; /* the rest of the state is written before it is read */
     if (__builtin_expect(l->p.comm->trace != NULL, 0)) {
         uint32_t round = (uint32_t)(x->done_bytes / (l->p.chunk_elems * es));
         ccl__prims_at(&l->p, CCL__TR_DIRECT, CCL__TR_P2P, 0, CCL__TR_P2P, 0, 0, round, x->done_bytes);
@@ -209,19 +211,39 @@ static ccl_status_t poll_lanes(void *ctx, int *moved) {
     return kept ? CCL_INPROGRESS : CCL_OK;
 }
 
-/* Queues the lanes in issue order; the queue list is in peer order. */
-static void queue_lanes(struct p2p_run *r, int nranks) {
-    for (int q = 0; q < 2 * nranks; q++) r->head[q] = r->tail[q] = -1;
+static int lane_queue(const struct lane *l) { return 2 * l->x->peer + (l->x->is_send != 0); }
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Queues the lanes in issue order; the queue list is in peer order. Only
+ * the queues the lanes use are touched, so one send costs the same among
+ * 2 ranks as among 1000. */
+static void queue_lanes(struct p2p_run *r) {
+    for (int i = 0; i < r->n; i++) r->head[lane_queue(&r->lanes[i])] = -1;
     for (int i = 0; i < r->n; i++) {
         struct lane *l = &r->lanes[i];
-        int q = 2 * l->x->peer + (l->x->is_send != 0);
+        int q = lane_queue(l);
         l->next_in_line = -1;
-        if (r->tail[q] >= 0) r->lanes[r->tail[q]].next_in_line = i;
-        else r->head[q] = i;
+        if (r->head[q] < 0) {
+            r->head[q] = i;
+            r->queues[r->nqueues++] = q;
+        } else {
+            r->lanes[r->tail[q]].next_in_line = i;
+        }
         r->tail[q] = i;
     }
-    for (int q = 0; q < 2 * nranks; q++)
-        if (r->head[q] >= 0) r->queues[r->nqueues++] = q;
+    if (r->nqueues > 1) qsort(r->queues, (size_t)r->nqueues, sizeof(int), cmp_int);
+}
+
+/* The peers the lanes send to, each once, before the wait consumes the
+ * queue list: only their connections can hold unsent bytes at the end,
+ * since every call ends with all of them flushed. */
+static void note_send_peers(struct p2p_run *r) {
+    for (int i = 0; i < r->nqueues; i++)
+        if (r->queues[i] & 1) r->send_peers[r->nsend_peers++] = r->queues[i] / 2;
 }
 
 /* What a lane still holds once its run ended: after a failure, the
@@ -232,40 +254,6 @@ static void release_lane(struct lane *l, ccl_status_t run_status) {
     if (run_status < 0 && l->busy) ccl__step_abandon(&l->p, &l->step);
 }
 
-/* One blocking send or receive (the small-message latency path): its lane
- * alone, waiting on its one connection and flushing only that one, since
- * every call ends with every connection flushed. */
-struct one_run {
-    struct lane l;
-    struct ccl__conn *waiting[1];
-    int nwaiting;
-};
-
-static ccl_status_t poll_one(void *ctx, int *moved) {
-    struct one_run *o = ctx;
-    ccl_status_t st = move_lane(&o->l, moved);
-    o->nwaiting = st == CCL_INPROGRESS;
-    return st;
-}
-
-static ccl_status_t run_one(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int kind, const char *what) {
-    struct one_run o;
-    struct lane *l = &o.l;
-    *l = (struct lane){.x = x, .next_in_line = -1}; /* the contexts are filled as used */
-    struct ccl__coll_id id = {.kind = CCL__K_P2P, .seq = x->seq, .count = x->count, .dtype = x->dtype, .root = -1};
-    struct ccl__conn *c = comm->conns[x->peer];
-    ccl_status_t st = ccl__prims_init(&l->p, comm, &id, c->slot_bytes, CCL__MEM_HOST);
-    if (st != CCL_OK) return st;
-    l->p.trace_kind = kind;
-    ccl__prims_name(&l->p, what, -1);
-    o.waiting[0] = c;
-    o.nwaiting = 1;
-    st = ccl__wait(comm, what, o.waiting, &o.nwaiting, poll_one, &o);
-    if (st == CCL_OK) st = ccl__prims_flush_conn(comm, c, what);
-    release_lane(l, st);
-    return st;
-}
-
 ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what) {
     for (int i = 0; i < n; i++) {
         x[i].done_bytes = 0;
@@ -274,20 +262,18 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         x[i].seq = x[i].is_send ? comm->send_seq[x[i].peer]++ : comm->recv_seq[x[i].peer]++;
     }
     CCL_CHECK(match_self(comm, x, n, what));
-    if (n == 1 && x[0].peer != comm->rank) return run_one(comm, x, kind, what);
     struct p2p_run r = {.comm = comm, .waiting = comm->scratch_conns};
     /* A send, a receive or a pair of them among a few ranks (the
      * small-message latency path) allocates nothing. */
     struct lane few_lanes[P2P_FEW_LANES];
-    int few_queues[6 * P2P_FEW_RANKS];
+    int few_queues[7 * P2P_FEW_RANKS];
     int few = n <= P2P_FEW_LANES && comm->nranks <= P2P_FEW_RANKS;
     if (few) {
-        memset(few_lanes, 0, sizeof(few_lanes[0]) * (size_t)(n > 0 ? n : 1));
-        r.lanes = few_lanes;
+        r.lanes = few_lanes; /* each filled as it is taken, below */
         r.head = few_queues;
     } else {
         r.lanes = calloc(n > 0 ? (size_t)n : 1u, sizeof(*r.lanes));
-        r.head = malloc(sizeof(int) * 6 * (size_t)comm->nranks);
+        r.head = malloc(sizeof(int) * 7 * (size_t)comm->nranks);
     }
     if (!r.lanes || !r.head) {
         free(r.lanes);
@@ -296,11 +282,17 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
     }
     r.tail = r.head + 2 * comm->nranks;
     r.queues = r.tail + 2 * comm->nranks;
+    r.send_peers = r.queues + 2 * comm->nranks;
     ccl_status_t st = CCL_OK;
     for (int i = 0; i < n && st == CCL_OK; i++) {
         if (x[i].peer == comm->rank) continue;
         struct lane *l = &r.lanes[r.n++];
+        /* Field by field: zeroing a whole lane cost a small message a
+         * twentieth of its time; the engine context is ccl__prims_init's,
+         * the step and its state next_step's. */
         l->x = &x[i];
+        l->busy = l->zc = l->zc_offered = 0;
+        l->reg = NULL;
         struct ccl__coll_id id = {.kind = CCL__K_P2P, .seq = x[i].seq, .count = x[i].count, .dtype = x[i].dtype,
                                   .root = -1};
         st = ccl__prims_init(&l->p, comm, &id, comm->conns[x[i].peer]->slot_bytes, CCL__MEM_HOST);
@@ -308,10 +300,11 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         ccl__prims_name(&l->p, what, -1);
     }
     if (st == CCL_OK) {
-        queue_lanes(&r, comm->nranks);
+        queue_lanes(&r);
+        note_send_peers(&r);
         st = ccl__wait(comm, what, r.waiting, &r.nwaiting, poll_lanes, &r);
     }
-    if (st == CCL_OK) st = ccl__prims_flush(comm, what);
+    if (st == CCL_OK) st = ccl__prims_flush_peers(comm, r.send_peers, r.nsend_peers, what);
     for (int i = 0; i < r.n; i++) release_lane(&r.lanes[i], st);
     if (!few) {
         free(r.lanes);

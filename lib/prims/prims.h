@@ -174,9 +174,9 @@ void ccl__step_abandon(struct ccl__prims *p, const struct ccl__step *s);
 /* Waits until everything this rank sent has left the process (stream
  * transports): the end of every call. */
 ccl_status_t ccl__prims_flush(struct ccl_comm *comm, const char *what);
-/* The same for one connection: a call that sent on that one alone (every
- * call ends flushed, so the others have nothing left). */
-ccl_status_t ccl__prims_flush_conn(struct ccl_comm *comm, struct ccl__conn *c, const char *what);
+/* The same for the connections to some peers, each listed once: those a
+ * call sent to (every call ends flushed, so the others have nothing left). */
+ccl_status_t ccl__prims_flush_peers(struct ccl_comm *comm, const int *peers, int n, const char *what);
 
 /* Point-to-point transfers that progress together (groups, all-to-all). */
 struct ccl__p2p_xfer {

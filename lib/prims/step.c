@@ -348,9 +348,9 @@ static ccl_status_t flush_wait_all(struct flush_wait *f, const char *what) {
     return f->n ? ccl__wait(f->comm, what, f->pending, &f->n, poll_flushed, f) : CCL_OK;
 }
 
-ccl_status_t ccl__prims_flush_conn(struct ccl_comm *comm, struct ccl__conn *c, const char *what) {
+ccl_status_t ccl__prims_flush_peers(struct ccl_comm *comm, const int *peers, int n, const char *what) {
     struct flush_wait f = {.comm = comm, .pending = comm->scratch_conns};
-    flush_note(&f, c);
+    for (int i = 0; i < n; i++) flush_note(&f, comm->conns[peers[i]]);
     return flush_wait_all(&f, what);
 }
 
