@@ -5,7 +5,11 @@
  * On the wire each slot is a frame: a struct ccl__slot_meta, then meta.bytes
  * payload bytes. The sender stages up to `slots` frames and writes them with
  * one sendmsg; the receiver reads ahead into up to `slots` receive slots, so
- * the payload lands once in the slot the caller reads (no extra copy).
+ * the payload lands once in the slot the caller reads (no extra copy). A
+ * frame whose payload lies in the caller's memory leaves straight from
+ * there when nothing is queued ahead of it (send_commit_from), and one the
+ * caller asked for before it began arriving lands straight in its memory
+ * (recv_into): then the slots are not touched at all.
  *
  * Set-up: every rank listens on its bootstrap address (the blob carries a
  * union ccl__sa), connects to each lower-ranked peer it uses and sends a
