@@ -25,7 +25,10 @@ int bench_steady_init(struct bench_steady *s, double factor, const struct bench_
     s->prog = prog;
     if (s->factor == 0) return 0;
     const char *slow_probe = getenv("CCL_BENCH_SLOW_PROBE");
-    s->slow_probe = !slow_probe ? 0 : !strcmp(slow_probe, "before") ? PROBE_BEFORE : !strcmp(slow_probe, "after") ? PROBE_AFTER : 0;
+    s->slow_probe = !slow_probe                   ? 0
+                    : !strcmp(slow_probe, "before") ? PROBE_BEFORE
+                    : !strcmp(slow_probe, "after")  ? PROBE_AFTER
+                                                    : 0;
     s->send = calloc(BENCH_STEADY_PROBE_BYTES / sizeof(float), sizeof(float));
     s->recv = calloc(BENCH_STEADY_PROBE_BYTES / sizeof(float), sizeof(float));
     if (!s->send || !s->recv) {

@@ -126,7 +126,10 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     if (st == CCL_OK && topo_st == CCL_OK) topo_st = ccl__plan_bind(comm);
     if (st == CCL_OK) st = setup_transports(comm, root_fd, topo_st);
     for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
-        if (comm->conns[p]) comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
+        if (comm->conns[p]) {
+            comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
+            comm->caller_mem |= comm->conns[p]->t->send_commit_from || comm->conns[p]->t->recv_into;
+        }
     if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_direct(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);

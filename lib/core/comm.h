@@ -41,6 +41,7 @@ struct ccl_comm {
     uint8_t *blobs;                     /* [nranks][ccl__ntransports][CCL__TRANSPORT_BLOB_BYTES] (ccl__peer_blob) */
     struct ccl__conn **conns;           /* [nranks], full duplex; NULL for self */
     uint32_t slot_kinds;                /* memory kinds of every connection's slots (bit per kind) */
+    uint8_t caller_mem;                 /* some connection sends from or receives into the caller's memory */
     struct ccl__conn **scratch_conns;   /* [nranks], for the one thread running operations */
     struct ccl__conn **staged;          /* [nranks]: connections holding committed bytes not yet sent */
     struct ccl__regcache *regcache;     /* registrations kept for reuse (prims/regcache.h); NULL until used */

@@ -71,6 +71,7 @@ struct ccl__prims {
     ccl__reduce_fn reduce;
     size_t chunk_elems;         /* elements per step at most (the plan's chunk) */
     int mem;                    /* memory kind of the call's buffers */
+    int caller_mem;             /* host buffers, and a connection that can use them in place of slots */
     const struct ccl__compute *compute;
     /* "all_reduce #12", for messages: formatted from name and name_seq
      * only when a message or a wait asks (ccl__prims_what), since every

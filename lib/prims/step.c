@@ -45,6 +45,7 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
     p->chunk_elems = p->esize ? chunk_bytes / p->esize : 0;
     if (p->chunk_elems == 0) p->chunk_elems = 1;
     p->mem = mem;
+    p->caller_mem = mem == CCL__MEM_HOST && comm->caller_mem;
     p->trace_kind = id->kind;
     ccl__prims_name(p, ccl__op_kind_name(id->kind), (long)id->seq);
     /* The kinds this call touches: its buffers and its connections' slots. */
@@ -142,7 +143,7 @@ static void trace_step(struct ccl__prims *p, const struct ccl__step *s, const st
 /* A step that only copies what it receives into the caller's memory asks
  * for it there, saving the copy out of a slot where the transport can. */
 static int receives_into_dst(const struct ccl__prims *p, const struct ccl__step *s, size_t bytes) {
-    return s->nrecv == 1 && !s->reduce && s->dst && bytes && p->mem == CCL__MEM_HOST;
+    return p->caller_mem && s->nrecv == 1 && !s->reduce && s->dst && bytes;
 }
 
 /* Every slot, or none: a step that cannot have them all takes nothing. */
@@ -206,7 +207,7 @@ static void plan_direct_sends(const struct ccl__prims *p, const struct ccl__step
                               size_t bytes) {
     st->direct = 0;
     st->from = NULL;
-    if (p->mem != CCL__MEM_HOST || !bytes) return;
+    if (!p->caller_mem || !bytes) return;
     st->from = s->dst ? s->dst : s->nrecv == 0 && s->div <= 1 ? s->src : NULL;
     for (int i = 0; st->from && i < s->nsend; i++)
         if (p->comm->conns[s->send[i]]->t->send_commit_from) st->direct |= 1u << i;

@@ -122,7 +122,8 @@ static ccl_status_t write_frames(struct ccl__tcp_conn *c, int *moved) {
         unsigned s = c->send_head;
         for (unsigned i = 0; i < c->send_count && i < MAX_GATHER; i++) {
             uint8_t *hdr = (uint8_t *)&c->send_meta[s];
-            uint8_t *payload = c->send_buf + (size_t)s * c->base.slot_bytes;
+            const uint8_t *payload = c->send_buf + (size_t)s * c->base.slot_bytes;
+            if (i == 0 && c->head_from) payload = c->head_from;
             size_t hlen = HDR_BYTES, plen = c->send_meta[s].bytes;
             if (skip >= HDR_BYTES) {
                 payload += skip - HDR_BYTES;
@@ -134,7 +135,7 @@ static ccl_status_t write_frames(struct ccl__tcp_conn *c, int *moved) {
             }
             skip = 0;
             if (hlen) iov[n++] = (struct iovec){.iov_base = hdr, .iov_len = hlen};
-            if (plen) iov[n++] = (struct iovec){.iov_base = payload, .iov_len = plen};
+            if (plen) iov[n++] = (struct iovec){.iov_base = (void *)payload, .iov_len = plen};
             want += hlen + plen;
             s = s + 1 == c->nslots ? 0 : s + 1;
         }
@@ -169,52 +170,54 @@ static ccl_status_t tcp_send_acquire(struct ccl__conn *base, void **buf) {
     return CCL_OK;
 }
 
-static ccl_status_t tcp_send_commit(struct ccl__conn *base, const struct ccl__slot_meta *m) {
-    struct ccl__tcp_conn *c = tcp_conn(base);
+/* Puts frame m in the next slot, after the checks every commit makes;
+ * *slot is where its payload goes. */
+static ccl_status_t stage_frame(struct ccl__tcp_conn *c, const struct ccl__slot_meta *m, uint8_t **slot) {
     if (c->failed) return c->failed;
     ccl_status_t st = fail_if_peer_done(c);
     if (st < 0) return st;
-    if (c->send_count == c->nslots || m->bytes > base->slot_bytes)
-        return ccl__set_error(base->comm, CCL_ERR_INTERNAL,
+    if (c->send_count == c->nslots || m->bytes > c->base.slot_bytes)
+        return ccl__set_error(c->base.comm, CCL_ERR_INTERNAL,
                               "tcp: commit of %u bytes to rank %d (%u of %u slots staged, slots hold %zu)", m->bytes,
-                              base->peer, c->send_count, c->nslots, base->slot_bytes);
+                              c->base.peer, c->send_count, c->nslots, c->base.slot_bytes);
     unsigned s = (c->send_head + c->send_count) % c->nslots;
     c->send_meta[s] = *m;
     c->send_count++;
+    *slot = c->send_buf + (size_t)s * c->base.slot_bytes;
+    return CCL_OK;
+}
+
+static ccl_status_t tcp_send_commit(struct ccl__conn *base, const struct ccl__slot_meta *m) {
+    struct ccl__tcp_conn *c = tcp_conn(base);
+    uint8_t *slot = NULL;
+    ccl_status_t st = stage_frame(c, m, &slot);
+    if (st < 0) return st;
     int moved = 0;
     return write_frames(c, &moved);
 }
 
-/* With nothing staged ahead of it, the frame goes straight from the
+/* With nothing staged ahead of it, the frame is written straight from the
  * caller's memory; only what the socket does not take now is copied into
  * the slot, to leave from there. Behind staged frames it is copied whole:
  * the stream's order is theirs first. */
 static ccl_status_t tcp_send_commit_from(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *payload) {
     struct ccl__tcp_conn *c = tcp_conn(base);
-    if (c->failed) return c->failed;
-    ccl_status_t st = fail_if_peer_done(c);
+    uint8_t *slot = NULL;
+    ccl_status_t st = stage_frame(c, m, &slot);
     if (st < 0) return st;
-    if (c->send_count == c->nslots || m->bytes > base->slot_bytes)
-        return tcp_send_commit(base, m); /* says what is wrong */
-    size_t frame = HDR_BYTES + m->bytes, sent = 0;
-    if (c->send_count == 0) {
-        struct iovec iov[2] = {{.iov_base = (void *)m, .iov_len = HDR_BYTES},
-                               {.iov_base = (void *)payload, .iov_len = m->bytes}};
-        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = m->bytes ? 2 : 1};
-        ssize_t w;
-        while ((w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)) < 0 && errno == EINTR) continue;
-        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return fail_io(c, errno, "send");
-        if (w > 0) sent = (size_t)w;
-        if (sent == frame) return CCL_OK;
-    }
-    unsigned s = (c->send_head + c->send_count) % c->nslots;
-    size_t from = sent > HDR_BYTES ? sent - HDR_BYTES : 0;
-    memcpy(c->send_buf + (size_t)s * base->slot_bytes + from, (const uint8_t *)payload + from, m->bytes - from);
-    c->send_meta[s] = *m;
-    if (c->send_count++ == 0) c->send_off = sent;
-    if (sent) return CCL_OK; /* the socket took what it could: it is full */
     int moved = 0;
-    return write_frames(c, &moved);
+    if (c->send_count > 1) {
+        memcpy(slot, payload, m->bytes);
+        return write_frames(c, &moved);
+    }
+    c->head_from = payload;
+    st = write_frames(c, &moved);
+    c->head_from = NULL;
+    if (c->send_count > 0) { /* the socket is full: the rest leaves from the slot */
+        size_t from = c->send_off > HDR_BYTES ? c->send_off - HDR_BYTES : 0;
+        memcpy(slot + from, (const uint8_t *)payload + from, m->bytes - from);
+    }
+    return st;
 }
 
 /* ---- receiving ---- */

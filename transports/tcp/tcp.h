@@ -64,6 +64,7 @@ struct ccl__tcp_conn {
     struct ccl__slot_meta *send_meta;
     unsigned send_head, send_count;
     size_t send_off; /* bytes of the oldest frame (header included) already written */
+    const uint8_t *head_from; /* while send_commit_from writes: the oldest frame's payload, in the caller's memory */
 
     /* Complete frames, oldest at recv_head; the frame after them is filling. */
     uint8_t *recv_buf;
