@@ -57,79 +57,90 @@ static void at_slice(struct ccl__prims *p, size_t off) {
     }
 }
 
-/* Sends elements [soff, soff + slen) of buf to `peer` while receiving
- * [roff, roff + rlen) from it, chunk by chunk; received data is reduced
- * into buf (with div > 1 divided after) or copied. The lower-numbered
- * side's data is always the first operand (peer_first when the peer is
- * lower), so both sides reduce alike even where operand order shows (the
- * payload of a NaN meeting a NaN). */
-static ccl_status_t exchange(struct ccl__prims *p, int peer, char *buf, size_t soff, size_t slen, size_t roff,
-                             size_t rlen, int reduce, int div, int peer_first) {
+/* Sends elements [soff, soff + slen) of this side's data to `peer` while
+ * receiving [roff, roff + rlen) from it, chunk by chunk; received data is
+ * reduced with this side's into buf (with div > 1 divided after) or
+ * copied there. This side's data lies at *in: the caller's send buffer
+ * until the first exchange, which reads it from there instead of copying
+ * it into buf first (one pass over the buffer less), and in buf from then
+ * on (*in becomes buf). The lower-numbered side's data is always the first
+ * operand (peer_first when the peer is lower), so both sides reduce alike
+ * even where operand order shows (the payload of a NaN meeting a NaN). */
+static ccl_status_t exchange(struct ccl__prims *p, int peer, const char **in, char *buf, size_t soff, size_t slen,
+                             size_t roff, size_t rlen, int reduce, int div, int peer_first) {
     size_t c = p->chunk_elems;
     for (size_t k = 0; k < slen || k < rlen; k += c) {
         if (k < slen) {
             at_slice(p, soff + k);
-            CCL_CHECK(ccl__prims_send(p, peer, ccl__at(buf, soff + k, p->esize), min_sz(c, slen - k)));
+            CCL_CHECK(ccl__prims_send(p, peer, ccl__at(*in, soff + k, p->esize), min_sz(c, slen - k)));
         }
         if (k < rlen) {
             at_slice(p, roff + k);
             char *at_buf = (char *)ccl__at(buf, roff + k, p->esize);
-            CCL_CHECK(ccl__prims_step(p, &(struct ccl__step){.src = reduce ? at_buf : NULL, .dst = at_buf,
-                                                             .n = min_sz(c, rlen - k), .nrecv = 1, .recv = {peer},
-                                                             .reduce = (uint8_t)reduce, .src_last = (uint8_t)peer_first,
-                                                             .div = div}));
+            CCL_CHECK(ccl__prims_step(p, &(struct ccl__step){.src = reduce ? ccl__at(*in, roff + k, p->esize) : NULL,
+                                                             .dst = at_buf, .n = min_sz(c, rlen - k), .nrecv = 1,
+                                                             .recv = {peer}, .reduce = (uint8_t)reduce,
+                                                             .src_last = (uint8_t)peer_first, .div = div}));
         }
     }
+    *in = buf;
     return CCL_OK;
 }
 
 /* The ranks that sit out hand their data in (fold) or get the result back
  * (unfold). */
-static ccl_status_t fold_in(struct ccl__prims *p, const struct fold *f, int rank, char *buf, size_t count) {
+static ccl_status_t fold_in(struct ccl__prims *p, const struct fold *f, int rank, const char **in, char *buf,
+                            size_t count) {
     if (rank >= 2 * f->rem) return CCL_OK;
     at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, 0);
-    if (f->me < 0) return exchange(p, rank + 1, buf, 0, count, 0, 0, 0, 0, 0);
-    return exchange(p, rank - 1, buf, 0, 0, 0, count, 1, 0, 1);
+    if (f->me < 0) return exchange(p, rank + 1, in, buf, 0, count, 0, 0, 0, 0, 0);
+    return exchange(p, rank - 1, in, buf, 0, 0, 0, count, 1, 0, 1);
 }
 
-static ccl_status_t fold_out(struct ccl__prims *p, const struct fold *f, int rank, char *buf, size_t count) {
+static ccl_status_t fold_out(struct ccl__prims *p, const struct fold *f, int rank, const char **in, char *buf,
+                             size_t count) {
     if (rank >= 2 * f->rem) return CCL_OK;
     int steps = 0;
     while ((1 << steps) < f->p2) steps++;
     at(p, CCL__TR_RD, CCL__TR_BROADCAST, steps + 1);
-    if (f->me < 0) return exchange(p, rank + 1, buf, 0, 0, 0, count, 0, 0, 0);
-    return exchange(p, rank - 1, buf, 0, count, 0, 0, 0, 0, 0);
+    if (f->me < 0) return exchange(p, rank + 1, in, buf, 0, 0, 0, count, 0, 0, 0);
+    return exchange(p, rank - 1, in, buf, 0, count, 0, 0, 0, 0, 0);
 }
 
 /* The P-rank part of an all-reduce, on buf holding this side's data. */
-typedef ccl_status_t (*among_p2_fn)(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div);
+typedef ccl_status_t (*among_p2_fn)(struct ccl__prims *p, const struct fold *f, const char **in, char *buf,
+                                    size_t count, int div);
 
-/* Every folded all-reduce: copy in, fold the extra ranks in, run the
- * power-of-two part, hand the result back to the extra ranks. */
+/* Every folded all-reduce: fold the extra ranks in, run the power-of-two
+ * part, hand the result back to the extra ranks. The first exchange of
+ * each rank reads the send buffer; a rank that had none (alone) copies. */
 static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a, among_p2_fn among) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
-    p.compute->copy(a->recvbuf, a->sendbuf, a->id.count * p.esize);
     struct fold f = fold_of(comm->nranks, comm->rank);
     char *buf = a->recvbuf;
+    const char *in = a->sendbuf;
     size_t count = a->id.count;
-    CCL_CHECK(fold_in(&p, &f, comm->rank, buf, count));
-    if (f.me >= 0) CCL_CHECK(among(&p, &f, buf, count, a->id.op == CCL_AVG ? comm->nranks : 0));
-    CCL_CHECK(fold_out(&p, &f, comm->rank, buf, count));
+    CCL_CHECK(fold_in(&p, &f, comm->rank, &in, buf, count));
+    if (f.me >= 0) CCL_CHECK(among(&p, &f, &in, buf, count, a->id.op == CCL_AVG ? comm->nranks : 0));
+    CCL_CHECK(fold_out(&p, &f, comm->rank, &in, buf, count));
+    if (in != buf) p.compute->copy(buf, in, count * p.esize);
     return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
-static ccl_status_t rd_among(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div) {
+static ccl_status_t rd_among(struct ccl__prims *p, const struct fold *f, const char **in, char *buf, size_t count,
+                             int div) {
     for (int mask = 1, step = 1; mask < f->p2; mask <<= 1, step++) {
         at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, step);
         int last = mask * 2 == f->p2;
-        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, 0, count, 0, count, 1, last ? div : 0,
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, 0, count, 0, count, 1, last ? div : 0,
                            (f->me & mask) != 0));
     }
     return CCL_OK;
 }
 
-static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, char *buf, size_t count, int div) {
+static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, const char **in, char *buf, size_t count,
+                              int div) {
     /* Reduce-scatter by halving: keep the half of [lo, hi) (blocks of
      * count split P ways) that our bit selects, send the other. */
     int lo = 0, hi = f->p2, step = 1;
@@ -138,7 +149,7 @@ static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, char *
         int klo = keep_low ? lo : mid, khi = keep_low ? mid : hi, slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
         size_t ko = ccl__block_off(count, f->p2, klo), so = ccl__block_off(count, f->p2, slo);
         at(p, CCL__TR_RHD, CCL__TR_REDUCE_SCATTER, step);
-        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, so, ccl__block_off(count, f->p2, shi) - so, ko,
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, so, ccl__block_off(count, f->p2, shi) - so, ko,
                            ccl__block_off(count, f->p2, khi) - ko, 1, mask == 1 ? div : 0, (f->me & mask) != 0));
         lo = klo, hi = khi;
     }
@@ -147,7 +158,7 @@ static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, char *
         int width = hi - lo, plo = (f->me & mask) ? lo - width : hi;
         size_t mo = ccl__block_off(count, f->p2, lo), po = ccl__block_off(count, f->p2, plo);
         at(p, CCL__TR_RHD, CCL__TR_ALL_GATHER, step);
-        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), buf, mo, ccl__block_off(count, f->p2, hi) - mo, po,
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, mo, ccl__block_off(count, f->p2, hi) - mo, po,
                            ccl__block_off(count, f->p2, plo + width) - po, 0, 0, 0));
         if (plo < lo) lo = plo;
         else hi = plo + width;
@@ -180,12 +191,13 @@ static ccl_status_t rd_all_gather(struct ccl_comm *comm, const struct ccl__coll_
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     size_t count = a->id.count;
     char *buf = a->recvbuf;
+    const char *in = buf;
     p.compute->copy(buf + (size_t)comm->rank * count * p.esize, a->sendbuf, count * p.esize);
     for (int mask = 1, step = 1; mask < comm->nranks; mask <<= 1, step++) {
         int partner = comm->rank ^ mask;
         size_t mine = (size_t)(comm->rank & ~(mask - 1)) * count, theirs = (size_t)(partner & ~(mask - 1)) * count;
         at(&p, CCL__TR_RD, CCL__TR_ALL_GATHER, step);
-        CCL_CHECK(exchange(&p, partner, buf, mine, (size_t)mask * count, theirs, (size_t)mask * count, 0, 0, 0));
+        CCL_CHECK(exchange(&p, partner, &in, buf, mine, (size_t)mask * count, theirs, (size_t)mask * count, 0, 0, 0));
     }
     return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
