@@ -52,8 +52,8 @@ END_TEST
  * and the ring for 4 MiB (the direct path reads as many bytes from its
  * peers' windows as the ring passes along, and copies the buffer in
  * first); over TCP recursive doubling's 2 steps for 8 bytes, and for 4 MiB
- * the ring (halving and doubling moves as many bytes and copies the buffer
- * once more). */
+ * the ring (halving and doubling moves as many bytes, and the model charges
+ * it a pass over the buffer more: lib/plan/cost.c, exchange_pass_us). */
 struct auto_case {
     const char *name, *transport, *small, *large;
 };
