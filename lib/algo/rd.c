@@ -121,6 +121,15 @@ static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__c
     char *buf = a->recvbuf;
     const char *in = a->sendbuf;
     size_t count = a->id.count;
+    /* Partners must reduce alike, down to which NaN payload survives, and
+     * a compiler may order a reduction's operands differently when it
+     * writes over one of them. With ranks folding in, the partners of a
+     * step may have reached it having read their send buffers or not: all
+     * copy in first, so every step reduces in place on both sides. */
+    if (f.rem) {
+        p.compute->copy(buf, in, count * p.esize);
+        in = buf;
+    }
     CCL_CHECK(fold_in(&p, &f, comm->rank, &in, buf, count));
     if (f.me >= 0) CCL_CHECK(among(&p, &f, &in, buf, count, a->id.op == CCL_AVG ? comm->nranks : 0));
     CCL_CHECK(fold_out(&p, &f, comm->rank, &in, buf, count));
