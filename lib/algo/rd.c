@@ -107,13 +107,14 @@ static ccl_status_t fold_out(struct ccl__prims *p, const struct fold *f, int ran
     return exchange(p, rank - 1, in, buf, 0, count, 0, 0, 0, 0, 0);
 }
 
-/* The P-rank part of an all-reduce, on buf holding this side's data. */
+/* The P-rank part of an all-reduce, this side's data at *in (see exchange). */
 typedef ccl_status_t (*among_p2_fn)(struct ccl__prims *p, const struct fold *f, const char **in, char *buf,
                                     size_t count, int div);
 
 /* Every folded all-reduce: fold the extra ranks in, run the power-of-two
- * part, hand the result back to the extra ranks. The first exchange of
- * each rank reads the send buffer; a rank that had none (alone) copies. */
+ * part, hand the result back to the extra ranks. On a power of two the
+ * first exchange reads the send buffer; with ranks folding in, all copy in
+ * first (below); a rank that had no exchange (alone) copies at the end. */
 static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a, among_p2_fn among) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
