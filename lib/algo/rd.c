@@ -112,9 +112,8 @@ typedef ccl_status_t (*among_p2_fn)(struct ccl__prims *p, const struct fold *f, 
                                     size_t count, int div);
 
 /* Every folded all-reduce: fold the extra ranks in, run the power-of-two
- * part, hand the result back to the extra ranks. On a power of two the
- * first exchange reads the send buffer; with ranks folding in, all copy in
- * first (below); a rank that had no exchange (alone) copies at the end. */
+ * part, hand the result back to the extra ranks. The first exchange reads
+ * the send buffer; a rank that had no exchange (alone) copies at the end. */
 static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a, among_p2_fn among) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
@@ -122,15 +121,10 @@ static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__c
     char *buf = a->recvbuf;
     const char *in = a->sendbuf;
     size_t count = a->id.count;
-    /* Partners must reduce alike, down to which NaN payload survives, and
-     * a compiler may order a reduction's operands differently when it
-     * writes over one of them. With ranks folding in, the partners of a
-     * step may have reached it having read their send buffers or not: all
-     * copy in first, so every step reduces in place on both sides. */
-    if (f.rem) {
-        p.compute->copy(buf, in, count * p.esize);
-        in = buf;
-    }
+    /* With ranks folding in, the partners of a step may reach it one
+     * having read its send buffer and one not: a reduction gives the same
+     * bits in place and out of place (NaN payloads included, lib/reduce),
+     * so they still agree. */
     CCL_CHECK(fold_in(&p, &f, comm->rank, &in, buf, count));
     if (f.me >= 0) CCL_CHECK(among(&p, &f, &in, buf, count, a->id.op == CCL_AVG ? comm->nranks : 0));
     CCL_CHECK(fold_out(&p, &f, comm->rank, &in, buf, count));

@@ -30,13 +30,14 @@
 #define INT_KERNELS(tag, T, U) CCL_ELEM_INT_OPS(INT_KERNEL, tag, T, U)
 CCL_ELEM_INT_TYPES(INT_KERNELS)
 
-/* __fadd_rn and friends: one IEEE operation, never fused with another. */
-REDUCE(ccl_reduce_f32_sum, float, __fadd_rn(x, y))
-REDUCE(ccl_reduce_f32_prod, float, __fmul_rn(x, y))
+/* __fadd_rn and friends: one IEEE operation, never fused with another; a
+ * NaN result follows the host's rule (elem.h), not the GPU's canonical NaN. */
+REDUCE(ccl_reduce_f32_sum, float, pick_nan_f32(x, y, __fadd_rn(x, y)))
+REDUCE(ccl_reduce_f32_prod, float, pick_nan_f32(x, y, __fmul_rn(x, y)))
 REDUCE(ccl_reduce_f32_max, float, max_f32(x, y))
 REDUCE(ccl_reduce_f32_min, float, min_f32(x, y))
-REDUCE(ccl_reduce_f64_sum, double, __dadd_rn(x, y))
-REDUCE(ccl_reduce_f64_prod, double, __dmul_rn(x, y))
+REDUCE(ccl_reduce_f64_sum, double, pick_nan_f64(x, y, __dadd_rn(x, y)))
+REDUCE(ccl_reduce_f64_prod, double, pick_nan_f64(x, y, __dmul_rn(x, y)))
 REDUCE(ccl_reduce_f64_max, double, max_f64(x, y))
 REDUCE(ccl_reduce_f64_min, double, min_f64(x, y))
 

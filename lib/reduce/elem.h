@@ -112,13 +112,26 @@ CCL_ELEM uint16_t float_to_bf16_inline(float f) {
  * first, nor on the CPU's default NaN, or two ranks (or the SIMD and the
  * portable path) could disagree in the bits. So wherever the library picks:
  * the first NaN operand, made quiet, payload kept; a NaN made from numbers
- * (inf - inf, 0 * inf) is the positive default quiet NaN. float32/float64
- * SUM and PROD are the bare C operations and leave that to the hardware. */
+ * (inf - inf, 0 * inf) is the positive default quiet NaN. */
 
 #define QUIET_NAN_F32 0x7fc00000u
+#define QUIET_NAN_F64 0x7ff8000000000000ull
 
 CCL_ELEM float quiet_f32(float x) { return bits_float(float_bits(x) | 0x00400000u); }
 CCL_ELEM double quiet_f64(double x) { return bits_double(double_bits(x) | 0x0008000000000000ull); }
+
+/* For float32 and float64 results: the hardware's NaN (x86 returns the
+ * first source operand's, and which operand is first is the compiler's
+ * choice for a commutative operation) replaced by the rule's. */
+CCL_ELEM float pick_nan_f32(float x, float y, float result) {
+    float made = result != result ? bits_float(QUIET_NAN_F32) : result;
+    return x != x ? quiet_f32(x) : y != y ? quiet_f32(y) : made;
+}
+
+CCL_ELEM double pick_nan_f64(double x, double y, double result) {
+    double made = result != result ? bits_double(QUIET_NAN_F64) : result;
+    return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : made;
+}
 
 /* For results of 16-bit operands, whose widened values are quiet already. */
 CCL_ELEM float pick_nan(float x, float y, float result) {

@@ -3,14 +3,15 @@
  * division that finishes CCL_AVG.
  *
  * Each kernel is one plain loop with no branch on dtype or op inside, so the
- * compiler (this file is built with -O3) vectorises it. dst may equal a or b:
- * every element is read before it is written and no element is read after
- * its own write, so exact aliasing is safe, and GCC's runtime overlap check
- * still takes the vector path when the distance is zero.
+ * compiler (this file is built with -O3) vectorises it; float32/float64 SUM
+ * and PROD are written in vectors (below), for the NaN rule. dst may equal
+ * a or b: every element is read before it is written and no element is
+ * read after its own write, so exact aliasing is safe, and GCC's runtime
+ * overlap check still takes the vector path when the distance is zero.
  *
  * Results must be bit-identical on every rank, including ranks on machines
- * with and without AVX2/F16C, so the 16-bit float fast paths are the
- * portable path's exact twins (tests/test_reduce.c checks both against one
+ * with and without AVX2/F16C, so the AVX2 fast paths are the baseline
+ * path's exact twins (tests/test_reduce.c checks both against one
  * reference) and no kernel depends on how a compiler reassociates: each
  * element is one operation.
  */
@@ -50,14 +51,69 @@ uint16_t ccl__float_to_bf16(float f) { return float_to_bf16_inline(f); }
 #define DEFINE_INT_KERNELS(tag, T, U) CCL_ELEM_INT_OPS(DEFINE_INT_KERNEL, tag, T, U)
 CCL_ELEM_INT_TYPES(DEFINE_INT_KERNELS)
 
-DEFINE_REDUCE(sum_f32, float, x + y)
-DEFINE_REDUCE(prod_f32, float, x * y)
 DEFINE_REDUCE(max_f32_kernel, float, max_f32(x, y))
 DEFINE_REDUCE(min_f32_kernel, float, min_f32(x, y))
-DEFINE_REDUCE(sum_f64, double, x + y)
-DEFINE_REDUCE(prod_f64, double, x * y)
 DEFINE_REDUCE(max_f64_kernel, double, max_f64(x, y))
 DEFINE_REDUCE(min_f64_kernel, double, min_f64(x, y))
+
+/* float32 and float64 SUM and PROD: the bare operation, then elem.h's NaN
+ * rule wherever the result is NaN (the hardware's own NaN would depend on
+ * the operand order the compiler chose, which differs between a loop that
+ * writes over an operand and one that does not). A NaN is rare, so on x86
+ * the operation runs on whole vectors, four at a time, with one test for a
+ * NaN among them; only a block that holds one goes element by element. */
+#define ARITH_BY_ELEMENT(T, PICK, OP, d, pa, pb, from, to)          \
+    for (size_t k_ = (from); k_ < (to); k_++) {                     \
+        T x_ = (pa)[k_], y_ = (pb)[k_];                             \
+        (d)[k_] = PICK(x_, y_, x_ OP y_);                           \
+    }
+
+#define DEFINE_ARITH_VECTOR(name, ATTR, T, V, LANES, LOAD, STORE, VOP, ANY_NAN, PICK, OP)  \
+    ATTR static void name(void *dst, const void *a, const void *b, size_t n) {            \
+        T *d = dst;                                                                       \
+        const T *pa = a;                                                                  \
+        const T *pb = b;                                                                  \
+        size_t i = 0;                                                                     \
+        for (; i + 4 * (LANES) <= n; i += 4 * (LANES)) {                                  \
+            V r0 = VOP(LOAD(pa + i), LOAD(pb + i));                                       \
+            V r1 = VOP(LOAD(pa + i + (LANES)), LOAD(pb + i + (LANES)));                   \
+            V r2 = VOP(LOAD(pa + i + 2 * (LANES)), LOAD(pb + i + 2 * (LANES)));           \
+            V r3 = VOP(LOAD(pa + i + 3 * (LANES)), LOAD(pb + i + 3 * (LANES)));           \
+            if (__builtin_expect(ANY_NAN(r0, r1, r2, r3), 0)) {                           \
+                ARITH_BY_ELEMENT(T, PICK, OP, d, pa, pb, i, i + 4 * (LANES))              \
+                continue;                                                                 \
+            }                                                                             \
+            STORE(d + i, r0);                                                             \
+            STORE(d + i + (LANES), r1);                                                   \
+            STORE(d + i + 2 * (LANES), r2);                                               \
+            STORE(d + i + 3 * (LANES), r3);                                               \
+        }                                                                                 \
+        ARITH_BY_ELEMENT(T, PICK, OP, d, pa, pb, i, n)                                    \
+    }
+
+#if defined(CCL_REDUCE_HAVE_X86_SIMD) && defined(__x86_64__)
+/* SSE2, which every x86-64 CPU has. An unordered compare of two vectors
+ * is true in each lane where either holds a NaN. */
+static inline int sse_any_nan_ps(__m128 a, __m128 b, __m128 c, __m128 d) {
+    return _mm_movemask_ps(_mm_or_ps(_mm_cmpunord_ps(a, b), _mm_cmpunord_ps(c, d)));
+}
+static inline int sse_any_nan_pd(__m128d a, __m128d b, __m128d c, __m128d d) {
+    return _mm_movemask_pd(_mm_or_pd(_mm_cmpunord_pd(a, b), _mm_cmpunord_pd(c, d)));
+}
+#define SSE_F32(name, VOP, OP) \
+    DEFINE_ARITH_VECTOR(name, , float, __m128, 4, _mm_loadu_ps, _mm_storeu_ps, VOP, sse_any_nan_ps, pick_nan_f32, OP)
+#define SSE_F64(name, VOP, OP) \
+    DEFINE_ARITH_VECTOR(name, , double, __m128d, 2, _mm_loadu_pd, _mm_storeu_pd, VOP, sse_any_nan_pd, pick_nan_f64, OP)
+SSE_F32(sum_f32, _mm_add_ps, +)
+SSE_F32(prod_f32, _mm_mul_ps, *)
+SSE_F64(sum_f64, _mm_add_pd, +)
+SSE_F64(prod_f64, _mm_mul_pd, *)
+#else
+DEFINE_REDUCE(sum_f32, float, pick_nan_f32(x, y, x + y))
+DEFINE_REDUCE(prod_f32, float, pick_nan_f32(x, y, x * y))
+DEFINE_REDUCE(sum_f64, double, pick_nan_f64(x, y, x + y))
+DEFINE_REDUCE(prod_f64, double, pick_nan_f64(x, y, x * y))
+#endif
 
 /* 16-bit floats: widen both inputs, one float32 operation, round once. */
 #define DEFINE_HALF_REDUCE(name, TO_FLOAT, FROM_FLOAT, FLOAT_EXPR)          \
@@ -263,9 +319,32 @@ X86_SIMD_TARGET static inline void bf16_store(uint16_t *p, __m256 v) {
 DEFINE_SIMD_KERNELS(f16, half_load, half_store)
 DEFINE_SIMD_KERNELS(bf16, bf16_load, bf16_store)
 
+/* float32 and float64 SUM and PROD, eight and four lanes a vector (the
+ * SSE2 kernels' twins, the same bits). */
+X86_SIMD_TARGET static inline int avx_any_nan_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 u = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
+    return !_mm256_testz_ps(u, u);
+}
+X86_SIMD_TARGET static inline int avx_any_nan_pd(__m256d a, __m256d b, __m256d c, __m256d d) {
+    __m256d u = _mm256_or_pd(_mm256_cmp_pd(a, b, _CMP_UNORD_Q), _mm256_cmp_pd(c, d, _CMP_UNORD_Q));
+    return !_mm256_testz_pd(u, u);
+}
+#define AVX_F32(name, VOP, OP)                                                                                      \
+    DEFINE_ARITH_VECTOR(name, X86_SIMD_TARGET, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, VOP,          \
+                        avx_any_nan_ps, pick_nan_f32, OP)
+#define AVX_F64(name, VOP, OP)                                                                                      \
+    DEFINE_ARITH_VECTOR(name, X86_SIMD_TARGET, double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, VOP,        \
+                        avx_any_nan_pd, pick_nan_f64, OP)
+AVX_F32(sum_f32_simd, _mm256_add_ps, +)
+AVX_F32(prod_f32_simd, _mm256_mul_ps, *)
+AVX_F64(sum_f64_simd, _mm256_add_pd, +)
+AVX_F64(prod_f64_simd, _mm256_mul_pd, *)
+
 static const ccl__reduce_fn simd_rows[CCL_NUM_DTYPES][CCL_NUM_OPS] = {
     [CCL_FLOAT16] = KERNEL_ROW(sum_f16_simd, prod_f16_simd, max_f16_simd, min_f16_simd),
     [CCL_BFLOAT16] = KERNEL_ROW(sum_bf16_simd, prod_bf16_simd, max_bf16_simd, min_bf16_simd),
+    [CCL_FLOAT32] = KERNEL_ROW(sum_f32_simd, prod_f32_simd, max_f32_kernel, min_f32_kernel),
+    [CCL_FLOAT64] = KERNEL_ROW(sum_f64_simd, prod_f64_simd, max_f64_kernel, min_f64_kernel),
 };
 static const div_fn simd_div[CCL_NUM_DTYPES] = {[CCL_FLOAT16] = div_f16_simd, [CCL_BFLOAT16] = div_bf16_simd};
 
@@ -297,31 +376,42 @@ static int cpu_has_avx2_f16c(void) {
     return k == 2;
 }
 
-static int use_simd(ccl_dtype_t dtype) {
-    return (dtype == CCL_FLOAT16 || dtype == CCL_BFLOAT16) && cpu_has_avx2_f16c();
-}
+static int use_simd(ccl_dtype_t dtype) { return simd_rows[dtype][CCL_SUM] && cpu_has_avx2_f16c(); }
 #endif
 
-ccl__reduce_fn ccl__reduce_get(ccl_dtype_t dtype, ccl_op_t op) {
+/* fast: the AVX2 kernels where the CPU has them, else the baseline. */
+static ccl__reduce_fn reduce_get(ccl_dtype_t dtype, ccl_op_t op, int fast) {
     if ((unsigned)dtype >= CCL_NUM_DTYPES || (unsigned)op >= CCL_NUM_OPS)
         return NULL;
 #ifdef CCL_REDUCE_HAVE_X86_SIMD
-    if (use_simd(dtype))
+    if (fast && use_simd(dtype))
         return simd_rows[dtype][op];
 #endif
+    (void)fast;
     return reduce_table[dtype][op];
 }
 
-void ccl__reduce_div(void *buf, size_t n, ccl_dtype_t dtype, int divisor) {
+static void reduce_div(void *buf, size_t n, ccl_dtype_t dtype, int divisor, int fast) {
     /* Zero or negative rank counts have no meaning here; refusing them
      * avoids a trap on integer types. */
     if ((unsigned)dtype >= CCL_NUM_DTYPES || divisor < 1)
         return;
 #ifdef CCL_REDUCE_HAVE_X86_SIMD
-    if (use_simd(dtype)) {
+    if (fast && simd_div[dtype] && cpu_has_avx2_f16c()) {
         simd_div[dtype](buf, n, divisor);
         return;
     }
 #endif
+    (void)fast;
     div_table[dtype](buf, n, divisor);
+}
+
+ccl__reduce_fn ccl__reduce_get(ccl_dtype_t dtype, ccl_op_t op) { return reduce_get(dtype, op, 1); }
+
+void ccl__reduce_div(void *buf, size_t n, ccl_dtype_t dtype, int divisor) { reduce_div(buf, n, dtype, divisor, 1); }
+
+ccl__reduce_fn ccl__reduce_get_baseline(ccl_dtype_t dtype, ccl_op_t op) { return reduce_get(dtype, op, 0); }
+
+void ccl__reduce_div_baseline(void *buf, size_t n, ccl_dtype_t dtype, int divisor) {
+    reduce_div(buf, n, dtype, divisor, 0);
 }

@@ -23,6 +23,11 @@ ccl__reduce_fn ccl__reduce_get(ccl_dtype_t dtype, ccl_op_t op);
  * zero; float16/bfloat16 round to nearest even). Used to finish CCL_AVG. */
 void ccl__reduce_div(void *buf, size_t n, ccl_dtype_t dtype, int divisor);
 
+/* The same without the AVX2 kernels: what a CPU without them runs. Both
+ * give the same bits; tests hold each to the same references. */
+ccl__reduce_fn ccl__reduce_get_baseline(ccl_dtype_t dtype, ccl_op_t op);
+void ccl__reduce_div_baseline(void *buf, size_t n, ccl_dtype_t dtype, int divisor);
+
 /* IEEE binary16 and bfloat16 conversions, round to nearest even, NaN kept
  * NaN (quiet), infinities kept. Exposed for tests and tools. */
 float ccl__half_to_float(uint16_t h);
