@@ -48,19 +48,19 @@ END_TEST
 
 /* What the automatic choice must say for a small and a large all-reduce,
  * with the figures of the file below (those of a 2-core machine): on one
- * host the direct path for 8 bytes (one wait where the ring has 6 steps)
- * and the ring for 4 MiB (the direct path reads as many bytes from its
- * peers' windows as the ring passes along, and copies the buffer in
- * first); over TCP recursive doubling's 2 steps for 8 bytes, and for 4 MiB
- * the ring (halving and doubling moves as many bytes, and the model charges
- * it a pass over the buffer more: lib/plan/cost.c, exchange_pass_us). */
+ * host the direct path for 8 bytes (one wait where the ring has 6 steps);
+ * over TCP recursive doubling's 2 steps for 8 bytes; and for 4 MiB, on
+ * both, recursive halving/doubling: it moves as many bytes as the ring in
+ * 4 steps where the ring takes 6 (the direct path reads as many bytes from
+ * its peers' windows as the ring passes along, and copies the buffer in
+ * first). */
 struct auto_case {
     const char *name, *transport, *small, *large;
 };
 
 static const struct auto_case auto_cases[] = {
-    {"4 ranks shm", "shm", "all_reduce:direct (cheapest", "all_reduce:ring (cheapest"},
-    {"4 ranks tcp", "tcp", "all_reduce:rd (cheapest", "all_reduce:ring (cheapest"},
+    {"4 ranks shm", "shm", "all_reduce:direct (cheapest", "all_reduce:rhd (cheapest"},
+    {"4 ranks tcp", "tcp", "all_reduce:rd (cheapest", "all_reduce:rhd (cheapest"},
 };
 
 static int body_automatic(ccl_comm_t *comm, int rank, int nranks, void *arg) {

@@ -249,16 +249,6 @@ static double pipeline(struct model *m, unsigned links, double n, int fill, int 
 
 /* ---- per collective; n is the per-rank piece (see cost.h) ---- */
 
-/* rd and rhd: one pass over the buffer per rank beyond their steps. It
- * stood for the copy of the send buffer into the receive buffer that both
- * made before their first exchange, and bench/algo-table's figures (8 B to
- * 64 MiB) were measured with it. That copy is gone (the first exchange
- * reads the send buffer), but the term stays until the tables are measured
- * again: without it the model puts rhd level with the ring at 8-64 MiB
- * over tcp, where the ring measured 1.2-1.35x faster, by more than the
- * copy cost. */
-static double exchange_pass_us(const struct model *m, double n) { return copy_us(m, n); }
-
 static double all_reduce(struct model *m, int algo, double n) {
     const struct ccl__job_shape *j = m->j;
     int N = j->n, p = pow2_floor(N);
@@ -278,7 +268,7 @@ static double all_reduce(struct model *m, int algo, double n) {
     case CCL__ALGO_RD: {
         double t = fold_us(m, n);
         for (int k = 0; (1 << k) < p; k++) t += shared_step(m, j->xor_links[k], n, j->xor_share[k]) + reduce_us(m, n);
-        return t + exchange_pass_us(m, n);
+        return t;
     }
     case CCL__ALGO_RHD: {
         double t = fold_us(m, n), piece = n;
@@ -286,7 +276,7 @@ static double all_reduce(struct model *m, int algo, double n) {
             piece /= 2;
             t += 2 * shared_step(m, j->xor_links[k], piece, j->xor_share[k]) + reduce_us(m, piece);
         }
-        return t + exchange_pass_us(m, n);
+        return t;
     }
     case CCL__ALGO_DIRECT: {
         if (!j->windows) return -1;
@@ -455,6 +445,8 @@ double ccl__cost_predict(const struct ccl__job_shape *j, const struct ccl__figur
     return ccl__cost_predict_chunk(j, f, kind, algo, bytes, 0, NULL);
 }
 
+#define TIE 1e-9 /* relative: predictions closer than this are equal */
+
 struct ccl__cost_pick ccl__cost_choose(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind,
                                        size_t bytes, size_t chunk) {
     struct ccl__cost_pick p = {-1, -1, 0, 0, 0};
@@ -463,7 +455,10 @@ struct ccl__cost_pick ccl__cost_choose(const struct ccl__job_shape *j, const str
         size_t c;
         double t = ccl__cost_predict_chunk(j, f, kind, a, bytes, chunk, &c);
         if (t < 0) continue;
-        if (p.algo < 0 || t < p.us) {
+        /* A tie goes to the algorithm registered first (the ring first):
+         * on 2 ranks rhd runs the ring's very steps, and its formula's
+         * rounding must not decide between them. */
+        if (p.algo < 0 || t < p.us * (1 - TIE)) {
             p.next = p.algo, p.next_us = p.us;
             p.algo = a, p.us = t, p.chunk = c;
         } else if (p.next < 0 || t < p.next_us) {
