@@ -246,6 +246,15 @@ START_TEST(model_terms) {
     double ring = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, 8);
     ck_assert_msg(tree > 1.9 * ring && tree < 2.1 * ring, "2 ranks, 8 bytes: tree %.2f us, ring %.2f us", tree,
                   ring);
+
+    /* On 2 ranks rhd runs the ring's very steps: the same prediction, and
+     * the tie goes to the ring, whatever the rounding of the two formulas. */
+    for (size_t b = 8; b <= (64u << 20); b *= 8) {
+        double r = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, b);
+        double h = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RHD, b);
+        ck_assert_msg(fabs(h - r) <= 1e-12 * r, "2 ranks, %zu bytes: rhd %.17g us, ring %.17g us", b, h, r);
+        ck_assert_int_ne(ccl__cost_choose(&two, &f, CCL__K_ALL_REDUCE, b, 0).algo, CCL__ALGO_RHD);
+    }
 }
 END_TEST
 
