@@ -259,13 +259,13 @@ static void premultiply(void *dst, const void *src, size_t n, ccl_dtype_t dt, co
         memcpy(&s, scalar, sizeof s);                                                    \
         for (size_t i = 0; i < n; i++) d[i] = (T)((U)x[i] * (U)s);                       \
     } while (0)
-#define SCALE_HALF(TO, FROM)                                                             \
-    do {                                                                                 \
-        uint16_t s16, *d = dst;                                                          \
-        const uint16_t *x = src;                                                         \
-        memcpy(&s16, scalar, sizeof s16);                                                \
-        float s = TO(s16);                                                               \
-        for (size_t i = 0; i < n; i++) d[i] = FROM(pick_nan(TO(x[i]), s, TO(x[i]) * s)); \
+#define SCALE_HALF(TO, FROM)                                                                 \
+    do {                                                                                     \
+        uint16_t s16, *d = dst;                                                              \
+        const uint16_t *x = src;                                                             \
+        memcpy(&s16, scalar, sizeof s16);                                                    \
+        float s = TO(s16);                                                                   \
+        for (size_t i = 0; i < n; i++) d[i] = FROM(pick_nan_f32(TO(x[i]), s, TO(x[i]) * s)); \
     } while (0)
     switch (dt) {
     case CCL_INT8: SCALE_INT(int8_t, uint8_t); break;

@@ -53,8 +53,8 @@ REDUCE(ccl_reduce_f64_min, double, min_f64(x, y))
     }
 
 #define HALF_KERNELS(tag, TO_FLOAT, FROM_FLOAT)                                                  \
-    HALF_REDUCE(ccl_reduce_##tag##_sum, TO_FLOAT, FROM_FLOAT, pick_nan(x, y, __fadd_rn(x, y)))   \
-    HALF_REDUCE(ccl_reduce_##tag##_prod, TO_FLOAT, FROM_FLOAT, pick_nan(x, y, __fmul_rn(x, y)))  \
+    HALF_REDUCE(ccl_reduce_##tag##_sum, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, __fadd_rn(x, y)))   \
+    HALF_REDUCE(ccl_reduce_##tag##_prod, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, __fmul_rn(x, y)))  \
     HALF_REDUCE(ccl_reduce_##tag##_max, TO_FLOAT, FROM_FLOAT, max_f32(x, y))                     \
     HALF_REDUCE(ccl_reduce_##tag##_min, TO_FLOAT, FROM_FLOAT, min_f32(x, y))
 
@@ -80,5 +80,5 @@ DIV(ccl_div_i64, int64_t, int64_t, x / dv)
 DIV(ccl_div_u64, uint64_t, uint64_t, x / dv)
 DIV(ccl_div_f32, float, float, pick_nan_f32(x, x, __fdiv_rn(x, dv)))
 DIV(ccl_div_f64, double, double, pick_nan_f64(x, x, __ddiv_rn(x, dv)))
-DIV(ccl_div_f16, uint16_t, float, float_to_half_inline(pick_nan(half_to_float_inline(x), half_to_float_inline(x), __fdiv_rn(half_to_float_inline(x), dv))))
-DIV(ccl_div_bf16, uint16_t, float, float_to_bf16_inline(pick_nan(bf16_to_float_inline(x), bf16_to_float_inline(x), __fdiv_rn(bf16_to_float_inline(x), dv))))
+DIV(ccl_div_f16, uint16_t, float, float_to_half_inline(pick_nan_f32(half_to_float_inline(x), half_to_float_inline(x), __fdiv_rn(half_to_float_inline(x), dv))))
+DIV(ccl_div_bf16, uint16_t, float, float_to_bf16_inline(pick_nan_f32(bf16_to_float_inline(x), bf16_to_float_inline(x), __fdiv_rn(bf16_to_float_inline(x), dv))))

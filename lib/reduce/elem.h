@@ -109,10 +109,12 @@ CCL_ELEM uint16_t float_to_bf16_inline(float f) {
 
 /* ---- NaN results ----
  * Which NaN comes out must not depend on which operand a compiler puts
- * first, nor on the CPU's default NaN, or two ranks (or the SIMD and the
- * portable path) could disagree in the bits. So wherever the library picks:
- * the first NaN operand, made quiet, payload kept; a NaN made from numbers
- * (inf - inf, 0 * inf) is the positive default quiet NaN. */
+ * first (x86 returns the first source operand's, and for a commutative
+ * operation the compiler chooses which is first), nor on the CPU's or the
+ * GPU's default NaN, or two ranks (or the SIMD and the portable path)
+ * could disagree in the bits. So: the first NaN operand, made quiet,
+ * payload kept; a NaN made from numbers (inf - inf, 0 * inf) is the
+ * positive default quiet NaN. */
 
 #define QUIET_NAN_F32 0x7fc00000u
 #define QUIET_NAN_F64 0x7ff8000000000000ull
@@ -120,23 +122,20 @@ CCL_ELEM uint16_t float_to_bf16_inline(float f) {
 CCL_ELEM float quiet_f32(float x) { return bits_float(float_bits(x) | 0x00400000u); }
 CCL_ELEM double quiet_f64(double x) { return bits_double(double_bits(x) | 0x0008000000000000ull); }
 
-/* For float32 and float64 results: the hardware's NaN (x86 returns the
- * first source operand's, and which operand is first is the compiler's
- * choice for a commutative operation) replaced by the rule's. */
+/* The first NaN operand, made quiet; r when neither is NaN. */
+CCL_ELEM float first_nan_f32(float x, float y, float r) { return x != x ? quiet_f32(x) : y != y ? quiet_f32(y) : r; }
+CCL_ELEM double first_nan_f64(double x, double y, double r) {
+    return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : r;
+}
+
+/* An arithmetic result under the rule (float32 also holds the widened
+ * 16-bit operands, whose NaNs are quiet already). */
 CCL_ELEM float pick_nan_f32(float x, float y, float result) {
-    float made = result != result ? bits_float(QUIET_NAN_F32) : result;
-    return x != x ? quiet_f32(x) : y != y ? quiet_f32(y) : made;
+    return first_nan_f32(x, y, result != result ? bits_float(QUIET_NAN_F32) : result);
 }
 
 CCL_ELEM double pick_nan_f64(double x, double y, double result) {
-    double made = result != result ? bits_double(QUIET_NAN_F64) : result;
-    return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : made;
-}
-
-/* For results of 16-bit operands, whose widened values are quiet already. */
-CCL_ELEM float pick_nan(float x, float y, float result) {
-    float made = result != result ? bits_float(QUIET_NAN_F32) : result;
-    return x != x ? x : y != y ? y : made;
+    return first_nan_f64(x, y, result != result ? bits_double(QUIET_NAN_F64) : result);
 }
 
 /* ---- IEEE 754-2019 maximum / minimum ----
@@ -147,25 +146,25 @@ CCL_ELEM float pick_nan(float x, float y, float result) {
 CCL_ELEM float max_f32(float x, float y) {
     float equal = bits_float(float_bits(x) & float_bits(y));
     float larger = x == y ? equal : x > y ? x : y;
-    return x != x ? quiet_f32(x) : y != y ? quiet_f32(y) : larger;
+    return first_nan_f32(x, y, larger);
 }
 
 CCL_ELEM float min_f32(float x, float y) {
     float equal = bits_float(float_bits(x) | float_bits(y));
     float smaller = x == y ? equal : x < y ? x : y;
-    return x != x ? quiet_f32(x) : y != y ? quiet_f32(y) : smaller;
+    return first_nan_f32(x, y, smaller);
 }
 
 CCL_ELEM double max_f64(double x, double y) {
     double equal = bits_double(double_bits(x) & double_bits(y));
     double larger = x == y ? equal : x > y ? x : y;
-    return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : larger;
+    return first_nan_f64(x, y, larger);
 }
 
 CCL_ELEM double min_f64(double x, double y) {
     double equal = bits_double(double_bits(x) | double_bits(y));
     double smaller = x == y ? equal : x < y ? x : y;
-    return x != x ? quiet_f64(x) : y != y ? quiet_f64(y) : smaller;
+    return first_nan_f64(x, y, smaller);
 }
 
 /* ---- integers ----

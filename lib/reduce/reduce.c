@@ -129,8 +129,8 @@ DEFINE_REDUCE(prod_f64, double, pick_nan_f64(x, y, x * y))
     }
 
 #define DEFINE_HALF_KERNELS(tag, TO_FLOAT, FROM_FLOAT)                              \
-    DEFINE_HALF_REDUCE(sum_##tag, TO_FLOAT, FROM_FLOAT, pick_nan(x, y, x + y))      \
-    DEFINE_HALF_REDUCE(prod_##tag, TO_FLOAT, FROM_FLOAT, pick_nan(x, y, x * y))     \
+    DEFINE_HALF_REDUCE(sum_##tag, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, x + y))      \
+    DEFINE_HALF_REDUCE(prod_##tag, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, x * y))     \
     DEFINE_HALF_REDUCE(max_##tag, TO_FLOAT, FROM_FLOAT, max_f32(x, y))              \
     DEFINE_HALF_REDUCE(min_##tag, TO_FLOAT, FROM_FLOAT, min_f32(x, y))
 
@@ -187,7 +187,7 @@ DEFINE_DIV(div_f64, double, double, AS_IS, AS_IS)
         float d = (float)divisor;                              \
         for (size_t i = 0; i < n; i++) {                       \
             float x = TO_FLOAT(p[i]);                          \
-            p[i] = FROM_FLOAT(pick_nan(x, x, x / d));          \
+            p[i] = FROM_FLOAT(pick_nan_f32(x, x, x / d));          \
         }                                                      \
     }
 
@@ -322,8 +322,7 @@ DEFINE_SIMD_KERNELS(bf16, bf16_load, bf16_store)
 /* float32 and float64 SUM and PROD, eight and four lanes a vector (the
  * SSE2 kernels' twins, the same bits). */
 X86_SIMD_TARGET static inline int avx_any_nan_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 u = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q));
-    return !_mm256_testz_ps(u, u);
+    return !simd_none(_mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
 }
 X86_SIMD_TARGET static inline int avx_any_nan_pd(__m256d a, __m256d b, __m256d c, __m256d d) {
     __m256d u = _mm256_or_pd(_mm256_cmp_pd(a, b, _CMP_UNORD_Q), _mm256_cmp_pd(c, d, _CMP_UNORD_Q));
