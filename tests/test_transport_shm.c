@@ -331,7 +331,7 @@ static void stream(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use
             if (sent[p] < last) {
                 busy = 1;
                 void *buf;
-                ccl_status_t st = shm->send_acquire(cn, &buf);
+                ccl_status_t st = shm->send_acquire(cn, msg_bytes(c->rank, p, sent[p], (uint32_t)slot), &buf);
                 if (st == CCL_OK) {
                     send_msg(c, cn, buf, p, sent[p]++);
                     moved = 1;
@@ -382,11 +382,12 @@ static void fill_to_depth(struct rank_ctx *c, struct ccl_comm *comm, const uint8
         if (p == c->rank || !use[p]) continue;
         for (int i = 0; i < depth; i++) {
             void *buf = NULL;
-            if (EXPECT_OK(&c->t, shm->send_acquire(comm->conns[p], &buf)) != CCL_OK) break;
+            uint32_t n = msg_bytes(c->rank, p, i, (uint32_t)slot);
+            if (EXPECT_OK(&c->t, shm->send_acquire(comm->conns[p], n, &buf)) != CCL_OK) break;
             send_msg(c, comm->conns[p], buf, p, i);
         }
         void *buf;
-        EXPECT_STATUS(&c->t, CCL_INPROGRESS, shm->send_acquire(comm->conns[p], &buf));
+        EXPECT_STATUS(&c->t, CCL_INPROGRESS, shm->send_acquire(comm->conns[p], 0, &buf));
     }
     barrier(c);
     for (int p = 0; p < c->nranks; p++) {
@@ -419,6 +420,7 @@ static void fill_to_depth(struct rank_ctx *c, struct ccl_comm *comm, const uint8
 /* ---- bodies ---- */
 
 struct stream_spec {
+    int spread; /* the ranks own their cores: mid-size messages walk the ring of bytes (shm.h) */
     int slots;
     size_t slot_bytes;
     int messages;
@@ -428,6 +430,7 @@ struct stream_spec {
 static void body_stream(struct rank_ctx *c) {
     const struct stream_spec *s = c->arg;
     struct ccl_comm *comm = comm_new(c, 0x1234abcd, s->slots, s->slot_bytes);
+    comm->own_core = s->spread;
     uint8_t use[MAX_RANKS] = {0};
     int any = 0;
     for (int p = 0; p < c->nranks; p++) any |= s->use[c->rank][p];
@@ -480,16 +483,16 @@ static void body_futex_wake(struct rank_ctx *c) {
         EXPECT_OK(&c->t, shm->recv_release(cn));
         /* A release wakes a sender waiting for room. */
         for (int i = 0; i < comm->params.slots; i++) {
-            EXPECT_OK(&c->t, shm->send_acquire(cn, &sbuf));
+            EXPECT_OK(&c->t, shm->send_acquire(cn, 0, &sbuf));
             EXPECT_OK(&c->t, shm->send_commit(cn, &m));
         }
-        EXPECT_STATUS(&c->t, CCL_INPROGRESS, shm->send_acquire(cn, &sbuf));
+        EXPECT_STATUS(&c->t, CCL_INPROGRESS, shm->send_acquire(cn, 0, &sbuf));
         sleep_until_rung(c, comm, "room");
-        EXPECT_OK(&c->t, shm->send_acquire(cn, &sbuf));
+        EXPECT_OK(&c->t, shm->send_acquire(cn, 0, &sbuf));
     } else {
         barrier(c);
         usleep(100 * 1000); /* let rank 0 fall asleep */
-        EXPECT_OK(&c->t, shm->send_acquire(cn, &sbuf));
+        EXPECT_OK(&c->t, shm->send_acquire(cn, 0, &sbuf));
         m.seq = 42;
         EXPECT_OK(&c->t, shm->send_commit(cn, &m));
         barrier(c);
@@ -637,6 +640,88 @@ START_TEST(stream_three_ranks_partial) {
     static const struct stream_spec s = {
         .slots = 2, .slot_bytes = 64 << 10, .messages = 300, .use = {{0, 1, 0}, {1, 0, 1}, {0, 1, 0}}};
     run_ranks(3, "stp", body_stream, &s, REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+START_TEST(stream_two_ranks_spread) {
+    /* Sizes from 0 to the slot: some go to the hot area, the rest round
+     * the ring of bytes, skipping its end now and then. */
+    static const struct stream_spec s = {.spread = 1, .slots = 4, .slot_bytes = 30000, .messages = 3000};
+    run_ranks(2, "sr2", body_stream, &s, REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+START_TEST(stream_three_ranks_spread) {
+    static const struct stream_spec s = {.spread = 1, .slots = 2, .slot_bytes = 64 << 10, .messages = 1000};
+    run_ranks(3, "sr3", body_stream, &s, REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+/* Where messages land (shm.h): rank 1 sends sizes[], rank 0 checks each
+ * one's offset in the data area against where[]. */
+struct placement_spec {
+    int spread;
+    int n;
+    uint32_t sizes[8];
+    long where[8]; /* from the ring area's start; -1 - k: hot slot k */
+};
+
+static void body_placement(struct rank_ctx *c) {
+    const struct placement_spec *s = c->arg;
+    struct ccl_comm *comm = comm_new(c, 4242, 4, 64 << 10);
+    comm->own_core = s->spread;
+    uint8_t use[MAX_RANKS];
+    all_but_self(c, use);
+    bring_up(c, comm, use);
+    struct ccl__conn *cn = comm->conns[1 - c->rank];
+    const struct ccl__shm_end *e = &((struct ccl__shm_conn *)cn)->recv;
+    for (int i = 0; i < s->n; i++) {
+        if (c->rank == 1) {
+            void *buf;
+            struct ccl__slot_meta m = {.bytes = s->sizes[i], .seq = (uint32_t)i};
+            ccl_status_t st;
+            while ((st = shm->send_acquire(cn, m.bytes, &buf)) == CCL_INPROGRESS) sched_yield();
+            if (EXPECT_OK(&c->t, st) != CCL_OK) break;
+            memset(buf, i + 1, m.bytes);
+            EXPECT_OK(&c->t, shm->send_commit(cn, &m));
+        } else {
+            const void *buf;
+            struct ccl__slot_meta m;
+            ccl_status_t st;
+            while ((st = shm->recv_acquire(cn, &buf, &m)) == CCL_INPROGRESS) sched_yield();
+            if (EXPECT_OK(&c->t, st) != CCL_OK) break;
+            long off = (long)((const uint8_t *)buf - e->data), want = s->where[i];
+            want = want < 0 ? (-1 - want) * (long)e->hot_stride : (long)e->ring_at + want;
+            EXPECT(&c->t, off == want && m.seq == (uint32_t)i, "message %d (%u bytes) at offset %ld, expected %ld", i,
+                   m.bytes, off, want);
+            EXPECT(&c->t, m.bytes == 0 || ((const uint8_t *)buf)[m.bytes - 1] == i + 1, "message %d's data", i);
+            /* Released at once: the sender's room is the ring's, not the metas'. */
+            EXPECT_OK(&c->t, shm->recv_release(cn));
+        }
+    }
+    barrier(c);
+    shm_down(comm);
+    comm_free(comm);
+}
+
+START_TEST(placement_fixed_slots) {
+    /* Not alone on its core: slot i % 4 of the ring area, whatever the size. */
+    static const struct placement_spec s = {
+        .n = 6, .sizes = {100, 65536, 20000, 1, 20000, 0}, .where = {0, 65536, 131072, 196608, 0, 65536}};
+    run_ranks(2, "plf", body_placement, &s, REAP_IN_RANK_ORDER);
+}
+END_TEST
+
+START_TEST(placement_ring_of_bytes) {
+    /* Alone on its core: 16 KiB and up one after another (20000 takes
+     * 20032), smaller in hot slot i % 4; the last does not fit before the
+     * ring's end (5 x 64 KiB) and starts it again. */
+    static const struct placement_spec s = {
+        .spread = 1,
+        .n = 8,
+        .sizes = {20000, 16384, 16383, 65536, 65536, 65536, 65536, 65536},
+        .where = {0, 20032, -3, 36416, 101952, 167488, 233024, 0}};
+    run_ranks(2, "plr", body_placement, &s, REAP_IN_RANK_ORDER);
 }
 END_TEST
 
@@ -836,6 +921,10 @@ static Suite *shm_suite(void) {
     tcase_add_test(ranks, stream_two_ranks);
     tcase_add_test(ranks, stream_three_ranks);
     tcase_add_test(ranks, stream_three_ranks_partial);
+    tcase_add_test(ranks, stream_two_ranks_spread);
+    tcase_add_test(ranks, stream_three_ranks_spread);
+    tcase_add_test(ranks, placement_fixed_slots);
+    tcase_add_test(ranks, placement_ring_of_bytes);
     tcase_add_test(ranks, futex_wake_crosses_processes);
     tcase_add_test(ranks, poison_reaches_every_peer);
     tcase_add_test(ranks, check_peer_sees_zombie);

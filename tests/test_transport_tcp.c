@@ -279,7 +279,7 @@ static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pu
         int moved = 0;
         if (p->sent < p->nsend) {
             void *buf;
-            st = tcp->send_acquire(cn, &buf);
+            st = tcp->send_acquire(cn, cn->slot_bytes, &buf);
             if (st == CCL_OK) {
                 struct ccl__slot_meta m = frame_meta(c->rank, p->sent, slot);
                 fill(p->caller_mem ? p->out : buf, m.bytes, c->rank, p->sent);
@@ -380,7 +380,7 @@ static void stream_body(struct rank_ctx *c) {
         EXPECT(&c->t, error_says(comm, "rank 0 (host-of-rank-0) closed its connection"), "error: %s",
                comm->last_error);
         void *sbuf;
-        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->send_acquire(cn, &sbuf));
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->send_acquire(cn, cn->slot_bytes, &sbuf));
         comm_free(comm);
     }
     free(p.scratch);
@@ -410,7 +410,7 @@ static void backpressure_body(struct rank_ctx *c) {
         void *buf;
         ccl_status_t st = CCL_OK;
         for (double end = ccl__now() + 10; p.sent < frames && ccl__now() < end;) {
-            if ((st = tcp->send_acquire(cn, &buf)) != CCL_OK) break;
+            if ((st = tcp->send_acquire(cn, cn->slot_bytes, &buf)) != CCL_OK) break;
             struct ccl__slot_meta m = frame_meta(0, p.sent, 64 << 10);
             fill(buf, m.bytes, 0, p.sent);
             EXPECT_OK(&c->t, tcp->send_commit(cn, &m));
@@ -469,7 +469,7 @@ static ccl_status_t await_frame(struct ccl__conn *cn, const void **buf, struct c
  * scribbled over at once: the transport must have what it still needs. */
 static void send_big_from_caller(struct rank_ctx *c, struct ccl__conn *cn, uint8_t *out, int i, uint32_t bytes) {
     void *slot;
-    EXPECT_OK(&c->t, tcp->send_acquire(cn, &slot));
+    EXPECT_OK(&c->t, tcp->send_acquire(cn, cn->slot_bytes, &slot));
     struct ccl__slot_meta m = frame_meta(0, i, BIG_FRAME);
     m.bytes = bytes;
     fill(out, bytes, 0, i);
@@ -693,7 +693,7 @@ static void malformed_body(struct rank_ctx *c) {
     char b = 'm';
     if (c->rank == 1) {
         void *buf;
-        EXPECT_OK(&c->t, tcp->send_acquire(cn, &buf));
+        EXPECT_OK(&c->t, tcp->send_acquire(cn, cn->slot_bytes, &buf));
         memset(buf, 1, 8000);
         struct ccl__slot_meta m = {.bytes = 8000, .seq = 1};
         EXPECT_OK(&c->t, tcp->send_commit(cn, &m));
@@ -708,7 +708,7 @@ static void malformed_body(struct rank_ctx *c) {
         EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, st);
         EXPECT(&c->t, error_says(comm, "malformed"), "error: %s", comm->last_error);
         void *sbuf;
-        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->send_acquire(cn, &sbuf)); /* the failure sticks */
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->send_acquire(cn, cn->slot_bytes, &sbuf)); /* the failure sticks */
         EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, tcp->check_peer(cn));
         chan_send(c, &b, 1);
     }

@@ -71,8 +71,12 @@ struct ccl__transport {
     /* Frees every connection and the state; safe after a failed set-up. */
     void (*teardown)(struct ccl_comm *comm);
 
-    /* Data path. Non-blocking: CCL_INPROGRESS means "not now, wait". */
-    ccl_status_t (*send_acquire)(struct ccl__conn *c, void **buf);
+    /* Data path. Non-blocking: CCL_INPROGRESS means "not now, wait".
+     * send_acquire: a slot for the next message, which will carry at most
+     * `bytes` of payload (<= slot_bytes; the commit may carry fewer): a
+     * transport may place small and large messages apart. Until the
+     * commit, asking again with the same bytes gives the same slot. */
+    ccl_status_t (*send_acquire)(struct ccl__conn *c, size_t bytes, void **buf);
     ccl_status_t (*send_commit)(struct ccl__conn *c, const struct ccl__slot_meta *m);
     ccl_status_t (*recv_acquire)(struct ccl__conn *c, const void **buf, struct ccl__slot_meta *m);
     ccl_status_t (*recv_release)(struct ccl__conn *c);

@@ -164,7 +164,7 @@ static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s,
     }
     for (int i = 0; i < s->nsend; i++) {
         struct ccl__conn *c = comm->conns[s->send[i]];
-        ccl_status_t r = c->t->send_acquire(c, &st->out[i]);
+        ccl_status_t r = c->t->send_acquire(c, bytes, &st->out[i]);
         if (r == CCL_INPROGRESS) return st->blocked = c, r;
         if (r < 0) return ccl__comm_fail(comm, r);
     }

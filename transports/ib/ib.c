@@ -299,7 +299,8 @@ static int can_send(const struct ccl__ib_conn *c) {
     return c->sent - c->credits < c->nslots && c->sent - c->send_done < c->nslots && c->sq_busy < c->sq_depth;
 }
 
-static ccl_status_t ib_send_acquire(struct ccl__conn *base, void **buf) {
+static ccl_status_t ib_send_acquire(struct ccl__conn *base, size_t bytes, void **buf) {
+    (void)bytes; /* fixed slots: a write moves only the payload it commits */
     struct ccl__ib_conn *c = ib_conn(base);
     int moved = 0;
     if (c->failed) return c->failed;

@@ -44,7 +44,7 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: a second zero-copy offer to rank %d", base->peer);
     /* The offer is an ordinary slot: its stamp, then the buffer's key. */
     void *payload;
-    ccl_status_t st = ccl__transport_ib.send_acquire(base, &payload);
+    ccl_status_t st = ccl__transport_ib.send_acquire(base, sizeof(struct ccl__ib_zc_offer), &payload);
     if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
     const struct ibv_mr *mr = reg;
     struct ccl__ib_zc_offer offer = {.addr = (uintptr_t)buf, .bytes = bytes, .rkey = mr->rkey};

@@ -19,25 +19,67 @@ static inline void end_advance(struct ccl__shm_end *e) {
     e->idx = e->idx + 1 == e->depth ? 0 : e->idx + 1;
 }
 
-static ccl_status_t shm_send_acquire(struct ccl__conn *c, void **buf) {
-    struct ccl__shm_end *e = &shm_conn(c)->send;
-    if (e->pos - e->seen >= e->depth) {
-        /* Acquire: the receiver's reads of the slot we are about to reuse
-         * happen before our writes to it. */
-        e->seen = atomic_load_explicit(&e->ctrl->tail, memory_order_acquire);
-        if (e->pos - e->seen >= e->depth) return CCL_INPROGRESS;
+#define NOT_RING SIZE_MAX
+
+static inline size_t line_up(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+/* Reads the receiver's tail again; the ring bytes it freed are the head
+ * after its last released message, still in `ends` (its slot there is
+ * only reused by the message depth later, which needs this very release). */
+static ccl_status_t sender_refresh(struct ccl__conn *c, struct ccl__shm_end *e) {
+    /* Acquire: the receiver's reads of the bytes we are about to reuse
+     * happen before our writes to them. */
+    uint64_t tail = atomic_load_explicit(&e->ctrl->tail, memory_order_acquire);
+    if (tail - e->seen > e->pos - e->seen)
+        return ccl__set_error(c->comm, CCL_ERR_REMOTE,
+                              "shm: rank %d released %llu messages from rank %d, which sent %llu", c->peer,
+                              (unsigned long long)tail, c->comm->rank, (unsigned long long)e->pos);
+    if (tail != e->seen) e->freed = e->ends[(tail - 1) % e->depth];
+    e->seen = tail;
+    return CCL_OK;
+}
+
+/* Places the next message of up to `bytes` (shm.h): 1 with e->at, room
+ * and skip set, 0 when the ring has no room for it yet. */
+static int place(struct ccl__shm_end *e, size_t bytes) {
+    e->skip = NOT_RING;
+    if (!e->spread) {
+        e->at = e->ring_at + (size_t)e->idx * e->stride, e->room = e->stride;
+        return 1;
     }
-    *buf = e->data + (size_t)e->idx * e->stride;
+    if (bytes < CCL__SHM_HOT_BYTES) {
+        e->at = (size_t)e->idx * e->hot_stride, e->room = e->hot_stride;
+        return 1;
+    }
+    size_t need = line_up(bytes), r = (size_t)(e->head % e->span), skip = e->span - r < need ? e->span - r : 0;
+    if (e->head - e->freed + skip + need > e->span) return 0;
+    e->at = e->ring_at + (skip ? 0 : r), e->room = need, e->skip = skip;
+    return 1;
+}
+
+static ccl_status_t shm_send_acquire(struct ccl__conn *c, size_t bytes, void **buf) {
+    struct ccl__shm_end *e = &shm_conn(c)->send;
+    if (bytes > c->slot_bytes)
+        return ccl__set_error(c->comm, CCL_ERR_INTERNAL, "shm: a %zu-byte message for a %zu-byte slot to rank %d",
+                              bytes, c->slot_bytes, c->peer);
+    if (e->pos - e->seen >= e->depth || !place(e, bytes)) {
+        CCL_CHECK(sender_refresh(c, e));
+        if (e->pos - e->seen >= e->depth || !place(e, bytes)) return CCL_INPROGRESS;
+    }
+    *buf = e->data + e->at;
     return CCL_OK;
 }
 
 static ccl_status_t shm_send_commit(struct ccl__conn *c, const struct ccl__slot_meta *m) {
     struct ccl__shm_conn *s = shm_conn(c);
     struct ccl__shm_end *e = &s->send;
-    if (m->bytes > c->slot_bytes)
-        return ccl__set_error(c->comm, CCL_ERR_INTERNAL, "shm: commit of %u bytes into a %zu-byte slot to rank %d",
-                              m->bytes, c->slot_bytes, c->peer);
+    if (m->bytes > e->room)
+        return ccl__set_error(c->comm, CCL_ERR_INTERNAL, "shm: commit of %u bytes into %zu acquired for rank %d",
+                              m->bytes, e->room, c->peer);
     e->meta[e->idx].m = *m;
+    e->meta[e->idx].offset = e->at;
+    if (e->skip != NOT_RING) e->head += e->skip + line_up(m->bytes);
+    e->ends[e->idx] = e->head;
     end_advance(e);
     atomic_store_explicit(&e->ctrl->head, e->pos, memory_order_release);
     ccl__wake_ring(s->peer_wake);
@@ -54,10 +96,15 @@ static ccl_status_t shm_recv_acquire(struct ccl__conn *c, const void **buf, stru
                                   c->peer, c->comm->rank, (unsigned long long)e->seen, (unsigned long long)e->pos);
     }
     *m = e->meta[e->idx].m;
+    uint64_t off = e->meta[e->idx].offset;
     if (m->bytes > c->slot_bytes)
         return ccl__set_error(c->comm, CCL_ERR_REMOTE, "shm: rank %d sent a slot of %u bytes (slots hold %zu)",
                               c->peer, m->bytes, c->slot_bytes);
-    *buf = e->data + (size_t)e->idx * e->stride;
+    if (off % 64 || off > e->data_bytes || m->bytes > e->data_bytes - off)
+        return ccl__set_error(c->comm, CCL_ERR_REMOTE,
+                              "shm: rank %d placed %u bytes at offset %llu of its %zu-byte FIFO to rank %d", c->peer,
+                              m->bytes, (unsigned long long)off, e->data_bytes, c->comm->rank);
+    *buf = e->data + off;
     return CCL_OK;
 }
 

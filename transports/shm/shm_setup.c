@@ -71,11 +71,25 @@ static size_t meta_area_bytes(uint32_t depth) {
     return align_up(sizeof(struct ccl__shm_fifo_ctrl) + (size_t)depth * sizeof(struct ccl__shm_meta_line), SHM_PAGE);
 }
 
+static size_t hot_stride(uint64_t slot_bytes) {
+    size_t slot = align_up((size_t)slot_bytes, 64);
+    return slot < CCL__SHM_HOT_BYTES ? slot : CCL__SHM_HOT_BYTES;
+}
+
+/* The data area of one FIFO (shm.h): depth hot slots, then depth + 1 slots
+ * of ring; 0 if the geometry overflows. */
+static size_t fifo_data_bytes(uint32_t depth, uint64_t slot_bytes) {
+    size_t ring, hot = (size_t)depth * hot_stride(slot_bytes);
+    if (__builtin_mul_overflow((size_t)depth + 1, align_up((size_t)slot_bytes, 64), &ring) || ring > SIZE_MAX - hot)
+        return 0;
+    return hot + ring;
+}
+
 /* Bytes of one FIFO, 0 if the geometry overflows. */
 static size_t fifo_bytes(uint32_t depth, uint64_t slot_bytes) {
-    if (slot_bytes > UINT32_MAX) return 0;
-    size_t data;
-    if (__builtin_mul_overflow((size_t)depth, align_up((size_t)slot_bytes, 64), &data)) return 0;
+    if (slot_bytes > UINT32_MAX || depth > CCL__SHM_MAX_DEPTH) return 0;
+    size_t data = fifo_data_bytes(depth, slot_bytes);
+    if (data == 0) return 0;
     size_t total = meta_area_bytes(depth) + data;
     if (total < data || total > SIZE_MAX - SHM_PAGE) return 0;
     return align_up(total, SHM_PAGE);
@@ -86,7 +100,11 @@ static void end_init(struct ccl__shm_end *e, uint8_t *fifo, uint32_t depth, uint
     e->ctrl = (struct ccl__shm_fifo_ctrl *)fifo;
     e->meta = (struct ccl__shm_meta_line *)(fifo + sizeof(struct ccl__shm_fifo_ctrl));
     e->data = fifo + meta_area_bytes(depth);
+    e->data_bytes = fifo_data_bytes(depth, slot_bytes);
+    e->hot_stride = hot_stride(slot_bytes);
+    e->ring_at = (size_t)depth * e->hot_stride;
     e->stride = align_up((size_t)slot_bytes, 64);
+    e->span = (size_t)(depth + 1) * e->stride;
     e->depth = depth;
 }
 
@@ -336,6 +354,7 @@ ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct 
         c->base.peer = p;
         c->base.slot_bytes = (size_t)slot_bytes;
         end_init(&c->send, st->peers[p].send_fifo, depth, slot_bytes);
+        c->send.spread = comm->own_core; /* every peer is on another core (shm.h) */
         end_init(&c->recv, (uint8_t *)st->hdr + st->hdr->fifo_offset[p], depth, slot_bytes);
         c->peer_wake = &ph->wake;
         /* Probe only a lock the owner took: a free lock must mean "gone". */

@@ -155,7 +155,8 @@ static ccl_status_t write_frames(struct ccl__tcp_conn *c, int *moved) {
     return CCL_OK;
 }
 
-static ccl_status_t tcp_send_acquire(struct ccl__conn *base, void **buf) {
+static ccl_status_t tcp_send_acquire(struct ccl__conn *base, size_t bytes, void **buf) {
+    (void)bytes; /* frames are as long as their payload wherever they sit */
     struct ccl__tcp_conn *c = tcp_conn(base);
     if (c->failed) return c->failed;
     ccl_status_t st = fail_if_peer_done(c);
