@@ -33,8 +33,8 @@ extern const struct ccl__transport ccl__transport_shm;
 /* Counters of one FIFO; each is written by one side only and sits on its
  * own cache line so the two sides do not steal the line from each other. */
 struct ccl__shm_fifo_ctrl {
-    _Alignas(64) _Atomic uint64_t head;       /* messages committed, written by the sender */
-    _Alignas(64) _Atomic uint64_t tail;       /* messages released, written by the receiver */
+    _Alignas(64) _Atomic uint64_t head; /* messages committed, written by the sender */
+    _Alignas(64) _Atomic uint64_t tail; /* messages released, written by the receiver */
 };
 
 /* One message's meta on its own line: the sender fills meta i+1 while the
