@@ -52,10 +52,10 @@ REDUCE(ccl_reduce_f64_min, double, min_f64(x, y))
         }                                                                                            \
     }
 
-#define HALF_KERNELS(tag, TO_FLOAT, FROM_FLOAT)                                                  \
-    HALF_REDUCE(ccl_reduce_##tag##_sum, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, __fadd_rn(x, y)))   \
-    HALF_REDUCE(ccl_reduce_##tag##_prod, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, __fmul_rn(x, y)))  \
-    HALF_REDUCE(ccl_reduce_##tag##_max, TO_FLOAT, FROM_FLOAT, max_f32(x, y))                     \
+#define HALF_KERNELS(tag, TO_FLOAT, FROM_FLOAT)                                                     \
+    HALF_REDUCE(ccl_reduce_##tag##_sum, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, __fadd_rn(x, y)))  \
+    HALF_REDUCE(ccl_reduce_##tag##_prod, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, __fmul_rn(x, y))) \
+    HALF_REDUCE(ccl_reduce_##tag##_max, TO_FLOAT, FROM_FLOAT, max_f32(x, y))                        \
     HALF_REDUCE(ccl_reduce_##tag##_min, TO_FLOAT, FROM_FLOAT, min_f32(x, y))
 
 HALF_KERNELS(f16, half_to_float_inline, float_to_half_inline)

@@ -129,8 +129,8 @@ DEFINE_REDUCE(prod_f64, double, pick_nan_f64(x, y, x * y))
     }
 
 #define DEFINE_HALF_KERNELS(tag, TO_FLOAT, FROM_FLOAT)                              \
-    DEFINE_HALF_REDUCE(sum_##tag, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, x + y))      \
-    DEFINE_HALF_REDUCE(prod_##tag, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, x * y))     \
+    DEFINE_HALF_REDUCE(sum_##tag, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, x + y))  \
+    DEFINE_HALF_REDUCE(prod_##tag, TO_FLOAT, FROM_FLOAT, pick_nan_f32(x, y, x * y)) \
     DEFINE_HALF_REDUCE(max_##tag, TO_FLOAT, FROM_FLOAT, max_f32(x, y))              \
     DEFINE_HALF_REDUCE(min_##tag, TO_FLOAT, FROM_FLOAT, min_f32(x, y))
 
@@ -181,14 +181,14 @@ DEFINE_DIV(div_u64, uint64_t, uint64_t, AS_IS, AS_IS)
 DEFINE_DIV(div_f32, float, float, AS_IS, AS_IS)
 DEFINE_DIV(div_f64, double, double, AS_IS, AS_IS)
 
-#define DEFINE_HALF_DIV(name, TO_FLOAT, FROM_FLOAT)            \
-    static void name(void *buf, size_t n, int divisor) {       \
-        uint16_t *p = buf;                                     \
-        float d = (float)divisor;                              \
-        for (size_t i = 0; i < n; i++) {                       \
-            float x = TO_FLOAT(p[i]);                          \
-            p[i] = FROM_FLOAT(pick_nan_f32(x, x, x / d));          \
-        }                                                      \
+#define DEFINE_HALF_DIV(name, TO_FLOAT, FROM_FLOAT)       \
+    static void name(void *buf, size_t n, int divisor) {  \
+        uint16_t *p = buf;                                \
+        float d = (float)divisor;                         \
+        for (size_t i = 0; i < n; i++) {                  \
+            float x = TO_FLOAT(p[i]);                     \
+            p[i] = FROM_FLOAT(pick_nan_f32(x, x, x / d)); \
+        }                                                 \
     }
 
 DEFINE_HALF_DIV(div_f16, half_to_float_inline, float_to_half_inline)
@@ -326,7 +326,7 @@ X86_SIMD_TARGET static inline int avx_any_nan_ps(__m256 a, __m256 b, __m256 c, _
 }
 X86_SIMD_TARGET static inline int avx_any_nan_pd(__m256d a, __m256d b, __m256d c, __m256d d) {
     __m256d u = _mm256_or_pd(_mm256_cmp_pd(a, b, _CMP_UNORD_Q), _mm256_cmp_pd(c, d, _CMP_UNORD_Q));
-    return !_mm256_testz_pd(u, u);
+    return !simd_none(_mm256_castpd_ps(u)); /* a lane's mask sets both halves' sign bits */
 }
 #define AVX_F32(name, VOP, OP)                                                                                      \
     DEFINE_ARITH_VECTOR(name, X86_SIMD_TARGET, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, VOP,          \

@@ -21,8 +21,6 @@ static inline void end_advance(struct ccl__shm_end *e) {
 
 #define NOT_RING SIZE_MAX
 
-static inline size_t line_up(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
-
 /* Reads the receiver's tail again; the ring bytes it freed are the head
  * after its last released message, still in `ends` (its slot there is
  * only reused by the message depth later, which needs this very release). */
@@ -51,7 +49,7 @@ static int place(struct ccl__shm_end *e, size_t bytes) {
         e->at = (size_t)e->idx * e->hot_stride, e->room = e->hot_stride;
         return 1;
     }
-    size_t need = line_up(bytes), r = (size_t)(e->head % e->span), skip = e->span - r < need ? e->span - r : 0;
+    size_t need = ccl__shm_line_up(bytes), r = (size_t)(e->head % e->span), skip = e->span - r < need ? e->span - r : 0;
     if (e->head - e->freed + skip + need > e->span) return 0;
     e->at = e->ring_at + (skip ? 0 : r), e->room = need, e->skip = skip;
     return 1;
@@ -78,7 +76,7 @@ static ccl_status_t shm_send_commit(struct ccl__conn *c, const struct ccl__slot_
                               m->bytes, e->room, c->peer);
     e->meta[e->idx].m = *m;
     e->meta[e->idx].offset = e->at;
-    if (e->skip != NOT_RING) e->head += e->skip + line_up(m->bytes);
+    if (e->skip != NOT_RING) e->head += e->skip + ccl__shm_line_up(m->bytes);
     e->ends[e->idx] = e->head;
     end_advance(e);
     atomic_store_explicit(&e->ctrl->head, e->pos, memory_order_release);

@@ -44,6 +44,9 @@ struct ccl__shm_meta_line {
     uint64_t offset; /* where the message's data starts in the data area */
 };
 
+/* Bytes rounded up to whole cache lines: slots and messages start on one. */
+static inline size_t ccl__shm_line_up(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
 /* Messages below this many bytes always go to the hot area (below). */
 #define CCL__SHM_HOT_BYTES 16384
 #define CCL__SHM_MAX_DEPTH 64 /* CCL_SLOTS' largest value */

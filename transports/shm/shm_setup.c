@@ -72,7 +72,7 @@ static size_t meta_area_bytes(uint32_t depth) {
 }
 
 static size_t hot_stride(uint64_t slot_bytes) {
-    size_t slot = align_up((size_t)slot_bytes, 64);
+    size_t slot = ccl__shm_line_up((size_t)slot_bytes);
     return slot < CCL__SHM_HOT_BYTES ? slot : CCL__SHM_HOT_BYTES;
 }
 
@@ -80,7 +80,7 @@ static size_t hot_stride(uint64_t slot_bytes) {
  * of ring; 0 if the geometry overflows. */
 static size_t fifo_data_bytes(uint32_t depth, uint64_t slot_bytes) {
     size_t ring, hot = (size_t)depth * hot_stride(slot_bytes);
-    if (__builtin_mul_overflow((size_t)depth + 1, align_up((size_t)slot_bytes, 64), &ring) || ring > SIZE_MAX - hot)
+    if (__builtin_mul_overflow((size_t)depth + 1, ccl__shm_line_up((size_t)slot_bytes), &ring) || ring > SIZE_MAX - hot)
         return 0;
     return hot + ring;
 }
@@ -103,8 +103,8 @@ static void end_init(struct ccl__shm_end *e, uint8_t *fifo, uint32_t depth, uint
     e->data_bytes = fifo_data_bytes(depth, slot_bytes);
     e->hot_stride = hot_stride(slot_bytes);
     e->ring_at = (size_t)depth * e->hot_stride;
-    e->stride = align_up((size_t)slot_bytes, 64);
-    e->span = (size_t)(depth + 1) * e->stride;
+    e->stride = ccl__shm_line_up((size_t)slot_bytes);
+    e->span = e->data_bytes - e->ring_at;
     e->depth = depth;
 }
 
