@@ -42,7 +42,7 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
                                                a.plan.chunk_bytes);
     double t0 = ccl__now();
     ccl_status_t st = fn(comm, &a);
-    CCL_TRACE(CCL__SUB_PLAN, comm->rank, "%s #%u: %llu x %s: %s predicted %.1f us, measured %.1f us (chunk %zu)",
+    CCL_TRACE(CCL__SUB_PLAN, comm->rank, "%s #%u: %llu x %s: %s predicted %.3f us, measured %.1f us (chunk %zu)",
               ccl__op_kind_name(kind), a.id.seq, (unsigned long long)a.id.count, ccl_dtype_name(a.id.dtype),
               ccl__algo_names[a.plan.algo], predicted, (ccl__now() - t0) * 1e6, a.plan.chunk_bytes);
     return st;

@@ -68,8 +68,8 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
  * reads it: a formatted float costs as much as a small call's work). */
 static void model_why(const struct ccl__cost_pick *p, char *why, size_t whylen) {
     if (p->next >= 0)
-        snprintf(why, whylen, "cheapest: %.1f us; %s %.1f us", p->us, ccl__algo_names[p->next], p->next_us);
-    else snprintf(why, whylen, "the only one: %.1f us", p->us);
+        snprintf(why, whylen, "cheapest: %.2f us; %s %.2f us", p->us, ccl__algo_names[p->next], p->next_us);
+    else snprintf(why, whylen, "the only one: %.2f us", p->us);
 }
 
 ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
