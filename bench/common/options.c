@@ -79,7 +79,7 @@ __attribute__((format(printf, 2, 3))) static int usage_error(const char *prog, c
     return -1;
 }
 
-static int parse_size(const char *s, size_t *out) {
+int bench_parse_size(const char *s, size_t *out) {
     char *end;
     errno = 0;
     if (*s < '0' || *s > '9') return -1;
@@ -199,7 +199,7 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
     case 'e':
     case 'i': {
         size_t *dst = c == 'b' ? &o->min_bytes : c == 'e' ? &o->max_bytes : &o->step_bytes;
-        if (parse_size(v, dst)) return usage_error(p, "-%c: '%s' is not a size (e.g. 8, 64K, 1M, 2G)", c, v);
+        if (bench_parse_size(v, dst)) return usage_error(p, "-%c: '%s' is not a size (e.g. 8, 64K, 1M, 2G)", c, v);
         if (c == 'i') *step_set = 1;
         return 0;
     }

@@ -154,6 +154,45 @@ mpi) # MPIRUN...: the MPI twin under mpirun, 2 ranks
   else expect_all_right "$tmp/out"; fi
   run "$tmp/out" "$bin/$prog" --ranks 2
   [ $rc -eq 2 ] || die "--ranks must be refused by the MPI twin" ;;
+roofline) # the machine's own figures: rows present and positive, every bound what its formula gives
+  run "$tmp/out" "$bin/$prog" --ranks 1,2,3,5 --copy-bytes 1M --reps 1 -b 4K -e 64K -f 4 --blocks 1 --block-bytes 4M
+  [ $rc -eq 0 ] || die "exit status $rc"
+  cpus=$(sed -n 's/^# cpus: \([0-9]*\) usable$/\1/p' "$tmp/out")
+  [ -n "$cpus" ] || die "no cpu count"
+  # memcpy rows (cores, in all, per core, ratio), then bound rows (ranks, cores, bound, ratio), then
+  # tcp rows (size, one way, both ways, running maximum of both ways): told apart by their column count
+  # and place after the headers that open them
+  awk -v cpus="$cpus" '
+    /^# *cores at once/ { part = "copy"; next }
+    /^# *ranks +cores/ { part = "bound"; next }
+    /^# *size +one way/ { part = "tcp"; next }
+    /^#/ { next }
+    part == "copy" { copy[$1] = $2; if ($2 <= 0 || $3 <= 0) bad = bad " copy:" $1; ncopy++ }
+    part == "bound" {
+      n = $1; k = (n < cpus) ? n : cpus
+      if ($2 != k) bad = bad " cores-for-" n
+      want = 2 * (n - 1) / (n * n) * copy[k]
+      if ((want - $3) > 0.008 || ($3 - want) > 0.008) bad = bad " bound-for-" n "(" $3 "!=" want ")"
+      nbound++
+    }
+    part == "tcp" {
+      if ($2 <= 0 || $3 <= 0) bad = bad " tcp:" $1
+      if ($3 > best) best = $3
+      if ((best - $4) > 0.0006 || ($4 - best) > 0.0006) bad = bad " running-max-at-" $1
+      sizes = sizes " " $1
+    }
+    END {
+      if (ncopy < 2) bad = bad " copy-rows"
+      if (nbound != 4) bad = bad " bound-rows"
+      if (sizes != " 4096 16384 65536") bad = bad " tcp-sizes:" sizes
+      if (bad) { print "FAIL:" bad; exit 1 }
+    }' "$tmp/out" || exit 1
+  for bad in "--ranks 0" "--ranks x" "-b 1M -e 1K" "-f 1" "--blocks 0" "--block-bytes 0" "--copy-bytes 1" "--bogus 1" "-b"; do
+    run "$tmp/out" "$bin/$prog" $bad
+    [ $rc -eq 2 ] && grep -q "^roofline: " "$tmp/out.err" || die "'$bad': exit status $rc"
+  done
+  run "$tmp/out" "$bin/$prog" -h
+  [ $rc -eq 0 ] && grep -q "^usage: roofline " "$tmp/out" || die "-h" ;;
 *) die "unknown case $case_name" ;;
 esac
 echo "PASS"

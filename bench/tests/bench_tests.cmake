@@ -55,6 +55,7 @@ bench_add_test(algos algos all_reduce_perf 3 auto,ring,tree,rd,rhd,direct)
 bench_add_test(steady steady all_reduce_perf 3)
 bench_add_test(usage usage broadcast_perf)
 bench_add_test(legs_pingpong legs pingpong_perf)
+bench_add_test(roofline roofline roofline)
 
 # The MPI twins under Open MPI's mpirun, when they were built with it.
 find_program(BENCH_MPIRUN_OPENMPI mpirun.openmpi)
