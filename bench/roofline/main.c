@@ -15,7 +15,8 @@
  *
  * TCP over the loopback between two processes (each on a core of its own
  * when there are two): one way, and both ways at once, per size, the
- * fastest of every way tried (socket buffers, waiting asleep or spinning). A 2-rank
+ * fastest of every way tried (socket buffers, waiting asleep or spinning,
+ * calls of all that is left or of a slot's 512 KiB). A 2-rank
  * all-reduce of S bytes must send and receive S bytes on each rank, so its
  * busbw (S / time) is at most the fastest both-ways rate of any piece size
  * up to S.
@@ -161,7 +162,8 @@ static int report_tcp(const int *cpus, int ncpus, const struct opts *o) {
     if (ncpus >= 2) printf(" on cpus %d and %d", cpus[0], cpus[1]);
     printf(", the best of %d timed blocks, socket buffers autotuned", o->blocks);
     if (o->sockbuf) printf(" or %zu bytes", o->sockbuf);
-    printf(", waiting in poll()%s, whichever was fastest", ncpus >= 2 ? " or spinning" : "");
+    printf(", waiting in poll()%s, calls of all that is left or of 512 KiB; whichever was fastest",
+           ncpus >= 2 ? " or spinning" : "");
     printf("; GB/s\n# a 2-rank all-reduce's busbw is at most the fastest both-ways rate up to its size\n");
     printf("#       size    one way   both ways (each way)   2-rank all-reduce busbw at most\n");
     double best = 0;

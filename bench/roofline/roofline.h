@@ -34,8 +34,9 @@ struct roofline_tcp_args {
 /* Two processes over a loopback TCP connection, on cpus[0] and cpus[1]
  * when there are two (ncpus >= 2): for each size, the fastest block over
  * every way tried: socket buffers autotuned and fixed at `sockbuf`, each
- * side asleep in poll() or, with two cpus, spinning. Returns 0, or -1 with
- * the reason on stderr. */
+ * side asleep in poll() or, with two cpus, spinning, each call moving all
+ * that is left or 512 KiB at most. Returns 0, or -1 with the reason on
+ * stderr. */
 int roofline_tcp_sweep(const struct roofline_tcp_args *a, struct roofline_tcp *out);
 
 #endif

@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,14 +34,25 @@ static void pin(const int *cpus, int ncpus, int i) {
 enum wait { POLL, SPIN };
 #define NO_PROGRESS_S 10.0 /* this long without a byte: the peer is gone */
 
+/* One way of running the pair: how a side waits, and the most bytes one
+ * send or receive call moves (a side that hands the kernel everything at
+ * once copies it all in before it drains what came the other way). */
+struct how {
+    enum wait w;
+    size_t piece;
+};
+#define PIECE_BYTES ((size_t)512 << 10) /* libccl's TCP slot */
+
+static size_t at_most(size_t left, size_t piece) { return left < piece ? left : piece; }
+
 /* Sends `out` bytes and receives `in` bytes at once; 0 or -1. */
-static int move(int fd, enum wait w, const char *sbuf, size_t out, char *rbuf, size_t in) {
+static int move(int fd, struct how h, const char *sbuf, size_t out, char *rbuf, size_t in) {
     size_t sent = 0, got = 0;
     double idle_since = 0;
     unsigned idle = 0;
     while (sent < out || got < in) {
         short ev = (short)((sent < out ? POLLOUT : 0) | (got < in ? POLLIN : 0)), rev = ev;
-        if (w == POLL) {
+        if (h.w == POLL) {
             struct pollfd p = {.fd = fd, .events = ev};
             if (poll(&p, 1, (int)(NO_PROGRESS_S * 1000)) <= 0) return -1;
             if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return -1;
@@ -48,12 +60,12 @@ static int move(int fd, enum wait w, const char *sbuf, size_t out, char *rbuf, s
         }
         size_t before = sent + got;
         if (sent < out && (rev & POLLOUT)) {
-            ssize_t r = send(fd, sbuf + sent, out - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+            ssize_t r = send(fd, sbuf + sent, at_most(out - sent, h.piece), MSG_DONTWAIT | MSG_NOSIGNAL);
             if (r < 0 && errno != EAGAIN && errno != EINTR) return -1;
             if (r > 0) sent += (size_t)r;
         }
         if (got < in && (rev & POLLIN)) {
-            ssize_t r = recv(fd, rbuf + got, in - got, MSG_DONTWAIT);
+            ssize_t r = recv(fd, rbuf + got, at_most(in - got, h.piece), MSG_DONTWAIT);
             if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) return -1;
             if (r > 0) got += (size_t)r;
         }
@@ -69,26 +81,26 @@ static int move(int fd, enum wait w, const char *sbuf, size_t out, char *rbuf, s
 /* One iteration from side `me` (0 or 1): both ways, each sends and
  * receives `bytes`; one way, side 0 sends them and side 1 answers with a
  * byte once they are all in, so side 0's clock covers their arrival. */
-static int iteration(int fd, enum wait w, int me, enum mode m, char *sbuf, char *rbuf, size_t bytes) {
-    if (m == BOTH_WAYS) return move(fd, w, sbuf, bytes, rbuf, bytes);
-    if (me == 0) return move(fd, w, sbuf, bytes, NULL, 0) || move(fd, w, NULL, 0, rbuf, 1);
-    return move(fd, w, NULL, 0, rbuf, bytes) || move(fd, w, sbuf, 1, NULL, 0);
+static int iteration(int fd, struct how h, int me, enum mode m, char *sbuf, char *rbuf, size_t bytes) {
+    if (m == BOTH_WAYS) return move(fd, h, sbuf, bytes, rbuf, bytes);
+    if (me == 0) return move(fd, h, sbuf, bytes, NULL, 0) || move(fd, h, NULL, 0, rbuf, 1);
+    return move(fd, h, NULL, 0, rbuf, bytes) || move(fd, h, sbuf, 1, NULL, 0);
 }
 
 /* Every size in both modes, `blocks` blocks each; side 0 keeps the
  * fastest block's rate per size in out[]. */
-static int sweep(int fd, enum wait w, int me, const struct roofline_tcp_args *a, char *sbuf, char *rbuf,
+static int sweep(int fd, struct how h, int me, const struct roofline_tcp_args *a, char *sbuf, char *rbuf,
                  struct roofline_tcp *out) {
     const size_t *sizes = a->sizes;
     int nsizes = a->nsizes, blocks = a->blocks;
     for (int s = 0; s < nsizes; s++)
         for (int m = ONE_WAY; m <= BOTH_WAYS; m++) {
             size_t bytes = sizes[s], iters = a->block_bytes / bytes ? a->block_bytes / bytes : 1;
-            if (iteration(fd, w, me, m, sbuf, rbuf, bytes)) return -1; /* warm-up */
+            if (iteration(fd, h, me, m, sbuf, rbuf, bytes)) return -1; /* warm-up */
             for (int b = 0; b < blocks; b++) {
                 double t0 = bench_now();
                 for (size_t i = 0; i < iters; i++)
-                    if (iteration(fd, w, me, m, sbuf, rbuf, bytes)) return -1;
+                    if (iteration(fd, h, me, m, sbuf, rbuf, bytes)) return -1;
                 double gbps = (double)bytes * (double)iters / (bench_now() - t0) / 1e9;
                 double *best = m == ONE_WAY ? &out[s].one_way_gbps : &out[s].both_gbps;
                 if (gbps > *best) *best = gbps;
@@ -105,9 +117,9 @@ static int set_buffers(int fd, size_t sockbuf) {
     return 0;
 }
 
-/* One connection with the given socket buffers (0: autotuned) and way of
- * waiting, swept. */
-static int run_pair(const struct roofline_tcp_args *a, size_t sockbuf, enum wait w, struct roofline_tcp *out) {
+/* One connection with the given socket buffers (0: autotuned), run one
+ * way, swept. */
+static int run_pair(const struct roofline_tcp_args *a, size_t sockbuf, struct how h, struct roofline_tcp *out) {
     size_t most = 1;
     for (int s = 0; s < a->nsizes; s++)
         if (a->sizes[s] > most) most = a->sizes[s];
@@ -144,7 +156,7 @@ static int run_pair(const struct roofline_tcp_args *a, size_t sockbuf, enum wait
     if (rc == 0) {
         memset(sbuf, 1, most);
         memset(rbuf, 0, most);
-        rc = sweep(fd, w, me, a, sbuf, rbuf, out);
+        rc = sweep(fd, h, me, a, sbuf, rbuf, out);
     }
     free(sbuf);
     free(rbuf);
@@ -153,8 +165,8 @@ static int run_pair(const struct roofline_tcp_args *a, size_t sockbuf, enum wait
     int status;
     if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = -1;
     if (rc)
-        fprintf(stderr, "roofline: tcp: the loopback exchange failed (socket buffers %zu, %s)\n", sockbuf,
-                w == SPIN ? "spinning" : "poll");
+        fprintf(stderr, "roofline: tcp: the loopback exchange failed (socket buffers %zu, %s, pieces of %zu)\n",
+                sockbuf, h.w == SPIN ? "spinning" : "poll", h.piece);
     return rc;
 }
 
@@ -164,6 +176,8 @@ int roofline_tcp_sweep(const struct roofline_tcp_args *a, struct roofline_tcp *o
      * take turns at it */
     for (int w = POLL; w <= (a->ncpus >= 2 ? SPIN : POLL); w++)
         for (int b = 0; b < (a->sockbuf ? 2 : 1); b++)
-            if (run_pair(a, b ? a->sockbuf : 0, (enum wait)w, out)) return -1;
+            for (int p = 0; p < 2; p++)
+                if (run_pair(a, b ? a->sockbuf : 0, (struct how){(enum wait)w, p ? PIECE_BYTES : SIZE_MAX}, out))
+                    return -1;
     return 0;
 }
