@@ -147,7 +147,9 @@ static int run_pair(const struct roofline_tcp_args *a, size_t sockbuf, struct ho
         fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0 || set_buffers(fd, sockbuf) || connect(fd, (struct sockaddr *)&sa, sizeof sa)) _exit(1);
     } else {
-        fd = accept(lfd, NULL, NULL);
+        /* a child that could not connect must not leave this side waiting */
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        fd = poll(&p, 1, (int)(NO_PROGRESS_S * 1000)) == 1 ? accept(lfd, NULL, NULL) : -1;
         close(lfd);
     }
     pin(a->cpus, a->ncpus, me);
