@@ -42,6 +42,16 @@ struct bench_stats bench_stats_of(double *vals, int n) {
     return s;
 }
 
+double bench_time_copies(void *dst, const void *src, size_t bytes, size_t copies) {
+    double t0 = bench_now();
+    for (size_t c = 0; c < copies; c++) {
+        memcpy(dst, src, bytes);
+        /* keeps the compiler from dropping copies it sees as dead */
+        __asm__ __volatile__("" : : "r"(dst) : "memory");
+    }
+    return bench_now() - t0;
+}
+
 struct bench_memcpy bench_measure_memcpy(size_t bytes) {
     struct bench_memcpy m = {.gbps = 0, .bytes = bytes, .reps = MEMCPY_REPS};
     if (m.bytes > MEMCPY_CAP) m.bytes = MEMCPY_CAP;
@@ -54,13 +64,7 @@ struct bench_memcpy bench_measure_memcpy(size_t bytes) {
         if (copies < 1) copies = 1;
         double gbps[MEMCPY_REPS];
         for (int r = 0; r < MEMCPY_REPS; r++) {
-            double t0 = bench_now();
-            for (size_t c = 0; c < copies; c++) {
-                memcpy(dst, src, m.bytes);
-                /* keeps the compiler from dropping copies it sees as dead */
-                __asm__ __volatile__("" : : "r"(dst) : "memory");
-            }
-            double dt = bench_now() - t0;
+            double dt = bench_time_copies(dst, src, m.bytes, copies);
             gbps[r] = dt > 0 ? (double)m.bytes * (double)copies / dt / 1e9 : 0;
         }
         m.gbps = bench_stats_of(gbps, MEMCPY_REPS).median;

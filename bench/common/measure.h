@@ -9,6 +9,10 @@
 /* Seconds on the monotonic clock. */
 double bench_now(void);
 
+/* Seconds that `copies` memcpys of `bytes` from src to dst take, none of
+ * them dropped by the compiler. */
+double bench_time_copies(void *dst, const void *src, size_t bytes, size_t copies);
+
 /* memcpy between two buffers of min(bytes, cap) (at least 4 KiB) bytes,
  * median of a few reps of enough copies to last a while; NULL buffers when
  * out of memory (gbps = 0 then). */

@@ -21,36 +21,15 @@ struct board {
     double secs[ROOFLINE_MAX_CPUS];
 };
 
-int roofline_cpus(int *cpus, int max) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
-    int n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < max; c++)
-        if (CPU_ISSET(c, &set)) cpus[n++] = c;
-    return n;
-}
-
-static void pin(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    (void)sched_setaffinity(0, sizeof set, &set); /* unpinned, the figure is the scheduler's */
-}
-
 static void copier(struct board *b, int i, int cpu, size_t bytes, size_t copies) {
-    pin(cpu);
+    roofline_pin(cpu);
     char *src = malloc(bytes), *dst = malloc(bytes);
     if (!src || !dst) _exit(1);
     memset(src, 1, bytes);
     memcpy(dst, src, bytes); /* every page touched before the clock starts */
     atomic_fetch_add(&b->ready, 1);
     while (!atomic_load(&b->go)) sched_yield();
-    double t0 = bench_now();
-    for (size_t c = 0; c < copies; c++) {
-        memcpy(dst, src, bytes);
-        __asm__ __volatile__("" : : "r"(dst) : "memory"); /* no copy is dead to the compiler */
-    }
-    b->secs[i] = bench_now() - t0;
+    b->secs[i] = bench_time_copies(dst, src, bytes, copies);
     free(src);
     free(dst);
     _exit(0);

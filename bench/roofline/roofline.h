@@ -10,6 +10,9 @@
 /* The CPUs this process may run on, in order; their count (0 on error). */
 int roofline_cpus(int *cpus, int max);
 
+/* Pins the calling process to one cpu (left unpinned when that fails). */
+void roofline_pin(int cpu);
+
 /* k processes, each pinned to cpus[i] and copying buffers of `bytes` of
  * its own with memcpy, all started together: bytes copied per second by
  * all of them (GB/s, 10^9 bytes), the median of `reps` runs, each run timed

@@ -1,13 +1,13 @@
 /* Loopback TCP between two processes with nothing in the way: the fastest
  * any library's bytes can cross between two ranks of this machine over
  * TCP. One connection; each side moves its bytes with non-blocking sends
- * and receives under poll(), as a library's progress loop would. */
+ * and receives, waiting in poll() or spinning, as a library's progress
+ * loop would. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +20,6 @@
 #include "roofline.h"
 
 enum mode { ONE_WAY, BOTH_WAYS };
-
-static void pin(const int *cpus, int ncpus, int i) {
-    if (ncpus < 2) return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpus[i], &set);
-    (void)sched_setaffinity(0, sizeof set, &set);
-}
 
 /* How a side waits for its socket: asleep in poll(), or spinning on
  * non-blocking calls (on a core of its own that saves the wake-ups). */
@@ -152,7 +144,7 @@ static int run_pair(const struct roofline_tcp_args *a, size_t sockbuf, struct ho
         fd = poll(&p, 1, (int)(NO_PROGRESS_S * 1000)) == 1 ? accept(lfd, NULL, NULL) : -1;
         close(lfd);
     }
-    pin(a->cpus, a->ncpus, me);
+    if (a->ncpus >= 2) roofline_pin(a->cpus[me]); /* one cpu: both sides share it unpinned */
     char *sbuf = malloc(most), *rbuf = malloc(most);
     int rc = fd >= 0 && sbuf && rbuf && !set_buffers(fd, 0) ? 0 : -1; /* no delay; buffers as set */
     if (rc == 0) {

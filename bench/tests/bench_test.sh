@@ -160,8 +160,8 @@ roofline) # the machine's own figures: rows present and positive, every bound wh
   cpus=$(sed -n 's/^# cpus: \([0-9]*\) usable$/\1/p' "$tmp/out")
   [ -n "$cpus" ] || die "no cpu count"
   # memcpy rows (cores, in all, per core, ratio), then bound rows (ranks, cores, bound, ratio), then
-  # tcp rows (size, one way, both ways, running maximum of both ways): told apart by their column count
-  # and place after the headers that open them
+  # tcp rows (size, one way, both ways, running maximum of both ways): told apart by the header line
+  # that opens each part
   awk -v cpus="$cpus" '
     /^# *cores at once/ { part = "copy"; next }
     /^# *ranks +cores/ { part = "bound"; next }
