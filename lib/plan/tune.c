@@ -247,11 +247,17 @@ ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct 
     double small, large, mine[2];
     /* A fresh communicator's first calls fault in its buffers and find cold
      * caches (measured here, 2 ranks on shared memory: a 1-byte step takes
-     * 8 us in the first ten calls, 0.8 us after; a 64 KiB one 66 us until
-     * every staging slot has been used once, 20 us after). The large calls
-     * go first, one per slot and two more, so the small ones find every
-     * page warm. */
-    ccl_status_t st = timed(comm, &seq, PROBE_BYTES, comm->params.slots + 2, 7, buf, &large);
+     * 8 us in the first ten calls, 0.8 us after). Every page of a FIFO is a
+     * fault the first time a message reaches it, in the sender and in the
+     * receiver (about 2 us a page here), and shared memory places messages
+     * of this size one after the other through a ring of depth + 1 slots
+     * (transports/shm/shm.h): 64 KiB calls took 75 us for the first lap
+     * through it, 18 calls, and 20 us after. So the large calls go first,
+     * a lap's worth of them and two more, and the small ones find every
+     * page warm too. */
+    size_t lap = ((size_t)comm->params.slots + 1) * comm->ring_chunk_bytes;
+    int warm = (int)((lap + PROBE_BYTES - 1) / PROBE_BYTES) + 2;
+    ccl_status_t st = timed(comm, &seq, PROBE_BYTES, warm, 7, buf, &large);
     if (st == CCL_OK) st = timed(comm, &seq, 1, WARM_SMALL, 15, buf, &small);
     if (st == CCL_OK) {
         /* Figures are those of unshared cores (the model adds the handoffs
