@@ -215,9 +215,10 @@ int bench_report_close(struct bench_report *r) {
     else printf("# Out of bounds values : N/A (not checked)\n");
     printf("# Avg bus bandwidth    : %g \n", avg);
     if (r->o->steady)
-        printf("# Steady               : %ld blocks timed again, %ld s waited, %ld kept slow (fastest probe %.1f us, "
-               "factor %.2f)\n",
-               r->steady_redone, r->steady_waited_s, r->steady_kept_slow, r->steady_best_us, r->o->steady);
+        printf("# Steady               : %ld blocks timed again, %ld s waited, %ld kept slow, %ld waits ended slow "
+               "(fastest probe %.1f us, factor %.2f)\n",
+               r->steady_redone, r->steady_waited_s, r->steady_kept_slow, r->steady_gave_up, r->steady_best_us,
+               r->o->steady);
     printf("#\n");
     fflush(stdout);
     if (r->json) {
@@ -228,8 +229,8 @@ int bench_report_close(struct bench_report *r) {
         if (r->o->steady)
             fprintf(r->json,
                     ", \"steady\": {\"redone\": %ld, \"waited_s\": %ld, \"kept_slow\": %ld, "
-                    "\"fastest_probe_us\": %.3f}",
-                    r->steady_redone, r->steady_waited_s, r->steady_kept_slow, r->steady_best_us);
+                    "\"waits_ended_slow\": %ld, \"fastest_probe_us\": %.3f}",
+                    r->steady_redone, r->steady_waited_s, r->steady_kept_slow, r->steady_gave_up, r->steady_best_us);
         fputs("}\n", r->json);
     }
     int st = close_file(r->csv, r->o->csv_path);

@@ -48,7 +48,7 @@ struct bench_report {
     long long wrong_total;
     int checked;
     /* --steady's account (steady.h), for the footer */
-    long steady_redone, steady_waited_s, steady_kept_slow;
+    long steady_redone, steady_waited_s, steady_kept_slow, steady_gave_up;
     double steady_best_us;
 };
 

@@ -16,7 +16,9 @@
  * The run's first five probes set the speed to expect; after them, each
  * block has one probe before and one after. Self-test:
  * CCL_BENCH_SLOW_PROBE=before (after) makes the first block's probe
- * before (after) it read ten times slower.
+ * before (after) it read ten times slower; =every makes every probe after
+ * the first five read so, a machine slowed for good. CCL_BENCH_STEADY_WAIT_S
+ * shortens the wait limit for the self-test.
  */
 #ifndef BENCH_STEADY_H
 #define BENCH_STEADY_H
@@ -35,11 +37,14 @@ struct bench_steady {
     int rank, nalgos;
     const char *prog;
     float *send, *recv;     /* the probe's buffers */
-    double best;            /* the fastest probe so far, us (0: none yet) */
+    double best;            /* the speed to expect: the fastest probe so far, or one slow for a whole wait (us; 0: none yet) */
+    double fastest;         /* the fastest probe of the run, us */
+    long gave_up;           /* waits that ended slow, after which the speed to expect was lowered */
     long kept, kept_slow;   /* blocks kept; of them, kept on their last try though slow */
     long kept_before_fall;  /* blocks kept before the fastest probe fell by more than the factor */
     long redone, waited_s;
     int slow_probe; /* CCL_BENCH_SLOW_PROBE's self-test: the role of the probe to slow, until done */
+    int max_wait_s; /* BENCH_STEADY_MAX_WAIT_S, or CCL_BENCH_STEADY_WAIT_S (the self-test's shorter wait) */
 };
 
 /* 0, or -1 when out of memory (message printed). factor 0: off, and
@@ -50,7 +55,8 @@ void bench_steady_free(struct bench_steady *s);
 
 /* Before a timed block on communicator slot `slot`: waits (probing once a
  * second) until the machine is at speed or BENCH_STEADY_MAX_WAIT_S have
- * passed. 0, or -1 when a probe failed. */
+ * passed; a wait that ends slow makes the last probe the speed to expect.
+ * 0, or -1 when a probe failed. */
 int bench_steady_before(struct bench_steady *s, int slot);
 /* After it: *again is set when the block must be thrown away and timed
  * again (the machine slowed down during it), never on its last try. 0 or
@@ -60,7 +66,7 @@ int bench_steady_after(struct bench_steady *s, int slot, int last_try, int *agai
 /* For the footer: blocks thrown away, seconds waited, and blocks kept
  * although their probe was slow against the fastest seen by the end (a run
  * that starts in a spell learns the usual speed only later). */
-void bench_steady_summary(const struct bench_steady *s, long *redone, long *waited_s, long *kept_slow,
-                          double *best_us);
+void bench_steady_summary(const struct bench_steady *s, long *redone, long *waited_s, long *kept_slow, long *gave_up,
+                          double *fastest_us);
 
 #endif

@@ -320,7 +320,7 @@ static int run_all(struct sweep *sw) {
     struct bench_report *r = &sw->report;
     if (sw->o->steady)
         bench_steady_summary(&sw->steady, &r->steady_redone, &r->steady_waited_s, &r->steady_kept_slow,
-                             &r->steady_best_us);
+                             &r->steady_gave_up, &r->steady_best_us);
     if (sw->rank == 0 && bench_report_close(&sw->report)) status = BENCH_EXIT_ERROR;
     /* Nobody exits before rank 0 has written everything: launchers stop
      * every rank when one exits with a failure. */

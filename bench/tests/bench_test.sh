@@ -95,9 +95,20 @@ steady) # N: --steady's guard, driven by its self-test (CCL_BENCH_SLOW_PROBE)
   [ $rc -eq 0 ] || die "exit status $rc"
   expect_all_right "$tmp/out"
   # At least: the machine itself may be slow for a while too.
-  waited='^# Steady *: [0-9]* blocks timed again, [1-9][0-9]* s waited, [0-9]* kept slow'
+  waited='^# Steady *: [0-9]* blocks timed again, [1-9][0-9]* s waited, [0-9]* kept slow, [0-9]* waits ended slow'
   grep -q "$waited (fastest probe [0-9.]* us, factor 1.50)\$" "$tmp/out" || die "a slow probe before a block must make the run wait"
   grep -q -- '--steady: the machine is slow' "$tmp/out.err" || die "the wait is not announced"
+  # A machine that stays slow: the first wait ends at its limit, and its
+  # last probe is the speed to expect from then on, so no block waits again
+  # nor is timed again.
+  CCL_BENCH_SLOW_PROBE=every CCL_BENCH_STEADY_WAIT_S=2 run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 \
+    --ranks "$n" --steady
+  [ $rc -eq 0 ] || die "exit status $rc"
+  expect_all_right "$tmp/out"
+  grep -q -- '--steady: still slow after 2 s (probe [0-9]* us, fastest [0-9]* us): timing at this speed from now on' \
+    "$tmp/out.err" || die "a wait that ends slow is not announced"
+  grep -q '^# Steady *: 0 blocks timed again, 2 s waited, 0 kept slow, 1 waits ended slow (' "$tmp/out" ||
+    die "a machine that stays slow must be waited for once: $(grep '^# Steady' "$tmp/out")"
   CCL_BENCH_SLOW_PROBE=after run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady=3 -A auto,ring \
     --rounds 2
   [ $rc -eq 0 ] || die "exit status $rc"
