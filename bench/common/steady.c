@@ -82,18 +82,19 @@ static int probe(struct bench_steady *s, int slot, int role, double *us) {
     return 0;
 }
 
-/* Records the probe; 1 when it is slow against the fastest so far. A
- * fastest that falls by more than the factor once blocks were kept means
- * those were timed in a slow period (the run started in one): said at once
- * and counted in the summary. */
+/* Records the probe; 1 when it is slow against the speed to expect. A
+ * probe faster than that by more than the factor means the blocks kept
+ * since it was set were timed in a slow period (the run started in one,
+ * or a wait ended slow): said at once and counted in the summary. */
 static int slow(struct bench_steady *s, double us) {
-    if (s->best > 0 && us * s->factor < s->best && s->kept > s->kept_before_fall) {
+    if (s->best > 0 && us * s->factor < s->best && s->kept > s->ref_kept) {
         if (s->rank == 0)
             fprintf(stderr,
-                    "[%s] --steady: the machine has become faster (probe %.0f us, fastest so far %.0f us): the %ld "
-                    "blocks timed so far were timed while it was slow\n",
-                    s->prog, us, s->best, s->kept);
-        s->kept_before_fall = s->kept;
+                    "[%s] --steady: the machine has become faster (probe %.0f us, expected %.0f us): the %ld "
+                    "blocks timed before were timed while it was slow\n",
+                    s->prog, us, s->best, s->kept - s->ref_kept);
+        s->kept_before_fall += s->kept - s->ref_kept;
+        s->ref_kept = s->kept;
     }
     if (s->best == 0 || us < s->best) s->best = us;
     if (s->fastest == 0 || us < s->fastest) s->fastest = us;
@@ -133,6 +134,7 @@ int bench_steady_before(struct bench_steady *s, int slot) {
             fprintf(stderr, "[%s] --steady: still slow after %d s (probe %.0f us, fastest %.0f us): timing at this "
                     "speed from now on\n", s->prog, s->max_wait_s, us, s->best);
         s->best = us;
+        s->ref_kept = s->kept;
         s->gave_up++;
     }
     return 0;

@@ -41,7 +41,8 @@ struct bench_steady {
     double fastest;         /* the fastest probe of the run, us */
     long gave_up;           /* waits that ended slow, after which the speed to expect was lowered */
     long kept, kept_slow;   /* blocks kept; of them, kept on their last try though slow */
-    long kept_before_fall;  /* blocks kept before the fastest probe fell by more than the factor */
+    long kept_before_fall;  /* blocks kept at a speed to expect that a faster probe later showed slow */
+    long ref_kept;          /* blocks kept when the speed to expect was set */
     long redone, waited_s;
     int slow_probe; /* CCL_BENCH_SLOW_PROBE's self-test: the role of the probe to slow, until done */
     int max_wait_s; /* BENCH_STEADY_MAX_WAIT_S, or CCL_BENCH_STEADY_WAIT_S (the self-test's shorter wait) */
