@@ -17,7 +17,8 @@
  * block has one probe before and one after. Self-test:
  * CCL_BENCH_SLOW_PROBE=before (after) makes the first block's probe
  * before (after) it read ten times slower; =every makes every probe after
- * the first five read so, a machine slowed for good. CCL_BENCH_STEADY_WAIT_S
+ * the first five read a hundred times slower, a machine slowed for good
+ * (beyond what a loaded machine's own noise reaches). CCL_BENCH_STEADY_WAIT_S
  * shortens the wait limit for the self-test.
  */
 #ifndef BENCH_STEADY_H
