@@ -45,7 +45,8 @@ struct bench_steady {
     long kept_before_fall;  /* blocks kept at a speed to expect that a faster probe later showed slow */
     long ref_kept;          /* blocks kept when the speed to expect was set */
     long redone, waited_s;
-    int slow_probe; /* CCL_BENCH_SLOW_PROBE's self-test: the role of the probe to slow, until done */
+    int slow_probe; /* CCL_BENCH_SLOW_PROBE's self-test: the role of the probe to slow, until done, or
+                     * PROBE_EVERY_LATER (steady.c), every probe after the calibration, for good */
     int max_wait_s; /* BENCH_STEADY_MAX_WAIT_S, or CCL_BENCH_STEADY_WAIT_S (the self-test's shorter wait) */
 };
 
@@ -65,9 +66,10 @@ int bench_steady_before(struct bench_steady *s, int slot);
  * -1. */
 int bench_steady_after(struct bench_steady *s, int slot, int last_try, int *again);
 
-/* For the footer: blocks thrown away, seconds waited, and blocks kept
- * although their probe was slow against the fastest seen by the end (a run
- * that starts in a spell learns the usual speed only later). */
+/* For the footer: blocks thrown away, seconds waited, blocks kept although
+ * slow (on their last try, or at a speed to expect that a faster probe
+ * later showed slow: a run that starts in a spell learns the usual speed
+ * only later), waits that ended slow, and the run's fastest probe. */
 void bench_steady_summary(const struct bench_steady *s, long *redone, long *waited_s, long *kept_slow, long *gave_up,
                           double *fastest_us);
 
