@@ -94,12 +94,16 @@ static int body_kill_loop(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     while (harness_now() < end) {
         st = ccl_all_reduce(in, out, LOOP_COUNT, CCL_FLOAT32, CCL_SUM, comm);
         if (st != CCL_OK) break;
-        if (iterations++ == 0) {
-            harness_child_send("started");
-            if (rank == kc->victim && kc->killer == VICTIM_KILLS_ITSELF) {
-                pthread_t th;
-                if (pthread_create(&th, NULL, suicide_thread, NULL) != 0) raise(SIGKILL);
-            }
+        if (++iterations == 1) harness_child_send("started");
+        /* The victim arms its death after its second call, not its first:
+         * that call's result holds every rank's input, so every rank has
+         * returned from its first call and said "started". Armed after the
+         * first, a slow rank (soft-RoCE under emulation) could still be in
+         * its first call when the victim died, and report an error where
+         * the parent waits for "started". */
+        if (iterations == 2 && rank == kc->victim && kc->killer == VICTIM_KILLS_ITSELF) {
+            pthread_t th;
+            if (pthread_create(&th, NULL, suicide_thread, NULL) != 0) raise(SIGKILL);
         }
     }
     double when = harness_now();
