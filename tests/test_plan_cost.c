@@ -45,7 +45,7 @@ static void make_shape(const struct synthetic *s, struct ccl__job_shape *j) {
             cls[i * n + k] = (uint8_t)c;
         }
     }
-    ccl__cost_shape(j, n, cls, ring, host_of);
+    ccl__cost_shape(j, n, cls, ring, host_of, NULL);
     j->windows = s->hosts == 1;
     j->oversub = s->oversub;
     j->ring_chunk = j->any_chunk = 128 << 10;
@@ -254,6 +254,96 @@ START_TEST(model_terms) {
         double h = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RHD, b);
         ck_assert_msg(fabs(h - r) <= 1e-12 * r, "2 ranks, %zu bytes: rhd %.17g us, ring %.17g us", b, h, r);
         ck_assert_int_ne(ccl__cost_choose(&two, &f, CCL__K_ALL_REDUCE, b, 0).algo, CCL__ALGO_RHD);
+    }
+}
+END_TEST
+
+/* Ranks that share cores, pinned where the ring order puts each core's
+ * ranks together (8 ranks round robin over 2 cores: ring 0 2 4 6 1 3 5 7):
+ * of each core's 4 ranks one receives a ring step from the other core and
+ * 3 from their own, whose bytes cost two copies in its cache rather than
+ * a crossing; recursive doubling's partners 1 apart always cross, 2 and 4
+ * apart never do; cores of two hosts are told apart, though numbered alike.
+ * Knowing this makes the ring cheaper than oversub alone
+ * says, by exactly that term; ranks of one core on loopback TCP gain
+ * nothing (the kernel copies either way); the probe's reading of a ring
+ * step gives back the link speed the model ran with. */
+START_TEST(core_load) {
+    enum { N = 8 };
+    uint8_t cls[N * N], tcp_cls[N * N];
+    int ring[N], host_of[N], core_of[N];
+    for (int i = 0; i < N; i++) {
+        ring[i] = i < N / 2 ? 2 * i : 2 * (i - N / 2) + 1;
+        host_of[i] = 0, core_of[i] = i % 2;
+        for (int k = 0; k < N; k++) cls[i * N + k] = CCL__LINK_NUMA, tcp_cls[i * N + k] = CCL__LINK_TCP;
+    }
+    struct ccl__job_shape known, unknown, tcp;
+    ccl__cost_shape(&known, N, cls, ring, host_of, core_of);
+    ccl__cost_shape(&unknown, N, cls, ring, host_of, NULL);
+    ccl__cost_shape(&tcp, N, tcp_cls, ring, host_of, core_of);
+    ck_assert_int_eq(known.ring_core.cross, 1);
+    ck_assert_int_eq(known.ring_core.same, 3);
+    ck_assert_int_eq(known.xor_core[0].cross, 4);
+    ck_assert_int_eq(known.xor_core[0].same, 0);
+    ck_assert_int_eq(known.xor_core[1].same, 4);
+    ck_assert_int_eq(known.xor_core[2].same, 4);
+    ck_assert_int_eq(known.shift_core[0].cross, 4); /* Bruck: r - 1 sits on the other core */
+    ck_assert_int_eq(known.shift_core[1].same, 4);
+    ck_assert_int_eq(unknown.ring_core.cross + unknown.ring_core.same, 0);
+    ck_assert_int_eq(tcp.ring_core.same, 0);
+    ck_assert_int_eq(tcp.ring_core.cross, 4);
+    /* Two hosts of 4 ranks, each pinned round robin to its own 2 cores
+     * (core numbers repeat across hosts, the cores do not): of each core's
+     * 2 ranks one receives from the other core or host, one from its own. */
+    {
+        int hosts_ring[N] = {0, 2, 1, 3, 4, 6, 5, 7}, hosts_of[N], hosts_core[N];
+        uint8_t hosts_cls[N * N];
+        for (int i = 0; i < N; i++) {
+            hosts_of[i] = i / 4, hosts_core[i] = i % 2;
+            for (int k = 0; k < N; k++) hosts_cls[i * N + k] = i / 4 == k / 4 ? CCL__LINK_NUMA : CCL__LINK_TCP;
+        }
+        struct ccl__job_shape two_hosts;
+        ccl__cost_shape(&two_hosts, N, hosts_cls, hosts_ring, hosts_of, hosts_core);
+        ck_assert_int_eq(two_hosts.ring_core.cross, 1);
+        ck_assert_int_eq(two_hosts.ring_core.same, 1);
+    }
+    /* One core pinned, the rest not: nothing is known. */
+    core_of[5] = -1;
+    struct ccl__job_shape partly;
+    ccl__cost_shape(&partly, N, cls, ring, host_of, core_of);
+    ck_assert_int_eq(partly.ring_core.cross + partly.ring_core.same, 0);
+
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    f.copy_bytes_per_us = 19500; /* cache to cache, as ccl-tune measures it on the 2-core machine */
+    known.oversub = unknown.oversub = 4;
+    known.ring_chunk = known.any_chunk = unknown.ring_chunk = unknown.any_chunk = 128 << 10;
+    const double step_bytes = 256 << 10, n = N * step_bytes; /* a 2 MiB all-reduce: 256 KiB steps */
+    double with = ccl__cost_predict(&known, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, (size_t)n);
+    double without = ccl__cost_predict(&unknown, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RING, (size_t)n);
+    const struct ccl__link_figure *l = &f.link[CCL__LINK_NUMA];
+    double weight = 2 * l->bytes_per_us / f.copy_bytes_per_us;
+    ck_assert(weight < 1);
+    double saved = 2 * (N - 1) * (4 - (1 + 3 * weight)) * step_bytes / l->bytes_per_us;
+    ck_assert_msg(fabs((without - with) - saved) < 1e-6 * without,
+                  "8 ranks on 2 cores, 2 MiB ring: %.1f us with the cores known, %.1f without, want %.1f less", with,
+                  without, saved);
+    /* The ring of recursive doubling's same-core steps is cheaper too. */
+    ck_assert(ccl__cost_predict(&known, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RHD, (size_t)n) <
+              ccl__cost_predict(&unknown, &f, CCL__K_ALL_REDUCE, CCL__ALGO_RHD, (size_t)n));
+
+    /* The probe's inverse: a step's bytes time back to the speed, with
+     * the same core's copies cheaper (the copy above) and dearer than a
+     * crossing (a slow copy: every rank's bytes then cost the link's). */
+    for (int slow_copy = 0; slow_copy < 2; slow_copy++) {
+        if (slow_copy) f.copy_bytes_per_us = l->bytes_per_us;
+        double w = fmin(1, 2 * l->bytes_per_us / f.copy_bytes_per_us);
+        double us = (1 + 3 * w) * step_bytes / l->bytes_per_us;
+        double speed = ccl__cost_ring_speed(&known, &f, step_bytes, us);
+        ck_assert_msg(fabs(speed - l->bytes_per_us) < 1e-6 * l->bytes_per_us, "copy %.0f: read back %.1f, ran %.1f",
+                      f.copy_bytes_per_us, speed, l->bytes_per_us);
+        ck_assert(fabs(ccl__cost_ring_speed(&unknown, &f, step_bytes, 4 * step_bytes / l->bytes_per_us) -
+                       l->bytes_per_us) < 1e-6 * l->bytes_per_us);
     }
 }
 END_TEST
@@ -494,6 +584,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, choice_is_cheapest, 0, nshapes);
     tcase_add_test(tc, chunk_per_call);
     tcase_add_test(tc, model_terms);
+    tcase_add_test(tc, core_load);
     suite_add_tcase(s, tc);
     tc = tcase_create("file");
     tcase_add_test(tc, file_round_trip);

@@ -371,6 +371,34 @@ START_TEST(ranks_per_cpu) {
 }
 END_TEST
 
+/* The cores the model's shape sees: 8 ranks a launcher bound round robin
+ * to 2 cores, in the ring the planner orders, load each core with one rank
+ * receiving from the other core and three from their own; the same ranks
+ * unbound leave the cores unknown. */
+START_TEST(core_load_from_places) {
+    struct table *T = malloc(sizeof *T);
+    for (int bound = 0; bound < 2; bound++) {
+        memset(T, 0, sizeof *T);
+        T->n = 8;
+        for (int r = 0; r < T->n; r++) {
+            struct ccl__peer_info *p = &T->peers[r];
+            snprintf(p->host_id, sizeof p->host_id, "h0");
+            snprintf(p->machine_id, sizeof p->machine_id, "m0");
+            p->topo.source = CCL__TOPO_MACHINE, p->topo.package = p->topo.numa = 0;
+            p->topo.core = (int16_t)(bound ? r % 2 : -1);
+            p->ncores = bound ? 1 : 2;
+        }
+        ccl__plan_places(T->n, T->peers, T->places);
+        ccl__plan_order(T->n, T->places, T->ring);
+        struct ccl__job_shape shape;
+        ck_assert_int_eq(ccl__plan_shape(T->n, T->peers, T->ring, shm_pairs, NULL, &shape), 0);
+        ck_assert_int_eq(shape.ring_core.cross, bound ? 1 : 0);
+        ck_assert_int_eq(shape.ring_core.same, bound ? 3 : 0);
+    }
+    free(T);
+}
+END_TEST
+
 /* ---- in real processes ---- */
 
 /* Ranks bound by their "launcher" (setup) to CPU rank % 2: the ring puts
@@ -479,6 +507,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, ring_crosses_least, 0, (int)(sizeof shapes / sizeof shapes[0]));
     tcase_add_test(tc, places_of_pinned_ranks);
     tcase_add_test(tc, ranks_per_cpu);
+    tcase_add_test(tc, core_load_from_places);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "ring_follows_launcher_binding", ring_follows_launcher_binding, 1, 60);
     util_add_loop_case(s, "bad_topo_file_fails_every_rank", bad_topo_file_fails_every_rank, 1, 60);

@@ -8,7 +8,11 @@
  *
  * Bandwidths are those of a step in which every rank sends and receives at
  * once (what a ring step does), and every CPU-bound term is multiplied by
- * the shape's oversubscription: ranks that share a core take turns. Each
+ * the shape's oversubscription: ranks that share a core take turns. Where
+ * each rank's core is known, a ring, recursive-doubling or Bruck step
+ * charges the busiest core instead: its ranks receiving from another core
+ * at the link's speed, those receiving from their own as copies in its
+ * cache (shape.c counts them). Each
  * wait also costs a handoff per extra rank on the core: the rank waited for
  * runs only when the waiting one yields (measured here: an 8-byte step on
  * 4 ranks over 2 cores takes 3.7 us where 2 ranks take 0.7).
@@ -52,82 +56,6 @@ void ccl__cost_defaults(struct ccl__figures *f) {
 
 double ccl__cost_handoff_us(double oversub) { return oversub > 1 ? CCL__HANDOFF_US * (oversub - 1) : 0; }
 
-/* ---- the shape ---- */
-
-static int log2_ceil(int n) {
-    int k = 0;
-    while ((1 << k) < n) k++;
-    return k;
-}
-
-static int pow2_floor(int n) {
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    return p;
-}
-
-static unsigned bit(const uint8_t *cls, int n, int i, int j) { return i == j ? 0u : 1u << cls[i * n + j]; }
-
-void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of) {
-    int nhosts = 0;
-    for (int r = 0; r < n; r++)
-        if (host_of[r] + 1 > nhosts) nhosts = host_of[r] + 1;
-    int count[n], place[n];
-    memset(count, 0, sizeof count);
-    for (int r = 0; r < n; r++) place[r] = count[host_of[r]]++;
-    memset(out->xor_links, 0, sizeof out->xor_links);
-    memset(out->shift_links, 0, sizeof out->shift_links);
-    out->n = n;
-    out->nhosts = nhosts;
-    out->ring_chunk = out->any_chunk = out->window_area = 0; /* the caller's to set */
-    out->per_host = count[0];
-    for (int h = 1; h < nhosts; h++)
-        if (count[h] != count[0]) out->per_host = 0;
-    out->ring_links = out->all_links = out->inside_links = out->across_links = 0;
-    for (int i = 0; i < n; i++) {
-        out->ring_links |= bit(cls, n, ring[i], ring[(i + 1) % n]);
-        for (int j = 0; j < n; j++) {
-            unsigned b = bit(cls, n, i, j);
-            out->all_links |= b;
-            if (host_of[i] == host_of[j]) out->inside_links |= b;
-            else if (place[i] == place[j]) out->across_links |= b;
-        }
-    }
-    out->dtree_links = out->btree_links = 0;
-    out->dtree_depth = n > 1 ? ccl__dtree_depth(n) : 0;
-    for (int r = 0; r < n; r++)
-        for (int t = 0; t < 3; t++) {
-            int up = ccl__tree_parent(n, r, t);
-            if (up < 0) continue;
-            if (t < 2) out->dtree_links |= bit(cls, n, r, up);
-            else out->btree_links |= bit(cls, n, r, up);
-        }
-    int p = pow2_floor(n);
-    out->per_host_max = 0;
-    for (int h = 0; h < nhosts; h++)
-        if (count[h] > out->per_host_max) out->per_host_max = count[h];
-    int xor_out[nhosts], shift_out[nhosts];
-    for (int k = 0; k < CCL__COST_MAX_STEPS; k++) {
-        out->xor_share[k] = out->shift_share[k] = 1;
-        if (k >= 30 || (1 << k) >= n) continue;
-        memset(xor_out, 0, sizeof xor_out);
-        memset(shift_out, 0, sizeof shift_out);
-        for (int r = 0; r < n; r++) {
-            int x = r ^ (1 << k), s = (r + (1 << k)) % n;
-            if (r < p && (1 << k) < p) {
-                out->xor_links[k] |= bit(cls, n, r, x);
-                xor_out[host_of[r]] += host_of[x] != host_of[r];
-            }
-            out->shift_links[k] |= bit(cls, n, r, s);
-            shift_out[host_of[r]] += host_of[s] != host_of[r];
-        }
-        for (int h = 0; h < nhosts; h++) {
-            if (xor_out[h] > out->xor_share[k]) out->xor_share[k] = xor_out[h];
-            if (shift_out[h] > out->shift_share[k]) out->shift_share[k] = shift_out[h];
-        }
-    }
-}
-
 /* ---- the terms ---- */
 
 struct model {
@@ -140,25 +68,47 @@ struct model {
 
 #define NETWORK ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
 
+/* What a byte received from a rank on the same core costs that core, in
+ * bytes over a shared-memory link of speed bytes_per_us: two copies in its
+ * own cache (out of the sender, into the receiver), never more than a
+ * byte from across the machine. */
+static double same_core_weight(const struct ccl__figures *f, double bytes_per_us) {
+    return fmin(1, 2 * bytes_per_us / f->copy_bytes_per_us);
+}
+
+/* The core's load when it is known; else oversub stands for it. */
+static double core_factor(const struct ccl__job_shape *j, const struct ccl__figures *f, struct ccl__core_load core,
+                          double bytes_per_us) {
+    if (j->oversub <= 1 || core.cross + core.same == 0) return j->oversub;
+    return core.cross + core.same * same_core_weight(f, bytes_per_us);
+}
+
 /* How many times over a link's bytes are slowed: `share` ranks of a host
  * using its network adapter at once, or ranks sharing cores taking turns
- * at copies the CPU does. TCP is both: the kernel copies its bytes on the
- * ranks' cores (measured: loopback TCP, 4 ranks on 2 cores, 16 MiB ring
- * all-reduce 44 ms where the adapter's share alone predicted 16 ms). */
-static double load(const struct model *m, int c, int share) {
+ * at copies the CPU does (core: who receives from where, when known: ring
+ * neighbours on one core pass their data in its cache; measured, 4 and 8
+ * ranks on 2 cores, 2 MiB ring all-reduce 1107 and 2663 us, where charging
+ * every rank's bytes at the link's speed predicted 1746 and 4159). TCP is
+ * both: the kernel copies its bytes on the ranks' cores (measured:
+ * loopback TCP, 4 ranks on 2 cores, 16 MiB ring all-reduce 44 ms where the
+ * adapter's share alone predicted 16 ms). */
+static double load(const struct model *m, int c, int share, struct ccl__core_load core) {
     if (c == CCL__LINK_TCP) return fmax(share, m->j->oversub);
-    return NETWORK >> c & 1u ? share : m->j->oversub;
+    return NETWORK >> c & 1u ? share : core_factor(m->j, m->f, core, m->f->link[c].bytes_per_us);
 }
+
+static const struct ccl__core_load UNKNOWN_CORES = {0, 0};
 
 /* The slowest link in set: m bytes over it, `share` ranks of a host using
  * its network adapter at once, plus alpha and the handoffs when `waits`
  * (a step waits on its link; a read of peers' memory does not). */
-static double slowest(const struct model *m, unsigned set, double bytes, int share, int waits) {
+static double slowest(const struct model *m, unsigned set, double bytes, int share, struct ccl__core_load core,
+                      int waits) {
     double worst = 0;
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
         if (!(set >> c & 1u)) continue;
         const struct ccl__link_figure *l = &m->f->link[c];
-        double t = load(m, c, share) * bytes / l->bytes_per_us;
+        double t = load(m, c, share, core) * bytes / l->bytes_per_us;
         if (waits) t += l->alpha_us + ccl__cost_handoff_us(m->j->oversub);
         if (t > worst) worst = t;
     }
@@ -166,12 +116,41 @@ static double slowest(const struct model *m, unsigned set, double bytes, int sha
 }
 
 /* A step of m bytes over the links in set, `share` ranks of a host using
- * its network adapter at once: the slowest link holds it back. */
+ * its network adapter at once, the busiest core loaded as `core` says: the
+ * slowest link holds it back. */
+static double core_step(const struct model *m, unsigned set, double bytes, int share, struct ccl__core_load core) {
+    return slowest(m, set, bytes, share, core, 1);
+}
+
 static double shared_step(const struct model *m, unsigned set, double bytes, int share) {
-    return slowest(m, set, bytes, share, 1);
+    return core_step(m, set, bytes, share, UNKNOWN_CORES);
 }
 
 static double step(const struct model *m, unsigned set, double bytes) { return shared_step(m, set, bytes, 1); }
+
+/* A step of the ring, of recursive doubling's k-th exchange, of Bruck's. */
+static double ring_step(const struct model *m, double bytes) {
+    return core_step(m, m->j->ring_links, bytes, 1, m->j->ring_core);
+}
+
+static double xor_step(const struct model *m, int k, double bytes) {
+    return core_step(m, m->j->xor_links[k], bytes, m->j->xor_share[k], m->j->xor_core[k]);
+}
+
+static double shift_step(const struct model *m, int k, double bytes) {
+    return core_step(m, m->j->shift_links[k], bytes, m->j->shift_share[k], m->j->shift_core[k]);
+}
+
+double ccl__cost_ring_speed(const struct ccl__job_shape *j, const struct ccl__figures *f, double bytes, double us) {
+    struct ccl__core_load core = j->ring_core;
+    if (j->oversub <= 1 || core.cross + core.same == 0) return j->oversub * bytes / us;
+    /* us = (cross + same * 2 speed / copy) * bytes / speed while the same
+     * core's copies are the cheaper, else (cross + same) * bytes / speed;
+     * never faster than the cross receivers alone in a quarter of us. */
+    double local = core.same * 2 * bytes / f->copy_bytes_per_us;
+    double speed = core.cross * bytes / fmax(us - local, us / 4);
+    return same_core_weight(f, speed) < 1 ? speed : (core.cross + core.same) * bytes / us;
+}
 
 static double reduce_us(const struct model *m, double bytes) {
     return m->j->oversub * bytes / m->f->reduce_bytes_per_us;
@@ -182,7 +161,9 @@ static double copy_us(const struct model *m, double bytes) { return m->j->oversu
 /* The bytes' time alone, no alpha: data a rank reads from peers' memory
  * while every rank does the same (the direct path's windows), which
  * crosses the same links a ring step would. */
-static double transfer_us(const struct model *m, unsigned set, double bytes) { return slowest(m, set, bytes, 1, 0); }
+static double transfer_us(const struct model *m, unsigned set, double bytes) {
+    return slowest(m, set, bytes, 1, UNKNOWN_CORES, 0);
+}
 
 /* alpha alone: the latency of a wait on the slowest link in set. */
 static double sync_us(const struct model *m, unsigned set) { return step(m, set, 0); }
@@ -190,7 +171,7 @@ static double sync_us(const struct model *m, unsigned set) { return step(m, set,
 /* Ranks beyond the largest power of two fold in before and out after
  * (rd.c's folded_all_reduce): one exchange of the buffer each way. */
 static double fold_us(const struct model *m, double n) {
-    if (pow2_floor(m->j->n) == m->j->n) return 0;
+    if (ccl__pow2_floor(m->j->n) == m->j->n) return 0;
     return 2 * step(m, m->j->all_links, n) + reduce_us(m, n);
 }
 
@@ -251,10 +232,10 @@ static double pipeline(struct model *m, unsigned links, double n, int fill, int 
 
 static double all_reduce(struct model *m, int algo, double n) {
     const struct ccl__job_shape *j = m->j;
-    int N = j->n, p = pow2_floor(N);
+    int N = j->n, p = ccl__pow2_floor(N);
     double part = (double)(N - 1) / N;
     switch (algo) {
-    case CCL__ALGO_RING: return 2 * (N - 1) * step(m, j->ring_links, n / N) + part * reduce_us(m, n);
+    case CCL__ALGO_RING: return 2 * (N - 1) * ring_step(m, n / N) + part * reduce_us(m, n);
     case CCL__ALGO_TREE: {
         /* Up both trees, then down: each rank moves the whole buffer once
          * up and once down. A piece of each half goes up (or down) a level
@@ -267,14 +248,14 @@ static double all_reduce(struct model *m, int algo, double n) {
     }
     case CCL__ALGO_RD: {
         double t = fold_us(m, n);
-        for (int k = 0; (1 << k) < p; k++) t += shared_step(m, j->xor_links[k], n, j->xor_share[k]) + reduce_us(m, n);
+        for (int k = 0; (1 << k) < p; k++) t += xor_step(m, k, n) + reduce_us(m, n);
         return t;
     }
     case CCL__ALGO_RHD: {
         double t = fold_us(m, n), piece = n;
         for (int k = 0; (1 << k) < p; k++) {
             piece /= 2;
-            t += 2 * shared_step(m, j->xor_links[k], piece, j->xor_share[k]) + reduce_us(m, piece);
+            t += 2 * xor_step(m, k, piece) + reduce_us(m, piece);
         }
         return t;
     }
@@ -326,7 +307,7 @@ static double reduce_scatter(const struct model *m, int algo, double b) {
     const struct ccl__job_shape *j = m->j;
     int N = j->n;
     switch (algo) {
-    case CCL__ALGO_RING: return (N - 1) * (step(m, j->ring_links, b) + reduce_us(m, b));
+    case CCL__ALGO_RING: return (N - 1) * (ring_step(m, b) + reduce_us(m, b));
     case CCL__ALGO_DIRECT:
         if (!j->windows) return -1;
         return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, N * b) + (N - 1) * reduce_us(m, b);
@@ -338,11 +319,11 @@ static double all_gather(const struct model *m, int algo, double b) {
     const struct ccl__job_shape *j = m->j;
     int N = j->n;
     switch (algo) {
-    case CCL__ALGO_RING: return (N - 1) * step(m, j->ring_links, b);
+    case CCL__ALGO_RING: return (N - 1) * ring_step(m, b);
     case CCL__ALGO_RD: {
-        if (pow2_floor(N) != N) return -1;
+        if (ccl__pow2_floor(N) != N) return -1;
         double t = copy_us(m, b);
-        for (int k = 0; (1 << k) < N; k++) t += shared_step(m, j->xor_links[k], b * (1 << k), j->xor_share[k]);
+        for (int k = 0; (1 << k) < N; k++) t += xor_step(m, k, b * (1 << k));
         return t;
     }
     case CCL__ALGO_BRUCK: {
@@ -351,7 +332,7 @@ static double all_gather(const struct model *m, int algo, double b) {
         double t = copy_us(m, N * b);
         for (int k = 0; (1 << k) < N; k++) {
             int blocks = (1 << k) < N - (1 << k) ? 1 << k : N - (1 << k);
-            t += shared_step(m, j->shift_links[k], b * blocks, j->shift_share[k]);
+            t += shift_step(m, k, b * blocks);
         }
         return t;
     }
@@ -364,7 +345,7 @@ static double all_gather(const struct model *m, int algo, double b) {
 
 static double broadcast_or_reduce(struct model *m, int algo, double n, int reduces) {
     const struct ccl__job_shape *j = m->j;
-    int N = j->n, depth = log2_ceil(N);
+    int N = j->n, depth = ccl__log2_ceil(N);
     double red = reduces ? reduce_us(m, n) : 0;
     switch (algo) {
     case CCL__ALGO_RING:
@@ -396,7 +377,7 @@ static double all_to_all(const struct model *m, int algo, double b) {
                (N - 1) * (shared_step(m, j->all_links, b, j->per_host_max) - sync_us(m, j->all_links));
     case CCL__ALGO_BRUCK: {
         double t = 2 * copy_us(m, N * b);
-        for (int k = 0; (1 << k) < N; k++) t += shared_step(m, j->shift_links[k], b * (N / 2), j->shift_share[k]);
+        for (int k = 0; (1 << k) < N; k++) t += shift_step(m, k, b * (N / 2));
         return t;
     }
     default: return -1;

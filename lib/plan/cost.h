@@ -50,6 +50,27 @@ void ccl__cost_defaults(struct ccl__figures *f);
 #define CCL__HANDOFF_US 3.0
 double ccl__cost_handoff_us(double oversub);
 
+/* 2^k <= n < 2^(k+1): the largest power of two not above n (n >= 1), and
+ * the number of doublings from 1 to n or past it. */
+static inline int ccl__pow2_floor(int n) {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+}
+
+static inline int ccl__log2_ceil(int n) {
+    int k = 0;
+    while ((1 << k) < n) k++;
+    return k;
+}
+
+/* A core's part in one step: its ranks that receive from another core
+ * (across the machine, at the link's speed) and from their own core (over
+ * shared memory, copies in the cache that core holds). */
+struct ccl__core_load {
+    int cross, same;
+};
+
 /* A job as the model sees it. Link sets are bitmasks of link classes. */
 #define CCL__COST_MAX_STEPS 32
 struct ccl__job_shape {
@@ -73,12 +94,25 @@ struct ccl__job_shape {
      * host): they share its adapter. */
     int xor_share[CCL__COST_MAX_STEPS], shift_share[CCL__COST_MAX_STEPS];
     int per_host_max;      /* ranks on the biggest host */
+    /* Where ranks share cores and it is known where each sits (pinned),
+     * the busiest core's load in a step of the ring, of recursive doubling
+     * and of Bruck: how many of its ranks receive from a rank on another
+     * core, and how many from one on the same core. cross 0: not known,
+     * oversub stands for it. */
+    struct ccl__core_load ring_core, xor_core[CCL__COST_MAX_STEPS], shift_core[CCL__COST_MAX_STEPS];
 };
 
 /* The shape of n ranks: cls[i * n + j] is the link class between ranks i
  * and j, ring[] the ring order, host_of[] each rank's host (0 ..
- * nhosts - 1). */
-void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of);
+ * nhosts - 1), core_of[] the core each is pinned to on its host (NULL, or
+ * -1 for a rank: not known). */
+void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of,
+                     const int *core_of);
+
+/* The inverse of a ring step: the link speed (bytes per us and rank) at
+ * which a step of the ring moving `bytes` per rank takes `us`, on this
+ * shape with these copy figures (the probe's reading of its own ring). */
+double ccl__cost_ring_speed(const struct ccl__job_shape *j, const struct ccl__figures *f, double bytes, double us);
 
 /* Predicted microseconds for algo (enum ccl__algo_id) to run a call of
  * kind (enum ccl__op_kind) whose per-rank piece is bytes (all-reduce,

@@ -60,9 +60,9 @@ static double oversubscription(int n, const struct ccl__peer_info *peers) {
 int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, int (*pair_class)(void *, int, int),
                     void *ctx, struct ccl__job_shape *out) {
     uint8_t *cls = malloc((size_t)n * (size_t)n);
-    int *host_of = malloc(sizeof(int) * (size_t)n);
+    int *host_of = malloc(sizeof(int) * (size_t)n), *core_of = malloc(sizeof(int) * (size_t)n);
     struct ccl__place *places = malloc(sizeof(*places) * (size_t)n);
-    int ok = cls && host_of && places;
+    int ok = cls && host_of && core_of && places;
     if (ok) {
         ccl__plan_places(n, peers, places);
         for (int i = 0; i < n; i++)
@@ -78,10 +78,11 @@ int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, 
                 if (strcmp(peers[ring[k]].host_id, peers[r].host_id) == 0) h = host_of[ring[k]];
             host_of[r] = h >= 0 ? h : nhosts++;
         }
-        ccl__cost_shape(out, n, cls, ring, host_of);
+        for (int r = 0; r < n; r++) core_of[r] = places[r].core;
+        ccl__cost_shape(out, n, cls, ring, host_of, core_of);
         out->oversub = oversubscription(n, peers);
     }
-    free(cls), free(host_of), free(places);
+    free(cls), free(host_of), free(core_of), free(places);
     return ok ? 0 : -1;
 }
 

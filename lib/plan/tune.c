@@ -235,7 +235,8 @@ static ccl_status_t timed(struct ccl_comm *comm, uint32_t *seq, size_t bytes, in
     return CCL_OK;
 }
 
-ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct ccl__link_figure *out) {
+ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_shape *shape,
+                                  const struct ccl__figures *fig, struct ccl__link_figure *out) {
     int n = comm->nranks;
     uint8_t *buf = calloc((size_t)n + 1, PROBE_BYTES);
     double *all = malloc(sizeof(double) * 2 * (size_t)n);
@@ -263,11 +264,11 @@ ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct 
         /* Figures are those of unshared cores (the model adds the handoffs
          * of oversubscription back), never below a quarter of what was seen. */
         double seen = small / (n - 1), per_step = large / (n - 1);
-        double alpha = seen - ccl__cost_handoff_us(oversub);
+        double alpha = seen - ccl__cost_handoff_us(shape->oversub);
         if (alpha < seen / 4) alpha = seen / 4;
         double moving = per_step > 2 * seen ? per_step - seen : per_step / 2;
         mine[0] = alpha;
-        mine[1] = oversub * PROBE_BYTES / moving;
+        mine[1] = ccl__cost_ring_speed(shape, fig, PROBE_BYTES, moving);
         st = gather(comm, seq++, mine, all, sizeof mine);
     }
     if (st == CCL_OK) {
@@ -383,7 +384,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
     int probed = 0;
     if (c >= 0 && !(out->measured >> c & 1u)) {
         double t0 = ccl__now();
-        CCL_CHECK(ccl__tune_probe_ring(comm, shape->oversub, &out->link[c]));
+        CCL_CHECK(ccl__tune_probe_ring(comm, shape, out, &out->link[c]));
         out->measured |= 1u << c;
         probed = 1;
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "probed the ring's %s links in %.1f ms: alpha %.2f us, %.0f bytes/us",

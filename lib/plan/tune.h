@@ -49,7 +49,9 @@ double ccl__tune_median(double *v, int n);
 void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per_us);
 /* The ring's step: alpha (a 1-byte all-gather) and bandwidth (64 KiB per
  * rank), the median over repetitions and then over ranks; every rank gets
- * the same two numbers. */
-ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, double oversub, struct ccl__link_figure *out);
+ * the same two numbers. The bandwidth is read back through the model of
+ * the job's shape, with fig's copy speed: that of unshared cores. */
+ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_shape *shape,
+                                  const struct ccl__figures *fig, struct ccl__link_figure *out);
 
 #endif
