@@ -3,6 +3,7 @@
  * with the message, and that a bad file is never trusted. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +308,21 @@ START_TEST(core_load) {
         ck_assert_int_eq(two_hosts.ring_core.cross, 1);
         ck_assert_int_eq(two_hosts.ring_core.same, 1);
     }
+    /* Every rank on one core: no byte crosses, and the probe's reading
+     * is the load's alone, never zero. */
+    {
+        int one_core[N];
+        for (int i = 0; i < N; i++) one_core[i] = 0;
+        struct ccl__job_shape crowded;
+        ccl__cost_shape(&crowded, N, cls, ring, host_of, one_core);
+        ck_assert_int_eq(crowded.ring_core.cross, 0);
+        ck_assert_int_eq(crowded.ring_core.same, N);
+        crowded.oversub = N;
+        struct ccl__figures d;
+        ccl__cost_defaults(&d);
+        double speed = ccl__cost_ring_speed(&crowded, &d, 65536, 100);
+        ck_assert_msg(speed > 0 && isfinite(speed), "all on one core: read back %g", speed);
+    }
     /* One core pinned, the rest not: nothing is known. */
     core_of[5] = -1;
     struct ccl__job_shape partly;
@@ -434,6 +450,13 @@ START_TEST(file_round_trip) {
     ck_assert(fabs(g.link[CCL__LINK_TCP].alpha_us - 9.5) < 1e-9);
     ck_assert(fabs(g.copy_bytes_per_us - 12345) < 1e-6 && fabs(g.reduce_bytes_per_us - 6789) < 1e-6);
     ck_assert_int_eq(ccl__tune_file_read("/nonexistent/ccl/tuning", key, &g, why, sizeof why), 0);
+    /* A figure the reader would refuse (a crowded probe's 0.0 bytes/us)
+     * is left out; the rest of the file stays readable. */
+    f.link[CCL__LINK_TCP].bytes_per_us = 0.01;
+    ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
+    ccl__cost_defaults(&g);
+    ck_assert_msg(ccl__tune_file_read(path, key, &g, why, sizeof why) == 1, "unreadable: %s", why);
+    ck_assert_uint_eq(g.measured, 1u << CCL__LINK_XNUMA | CCL__FIG_LOCAL);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -534,18 +557,27 @@ START_TEST(bad_file_in_a_job) {
     ck_assert(fd >= 0 && lfd >= 0);
     close(fd);
     expand_key(job_files[_i], text, sizeof text);
-    /* The job: it runs, and the lowest rank replaces the file. */
+    /* The job: it runs, and the lowest rank replaces the file. Two ranks,
+     * on CPUs of their own where there are two: a job of ranks sharing
+     * cores keeps no link figure (crowded_probe_not_kept). */
     write_text(path, text);
     snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
-    struct harness_run run = {.nranks = 3, .env = env, .body = body_sum};
+    struct harness_run run = {.nranks = 2, .env = env, .body = body_sum};
     util_run_clean(&run, 0, "a bad tuning file");
     char key[160], why[200];
     ccl__tune_machine_key(key, sizeof key);
     struct ccl__figures f;
     ccl__cost_defaults(&f);
     ck_assert_msg(ccl__tune_file_read(path, key, &f, why, sizeof why) == 1, "the file was not replaced: %s", why);
-    ck_assert_msg(f.measured >> CCL__LINK_NUMA & 1u, "the replaced file has no numa figure");
-    ck_assert(f.link[CCL__LINK_NUMA].alpha_us < 99999);
+    ck_assert_msg(f.measured & CCL__FIG_LOCAL, "the replaced file has no copy and reduce figures");
+    ck_assert(f.copy_bytes_per_us != 1.5);
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
+        ck_assert_msg(f.measured >> CCL__LINK_NUMA & 1u, "the replaced file has no numa figure");
+        ck_assert(f.link[CCL__LINK_NUMA].alpha_us < 99999);
+    } else {
+        fprintf(stderr, "[plan] one CPU here: the job's ranks share it, and the file keeps no numa figure\n");
+    }
     /* The warning, from this process (the code every rank runs at init;
      * after the job: the harness wants the library's parameters unread). */
     write_text(path, text);
@@ -574,6 +606,44 @@ START_TEST(bad_file_in_a_job) {
 }
 END_TEST
 
+/* A job whose ranks share cores probes the ring (no file names its
+ * links) but leaves the machine's file without that figure: its probe
+ * timed the crowding, not the link. It still writes what it can vouch for
+ * where there was no file: copy and reduce. (That a job of ranks on cores
+ * of their own writes the link figure: bad_file_in_a_job.) */
+static void bind_to_first_cpu(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)rank, (void)nranks, (void)id, (void)arg;
+    cpu_set_t all, one;
+    CPU_ZERO(&one);
+    if (sched_getaffinity(0, sizeof all, &all) != 0) return;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &all)) {
+            CPU_SET(cpu, &one);
+            break;
+        }
+    sched_setaffinity(0, sizeof one, &one);
+}
+
+START_TEST(crowded_probe_not_kept) {
+    char dir[] = "/tmp/ccl-tune-XXXXXX", path[64], env[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tuning", dir);
+    snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
+    struct harness_run crowded = {.nranks = 3, .transport = "shm", .env = env, .setup = bind_to_first_cpu,
+                                  .body = body_sum};
+    util_run_clean(&crowded, 0, "3 ranks bound to one CPU");
+    char key[160], why[200];
+    ccl__tune_machine_key(key, sizeof key);
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    ck_assert_msg(ccl__tune_file_read(path, key, &f, why, sizeof why) == 1, "no file written: %s", why);
+    ck_assert_msg(f.measured & CCL__FIG_LOCAL, "the file has no copy and reduce figures");
+    ck_assert_msg(!(f.measured >> CCL__LINK_NUMA & 1u), "3 ranks on one CPU kept their probe of the numa links");
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("plan_cost");
     TCase *tc = tcase_create("model");
@@ -592,6 +662,10 @@ static Suite *suite(void) {
     tcase_add_test(tc, file_rejected_odd);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "bad_file_in_a_job", bad_file_in_a_job, (int)(sizeof job_files / sizeof job_files[0]), 60);
+    tc = tcase_create("crowded_probe");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, crowded_probe_not_kept);
+    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -143,7 +143,9 @@ static double shift_step(const struct model *m, int k, double bytes) {
 
 double ccl__cost_ring_speed(const struct ccl__job_shape *j, const struct ccl__figures *f, double bytes, double us) {
     struct ccl__core_load core = j->ring_core;
-    if (j->oversub <= 1 || core.cross + core.same == 0) return j->oversub * bytes / us;
+    /* Cores unknown, or every rank on one core: no byte of the ring
+     * crosses, and the step says nothing of the link but its load. */
+    if (j->oversub <= 1 || core.cross == 0) return j->oversub * bytes / us;
     /* us = (cross + same * 2 speed / copy) * bytes / speed while the same
      * core's copies are the cheaper, else (cross + same) * bytes / speed;
      * never faster than the cross receivers alone in a quarter of us. */
