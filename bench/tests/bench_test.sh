@@ -143,6 +143,19 @@ algos) # N ALGO,ALGO,...: every algorithm measured in turn in one run, each on i
     [ "$a" = auto ] && pat="all_reduce #.*: [a-z]* (cheapest" || pat="all_reduce #.*: $a (config.algo)"
     grep -q "$pat" "$tmp/out.err" || die "no call ran $a"
   done ;;
+warm) # N: before the sweep, each algorithm's communicator runs the largest call until 8 MiB have passed (64 calls at most)
+  n=$1
+  CCL_DEBUG=TRACE CCL_DEBUG_SUBSYS=PLAN run "$tmp/out" "$bin/$prog" -b 32K -e 32K -n 1 -w 0 -c 0 --ranks "$n" -A ring,direct
+  [ $rc -eq 0 ] || die "exit status $rc"
+  # Rank 0's 32 KiB all-reduces (8192 floats), each logged with the
+  # algorithm that ran it: first 64 with ring and 64 with direct, before
+  # the sweep's timed calls, which take turns between the two.
+  got=$(grep "^[^ ]*:0 \[.*TRACE PLAN: all_reduce #[0-9]*: 8192 x float32: " "$tmp/out.err" |
+        sed 's/.*8192 x float32: \([a-z]*\) predicted.*/\1/' | uniq -c | head -3 | awk '{ printf "%s %s, ", $1, $2 }')
+  case $got in
+  "64 ring, 64 direct, "[0-9]*" ring, ") ;;
+  *) die "rank 0's first 32 KiB all-reduces: $got want 64 ring, 64 direct, then the sweep's" ;;
+  esac ;;
 usage) # bad flags: a message naming the program, status 2; -h: status 0
   for bad in "-b" "-b x" "-e 1Q" "-f 1" "-n 0" "-w -1" "-m 0" "-c 2" "-z 7" "-a 4" "-d float8" "-o mean" \
              "-r x" "-t udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "--rounds 0" "--ranks 0" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
