@@ -266,8 +266,9 @@ static int all_ok(struct sweep *sw, int ok) {
 /* A fresh communicator's first calls fault in its transport's buffers:
  * shared memory passes messages of 16 KiB and more through a ring of bytes
  * each page of which faults once, in the sender and in the receiver (2
- * ranks, 32 KiB all-reduce: 15.5 us a call while the first lap lasted, 6.3
- * after; a size's own warm-up, -w calls, covers part of a lap). So before
+ * ranks, 32 KiB ring all-reduce: 15.5 us a call while the first lap
+ * lasted, 5.6-7.0 after; a size's own warm-up, -w calls, covers part of a
+ * lap). So before
  * the sweep each algorithm's communicator runs the sweep's largest call of
  * its first type until WARM_BYTES have passed: the timed blocks measure
  * the warm path, which is what a trainer's calls after its first few take. */
