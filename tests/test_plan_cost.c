@@ -533,6 +533,16 @@ START_TEST(file_rejected_odd) {
 }
 END_TEST
 
+/* What a job left in the tuning file at path, over the default figures
+ * (ccl__tune_file_read's result). After the job only: it loads the
+ * library's parameters, which the harness wants unread before it forks. */
+static int read_back(const char *path, struct ccl__figures *f, char *why, size_t n) {
+    char key[160];
+    ccl__tune_machine_key(key, sizeof key);
+    ccl__cost_defaults(f);
+    return ccl__tune_file_read(path, key, f, why, n);
+}
+
 /* In a real job: a corrupt file and a foreign machine's file are ignored
  * with a warning naming the file, the job runs, and the lowest rank
  * replaces the file with what it measured. */
@@ -564,11 +574,9 @@ START_TEST(bad_file_in_a_job) {
     snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
     struct harness_run run = {.nranks = 2, .env = env, .body = body_sum};
     util_run_clean(&run, 0, "a bad tuning file");
-    char key[160], why[200];
-    ccl__tune_machine_key(key, sizeof key);
+    char why[200];
     struct ccl__figures f;
-    ccl__cost_defaults(&f);
-    ck_assert_msg(ccl__tune_file_read(path, key, &f, why, sizeof why) == 1, "the file was not replaced: %s", why);
+    ck_assert_msg(read_back(path, &f, why, sizeof why) == 1, "the file was not replaced: %s", why);
     ck_assert_msg(f.measured & CCL__FIG_LOCAL, "the replaced file has no copy and reduce figures");
     ck_assert(f.copy_bytes_per_us != 1.5);
     cpu_set_t cpus;
@@ -632,11 +640,9 @@ START_TEST(crowded_probe_not_kept) {
     struct harness_run crowded = {.nranks = 3, .transport = "shm", .env = env, .setup = bind_to_first_cpu,
                                   .body = body_sum};
     util_run_clean(&crowded, 0, "3 ranks bound to one CPU");
-    char key[160], why[200];
-    ccl__tune_machine_key(key, sizeof key);
+    char why[200];
     struct ccl__figures f;
-    ccl__cost_defaults(&f);
-    ck_assert_msg(ccl__tune_file_read(path, key, &f, why, sizeof why) == 1, "no file written: %s", why);
+    ck_assert_msg(read_back(path, &f, why, sizeof why) == 1, "no file written: %s", why);
     ck_assert_msg(f.measured & CCL__FIG_LOCAL, "the file has no copy and reduce figures");
     ck_assert_msg(!(f.measured >> CCL__LINK_NUMA & 1u), "3 ranks on one CPU kept their probe of the numa links");
     unlink(path);
