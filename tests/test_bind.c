@@ -160,15 +160,7 @@ END_TEST
  * CCL_BIND=core leaves every rank where it is (a guard: pinning inside a
  * one-CPU mask could not move it either, but the plan's places rely on it). */
 static void launcher_binds_reversed(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
-    (void)id, (void)arg;
-    cpu_set_t all, one;
-    CPU_ZERO(&one);
-    if (sched_getaffinity(0, sizeof all, &all) == 0) {
-        int k = 0, want = (nranks - 1 - rank) % CPU_COUNT(&all);
-        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-            if (CPU_ISSET(cpu, &all) && k++ == want) CPU_SET(cpu, &one);
-        sched_setaffinity(0, sizeof one, &one);
-    }
+    util_pin_to_nth_cpu(nranks - 1 - rank);
     record_mask(rank, nranks, id, arg);
 }
 

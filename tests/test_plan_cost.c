@@ -621,15 +621,7 @@ END_TEST
  * of their own writes the link figure: bad_file_in_a_job.) */
 static void bind_to_first_cpu(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
     (void)rank, (void)nranks, (void)id, (void)arg;
-    cpu_set_t all, one;
-    CPU_ZERO(&one);
-    if (sched_getaffinity(0, sizeof all, &all) != 0) return;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-        if (CPU_ISSET(cpu, &all)) {
-            CPU_SET(cpu, &one);
-            break;
-        }
-    sched_setaffinity(0, sizeof one, &one);
+    util_pin_to_nth_cpu(0);
 }
 
 START_TEST(crowded_probe_not_kept) {

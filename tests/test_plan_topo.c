@@ -343,6 +343,17 @@ static int shm_pairs(void *ctx, int a, int b) {
     return -1;
 }
 
+/* Peer p on machine (and host) m: its topology read from the machine, one
+ * package and NUMA node, on `core` (-1: not bound to one) with ncores to
+ * use. */
+static void machine_peer(struct ccl__peer_info *p, int m, int core, int ncores) {
+    snprintf(p->host_id, sizeof p->host_id, "h%d", m);
+    snprintf(p->machine_id, sizeof p->machine_id, "m%d", m);
+    p->topo.source = CCL__TOPO_MACHINE, p->topo.package = p->topo.numa = 0;
+    p->topo.core = (int16_t)core;
+    p->ncores = ncores;
+}
+
 START_TEST(ranks_per_cpu) {
     static const struct {
         int n, machines, pinned_cores, ncores; /* pinned_cores 0: unpinned */
@@ -354,12 +365,8 @@ START_TEST(ranks_per_cpu) {
         T->n = cases[c].n;
         int per = T->n / cases[c].machines;
         for (int r = 0; r < T->n; r++) {
-            struct ccl__peer_info *p = &T->peers[r];
-            snprintf(p->host_id, sizeof p->host_id, "h%d", r / per);
-            snprintf(p->machine_id, sizeof p->machine_id, "m%d", r / per);
-            p->topo.source = CCL__TOPO_MACHINE, p->topo.package = p->topo.numa = 0;
-            p->topo.core = (int16_t)(cases[c].pinned_cores ? (r % per) % cases[c].pinned_cores : -1);
-            p->ncores = cases[c].pinned_cores ? 1 : cases[c].ncores;
+            machine_peer(&T->peers[r], r / per, cases[c].pinned_cores ? (r % per) % cases[c].pinned_cores : -1,
+                         cases[c].pinned_cores ? 1 : cases[c].ncores);
             T->ring[r] = r;
         }
         struct ccl__job_shape shape;
@@ -380,14 +387,7 @@ START_TEST(core_load_from_places) {
     for (int bound = 0; bound < 2; bound++) {
         memset(T, 0, sizeof *T);
         T->n = 8;
-        for (int r = 0; r < T->n; r++) {
-            struct ccl__peer_info *p = &T->peers[r];
-            snprintf(p->host_id, sizeof p->host_id, "h0");
-            snprintf(p->machine_id, sizeof p->machine_id, "m0");
-            p->topo.source = CCL__TOPO_MACHINE, p->topo.package = p->topo.numa = 0;
-            p->topo.core = (int16_t)(bound ? r % 2 : -1);
-            p->ncores = bound ? 1 : 2;
-        }
+        for (int r = 0; r < T->n; r++) machine_peer(&T->peers[r], 0, bound ? r % 2 : -1, bound ? 1 : 2);
         ccl__plan_places(T->n, T->peers, T->places);
         ccl__plan_order(T->n, T->places, T->ring);
         struct ccl__job_shape shape;
@@ -405,13 +405,7 @@ END_TEST
  * the ranks of each CPU together, the same on every rank. */
 static void bind_to_cpu(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
     (void)nranks, (void)id, (void)arg;
-    cpu_set_t all, one;
-    CPU_ZERO(&one);
-    if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2) return;
-    int k = 0, want = rank % 2;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-        if (CPU_ISSET(cpu, &all) && k++ == want) CPU_SET(cpu, &one);
-    sched_setaffinity(0, sizeof one, &one);
+    util_pin_to_nth_cpu(rank % 2);
 }
 
 static int body_ring_follows_cores(ccl_comm_t *comm, int rank, int nranks, void *arg) {

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "util.h"
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,4 +45,15 @@ void util_raise_fd_limit(long want) {
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)want) return;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)want ? (rlim_t)want : rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) fprintf(stderr, "util: cannot raise the open-file limit to %ld\n", want);
+}
+
+int util_pin_to_nth_cpu(int k) {
+    cpu_set_t all, one;
+    if (sched_getaffinity(0, sizeof all, &all) != 0) return -1;
+    int n = CPU_COUNT(&all), want = n ? k % n : 0, seen = 0;
+    CPU_ZERO(&one);
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &all) && seen++ == want) CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof one, &one);
+    return n;
 }

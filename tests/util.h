@@ -28,6 +28,11 @@ int util_init_invalid_argument(int rank, ccl_status_t st, void *arg);
  * gets the same, for a second communicator over the same ranks. */
 void util_shared_id(struct harness_tally *t, ccl_comm_t *comm, ccl_unique_id_t *id);
 
+/* Pins this process to the k-th (from 0, modulo their number) of the CPUs
+ * it may use now, as a launcher binding ranks would; returns how many it
+ * could use, or -1 when its affinity cannot be read. */
+int util_pin_to_nth_cpu(int k);
+
 /* Raises this process's open-file limit to at least `want` descriptors
  * (up to the hard limit), for tests that hold many connections open. */
 void util_raise_fd_limit(long want);

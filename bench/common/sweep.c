@@ -220,6 +220,11 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
     return 0;
 }
 
+/* The first root a sweep runs (-1 for a collective without one). */
+static int first_root(const struct sweep *sw) {
+    return !sw->info->has_root ? -1 : sw->o->root == BENCH_ALL ? 0 : sw->o->root;
+}
+
 static int run_cycle(struct sweep *sw, int first_cycle) {
     const struct bench_options *o = sw->o;
     if (sw->coll == BENCH_BARRIER) return run_size(sw, 0, CCL_FLOAT32, CCL_SUM, -1);
@@ -234,7 +239,7 @@ static int run_cycle(struct sweep *sw, int first_cycle) {
                            sw->info->has_redop ? bench_redop_name((ccl_op_t)op) : "", why);
                 continue;
             }
-            int r0 = !sw->info->has_root ? -1 : o->root == BENCH_ALL ? 0 : o->root;
+            int r0 = first_root(sw);
             int r1 = !sw->info->has_root ? -1 : o->root == BENCH_ALL ? sw->nranks - 1 : o->root;
             for (int root = r0; root <= r1; root++)
                 for (size_t s = o->min_bytes; s; s = next_size(o, s))
@@ -286,8 +291,8 @@ static int warm_transports(struct sweep *sw) {
             struct bench_layout l = bench_layout_for(sw->coll, o->max_bytes, bench_dtype_size((ccl_dtype_t)d),
                                                      sw->nranks, sw->rank);
             if (l.count == 0) return 0;
-            int root = !sw->info->has_root ? -1 : o->root == BENCH_ALL ? 0 : o->root;
-            struct bench_call call = {sw->coll, sw->send, sw->recv, l.count, (ccl_dtype_t)d, (ccl_op_t)op, root};
+            struct bench_call call = {sw->coll, sw->send, sw->recv, l.count, (ccl_dtype_t)d, (ccl_op_t)op,
+                                      first_root(sw)};
             size_t calls = l.bytes ? WARM_BYTES / l.bytes : WARM_MAX_CALLS;
             if (calls < 1) calls = 1;
             if (calls > WARM_MAX_CALLS) calls = WARM_MAX_CALLS;

@@ -56,6 +56,12 @@ void ccl__cost_defaults(struct ccl__figures *f) {
 
 double ccl__cost_handoff_us(double oversub) { return oversub > 1 ? CCL__HANDOFF_US * (oversub - 1) : 0; }
 
+static int log2_ceil(int n) {
+    int k = 0;
+    while ((1 << k) < n) k++;
+    return k;
+}
+
 /* ---- the terms ---- */
 
 struct model {
@@ -347,7 +353,7 @@ static double all_gather(const struct model *m, int algo, double b) {
 
 static double broadcast_or_reduce(struct model *m, int algo, double n, int reduces) {
     const struct ccl__job_shape *j = m->j;
-    int N = j->n, depth = ccl__log2_ceil(N);
+    int N = j->n, depth = log2_ceil(N);
     double red = reduces ? reduce_us(m, n) : 0;
     switch (algo) {
     case CCL__ALGO_RING:

@@ -50,18 +50,12 @@ void ccl__cost_defaults(struct ccl__figures *f);
 #define CCL__HANDOFF_US 3.0
 double ccl__cost_handoff_us(double oversub);
 
-/* 2^k <= n < 2^(k+1): the largest power of two not above n (n >= 1), and
- * the number of doublings from 1 to n or past it. */
+/* The largest power of two not above n (n >= 1): recursive doubling's
+ * ranks, for the shape and the formulas alike. */
 static inline int ccl__pow2_floor(int n) {
     int p = 1;
     while (p * 2 <= n) p *= 2;
     return p;
-}
-
-static inline int ccl__log2_ceil(int n) {
-    int k = 0;
-    while ((1 << k) < n) k++;
-    return k;
 }
 
 /* A core's part in one step: its ranks that receive from another core

@@ -45,25 +45,6 @@ static struct ccl__core_load core_load(int n, const uint8_t *cls, const int *gro
     return most;
 }
 
-/* The busiest core's load in each step of the ring, of recursive doubling
- * (rank r with r ^ 2^k, below the largest power of two) and of Bruck (rank
- * r receives from r - 2^k). */
-static void core_loads(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of,
-                       const int *core_of) {
-    int group_of[n], from[n], count[2 * n], p = ccl__pow2_floor(n);
-    int *group = core_groups(n, core_of, host_of, group_of) == 0 ? group_of : NULL;
-    for (int i = 0; i < n; i++) from[ring[(i + 1) % n]] = ring[i];
-    out->ring_core = core_load(n, cls, group, from, count);
-    for (int k = 0; k < CCL__COST_MAX_STEPS; k++) {
-        out->xor_core[k] = out->shift_core[k] = (struct ccl__core_load){0, 0};
-        if (k >= 30 || (1 << k) >= n) continue;
-        for (int r = 0; r < n; r++) from[r] = r < p && (1 << k) < p ? r ^ (1 << k) : -1;
-        out->xor_core[k] = core_load(n, cls, group, from, count);
-        for (int r = 0; r < n; r++) from[r] = ((r - (1 << k)) % n + n) % n;
-        out->shift_core[k] = core_load(n, cls, group, from, count);
-    }
-}
-
 void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, const int *ring, const int *host_of,
                      const int *core_of) {
     int nhosts = 0;
@@ -103,22 +84,33 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
     out->per_host_max = 0;
     for (int h = 0; h < nhosts; h++)
         if (count[h] > out->per_host_max) out->per_host_max = count[h];
-    int xor_out[nhosts], shift_out[nhosts];
-    core_loads(out, n, cls, ring, host_of, core_of);
+    /* Who each rank receives from in a step (-1: nothing), for the cores'
+     * loads: the ring's predecessor; below, recursive doubling's partner
+     * and Bruck's r - 2^k, filled in as each step's links are. */
+    int xor_out[nhosts], shift_out[nhosts], group_of[n], ring_from[n], xor_from[n], shift_from[n], tally[2 * n];
+    int *group = core_groups(n, core_of, host_of, group_of) == 0 ? group_of : NULL;
+    for (int i = 0; i < n; i++) ring_from[ring[(i + 1) % n]] = ring[i];
+    out->ring_core = core_load(n, cls, group, ring_from, tally);
     for (int k = 0; k < CCL__COST_MAX_STEPS; k++) {
         out->xor_share[k] = out->shift_share[k] = 1;
+        out->xor_core[k] = out->shift_core[k] = (struct ccl__core_load){0, 0};
         if (k >= 30 || (1 << k) >= n) continue;
         memset(xor_out, 0, sizeof xor_out);
         memset(shift_out, 0, sizeof shift_out);
+        for (int r = 0; r < n; r++) xor_from[r] = -1;
         for (int r = 0; r < n; r++) {
             int x = r ^ (1 << k), s = (r + (1 << k)) % n;
             if (r < p && (1 << k) < p) {
                 out->xor_links[k] |= bit(cls, n, r, x);
                 xor_out[host_of[r]] += host_of[x] != host_of[r];
+                xor_from[x] = r;
             }
             out->shift_links[k] |= bit(cls, n, r, s);
             shift_out[host_of[r]] += host_of[s] != host_of[r];
+            shift_from[s] = r;
         }
+        out->xor_core[k] = core_load(n, cls, group, xor_from, tally);
+        out->shift_core[k] = core_load(n, cls, group, shift_from, tally);
         for (int h = 0; h < nhosts; h++) {
             if (xor_out[h] > out->xor_share[k]) out->xor_share[k] = xor_out[h];
             if (shift_out[h] > out->shift_share[k]) out->shift_share[k] = shift_out[h];
