@@ -6,8 +6,8 @@
  * and reports itself skipped without one (tools/rdma-vm.sh runs this suite
  * inside a VM with two soft-RoCE devices, through ctest's rdma_vm): many
  * calls in a row over a few slots keep credits and slots in step; large
- * send/recv and all-to-all go zero-copy (the receiver reads the sender's
- * registered buffer) and arrive exact; ccl_comm_register pins memory that
+ * send/recv and all-to-all go zero-copy (the sender writes into the buffer
+ * the receiver granted) and arrive exact; ccl_comm_register pins memory that
  * later transfers reuse; a receiver that expected another size fails, and
  * the sender hears of it at once through the failure notice, as a peer of
  * a rank that aborts does; a link taken down or gone silent mid-loop fails
@@ -330,8 +330,8 @@ START_TEST(register_reuse) {
 END_TEST
 
 /* Rank 0 sends 2 MiB, rank 1 expects one byte more: rank 1 reads the
- * offer's stamp and fails naming both counts; rank 0, waiting for its
- * acknowledgement, hears of rank 1's failure from its notice and fails
+ * offer's stamp and fails naming both counts; rank 0, waiting for a
+ * grant, hears of rank 1's failure from its notice and fails
  * long before CCL_TIMEOUT (60 s) would have ended its wait. */
 static int body_mismatch(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;

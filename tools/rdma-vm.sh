@@ -120,7 +120,7 @@ $bb chroot /host /bin/sh -c '
   ip addr add 192.0.2.1/24 dev v0 && ip addr add 192.0.2.2/24 dev v1
   ip link set v0 up && ip link set v1 up
   # Soft-RoCE sends through the network stack: with the default backlog
-  # (1000 packets) a burst of RDMA READ responses overflows it, packets are
+  # (1000 packets) a burst of RDMA packets overflows it, packets are
   # dropped, and the kernel retransmitting reads can fail the queue
   # pair. A real RoCE fabric is lossless (PFC); so is this, now.
   echo 100000 >/proc/sys/net/core/netdev_max_backlog

@@ -135,10 +135,10 @@ struct ccl__transport {
     ccl_status_t (*reg)(struct ccl_comm *comm, void *addr, size_t bytes, void **handle);
     void (*dereg)(struct ccl_comm *comm, void *handle);
     /* How long a registration must outlive its last use (0: not at all).
-     * An RDMA peer that read a buffer may still send a duplicate of its
-     * read request (its retransmission timer fired while the answer was
-     * merely late); answered from a deregistered region, that request
-     * puts both queue pairs in the error state. */
+     * An RDMA peer that wrote into a buffer may still send a duplicate of
+     * its last request (its retransmission timer fired while the
+     * acknowledgement was merely late); met by a deregistered region, that
+     * request can put both queue pairs in the error state. */
     double reg_linger_s;
 
     /* Zero-copy point-to-point (all NULL when the transport has none).

@@ -122,7 +122,7 @@ static void send_owed_credits(struct ccl__ib_state *s, int moved, int now) {
 /* ---- completions ---- */
 
 static const char *wr_name(int kind) {
-    static const char *const names[] = {"?", "slot write", "credit", "receive", "read", "acknowledgement", "notice"};
+    static const char *const names[] = {"?", "slot write", "credit", "receive", "zero-copy write", "grant", "notice"};
     return kind >= 0 && kind < (int)(sizeof(names) / sizeof(names[0])) ? names[kind] : "?";
 }
 
@@ -154,11 +154,12 @@ static ccl_status_t peer_failed(struct ccl__ib_conn *c, uint32_t code) {
     return ccl__comm_fail(c->base.comm, CCL_ERR_REMOTE);
 }
 
-/* A cumulative count from the peer (credits, acknowledged offers), in 30
- * bits: what it adds to *had, which may never pass `issued` (the slots or
- * offers this side has sent). */
-static ccl_status_t take_count(struct ccl__ib_conn *c, uint32_t n, uint64_t *had, uint64_t issued, const char *what) {
-    uint64_t gained = (n - (uint32_t)*had) & CCL__IB_COUNT_MASK;
+/* A cumulative count from the peer (credits, grants, landed pushes), in
+ * the bits of `mask`: what it adds to *had, which may never pass `issued`
+ * (the slots, offers or grants this side has sent). */
+static ccl_status_t take_count(struct ccl__ib_conn *c, uint32_t n, uint32_t mask, uint64_t *had, uint64_t issued,
+                               const char *what) {
+    uint64_t gained = (n - (uint32_t)*had) & mask;
     if (gained > issued - *had)
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned %llu %s for %llu outstanding",
                                  c->base.peer, peer_host(c), (unsigned long long)gained, what,
@@ -197,22 +198,25 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
         c->send_done++;
         return CCL_OK;
     }
-    if (kind == CCL__IB_WR_READ) {
-        c->pull_done += (size_t)(wc->wr_id >> 32);
+    if (kind == CCL__IB_WR_PUSH) {
+        c->push_done += (size_t)(wc->wr_id >> 32);
         return CCL_OK;
     }
-    if (kind == CCL__IB_WR_CREDIT || kind == CCL__IB_WR_ACK) return send_credit(c, 1);
-    /* A write with immediate from the peer: a slot, credits, an
-     * acknowledged pull, or its failure. */
+    if (kind == CCL__IB_WR_CREDIT || kind == CCL__IB_WR_GRANT) return send_credit(c, 1);
+    /* A write with immediate from the peer: a slot, credits, a grant, a
+     * landed push, or its failure. */
     uint32_t imm = ntohl(wc->imm_data), n = imm & CCL__IB_COUNT_MASK;
     switch (CCL__IB_IMM_KIND(imm)) {
     case CCL__IB_IMM_FAIL:
         return peer_failed(c, n);
-    case CCL__IB_IMM_ZC_ACK:
-        CCL_CHECK(take_count(c, n, &c->zc_acked, c->zc_offered, "zero-copy acknowledgements"));
+    case CCL__IB_IMM_ZC:
+        if (n & CCL__IB_ZC_LANDED)
+            CCL_CHECK(take_count(c, n, CCL__IB_ZC_COUNT_MASK, &c->zc_landed, c->zc_taken, "zero-copy landings"));
+        else
+            CCL_CHECK(take_count(c, n, CCL__IB_ZC_COUNT_MASK, &c->zc_granted, c->zc_offered, "zero-copy grants"));
         break;
     case CCL__IB_IMM_CREDIT:
-        CCL_CHECK(take_count(c, n, &c->credits, c->sent, "credits"));
+        CCL_CHECK(take_count(c, n, CCL__IB_COUNT_MASK, &c->credits, c->sent, "credits"));
         break;
     default:
         if (n != (uint32_t)(c->arrived & CCL__IB_COUNT_MASK) || c->arrived - c->released >= c->nslots)

@@ -18,14 +18,22 @@
  * always slot n mod `slots`.
  *
  * Large point-to-point messages go zero-copy (the zc_* operations of
- * transport.h): the sender's slot carries an offer (address, key and size
- * of its registered buffer), the receiver pulls the bytes with RDMA READs
- * straight into its own registered buffer and then acknowledges with a
- * zero-length WRITE WITH IMMEDIATE (cumulative count, like credits).
- * Reads rather than writes: the offer travels in order with the slots, so
- * the receiver needs no message of its own before the data can move, and
- * a receiver that expects something else finds out from the offer's
- * stamp, as from any slot.
+ * transport.h), as a rendezvous of writes:
+ *   1. the sender's slot carries an offer (the message's size);
+ *   2. the receiver, once its call reaches the offer, writes a grant (the
+ *      address, key and size of its own registered buffer) into the
+ *      sender's grant box, one stride past the end of the sender's receive
+ *      FIFO, with a WRITE WITH IMMEDIATE;
+ *   3. the sender RDMA WRITEs its registered buffer straight into the
+ *      granted one, in pieces of CCL__IB_PUSH_BYTES, the last piece WITH
+ *      IMMEDIATE: when that lands, every byte before it has (RC places
+ *      writes in order). The sender is done when its writes complete.
+ * The offer travels in order with the slots, so a receiver that expects
+ * something else finds out from the offer's stamp, as from any slot.
+ * Writes rather than the receiver pulling with RDMA READ: the grant costs
+ * one small message, but on soft-RoCE a READ moves data at half the
+ * speed of a WRITE (and no adapter is faster reading), and a queue pair
+ * that never answers READs exposes nothing of this rank's memory.
  *
  * Every connection of a communicator shares one completion queue, with a
  * completion channel whose descriptor waits poll(), so an idle rank sleeps
@@ -59,10 +67,14 @@ extern const struct ccl__transport ccl__transport_ib;
 /* ---- private to transports/ib ---- */
 
 /* An immediate's top two bits say what it is; the rest is a count (or,
- * in a failure notice, the status). */
+ * in a failure notice, the status). A zero-copy immediate is a grant
+ * (to the sender) or the last piece's landing (to the receiver), told
+ * apart by CCL__IB_ZC_LANDED, with a count of 29 bits. */
 #define CCL__IB_IMM_KIND(imm) ((imm) >> 30)
-enum { CCL__IB_IMM_SLOT = 0, CCL__IB_IMM_ZC_ACK = 1, CCL__IB_IMM_CREDIT = 2, CCL__IB_IMM_FAIL = 3 };
+enum { CCL__IB_IMM_SLOT = 0, CCL__IB_IMM_ZC = 1, CCL__IB_IMM_CREDIT = 2, CCL__IB_IMM_FAIL = 3 };
 #define CCL__IB_COUNT_MASK 0x3fffffffu
+#define CCL__IB_ZC_LANDED 0x20000000u
+#define CCL__IB_ZC_COUNT_MASK 0x1fffffffu
 #define CCL__IB_IMM(kind, n) (((uint32_t)(kind) << 30) | ((uint32_t)(n) & CCL__IB_COUNT_MASK))
 
 /* What heads every slot: the engine's stamp, then the writer's credits
@@ -75,6 +87,10 @@ struct ccl__ib_slot_head {
 
 /* A zero-copy offer: the payload of an offer slot. */
 struct ccl__ib_zc_offer {
+    uint64_t bytes;
+};
+/* A zero-copy grant: what the receiver writes into the sender's grant box. */
+struct ccl__ib_zc_grant {
     uint64_t addr;
     uint64_t bytes;
     uint32_t rkey;
@@ -85,13 +101,17 @@ struct ccl__ib_zc_offer {
  * registered memory, one step less on the small-message path. */
 #define CCL__IB_INLINE_BYTES 256u
 
-/* RDMA READs are cut at this size, so that a long pull keeps credits and
- * other connections' traffic moving between its pieces. */
-#define CCL__IB_READ_BYTES (1u << 20)
-/* A buffer a peer pulled stays registered this long after its last use:
- * the peer's duplicate read requests (sent when its retransmission timer,
- * 67 ms, fired before a late answer came) may still be on the wire after
- * the pull completed. A few retry periods, with room for a loaded host. */
+/* A push is cut in writes of this size, at most CCL__IB_PUSH_DEPTH in
+ * flight: the send queue processes its requests in order, so slots and
+ * credits for other calls get through between the pieces. */
+#define CCL__IB_PUSH_BYTES (1u << 20)
+#define CCL__IB_PUSH_DEPTH 4u
+/* A granted buffer stays registered this long after its last use: a
+ * duplicate of the sender's last write (sent when its retransmission
+ * timer, 67 ms, fired before a late acknowledgement came) may still be on
+ * the wire after the push completed, and answered from a deregistered
+ * region it would put both queue pairs in the error state. A few retry
+ * periods, with room for a loaded host. */
 #define CCL__IB_REG_LINGER_S 2.0
 
 /* What each rank publishes in its bootstrap blob. */
@@ -112,16 +132,16 @@ struct ccl__ib_qp_info {
     uint16_t lid;
     uint8_t port, mtu;
     uint8_t gid[16];
-    uint64_t fifo_addr; /* the receive FIFO the peer writes into */
+    uint64_t fifo_addr; /* the receive FIFO the peer writes into, then the grant box */
     uint32_t fifo_rkey;
     uint32_t nslots;
     uint64_t stride, slot_bytes;
 };
 
 /* wr_id: the peer in the high bits, what the request was in the low byte. */
-enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_READ = 4, CCL__IB_WR_ACK = 5,
+enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_PUSH = 4, CCL__IB_WR_GRANT = 5,
        CCL__IB_WR_NOTICE = 6 };
-/* wr_id = length << 32 | peer << 8 | kind (a read's length counts on completion). */
+/* wr_id = length << 32 | peer << 8 | kind (a push's length counts on completion). */
 #define CCL__IB_WR_ID(kind, peer, len) (((uint64_t)(len) << 32) | ((uint64_t)(uint32_t)(peer) << 8) | (uint64_t)(kind))
 
 struct ccl__ib_conn {
@@ -133,7 +153,7 @@ struct ccl__ib_conn {
 
     uint8_t *send_fifo; /* our copies of the slots we write, registered */
     struct ibv_mr *send_mr;
-    uint8_t *recv_fifo; /* where the peer writes, registered for remote writes */
+    uint8_t *recv_fifo; /* where the peer writes (slots, then the grant box), registered for remote writes */
     struct ibv_mr *recv_mr;
     uint64_t remote_addr;
     uint32_t remote_rkey;
@@ -150,15 +170,18 @@ struct ccl__ib_conn {
     uint32_t max_inline;        /* the most bytes a write may carry inline (0: none) */
     unsigned rq_posted;
 
-    /* Zero-copy, as sender: offers posted, and acknowledged by the peer. */
-    uint64_t zc_offered, zc_acked;
-    /* As receiver: the pull under way (from the offer at the FIFO's
-     * head), pulls finished, and that count as last told to the peer. */
-    uint64_t pull_remote, pull_local;
-    uint32_t pull_rkey, pull_lkey;
-    size_t pull_bytes, pull_posted, pull_done;
-    int pulling;
-    uint64_t zc_pulled, zc_ack_sent;
+    /* Zero-copy, as sender: offers posted, grants received, pushes whose
+     * every write completed; the push under way (one at a time). */
+    uint64_t zc_offered, zc_granted, zc_pushed;
+    size_t offer_bytes;
+    uint64_t push_local, push_remote;
+    uint32_t push_lkey, push_rkey;
+    size_t push_posted, push_done;
+    int pushing;
+    /* As receiver: offers taken (and granted), pushes landed; a grant the
+     * full send queue held back. */
+    uint64_t zc_taken, zc_landed;
+    int grant_owed;
 };
 
 /* Per-communicator state (ccl__tstate(comm, &ccl__transport_ib)). */
@@ -182,7 +205,6 @@ struct ccl__ib_state {
     union ibv_gid gid;
     uint16_t lid;
     uint32_t max_qp_wr;
-    uint8_t rd_atom; /* RDMA READs in flight per queue pair (the device's limit, at most 16) */
     int notices_posted, notices_done; /* failure notices (atomic: posted by whichever thread fails) */
     char dev[32];
     double port_down_since; /* ccl__now() when an idle look first found the port not active; 0: active */

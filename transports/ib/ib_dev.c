@@ -86,8 +86,6 @@ static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) 
         s->lid = pa.lid;
         s->mtu = pa.active_mtu;
         s->max_qp_wr = (uint32_t)da.max_qp_wr;
-        int rd = da.max_qp_rd_atom < da.max_qp_init_rd_atom ? da.max_qp_rd_atom : da.max_qp_init_rd_atom;
-        s->rd_atom = (uint8_t)(rd > 16 ? 16 : rd < 1 ? 1 : rd);
         s->cq_size = da.max_cqe;
         snprintf(s->dev, sizeof(s->dev), "%s", name);
     }
@@ -157,8 +155,8 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
 ccl_status_t ccl__ib_open_cq(struct ccl_comm *comm, struct ccl__ib_state *s, int nconns) {
     if (s->cq || nconns == 0) return CCL_OK;
     /* Every send and receive request a connection can have outstanding
-     * (each queue is 2 * slots + 4 + rd_atom deep, see conn_new). */
-    long want = (long)nconns * (4L * comm->params.slots + 8 + 2L * s->rd_atom + 4);
+     * (each queue is 2 * slots + 3 + CCL__IB_PUSH_DEPTH deep, and one more, see conn_new). */
+    long want = (long)nconns * (4L * comm->params.slots + 8 + 2L * CCL__IB_PUSH_DEPTH + 4);
     if (want > s->cq_size) want = s->cq_size;
     s->cq = ibv_create_cq(s->ctx, (int)want, NULL, s->chan, 0);
     if (!s->cq)

@@ -67,10 +67,10 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot};
     c->nslots = depth;
     c->stride = (CCL__IB_HDR_BYTES + slot + 63) & ~(size_t)63;
-    /* The slots' writes, as many credits, a pull's reads and its acknowledgement. */
-    c->sq_depth = 2 * depth + 2 + s->rd_atom + 1;
+    /* The slots' writes, as many credits, a push's writes and a grant. */
+    c->sq_depth = 2 * depth + 2 + CCL__IB_PUSH_DEPTH + 1;
     if (c->sq_depth > s->max_qp_wr) c->sq_depth = s->max_qp_wr;
-    size_t bytes = (size_t)depth * c->stride;
+    size_t bytes = ((size_t)depth + 1) * c->stride; /* the slots, then the grant box */
     c->send_fifo = alloc_fifo(bytes);
     c->recv_fifo = alloc_fifo(bytes);
     if (!c->send_fifo || !c->recv_fifo) return CCL_ERR_NO_MEMORY;
@@ -99,8 +99,7 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot create a queue pair for rank %d on %s: %s", peer,
                               s->dev, strerror(errno));
     struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
-                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                                  IBV_ACCESS_REMOTE_READ};
+                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
     if (ibv_modify_qp(c->qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair for rank %d: INIT: %s", peer, strerror(errno));
     return CCL_OK;
@@ -127,7 +126,7 @@ static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, s
         .path_mtu = (enum ibv_mtu)(peer->mtu < mine->mtu ? peer->mtu : mine->mtu),
         .dest_qp_num = peer->qpn,
         .rq_psn = peer->psn,
-        .max_dest_rd_atomic = s->rd_atom,
+        .max_dest_rd_atomic = 0, /* the peer reads nothing of ours (ib.h) */
         .min_rnr_timer = 12,
         .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = s->port},
     };
@@ -144,7 +143,7 @@ static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, s
                               c->base.peer, comm->peers[c->base.peer].hostname, strerror(errno));
     struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = ack_timeout_exponent(comm),
                             .retry_cnt = RETRY_COUNT,
-                            .rnr_retry = 7, .sq_psn = mine->psn, .max_rd_atomic = s->rd_atom};
+                            .rnr_retry = 7, .sq_psn = mine->psn, .max_rd_atomic = 0};
     if (ibv_modify_qp(c->qp, &r,
                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                           IBV_QP_MAX_QP_RD_ATOMIC))

@@ -1,8 +1,9 @@
 /* The RDMA transport's memory registration and zero-copy transfers (the
- * protocol is described in ib.h): the sender offers its registered buffer
- * in a slot, the receiver pulls it with RDMA READs cut in pieces of
- * CCL__IB_READ_BYTES, then acknowledges. Nothing here blocks. */
+ * protocol is described in ib.h): the sender offers its message in a
+ * slot, the receiver grants its registered buffer, the sender writes into
+ * it in pieces of CCL__IB_PUSH_BYTES. Nothing here blocks. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,9 +18,9 @@ static inline struct ccl__ib_conn *ib_conn(struct ccl__conn *c) { return (struct
 ccl_status_t ccl__ib_reg(struct ccl_comm *comm, void *addr, size_t bytes, void **handle) {
     struct ccl__ib_state *s = ccl__ib_state(comm);
     if (!s || !s->pd) return ccl__set_error(comm, CCL_ERR_INTERNAL, "ib: registering memory without a device");
-    /* Remote read for the buffer a sender offers, local write for the one
-     * a receiver pulls into: one registration serves both. */
-    struct ibv_mr *mr = ibv_reg_mr(s->pd, addr, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    /* Remote write for the buffer a receiver grants (which needs local
+     * write too); a sender's buffer is only read by its own adapter. */
+    struct ibv_mr *mr = ibv_reg_mr(s->pd, addr, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (!mr)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot register %zu bytes at %p on %s: %s%s", bytes, addr,
                               s->dev, strerror(errno),
@@ -40,53 +41,84 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
                               void *reg) {
     struct ccl__ib_conn *c = ib_conn(base);
     if (c->failed) return c->failed;
-    if (c->zc_offered != c->zc_acked)
+    if (c->zc_offered != c->zc_pushed)
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: a second zero-copy offer to rank %d", base->peer);
-    /* The offer is an ordinary slot: its stamp, then the buffer's key. */
+    /* The offer is an ordinary slot: its stamp, then the message's size. */
     void *payload;
     ccl_status_t st = ccl__transport_ib.send_acquire(base, sizeof(struct ccl__ib_zc_offer), &payload);
     if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
-    const struct ibv_mr *mr = reg;
-    struct ccl__ib_zc_offer offer = {.addr = (uintptr_t)buf, .bytes = bytes, .rkey = mr->rkey};
+    struct ccl__ib_zc_offer offer = {.bytes = bytes};
     struct ccl__slot_meta stamp = *m;
     stamp.bytes = sizeof(offer);
     memcpy(payload, &offer, sizeof(offer));
     CCL_CHECK(ccl__transport_ib.send_commit(base, &stamp));
+    const struct ibv_mr *mr = reg;
+    c->push_local = (uintptr_t)buf;
+    c->push_lkey = mr->lkey;
+    c->offer_bytes = bytes;
+    c->pushing = 0;
     c->zc_offered++;
     return CCL_OK;
 }
 
-/* Posts the pull's next pieces: at most rd_atom reads in flight, so the
- * send queue keeps room for slots and credits. */
-static ccl_status_t post_reads(struct ccl__ib_conn *c) {
-    struct ccl__ib_state *s = ccl__ib_state(c->base.comm);
-    while (c->pull_posted < c->pull_bytes && c->sq_busy < c->sq_depth &&
-           c->pull_posted - c->pull_done < (size_t)s->rd_atom * CCL__IB_READ_BYTES) {
-        size_t left = c->pull_bytes - c->pull_posted;
-        uint32_t len = left < CCL__IB_READ_BYTES ? (uint32_t)left : CCL__IB_READ_BYTES;
-        struct ibv_sge sge = {.addr = c->pull_local + c->pull_posted, .length = len, .lkey = c->pull_lkey};
+/* The grant the peer wrote into our grant box, for the offer under way. */
+static ccl_status_t read_grant(struct ccl__ib_conn *c) {
+    struct ccl__ib_zc_grant g;
+    memcpy(&g, c->recv_fifo + (size_t)c->nslots * c->stride, sizeof(g));
+    if (g.bytes != c->offer_bytes)
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d granted %llu bytes for an offer of %zu", c->base.peer,
+                                 (unsigned long long)g.bytes, c->offer_bytes);
+    c->push_remote = g.addr;
+    c->push_rkey = g.rkey;
+    c->push_posted = c->push_done = 0;
+    c->pushing = 1;
+    return CCL_OK;
+}
+
+/* Posts the push's next pieces while the send queue has room; the last
+ * one carries the immediate that tells the receiver it has landed. */
+static ccl_status_t post_pushes(struct ccl__ib_conn *c) {
+    while (c->push_posted < c->offer_bytes && c->sq_busy < c->sq_depth &&
+           c->push_posted - c->push_done < (size_t)CCL__IB_PUSH_DEPTH * CCL__IB_PUSH_BYTES) {
+        size_t left = c->offer_bytes - c->push_posted;
+        uint32_t len = left < CCL__IB_PUSH_BYTES ? (uint32_t)left : CCL__IB_PUSH_BYTES;
+        int last = len == left;
+        struct ibv_sge sge = {.addr = c->push_local + c->push_posted, .length = len, .lkey = c->push_lkey};
         struct ibv_send_wr wr = {
-            .wr_id = CCL__IB_WR_ID(CCL__IB_WR_READ, c->base.peer, len),
+            .wr_id = CCL__IB_WR_ID(CCL__IB_WR_PUSH, c->base.peer, len),
             .sg_list = &sge,
             .num_sge = 1,
-            .opcode = IBV_WR_RDMA_READ,
+            .opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
             .send_flags = IBV_SEND_SIGNALED,
-            .wr.rdma = {.remote_addr = c->pull_remote + c->pull_posted, .rkey = c->pull_rkey},
+            .imm_data = last ? htonl(CCL__IB_IMM(CCL__IB_IMM_ZC, CCL__IB_ZC_LANDED |
+                                                                     ((c->zc_pushed + 1) & CCL__IB_ZC_COUNT_MASK)))
+                             : 0,
+            .wr.rdma = {.remote_addr = c->push_remote + c->push_posted, .rkey = c->push_rkey},
         };
         struct ibv_send_wr *bad = NULL;
         int rc = ibv_post_send(c->qp, &wr, &bad);
         if (rc)
-            return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a read from rank %d: %s", c->base.peer, strerror(rc));
+            return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a write of %u bytes to rank %d: %s", len,
+                                     c->base.peer, strerror(rc));
         c->sq_busy++;
-        c->pull_posted += len;
+        c->push_posted += len;
     }
+    return CCL_OK;
+}
+
+/* The grant for the offer at the head, when the send queue has room. */
+static ccl_status_t post_grant(struct ccl__ib_conn *c) {
+    if (!c->grant_owed || c->sq_busy >= c->sq_depth) return CCL_OK;
+    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_GRANT, CCL__IB_IMM(CCL__IB_IMM_ZC, c->zc_taken & CCL__IB_ZC_COUNT_MASK),
+                                 c->nslots, sizeof(struct ccl__ib_zc_grant)));
+    c->grant_owed = 0;
     return CCL_OK;
 }
 
 ccl_status_t ccl__ib_zc_take(struct ccl__conn *base, void *buf, size_t bytes, void *reg) {
     struct ccl__ib_conn *c = ib_conn(base);
     if (c->failed) return c->failed;
-    if (c->pulling || c->arrived == c->released)
+    if (c->zc_taken != c->zc_landed || c->arrived == c->released)
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: zero-copy take from rank %d without an offer",
                               base->peer);
     const uint8_t *at = c->recv_fifo + (c->released % c->nslots) * c->stride;
@@ -98,28 +130,31 @@ ccl_status_t ccl__ib_zc_take(struct ccl__conn *base, void *buf, size_t bytes, vo
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d offered %llu bytes (in a slot of %u); this rank receives %zu",
                                  base->peer, (unsigned long long)offer.bytes, m.bytes, bytes);
     const struct ibv_mr *mr = reg;
-    c->pull_remote = offer.addr;
-    c->pull_rkey = offer.rkey;
-    c->pull_local = (uintptr_t)buf;
-    c->pull_lkey = mr->lkey;
-    c->pull_bytes = bytes;
-    c->pull_posted = c->pull_done = 0;
-    c->pulling = 1;
+    struct ccl__ib_zc_grant g = {.addr = (uintptr_t)buf, .bytes = bytes, .rkey = mr->rkey};
+    memcpy(c->send_fifo + (size_t)c->nslots * c->stride, &g, sizeof(g));
+    c->zc_taken++;
+    c->grant_owed = 1;
     CCL_CHECK(ccl__transport_ib.recv_release(base)); /* the offer is copied out: its slot is free */
-    return post_reads(c);
+    return post_grant(c);
 }
 
 ccl_status_t ccl__ib_zc_done(struct ccl__conn *base, int is_send) {
     struct ccl__ib_conn *c = ib_conn(base);
     int moved = 0;
     CCL_CHECK(ccl__ib_progress_all(c, &moved));
-    if (is_send) return c->zc_acked == c->zc_offered ? CCL_OK : CCL_INPROGRESS;
-    if (!c->pulling) return CCL_OK;
-    CCL_CHECK(post_reads(c));
-    if (c->pull_done < c->pull_bytes || c->sq_busy >= c->sq_depth) return CCL_INPROGRESS;
-    /* Every byte is here: the sender may reuse its buffer. */
-    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_ACK, CCL__IB_IMM(CCL__IB_IMM_ZC_ACK, c->zc_pulled + 1), 0, 0));
-    c->zc_pulled++;
-    c->pulling = 0;
+    if (!is_send) {
+        CCL_CHECK(post_grant(c));
+        return c->zc_landed == c->zc_taken ? CCL_OK : CCL_INPROGRESS;
+    }
+    if (c->zc_pushed == c->zc_offered) return CCL_OK;
+    if (!c->pushing) {
+        if (c->zc_granted == c->zc_pushed) return CCL_INPROGRESS; /* no grant yet */
+        CCL_CHECK(read_grant(c));
+    }
+    CCL_CHECK(post_pushes(c));
+    if (c->push_done < c->offer_bytes) return CCL_INPROGRESS;
+    /* Every write is acknowledged: the bytes are in the receiver's buffer. */
+    c->zc_pushed++;
+    c->pushing = 0;
     return CCL_OK;
 }
