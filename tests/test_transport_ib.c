@@ -7,8 +7,9 @@
  * inside a VM with two soft-RoCE devices, through ctest's rdma_vm): many
  * calls in a row over a few slots keep credits and slots in step; large
  * send/recv and all-to-all go zero-copy (the sender writes into the buffer
- * the receiver granted) and arrive exact; ccl_comm_register pins memory that
- * later transfers reuse; a receiver that expected another size fails, and
+ * the receiver granted) and arrive exact, as do the all-gather halves of
+ * ring all-reduce and all-gather, whose blocks go the same way;
+ * ccl_comm_register pins memory that later transfers reuse; a receiver that expected another size fails, and
  * the sender hears of it at once through the failure notice, as a peer of
  * a rank that aborts does; a link taken down or gone silent mid-loop fails
  * both ranks long before CCL_TIMEOUT; without CCL_IB_HCA each rank takes the active
@@ -239,6 +240,65 @@ done:
     free(in);
     return t.fails;
 }
+
+/* The ring's all-gather half over ib moves whole blocks zero-copy once a
+ * block reaches CCL_IB_ZCOPY_BYTES: an in-place all-reduce of a prime
+ * count of int32 (blocks of 333335 and 333334 elements, over 1 MiB) and
+ * an out-of-place all-gather of 1.2 MB per rank, each exact against a
+ * reference computed here and each made of registrations. */
+#define ZC_RING_COUNT 1000003u
+#define ZC_GATHER_COUNT 300007u
+static int32_t ring_input(int r, size_t i) { return (int32_t)((uint32_t)(r + 1) * 2654435761u ^ (uint32_t)i * 40503u); }
+
+static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t *v = malloc(sizeof(int32_t) * ZC_RING_COUNT);
+    int32_t *all = malloc(sizeof(int32_t) * ZC_GATHER_COUNT * (size_t)nranks);
+    if (!v || !all) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < ZC_RING_COUNT; i++) v[i] = ring_input(rank, i);
+    uint64_t misses = ccl__reg_stats(comm).misses;
+    ccl_status_t st = ccl_all_reduce(v, v, ZC_RING_COUNT, CCL_INT32, CCL_SUM, comm);
+    EXPECT(&t, st == CCL_OK, "all_reduce of %u int32: %s: %s", ZC_RING_COUNT, ccl_status_string(st),
+           ccl_comm_last_error(comm));
+    for (size_t i = 0; i < ZC_RING_COUNT && st == CCL_OK; i++) {
+        uint32_t want = 0; /* two's complement wraps alike in any order */
+        for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r, i);
+        if ((uint32_t)v[i] != want) {
+            EXPECT(&t, 0, "all_reduce element %zu is %d, expected %d", i, v[i], (int32_t)want);
+            break;
+        }
+    }
+    EXPECT(&t, ccl__reg_stats(comm).misses >= misses + 2, "the all-reduce's blocks did not go zero-copy");
+    for (size_t i = 0; i < ZC_GATHER_COUNT; i++) v[i] = ring_input(rank + 7, i);
+    memset(all, 0xee, sizeof(int32_t) * ZC_GATHER_COUNT * (size_t)nranks);
+    misses = ccl__reg_stats(comm).misses;
+    st = ccl_all_gather(v, all, ZC_GATHER_COUNT, CCL_INT32, comm);
+    EXPECT(&t, st == CCL_OK, "all_gather of %u int32 per rank: %s: %s", ZC_GATHER_COUNT, ccl_status_string(st),
+           ccl_comm_last_error(comm));
+    for (int r = 0; r < nranks && st == CCL_OK; r++)
+        for (size_t i = 0; i < ZC_GATHER_COUNT; i++)
+            if (all[(size_t)r * ZC_GATHER_COUNT + i] != ring_input(r + 7, i)) {
+                EXPECT(&t, 0, "all_gather: rank %d's element %zu is wrong", r, i);
+                break;
+            }
+    EXPECT(&t, ccl__reg_stats(comm).misses >= misses + 2, "the all-gather's blocks did not go zero-copy");
+done:
+    free(v);
+    free(all);
+    return t.fails;
+}
+
+START_TEST(zero_copy_ring) {
+    if (!need_device("zero_copy_ring")) return;
+    struct harness_run run = {.nranks = 3, .transport = "ib", .host_per_rank = 1, .body = body_zero_copy_ring,
+                              .env = "CCL_ALGO=allreduce:ring,allgather:ring", .deadline_s = 240};
+    util_run_clean(&run, 0, "3 ranks ib, the ring's all-gather half zero-copy");
+}
+END_TEST
 
 START_TEST(zero_copy_exact) {
     if (!need_device("zero_copy_exact")) return;
@@ -602,6 +662,7 @@ static Suite *ib_suite(void) {
     add_case(s, "credits_both_ways", credits_both_ways);
     add_case(s, "nearest_device", nearest_device);
     add_case(s, "zero_copy_exact", zero_copy_exact);
+    add_case(s, "zero_copy_ring", zero_copy_ring);
     add_case(s, "register_reuse", register_reuse);
     add_case(s, "zero_copy_size_mismatch", zero_copy_size_mismatch);
     add_case(s, "abort_is_told", abort_is_told);

@@ -42,6 +42,7 @@ struct ring {
     int prev, next;   /* ranks */
     int div;
     int in_recvbuf;   /* reduce-scatter results and all-gather inputs sit at their block in recvbuf */
+    size_t zc_bytes;  /* blocks this large gather whole (gather_blocks); 0: never */
 };
 
 static const char *at_elem(const void *buf, size_t elems, size_t esize) { return (const char *)buf + elems * esize; }
@@ -86,7 +87,10 @@ static inline void at(struct ring *R, int q, size_t j, int rph, int rstep, int s
 #define AG CCL__TR_ALL_GATHER
 
 
-static ccl_status_t round_rs(struct ring *R, size_t j, int then_ag) {
+/* The reduce-scatter steps of round j; the last sends its result on as
+ * the all-gather's first step (then_ag) and leaves it at its block in
+ * recvbuf (into_block) or, for reduce_scatter, at the start of recvbuf. */
+static ccl_status_t round_rs(struct ring *R, size_t j, int then_ag, int into_block) {
     int P = R->pos, N = R->n;
     size_t n;
     at(R, P - 1, j, RS, -1, RS, 0);
@@ -100,9 +104,7 @@ static ccl_status_t round_rs(struct ring *R, size_t j, int then_ag) {
     }
     if (!(n = slice_n(R, P, j))) return CCL_OK;
     at(R, P, j, RS, N - 2, AG, N - 1);
-    /* reduce_scatter's output is the rank's own recvbuf, not a block of it */
-    char *dst = then_ag || R->in_recvbuf ? rblk(R, P, j)
-                                         : (char *)at_elem(R->a->recvbuf, j * R->p.chunk_elems, R->p.esize);
+    char *dst = into_block ? rblk(R, P, j) : (char *)at_elem(R->a->recvbuf, j * R->p.chunk_elems, R->p.esize);
     return ccl__prims_step(&R->p, &(struct ccl__step){.src = sblk(R, P, j), .dst = dst, .n = n, .nrecv = 1,
                                                       .recv = {R->prev}, .nsend = then_ag, .send = {R->next},
                                                       .reduce = 1, .div = R->div});
@@ -130,6 +132,32 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
     return CCL_OK;
 }
 
+/* The all-gather half as whole blocks, one exchange per step: step k
+ * sends the block at position P - k on to the next rank and receives the
+ * one at P - k - 1 from the previous, in place in recvbuf. Point-to-point
+ * moves a large message zero-copy over a link that can (the sender writes
+ * straight into the receiver's buffer), where the rounds copy every slice
+ * into a slot and out of one. With `own_from_sendbuf`, this rank's block
+ * comes from sendbuf first. */
+static ccl_status_t gather_blocks(struct ring *R, int own_from_sendbuf) {
+    int P = R->pos, N = R->n;
+    const struct ccl__coll_args *a = R->a;
+    char *own = rblk(R, P, 0);
+    if (own_from_sendbuf && a->sendbuf != own)
+        memcpy(own, a->sendbuf, block_len(&R->B, R->blk[P]) * R->p.esize);
+    for (int k = 0; k < N - 1; k++) {
+        int q = ccl__mod(P - k, N), r = ccl__mod(P - k - 1, N);
+        struct ccl__p2p_xfer x[2] = {
+            {.peer = R->next, .is_send = 1, .buf = rblk(R, q, 0), .count = block_len(&R->B, R->blk[q]),
+             .dtype = a->id.dtype},
+            {.peer = R->prev, .is_send = 0, .buf = rblk(R, r, 0), .count = block_len(&R->B, R->blk[r]),
+             .dtype = a->id.dtype},
+        };
+        CCL_CHECK(ccl__p2p_run(R->comm, x, 2, a->id.kind, ccl__prims_what(&R->p)));
+    }
+    return CCL_OK;
+}
+
 static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, enum phase ph, int split) {
     struct ccl_comm *comm = R->comm;
     R->a = a;
@@ -142,16 +170,22 @@ static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, 
     else R->B = (struct blocks){a->id.count, 0};
     size_t maxlen = block_len(&R->B, 0);
     size_t rounds = (maxlen + R->p.chunk_elems - 1) / R->p.chunk_elems;
+    /* Every rank sees the same blocks and zc_bytes, so all decide alike. */
+    int whole = ph != RS_ONLY && R->zc_bytes && a->mem == CCL__MEM_HOST && R->n > 1 &&
+                R->B.base * R->p.esize >= R->zc_bytes;
     for (size_t j = 0; j < rounds; j++) {
-        if (ph != AG_ONLY) CCL_CHECK(round_rs(R, j, ph == RS_THEN_AG));
-        if (ph != RS_ONLY) CCL_CHECK(round_ag(R, j, ph == RS_THEN_AG));
+        if (ph != AG_ONLY)
+            CCL_CHECK(round_rs(R, j, ph == RS_THEN_AG && !whole, ph == RS_THEN_AG || R->in_recvbuf));
+        if (ph != RS_ONLY && !whole) CCL_CHECK(round_ag(R, j, ph == RS_THEN_AG));
     }
+    if (whole) CCL_CHECK(gather_blocks(R, ph == AG_ONLY && !R->in_recvbuf));
     return ccl__prims_flush(comm, ccl__prims_what(&R->p));
 }
 
 /* The whole communicator on the planner's ring: block b is rank b's. */
 static ccl_status_t run_ring(struct ccl_comm *comm, const struct ccl__coll_args *a, enum phase ph) {
-    struct ring R = {.comm = comm, .n = comm->nranks, .pos = comm->ring_pos, .order = comm->ring, .blk = comm->ring};
+    struct ring R = {.comm = comm, .n = comm->nranks, .pos = comm->ring_pos, .order = comm->ring, .blk = comm->ring,
+                     .zc_bytes = comm->ring_zc_bytes};
     R.div = a->id.op == CCL_AVG ? comm->nranks : 0;
     return ring_rounds(&R, a, ph, ph == RS_THEN_AG);
 }

@@ -53,6 +53,7 @@ struct ccl_comm {
     int *ring;                          /* [nranks]: ring position -> rank */
     int ring_pos;                       /* this rank's position in ring */
     size_t ring_chunk_bytes;            /* slice size every rank uses on the ring (smallest slot on it) */
+    size_t ring_zc_bytes;               /* ring blocks this large gather zero-copy (algo/ring.c); 0: never */
     int nhosts;                         /* CCL_HOST_ID groups; each is a run of ring positions */
     int *host_first;                    /* [nhosts + 1]: host h holds positions host_first[h] .. host_first[h+1]-1 */
     int host;                           /* this rank's host */
