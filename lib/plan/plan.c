@@ -157,6 +157,9 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: %s%s, chunk %zu bytes; it crosses %d host, %d package and %d NUMA "
                  "boundaries", line, o + 16 >= sizeof(line) ? " ..." : "", comm->ring_chunk_bytes, x.hosts, x.packages,
                  x.numa);
+        if (comm->ring_zc_bytes)
+            CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: all-gather halves move whole blocks zero-copy once blocks reach "
+                     "%zu bytes", comm->ring_zc_bytes);
     }
     return CCL_OK;
 }
