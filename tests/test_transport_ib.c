@@ -11,13 +11,14 @@
  * ring all-reduce and all-gather, whose blocks go the same way;
  * ccl_comm_register pins memory that later transfers reuse; a receiver that expected another size fails, and
  * the sender hears of it at once through the failure notice, as a peer of
- * a rank that aborts does; a link taken down or gone silent mid-loop fails
+ * a rank that aborts does; a receive that fails is not written to after; a link taken down or gone silent mid-loop fails
  * both ranks long before CCL_TIMEOUT; without CCL_IB_HCA each rank takes the active
  * device hwloc places nearest (plan/topo.c's order is unit-tested on a
  * described machine in test_plan_topo).
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <pthread.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -426,6 +427,65 @@ START_TEST(zero_copy_size_mismatch) {
 }
 END_TEST
 
+/* A receive that fails takes its buffer back from the sender: rank 0
+ * sends 32 MiB to rank 1 (seconds on soft-RoCE), and 1 s in, a thread of
+ * rank 1 aborts its communicator while rank 0 still has writes in flight
+ * into the buffer rank 1 granted. Once rank 1's receive has returned, the
+ * memory is its own again: it fills the buffer with a sentinel and finds
+ * it intact 2.5 s later (longer than a registration lingers), while rank 0
+ * keeps its queue pairs up that long, as a slow peer would. */
+#define REVOKE_BYTES (32u << 20)
+static void *abort_later(void *comm) {
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    ccl_comm_abort(comm);
+    return NULL;
+}
+
+static int body_revoke(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    (void)nranks;
+    struct harness_tally t = {rank, 0};
+    uint8_t *buf = malloc(REVOKE_BYTES);
+    if (!buf) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    struct timespec linger = {2, 500 * 1000 * 1000};
+    if (rank == 0) {
+        fill(buf, REVOKE_BYTES, 0, 0);
+        ccl_status_t st = ccl_send(buf, REVOKE_BYTES, CCL_UINT8, 1, comm);
+        EXPECT(&t, st == CCL_ERR_REMOTE, "a send to a rank that aborted returned %s", ccl_status_string(st));
+        nanosleep(&linger, NULL);
+        free(buf);
+        return t.fails;
+    }
+    memset(buf, 0, REVOKE_BYTES);
+    pthread_t th;
+    EXPECT(&t, pthread_create(&th, NULL, abort_later, comm) == 0, "cannot start the aborting thread");
+    ccl_status_t st = ccl_recv(buf, REVOKE_BYTES, CCL_UINT8, 0, comm);
+    pthread_join(th, NULL);
+    size_t landed = 0;
+    for (size_t i = 0; i < REVOKE_BYTES; i++) landed += buf[i] != 0;
+    memset(buf, 0x5a, REVOKE_BYTES);
+    EXPECT(&t, st == CCL_ERR_ABORTED, "the aborted receive returned %s", ccl_status_string(st));
+    nanosleep(&linger, NULL);
+    size_t changed = 0;
+    for (size_t i = 0; i < REVOKE_BYTES; i++) changed += buf[i] != 0x5a;
+    EXPECT(&t, changed == 0, "%zu bytes of the buffer changed after the receive had failed (%zu had landed before)",
+           changed, landed);
+    free(buf);
+    return t.fails;
+}
+
+START_TEST(revoked_after_failure) {
+    if (!need_device("revoked_after_failure")) return;
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_revoke,
+                              .lenient_destroy = 1, .deadline_s = 120};
+    util_run_clean(&run, 0, "2 ranks ib, a failed receive's buffer is not written after");
+}
+END_TEST
+
 /* Rank 1 aborts while rank 0 waits on a receive from it: rank 0 gets
  * CCL_ERR_REMOTE naming rank 1 from the notice, not from its timeout. */
 static int body_abort(ccl_comm_t *comm, int rank, int nranks, void *arg) {
@@ -665,6 +725,7 @@ static Suite *ib_suite(void) {
     add_case(s, "zero_copy_ring", zero_copy_ring);
     add_case(s, "register_reuse", register_reuse);
     add_case(s, "zero_copy_size_mismatch", zero_copy_size_mismatch);
+    add_case(s, "revoked_after_failure", revoked_after_failure);
     add_case(s, "abort_is_told", abort_is_told);
     add_case(s, "cable_pulled", cable_pulled);
     add_case(s, "link_silent", link_silent);

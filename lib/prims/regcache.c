@@ -140,7 +140,8 @@ static void put_locked(struct ccl_comm *comm, struct ccl__reg *r) {
     if (--r->refs == 0 && r->stale) {
         for (int i = 0; i < c->n; i++)
             if (c->e[i] == r) {
-                retire_at(comm, c, i);
+                if (r->revoked) drop_at(comm, c, i);
+                else retire_at(comm, c, i);
                 break;
             }
     }
@@ -149,6 +150,13 @@ static void put_locked(struct ccl_comm *comm, struct ccl__reg *r) {
 
 void ccl__reg_put(struct ccl_comm *comm, struct ccl__reg *r) {
     pthread_mutex_lock(&cache_lock);
+    put_locked(comm, r);
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void ccl__reg_put_revoked(struct ccl_comm *comm, struct ccl__reg *r) {
+    pthread_mutex_lock(&cache_lock);
+    if (r && !r->pinned) r->stale = r->revoked = 1;
     put_locked(comm, r);
     pthread_mutex_unlock(&cache_lock);
 }

@@ -42,6 +42,7 @@ struct ccl__reg {
     void *handle;       /* the transport's key */
     int refs;           /* users between get and put */
     int stale;          /* forgotten while in use: deregistered at the last put */
+    int revoked;        /* stale, and deregistered at the last put without lingering */
     int pinned;         /* pins held by ccl_comm_register handles (each also a ref) */
     uint64_t last_use;  /* the cache's clock at the last get */
     double linger_until; /* > 0: unused, deregistered at this ccl__now() */
@@ -67,6 +68,12 @@ void ccl__reg_unpin(struct ccl_comm *comm, struct ccl__reg *r);
 ccl_status_t ccl__reg_get(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes,
                           struct ccl__reg **out);
 void ccl__reg_put(struct ccl_comm *comm, struct ccl__reg *r);
+/* The put of a call that failed with r granted to a peer for writing: a
+ * live peer that has not yet heard of the failure may still write into
+ * it, into memory the application now owns again. Unless the application
+ * pinned it, r is deregistered as soon as no one uses it, without
+ * lingering: the peer's writes then fail instead of landing. */
+void ccl__reg_put_revoked(struct ccl_comm *comm, struct ccl__reg *r);
 /* The application no longer owns [addr, addr + bytes): drop every
  * registration overlapping it (in use: at its last put). */
 void ccl__reg_forget(struct ccl_comm *comm, const void *addr, size_t bytes);
