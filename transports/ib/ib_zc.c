@@ -15,6 +15,10 @@
 
 static inline struct ccl__ib_conn *ib_conn(struct ccl__conn *c) { return (struct ccl__ib_conn *)c; }
 
+/* The grant box of one of c's FIFOs: the stride past its last slot. */
+#define GRANT_BOX_SLOT(c) ((size_t)(c)->nslots)
+static uint8_t *grant_box(const struct ccl__ib_conn *c, uint8_t *fifo) { return fifo + GRANT_BOX_SLOT(c) * c->stride; }
+
 ccl_status_t ccl__ib_reg(struct ccl_comm *comm, void *addr, size_t bytes, void **handle) {
     struct ccl__ib_state *s = ccl__ib_state(comm);
     if (!s || !s->pd) return ccl__set_error(comm, CCL_ERR_INTERNAL, "ib: registering memory without a device");
@@ -64,7 +68,7 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
 /* The grant the peer wrote into our grant box, for the offer under way. */
 static ccl_status_t read_grant(struct ccl__ib_conn *c) {
     struct ccl__ib_zc_grant g;
-    memcpy(&g, c->recv_fifo + (size_t)c->nslots * c->stride, sizeof(g));
+    memcpy(&g, grant_box(c, c->recv_fifo), sizeof(g));
     if (g.bytes != c->offer_bytes)
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d granted %llu bytes for an offer of %zu", c->base.peer,
                                  (unsigned long long)g.bytes, c->offer_bytes);
@@ -110,7 +114,7 @@ static ccl_status_t post_pushes(struct ccl__ib_conn *c) {
 static ccl_status_t post_grant(struct ccl__ib_conn *c) {
     if (!c->grant_owed || c->sq_busy >= c->sq_depth) return CCL_OK;
     CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_GRANT, CCL__IB_IMM(CCL__IB_IMM_ZC, c->zc_taken & CCL__IB_ZC_COUNT_MASK),
-                                 c->nslots, sizeof(struct ccl__ib_zc_grant)));
+                                 GRANT_BOX_SLOT(c), sizeof(struct ccl__ib_zc_grant)));
     c->grant_owed = 0;
     return CCL_OK;
 }
@@ -131,7 +135,7 @@ ccl_status_t ccl__ib_zc_take(struct ccl__conn *base, void *buf, size_t bytes, vo
                                  base->peer, (unsigned long long)offer.bytes, m.bytes, bytes);
     const struct ibv_mr *mr = reg;
     struct ccl__ib_zc_grant g = {.addr = (uintptr_t)buf, .bytes = bytes, .rkey = mr->rkey};
-    memcpy(c->send_fifo + (size_t)c->nslots * c->stride, &g, sizeof(g));
+    memcpy(grant_box(c, c->send_fifo), &g, sizeof(g));
     c->zc_taken++;
     c->grant_owed = 1;
     CCL_CHECK(ccl__transport_ib.recv_release(base)); /* the offer is copied out: its slot is free */
