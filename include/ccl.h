@@ -113,6 +113,15 @@ typedef struct {
  * from it inherits its timeout and its algorithms. */
 CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
                                                              int rank, const ccl_config_t *config);
+/* Changes comm's algorithms from its next call on, in CCL_ALGO's syntax
+ * ("rd", "allreduce:ring,broadcast:tree"; "" or "auto": the planner's
+ * choice), as config.algo sets them at init; a split made later inherits
+ * them. Every rank must make the same change between the same two calls
+ * (CCL_CHECK=1 names two ranks whose calls then disagree). comm must be
+ * idle: a nonblocking call still in flight or an open group gives
+ * CCL_ERR_INVALID_USAGE, a name that is not an algorithm
+ * CCL_ERR_INVALID_ARGUMENT; either way the algorithms stay as they were. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_set_algo(ccl_comm_t *comm, const char *algo);
 /* Rank, size and root address from the launcher's environment: CCL_RANK,
  * CCL_WORLD_SIZE, CCL_ROOT_ADDR (host:port); else torchrun's RANK,
  * WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else Slurm's SLURM_PROCID,

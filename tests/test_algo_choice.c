@@ -280,12 +280,106 @@ START_TEST(config_algo) {
 }
 END_TEST
 
+/* ---- ccl_comm_set_algo ----
+ * The run's CCL_ALGO says ring; set_algo changes what the next call runs
+ * (and what a later split inherits), "auto" gives a collective back to
+ * the planner, and a bad name, an open group or a call in flight is
+ * refused with the algorithms left as they were. */
+
+static int body_set_algo(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    reduce_and_expect(&t, comm, nranks, "all_reduce:ring (CCL_ALGO)");
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, "tree"));
+    reduce_and_expect(&t, comm, nranks, "all_reduce:tree (ccl_comm_set_algo)");
+    expect_described(&t, comm, "algo=tree");
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, "allreduce:auto,broadcast:ring"));
+    reduce_and_expect(&t, comm, nranks, "(cheapest");
+    /* refused, and the planner's choice stands */
+    ccl_status_t st = ccl_comm_set_algo(comm, "allreduce:spiral");
+    const char *why = ccl_comm_last_error(comm);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "set_algo(allreduce:spiral) returned %s", ccl_status_string(st));
+    EXPECT(&t, strstr(why, "set_algo: ccl_comm_set_algo=allreduce:spiral: 'allreduce:spiral' is not an algorithm"),
+           "the refusal says \"%s\"", why);
+    reduce_and_expect(&t, comm, nranks, "(cheapest");
+    st = ccl_comm_set_algo(comm, NULL);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "set_algo(NULL) returned %s", ccl_status_string(st));
+    /* a split made now inherits the new algorithms */
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, "rd"));
+    ccl_comm_t *copy = NULL;
+    if (EXPECT_OK(&t, ccl_comm_split(comm, 0, -rank, &copy)) == CCL_OK && copy) {
+        reduce_and_expect(&t, copy, nranks, "all_reduce:rd (ccl_comm_set_algo)");
+        ccl_comm_destroy(copy);
+    }
+    /* inside a group: refused (the group's calls have not run yet) */
+    if (EXPECT_OK(&t, ccl_group_start()) == CCL_OK) {
+        st = ccl_comm_set_algo(comm, "ring");
+        EXPECT(&t, st == CCL_ERR_INVALID_USAGE && strstr(ccl_comm_last_error(comm), "a group is open"),
+               "set_algo in a group returned %s: %s", ccl_status_string(st), ccl_comm_last_error(comm));
+        EXPECT_OK(&t, ccl_group_end());
+    }
+    /* with a call in flight: rank 0's all-reduce waits for the others,
+     * which come 0.3 s late */
+    float x[64], y[64];
+    for (int i = 0; i < 64; i++) x[i] = (float)(rank + i);
+    ccl_request_t *req = NULL;
+    if (rank != 0) usleep(300 * 1000);
+    if (EXPECT_OK(&t, ccl_all_reduce_async(x, y, 64, CCL_FLOAT32, CCL_SUM, comm, &req)) == CCL_OK) {
+        if (rank == 0) {
+            st = ccl_comm_set_algo(comm, "ring");
+            EXPECT(&t, st == CCL_ERR_INVALID_USAGE && strstr(ccl_comm_last_error(comm), "still in flight on rank 0"),
+                   "set_algo with a call in flight returned %s: %s", ccl_status_string(st),
+                   ccl_comm_last_error(comm));
+        }
+        EXPECT_OK(&t, ccl_wait(req));
+        for (int i = 0; i < 64; i++)
+            EXPECT(&t, y[i] == (float)(nranks * i + nranks * (nranks - 1) / 2), "async all_reduce y[%d] = %g", i,
+                   y[i]);
+    }
+    reduce_and_expect(&t, comm, nranks, "all_reduce:rd (ccl_comm_set_algo)");
+    return t.fails;
+}
+
+START_TEST(set_algo) {
+    struct harness_run run = {.nranks = 3, .body = body_set_algo, .env = "CCL_ALGO=ring"};
+    util_run_clean(&run, 0, "ccl_comm_set_algo over CCL_ALGO=ring");
+}
+END_TEST
+
+/* With CCL_CHECK=1, ranks whose set_algo calls differ are named at their
+ * next collective, nothing moved; agreeing again, they go on. */
+static int body_set_algo_disagree(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    float x[64], y[64];
+    for (int i = 0; i < 64; i++) x[i] = (float)(rank + i), y[i] = -1.0f;
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, rank == 2 ? "allreduce:tree" : "allreduce:ring"));
+    ccl_status_t st = ccl_all_reduce(x, y, 64, CCL_FLOAT32, CCL_SUM, comm);
+    const char *why = ccl_comm_last_error(comm);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "all_reduce with other algorithms returned %s", ccl_status_string(st));
+    EXPECT(&t, strstr(why, "rank 0 called all_reduce #") && strstr(why, "with algorithm ring") &&
+                   strstr(why, "rank 2 called all_reduce #") && strstr(why, "with algorithm tree"),
+           "the error says \"%s\"", why);
+    EXPECT(&t, y[0] == -1.0f, "the refused all_reduce wrote its output (y[0] = %g)", y[0]);
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, "allreduce:tree"));
+    reduce_and_expect(&t, comm, nranks, "all_reduce:tree (ccl_comm_set_algo)");
+    return t.fails;
+}
+
+START_TEST(set_algo_disagree) {
+    struct harness_run run = {.nranks = 3, .body = body_set_algo_disagree, .env = "CCL_CHECK=1"};
+    util_run_clean(&run, 0, "ccl_comm_set_algo differing under CCL_CHECK=1");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("algo_choice");
     TCase *tc = tcase_create("choice");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, per_collective);
     tcase_add_test(tc, config_algo);
+    tcase_add_test(tc, set_algo);
+    tcase_add_test(tc, set_algo_disagree);
     tcase_add_loop_test(tc, automatic, 0, (int)(sizeof auto_cases / sizeof auto_cases[0]));
     tcase_add_test(tc, forced_cannot_run);
     tcase_add_test(tc, forced_not_applicable);

@@ -12,8 +12,13 @@
 struct bench_comm {
     ccl_comm_t *comm;      /* the run's: combining numbers, and every call without -A's list */
     ccl_comm_t *active;    /* what calls, barriers and waits run on */
-    ccl_comm_t *by_algo[BENCH_MAX_ALGOS]; /* -A's list: one communicator per algorithm */
-    const char *const *algo_names;        /* and their names */
+    /* -A's list: one communicator over the same ranks whose algorithm
+     * ccl_comm_set_algo switches, so every algorithm runs over the same
+     * links, FIFOs and buffers (its own communicators would each bring
+     * their FIFOs into the caches); c->comm combines the numbers, so a
+     * forced algorithm never runs the benchmark's own bookkeeping. */
+    ccl_comm_t *measured;
+    const char *const *algo_names;
     int nalgos;
     int rank, size;
     ccl_status_t last; /* the last failure */
@@ -29,7 +34,8 @@ static int launched_by_env(void) {
     return 0;
 }
 
-static ccl_status_t open_algo_comms(struct bench_comm *c, const struct bench_options *o);
+static ccl_status_t open_measured_comm(struct bench_comm *c, const struct bench_options *o);
+static int failed(struct bench_comm *c, ccl_status_t st, const char *what);
 
 static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_status) {
     /* Before anything reads the library's environment. */
@@ -63,10 +69,9 @@ static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_sta
     }
     c->reqs = reqs;
     c->active = c->comm;
-    if (o->nalgos && open_algo_comms(c, o) != CCL_OK) {
-        fprintf(stderr, "[rank %d] %s: a communicator per algorithm (-A %s): %s\n", rank, o->prog,
-                o->algos[c->nalgos], c->error);
-        for (int i = 0; i < c->nalgos; i++) ccl_comm_destroy(c->by_algo[i]);
+    if (o->nalgos && open_measured_comm(c, o) != CCL_OK) {
+        fprintf(stderr, "[rank %d] %s: the communicator of -A's algorithms: %s\n", rank, o->prog, c->error);
+        if (c->measured) ccl_comm_destroy(c->measured);
         ccl_comm_destroy(c->comm);
         free(c);
         free(reqs);
@@ -76,36 +81,32 @@ static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_sta
     return c;
 }
 
-/* -A's list: one communicator per algorithm, made with ccl_config_t.algo
- * over the same ranks (each id made by rank 0 and broadcast over the
- * run's communicator). c->nalgos counts those made. */
-static ccl_status_t open_algo_comms(struct bench_comm *c, const struct bench_options *o) {
+/* -A's list: the measured communicator, over the same ranks (its id made
+ * by rank 0 and broadcast over the run's communicator), starting with the
+ * list's first algorithm. */
+static ccl_status_t open_measured_comm(struct bench_comm *c, const struct bench_options *o) {
     c->algo_names = o->algos;
-    for (c->nalgos = 0; c->nalgos < o->nalgos; c->nalgos++) {
-        ccl_unique_id_t id;
-        memset(&id, 0, sizeof id);
-        ccl_status_t st = c->rank == 0 ? ccl_get_unique_id(&id) : CCL_OK;
-        /* a rank 0 without an id still broadcasts (zeros): the others then fail at init, not hang */
-        ccl_status_t bst = ccl_broadcast(&id, &id, sizeof id, CCL_UINT8, 0, c->comm);
-        if (st == CCL_OK) st = bst;
-        ccl_config_t cfg = CCL_CONFIG_INIT;
-        cfg.algo = o->algos[c->nalgos];
-        if (st == CCL_OK) st = ccl_comm_init_rank_config(&c->by_algo[c->nalgos], c->size, id, c->rank, &cfg);
-        if (st != CCL_OK) {
-            snprintf(c->error, sizeof c->error, "%s: %s", ccl_status_string(st), ccl_comm_last_error(NULL));
-            return st;
-        }
-    }
-    return CCL_OK;
+    c->nalgos = o->nalgos;
+    ccl_unique_id_t id;
+    memset(&id, 0, sizeof id);
+    ccl_status_t st = c->rank == 0 ? ccl_get_unique_id(&id) : CCL_OK;
+    /* a rank 0 without an id still broadcasts (zeros): the others then fail at init, not hang */
+    ccl_status_t bst = ccl_broadcast(&id, &id, sizeof id, CCL_UINT8, 0, c->comm);
+    if (st == CCL_OK) st = bst;
+    ccl_config_t cfg = CCL_CONFIG_INIT;
+    cfg.algo = o->algos[0];
+    if (st == CCL_OK) st = ccl_comm_init_rank_config(&c->measured, c->size, id, c->rank, &cfg);
+    if (st != CCL_OK) snprintf(c->error, sizeof c->error, "%s: %s", ccl_status_string(st), ccl_comm_last_error(NULL));
+    else c->active = c->measured;
+    return st;
 }
 
 static int ccl_use_algo(struct bench_comm *c, int i) {
     if (i < 0 || i >= c->nalgos) {
-        snprintf(c->error, sizeof c->error, "no communicator for algorithm %d", i);
+        snprintf(c->error, sizeof c->error, "no algorithm %d in -A's list", i);
         return -1;
     }
-    c->active = c->by_algo[i];
-    return 0;
+    return failed(c, ccl_comm_set_algo(c->measured, c->algo_names[i]), "ccl_comm_set_algo") ? -1 : 0;
 }
 
 static int ccl_rank_of(const struct bench_comm *c) { return c->rank; }
@@ -211,16 +212,13 @@ static int ccl_combine(struct bench_comm *c, double *vals, int n, enum bench_red
 static const char *ccl_error_text(const struct bench_comm *c) { return c->error; }
 
 static void ccl_give_up(struct bench_comm *c) {
-    for (int i = 0; i < c->nalgos; i++) ccl_comm_abort(c->by_algo[i]);
+    if (c->measured) ccl_comm_abort(c->measured);
     ccl_comm_abort(c->comm);
 }
 
 static int ccl_finish(struct bench_comm *c, int exit_status) {
     ccl_status_t st = CCL_OK;
-    for (int i = 0; i < c->nalgos; i++) {
-        ccl_status_t sa = ccl_comm_destroy(c->by_algo[i]);
-        if (st == CCL_OK) st = sa;
-    }
+    if (c->measured) st = ccl_comm_destroy(c->measured);
     ccl_status_t sw = ccl_comm_destroy(c->comm);
     if (st == CCL_OK) st = sw;
     if (st != CCL_OK && exit_status == BENCH_EXIT_OK) {

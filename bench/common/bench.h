@@ -62,8 +62,8 @@ struct bench_options {
     int host_per_rank;
     const char *transport, *algo;
     /* -A with several plain names: each size is measured with each of
-     * them in turn, their timed blocks interleaved round by round, one
-     * communicator per algorithm in every rank. */
+     * them in turn, their timed blocks interleaved round by round, on one
+     * communicator whose algorithm ccl_comm_set_algo switches. */
     const char *algos[BENCH_MAX_ALGOS];
     int nalgos; /* 0: one algorithm (or the planner's) for the whole run */
     int rounds; /* -R: timed blocks per algorithm and size; the median is reported */

@@ -33,6 +33,9 @@ struct ccl__coll_args {
     const void *sendbuf;
     void *recvbuf;
     int mem;                /* memory kind of both buffers (prims/compute.h) */
+    /* The library's own call (split's exchange of colors and ids): the
+     * planner's choice, whatever CCL_ALGO forces on the user's calls. */
+    int planner_only;
     struct ccl__call_plan plan;
 };
 

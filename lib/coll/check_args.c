@@ -1,7 +1,8 @@
 /*
  * CCL_CHECK=1: before every collective the ranks all-gather what each one
  * was called with and compare, so ranks that disagree (another count,
- * dtype, op or root, or another collective altogether) all get
+ * dtype, op or root, another forced algorithm (ccl_comm_set_algo on some
+ * ranks only), or another collective altogether) all get
  * CCL_ERR_INVALID_USAGE, naming two ranks and both calls, instead of
  * mixing data, returning different results or waiting out CCL_TIMEOUT.
  * Nothing of the call itself has moved, so the communicator stays usable.
@@ -22,7 +23,8 @@ struct call_record {
     int32_t kind;
     uint32_t seq;
     uint64_t count;
-    int32_t dtype, op, root, reserved;
+    int32_t dtype, op, root;
+    int32_t algo; /* the forced algorithm, -1: the planner's choice */
 };
 
 static int reducing(int kind) {
@@ -32,8 +34,9 @@ static int reducing(int kind) {
 static int rooted(int kind) { return kind == CCL__K_BROADCAST || kind == CCL__K_REDUCE; }
 
 /* The fields that must agree for this kind of call; the rest are zero. */
-static struct call_record record_of(const struct ccl__coll_id *id) {
-    struct call_record r = {.kind = id->kind, .seq = id->seq};
+static struct call_record record_of(const struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    const struct ccl__coll_id *id = &a->id;
+    struct call_record r = {.kind = id->kind, .seq = id->seq, .algo = a->planner_only ? -1 : comm->algo_forced[id->kind]};
     if (id->kind == CCL__K_BARRIER) return r;
     r.count = id->count;
     r.dtype = (int32_t)id->dtype;
@@ -44,7 +47,7 @@ static struct call_record record_of(const struct ccl__coll_id *id) {
 
 static int same(const struct call_record *a, const struct call_record *b) {
     return a->kind == b->kind && a->seq == b->seq && a->count == b->count && a->dtype == b->dtype &&
-           a->op == b->op && a->root == b->root;
+           a->op == b->op && a->root == b->root && a->algo == b->algo;
 }
 
 static void describe(const struct call_record *r, char *buf, size_t n) {
@@ -53,7 +56,8 @@ static void describe(const struct call_record *r, char *buf, size_t n) {
         snprintf(buf, n, "an unknown call (kind %d)", k);
         return;
     }
-    int o = snprintf(buf, n, "%s #%u", ccl__op_kind_name(k), r->seq);
+    const char *algo = r->algo < 0 ? "auto" : (unsigned)r->algo < CCL__NUM_ALGOS ? ccl__algo_names[r->algo] : "?";
+    int o = snprintf(buf, n, "%s #%u with algorithm %s", ccl__op_kind_name(k), r->seq, algo);
     if (k == CCL__K_BARRIER || o < 0 || (size_t)o >= n) return;
     o += snprintf(buf + o, n - (size_t)o, " (count %llu, %s", (unsigned long long)r->count,
                   (unsigned)r->dtype < CCL_NUM_DTYPES ? ccl_dtype_name((ccl_dtype_t)r->dtype) : "?");
@@ -66,7 +70,7 @@ static void describe(const struct call_record *r, char *buf, size_t n) {
 
 ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     int n = comm->nranks;
-    struct call_record mine = record_of(&a->id), *all = malloc(sizeof(*all) * (size_t)n);
+    struct call_record mine = record_of(comm, a), *all = malloc(sizeof(*all) * (size_t)n);
     if (!all) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "CCL_CHECK: out of memory");
     /* The records live in host memory, whatever memory the call's buffers are. */
     ccl_status_t st = ccl__ring_gather_bytes(comm, a->id.seq | CHECK_SEQ_BIT, &mine, all, sizeof(mine));

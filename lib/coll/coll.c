@@ -43,6 +43,20 @@ static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t co
     return coll_on(kind, sendbuf, recvbuf, count, dtype, op, root, comm, async, req, what, NULL);
 }
 
+ccl_status_t ccl__own_all_gather(const void *sendbuf, void *recvbuf, size_t bytes, ccl_comm_t *comm,
+                                 const char *what) {
+    CCL_CHECK(ccl__check_comm(comm, what));
+    struct ccl__call call = {.comm = comm};
+    call.coll = (struct ccl__coll_args){
+        .id = {.kind = CCL__K_ALL_GATHER, .count = bytes, .dtype = CCL_UINT8, .op = CCL_SUM, .root = -1},
+        .sendbuf = sendbuf,
+        .recvbuf = recvbuf,
+        .planner_only = 1,
+    };
+    CCL_CHECK(ccl__check_coll(comm, &call.coll, what));
+    return ccl__issue(&call, NULL);
+}
+
 static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
                         int async, ccl_request_t **req, const char *what) {
     return p2p_on(is_send, buf, count, dtype, peer, comm, async, req, what, NULL);

@@ -45,6 +45,12 @@ ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll
 /* Issue a validated call: recorded if a group is open on this thread,
  * else run. With req_out, returns at once with a request. */
 ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out);
+
+/* A blocking all-gather of `bytes` per rank that the library makes for
+ * itself: the planner picks its algorithm even where CCL_ALGO or
+ * ccl_comm_set_algo forces one that could not run it (rd on 3 ranks). */
+ccl_status_t ccl__own_all_gather(const void *sendbuf, void *recvbuf, size_t bytes, ccl_comm_t *comm,
+                                 const char *what);
 /* The same for n calls of comm that make one operation (gather, scatter,
  * all_to_all_v): one batch named what, one request (completing with the
  * group's end when a group is open). */

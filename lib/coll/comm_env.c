@@ -195,7 +195,7 @@ CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_co
     struct split_entry me = {color, key}, *all = malloc(sizeof(*all) * (size_t)n);
     ccl_unique_id_t *ids = calloc((size_t)n, sizeof(*ids));
     ccl_status_t st = all && ids ? CCL_OK : CCL_ERR_NO_MEMORY;
-    if (st == CCL_OK) st = ccl_all_gather(&me, all, sizeof(me), CCL_UINT8, comm);
+    if (st == CCL_OK) st = ccl__own_all_gather(&me, all, sizeof(me), comm, "comm_split");
     /* My new rank: members of my color ordered by (key, old rank). */
     int newrank = 0, size = 0, leader = -1;
     for (int r = 0; r < n && st == CCL_OK && color >= 0; r++) {
@@ -211,7 +211,7 @@ CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_co
         /* A leader that cannot make an id still joins the gather (with a zero
          * id) so no rank is left waiting; its members then fail cleanly. */
         if (color >= 0 && leader == comm->rank && ccl_get_unique_id(&mine) != CCL_OK) memset(&mine, 0, sizeof(mine));
-        st = ccl_all_gather(&mine, ids, sizeof(mine), CCL_UINT8, comm);
+        st = ccl__own_all_gather(&mine, ids, sizeof(mine), comm, "comm_split");
     }
     if (st == CCL_OK && color >= 0) {
         struct ccl__unique_id uid;

@@ -96,7 +96,7 @@ static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd, ccl_sta
     if (!use && st == CCL_OK) st = CCL_ERR_NO_MEMORY;
     for (int t = 0; t < ccl__ntransports && st == CCL_OK; t++)
         if (!(use[t] = calloc((size_t)comm->nranks, 1))) st = CCL_ERR_NO_MEMORY;
-    if (st == CCL_OK) st = ccl__plan_parse_algo(comm);
+    if (st == CCL_OK) st = ccl__plan_parse_algo(comm, "init");
     if (st == CCL_OK) st = ccl__plan_transports(comm, use);
     st = ccl__conns_setup(comm, root_fd, st, use);
     for (int t = 0; use && t < ccl__ntransports; t++) free(use[t]);

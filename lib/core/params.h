@@ -36,7 +36,7 @@ struct ccl__params {
     char tuning_file[256];    /* CCL_TUNING_FILE: cost-model figures of this machine ("none": no file) */
     int check;                /* CCL_CHECK: compare every collective's arguments across ranks first */
     char algo[160];           /* CCL_ALGO: "" (planner's choice), "tree", or "allreduce:tree,broadcast:ring" */
-    char algo_source[16];     /* what set algo, for messages: "CCL_ALGO" or "config.algo" */
+    char algo_source[24];     /* what set algo, for messages: "CCL_ALGO", "config.algo" or "ccl_comm_set_algo" */
     char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */
     char trace[256];          /* CCL_TRACE: trace file written at destroy ("" = off) */
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */

@@ -27,17 +27,17 @@ int ccl__plan_coll_by_name(const char *s, size_t len) {
     return -1;
 }
 
-static ccl_status_t bad_algo(struct ccl_comm *comm, const char *spec, size_t len) {
+static ccl_status_t bad_algo(struct ccl_comm *comm, const char *what, const char *spec, size_t len) {
     return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT,
-                          "init: %s=%s: '%.*s' is not an algorithm (ring, tree, rd, rhd, bruck, pairwise, "
+                          "%s: %s=%s: '%.*s' is not an algorithm (ring, tree, rd, rhd, bruck, pairwise, "
                           "direct, hier, auto) or collective:algorithm",
-                          comm->params.algo_source, comm->params.algo, (int)len, spec);
+                          what, comm->params.algo_source, comm->params.algo, (int)len, spec);
 }
 
 /* "auto": the planner's choice, nothing forced. */
 static int names_auto(const char *s, size_t len) { return len == 4 && memcmp(s, "auto", 4) == 0; }
 
-ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
+ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm, const char *what) {
     memset(comm->algo_forced, -1, sizeof comm->algo_forced);
     memset(comm->algo_last, -1, sizeof comm->algo_last);
     const char *s = comm->params.algo;
@@ -46,7 +46,7 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
         const char *colon = memchr(s, ':', len);
         if (!colon && !names_auto(s, len)) { /* a plain "auto" forces nothing */
             int algo = ccl__algo_by_name(s, len);
-            if (algo < 0) return bad_algo(comm, s, len);
+            if (algo < 0) return bad_algo(comm, what, s, len);
             /* One name: every collective it runs. */
             for (int k = 1; k < CCL__NUM_OP_KINDS; k++)
                 if (k != CCL__K_P2P && (!ccl__algos[algo] || ccl__algos[algo]->run[k])) comm->algo_forced[k] = (signed char)algo;
@@ -55,7 +55,7 @@ ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm) {
             size_t alen = len - (size_t)(colon - s) - 1;
             int open = names_auto(colon + 1, alen);
             int algo = open ? -1 : ccl__algo_by_name(colon + 1, alen);
-            if (kind < 0 || (algo < 0 && !open)) return bad_algo(comm, s, len);
+            if (kind < 0 || (algo < 0 && !open)) return bad_algo(comm, what, s, len);
             comm->algo_forced[kind] = (signed char)algo;
         }
         s += len;
@@ -73,7 +73,7 @@ static void model_why(const struct ccl__cost_pick *p, char *why, size_t whylen) 
 }
 
 ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
-    int kind = a->id.kind, algo = comm->algo_forced[kind];
+    int kind = a->id.kind, algo = a->planner_only ? -1 : comm->algo_forced[kind];
     char why[64];
     memcpy(why, comm->params.algo_source, sizeof comm->params.algo_source); /* NUL-terminated, and cheap per call */
     const char *what = ccl__op_kind_name(kind);

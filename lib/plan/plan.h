@@ -129,9 +129,10 @@ double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, 
  * spelling, underscores ignored ("all_reduce", "allreduce"); -1 if none. */
 int ccl__plan_coll_by_name(const char *s, size_t len);
 
-/* Reads CCL_ALGO into comm->algo_forced; a name that is neither an
- * algorithm nor collective:algorithm fails init. */
-ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm);
+/* Reads comm->params.algo (CCL_ALGO's syntax) into comm->algo_forced; a
+ * name that is neither an algorithm nor collective:algorithm is an error
+ * that names `what` (init, set_algo). */
+ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm, const char *what);
 
 /* The algorithm for one call (a->plan filled in), or NULL with the
  * communicator's error set when the forced one cannot run it. */

@@ -231,6 +231,14 @@ class Comm:
         _check(_c.ccl_comm_describe(self._p(), buf, len(buf)), self._ptr, "describe")
         return buf.value.decode()
 
+    def set_algo(self, algo):
+        """The algorithms from the next call on, in CCL_ALGO's syntax
+        ("auto": the planner's); every rank makes the same change between
+        the same two calls, with no call in flight."""
+        if not isinstance(algo, str):
+            raise InvalidArgument(f"algo must be a string such as 'ring' or 'allreduce:tree', not {algo!r}")
+        _check(_c.ccl_comm_set_algo(self._p(), algo.encode()), self._ptr, "set_algo")
+
     def split(self, color, key=0):
         """Collective: ranks with the same color form a new Comm, ordered by
         key then rank; color None or < 0 gives None."""

@@ -241,6 +241,21 @@ def test_algo_per_communicator():
         ccl.Comm(1, 0, ccl.get_unique_id(), algo=3)
 
 
+def test_set_algo():
+    def body(comm):
+        comm.set_algo("allreduce:rd")
+        x = np.arange(100, dtype=np.float64) * (comm.rank + 1)
+        comm.all_reduce(x)
+        assert (x == np.arange(100) * 6).all()
+        assert "all_reduce:rd (ccl_comm_set_algo)" in comm.describe(), comm.describe()
+        with pytest.raises(ccl.InvalidArgument) as e:
+            comm.set_algo("allreduce:spiral")
+        assert "'allreduce:spiral' is not an algorithm" in str(e.value), str(e.value)
+        with pytest.raises(ccl.InvalidArgument):
+            comm.set_algo(None)
+    run(3, body)
+
+
 def test_gil_is_released_while_waiting():
     def body(comm):
         if comm.rank == 1:
