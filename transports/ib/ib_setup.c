@@ -20,10 +20,15 @@
 /* A request the peer's adapter does not acknowledge is sent again after
  * the local ack timeout, 4.096 us * 2^exponent, up to RETRY_COUNT times;
  * then it fails the queue pair (the link or the peer's host is gone). The
- * tries together last at most about CCL_LINK_TIMEOUT (CCL_TIMEOUT when
- * that is 0), the same promise tcp keeps: an adapter may wait up to four
- * times the nominal timeout (soft-RoCE did, for a link whose carrier
- * went), so the nominal tries fill a quarter of it. Six retries, not the field's maximum of
+ * nominal tries fill half of CCL_LINK_TIMEOUT (CCL_TIMEOUT when that is
+ * 0), the promise tcp keeps: an adapter may wait longer than nominal
+ * (soft-RoCE up to four times), and a port that goes down fails the
+ * connection at the budget anyway (check_port in ib.c). At the default
+ * 10 s that is 537 ms a try. A quarter of the budget, 268 ms a try, was
+ * too short for a loaded host: soft-RoCE in the test VM retried 3 to 6
+ * times per 11 all-reduces of 4 MiB, and once ran out of tries against a
+ * healthy peer ("transport retry counter exceeded"); at 1.07 s a try it
+ * retried twice. Six retries, not the field's maximum of
  * seven: soft-RoCE takes seven to mean "retry forever", and a cable pulled
  * under a rank that was only sending then failed no call at all. */
 #define RETRY_COUNT 6
@@ -31,7 +36,7 @@
 #define ACK_TIMEOUT_MAX 24 /* 69 s */
 
 static uint8_t ack_timeout_exponent(const struct ccl_comm *comm) {
-    double per_try_s = ccl__ib_link_budget_s(comm) / (4 * (RETRY_COUNT + 1));
+    double per_try_s = ccl__ib_link_budget_s(comm) / (2 * (RETRY_COUNT + 1));
     uint8_t t = ACK_TIMEOUT_MIN;
     while (t < ACK_TIMEOUT_MAX && 4.096e-6 * (double)(1u << (t + 1)) <= per_try_s) t++;
     return t;
