@@ -129,7 +129,7 @@ files) # LAUNCHER... -- ARGS...: JSON and CSV parse and agree with the text
   run "$tmp/out" $launcher "$bin/$prog" --json "$tmp/r.json" --csv "$tmp/r.csv" $args
   [ $rc -eq 0 ] || die "exit status $rc"
   python3 "$here/check_results.py" "$tmp/out" "$tmp/r.csv" "$tmp/r.json" || die "results disagree" ;;
-algos) # N ALGO,ALGO,...: every algorithm measured in turn in one run, each on its own communicator
+algos) # N ALGO,ALGO,...: every algorithm measured in turn in one run, on one communicator that ccl_comm_set_algo switches
   n=$1 list=$2
   CCL_DEBUG=INFO CCL_DEBUG_SUBSYS=COLL run "$tmp/out" "$bin/$prog" -b 8 -e 64K -f 8 -n 3 -w 1 --rounds 3 --ranks "$n" -A "$list"
   [ $rc -eq 0 ] || die "exit status $rc"
@@ -140,7 +140,7 @@ algos) # N ALGO,ALGO,...: every algorithm measured in turn in one run, each on i
   got=$(rows "$tmp/out" | awk '{ print $1, $NF }')
   [ "$got" = "$want" ] || die "rows are not one per algorithm and size: $got"
   for a in $(echo "$list" | tr , ' '); do
-    [ "$a" = auto ] && pat="all_reduce #.*: [a-z]* (cheapest" || pat="all_reduce #.*: $a (config.algo)"
+    [ "$a" = auto ] && pat="all_reduce #.*: [a-z]* (cheapest" || pat="all_reduce #.*: $a (ccl_comm_set_algo)"
     grep -q "$pat" "$tmp/out.err" || die "no call ran $a"
   done ;;
 warm) # N: before the sweep, each algorithm's communicator runs the largest call until 8 MiB have passed (64 calls at most)
