@@ -13,19 +13,25 @@ struct on {
     ccl_stream_t stream;
 };
 
+/* The checks every collective passes before it is issued, the library's
+ * own (ccl__own_all_gather) included. */
+static ccl_status_t issue_coll(struct ccl__call *call, int async, ccl_request_t **req, const char *what) {
+    CCL_CHECK(ccl__check_comm(call->comm, what));
+    CCL_CHECK(ccl__check_req(call->comm, async, req, what));
+    CCL_CHECK(ccl__check_coll(call->comm, &call->coll, what));
+    return ccl__issue(call, req);
+}
+
 static ccl_status_t coll_on(int kind, const void *sendbuf, void *recvbuf, size_t count, ccl_dtype_t dtype,
                             ccl_op_t op, int root, ccl_comm_t *comm, int async, ccl_request_t **req, const char *what,
                             const struct on *on) {
-    CCL_CHECK(ccl__check_comm(comm, what));
-    CCL_CHECK(ccl__check_req(comm, async, req, what));
     struct ccl__call call = {.comm = comm, .on_stream = on != NULL, .stream = on ? on->stream : NULL};
     call.coll = (struct ccl__coll_args){
         .id = {.kind = kind, .count = count, .dtype = dtype, .op = op, .root = root},
         .sendbuf = sendbuf,
         .recvbuf = recvbuf,
     };
-    CCL_CHECK(ccl__check_coll(comm, &call.coll, what));
-    return ccl__issue(&call, req);
+    return issue_coll(&call, async, req, what);
 }
 
 static ccl_status_t p2p_on(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
@@ -45,7 +51,6 @@ static ccl_status_t coll(int kind, const void *sendbuf, void *recvbuf, size_t co
 
 ccl_status_t ccl__own_all_gather(const void *sendbuf, void *recvbuf, size_t bytes, ccl_comm_t *comm,
                                  const char *what) {
-    CCL_CHECK(ccl__check_comm(comm, what));
     struct ccl__call call = {.comm = comm};
     call.coll = (struct ccl__coll_args){
         .id = {.kind = CCL__K_ALL_GATHER, .count = bytes, .dtype = CCL_UINT8, .op = CCL_SUM, .root = -1},
@@ -53,8 +58,7 @@ ccl_status_t ccl__own_all_gather(const void *sendbuf, void *recvbuf, size_t byte
         .recvbuf = recvbuf,
         .planner_only = 1,
     };
-    CCL_CHECK(ccl__check_coll(comm, &call.coll, what));
-    return ccl__issue(&call, NULL);
+    return issue_coll(&call, BLOCKING, NULL, what);
 }
 
 static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm,
