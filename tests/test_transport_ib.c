@@ -244,9 +244,12 @@ done:
 
 /* The ring's all-gather half over ib moves whole blocks zero-copy once a
  * block reaches CCL_IB_ZCOPY_BYTES: an in-place all-reduce of a prime
- * count of int32 (blocks of 333335 and 333334 elements, over 1 MiB) and
- * an out-of-place all-gather of 1.2 MB per rank, each exact against a
- * reference computed here and each made of registrations. */
+ * count of int32 (blocks of 333335 and 333334 elements, over 1 MiB),
+ * twice (nothing of the first call's registrations is left to confuse
+ * the second), an out-of-place float32 average (the owner divides its
+ * block before the blocks move) and an out-of-place all-gather of 1.2 MB
+ * per rank, each exact against a reference computed here, the integer
+ * ones checked to be made of registrations. */
 #define ZC_RING_COUNT 1000003u
 #define ZC_GATHER_COUNT 300007u
 static int32_t ring_input(int r, size_t i) { return (int32_t)((uint32_t)(r + 1) * 2654435761u ^ (uint32_t)i * 40503u); }
@@ -260,20 +263,49 @@ static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg
         harness_fail(&t, __FILE__, __LINE__, "out of memory");
         goto done;
     }
-    for (size_t i = 0; i < ZC_RING_COUNT; i++) v[i] = ring_input(rank, i);
-    uint64_t misses = ccl__reg_stats(comm).misses;
-    ccl_status_t st = ccl_all_reduce(v, v, ZC_RING_COUNT, CCL_INT32, CCL_SUM, comm);
-    EXPECT(&t, st == CCL_OK, "all_reduce of %u int32: %s: %s", ZC_RING_COUNT, ccl_status_string(st),
+    ccl_status_t st = CCL_OK;
+    for (int call = 0; call < 2 && st == CCL_OK; call++) {
+        for (size_t i = 0; i < ZC_RING_COUNT; i++) v[i] = ring_input(rank + call, i);
+        struct ccl__regcache_stats before = ccl__reg_stats(comm);
+        st = ccl_all_reduce(v, v, ZC_RING_COUNT, CCL_INT32, CCL_SUM, comm);
+        EXPECT(&t, st == CCL_OK, "all_reduce #%d of %u int32: %s: %s", call, ZC_RING_COUNT, ccl_status_string(st),
+               ccl_comm_last_error(comm));
+        for (size_t i = 0; i < ZC_RING_COUNT && st == CCL_OK; i++) {
+            uint32_t want = 0; /* two's complement wraps alike in any order */
+            for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r + call, i);
+            if ((uint32_t)v[i] != want) {
+                EXPECT(&t, 0, "all_reduce #%d element %zu is %d, expected %d", call, i, v[i], (int32_t)want);
+                break;
+            }
+        }
+        EXPECT(&t, ccl__reg_stats(comm).misses >= before.misses + 2, "all_reduce #%d's blocks did not go zero-copy",
+               call);
+    }
+    float *f = malloc(sizeof(float) * ZC_RING_COUNT), *g = malloc(sizeof(float) * ZC_RING_COUNT);
+    if (!f || !g) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        free(f);
+        free(g);
+        goto done;
+    }
+    for (size_t i = 0; i < ZC_RING_COUNT; i++) f[i] = (float)((rank + 1) * (int)(i % 1000)); /* exact sums */
+    memset(g, 0xee, sizeof(float) * ZC_RING_COUNT);
+    st = ccl_all_reduce(f, g, ZC_RING_COUNT, CCL_FLOAT32, CCL_AVG, comm);
+    EXPECT(&t, st == CCL_OK, "all_reduce avg of %u float32: %s: %s", ZC_RING_COUNT, ccl_status_string(st),
            ccl_comm_last_error(comm));
     for (size_t i = 0; i < ZC_RING_COUNT && st == CCL_OK; i++) {
-        uint32_t want = 0; /* two's complement wraps alike in any order */
-        for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r, i);
-        if ((uint32_t)v[i] != want) {
-            EXPECT(&t, 0, "all_reduce element %zu is %d, expected %d", i, v[i], (int32_t)want);
+        float sum = 0;
+        for (int r = 0; r < nranks; r++) sum += (float)((r + 1) * (int)(i % 1000));
+        float want = sum / (float)nranks;
+        if (memcmp(&g[i], &want, sizeof want) != 0 || f[i] != (float)((rank + 1) * (int)(i % 1000))) {
+            EXPECT(&t, 0, "all_reduce avg element %zu is %a (input %a), expected %a", i, (double)g[i], (double)f[i],
+                   (double)want);
             break;
         }
     }
-    EXPECT(&t, ccl__reg_stats(comm).misses >= misses + 2, "the all-reduce's blocks did not go zero-copy");
+    free(f);
+    free(g);
+    uint64_t misses;
     for (size_t i = 0; i < ZC_GATHER_COUNT; i++) v[i] = ring_input(rank + 7, i);
     memset(all, 0xee, sizeof(int32_t) * ZC_GATHER_COUNT * (size_t)nranks);
     misses = ccl__reg_stats(comm).misses;
