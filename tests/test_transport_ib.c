@@ -305,10 +305,9 @@ static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg
     }
     free(f);
     free(g);
-    uint64_t misses;
     for (size_t i = 0; i < ZC_GATHER_COUNT; i++) v[i] = ring_input(rank + 7, i);
     memset(all, 0xee, sizeof(int32_t) * ZC_GATHER_COUNT * (size_t)nranks);
-    misses = ccl__reg_stats(comm).misses;
+    uint64_t misses = ccl__reg_stats(comm).misses;
     st = ccl_all_gather(v, all, ZC_GATHER_COUNT, CCL_INT32, comm);
     EXPECT(&t, st == CCL_OK, "all_gather of %u int32 per rank: %s: %s", ZC_GATHER_COUNT, ccl_status_string(st),
            ccl_comm_last_error(comm));
