@@ -253,13 +253,16 @@ done:
 #define ZC_RING_COUNT 1000003u
 #define ZC_GATHER_COUNT 300007u
 static int32_t ring_input(int r, size_t i) { return (int32_t)((uint32_t)(r + 1) * 2654435761u ^ (uint32_t)i * 40503u); }
+/* Small integers: their float32 sums are exact in any order. */
+static float avg_input(int r, size_t i) { return (float)((r + 1) * (int)(i % 1000)); }
 
 static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
     int32_t *v = malloc(sizeof(int32_t) * ZC_RING_COUNT);
     int32_t *all = malloc(sizeof(int32_t) * ZC_GATHER_COUNT * (size_t)nranks);
-    if (!v || !all) {
+    float *f = malloc(sizeof(float) * ZC_RING_COUNT), *g = malloc(sizeof(float) * ZC_RING_COUNT);
+    if (!v || !all || !f || !g) {
         harness_fail(&t, __FILE__, __LINE__, "out of memory");
         goto done;
     }
@@ -281,30 +284,21 @@ static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg
         EXPECT(&t, ccl__reg_stats(comm).misses >= before.misses + 2, "all_reduce #%d's blocks did not go zero-copy",
                call);
     }
-    float *f = malloc(sizeof(float) * ZC_RING_COUNT), *g = malloc(sizeof(float) * ZC_RING_COUNT);
-    if (!f || !g) {
-        harness_fail(&t, __FILE__, __LINE__, "out of memory");
-        free(f);
-        free(g);
-        goto done;
-    }
-    for (size_t i = 0; i < ZC_RING_COUNT; i++) f[i] = (float)((rank + 1) * (int)(i % 1000)); /* exact sums */
+    for (size_t i = 0; i < ZC_RING_COUNT; i++) f[i] = avg_input(rank, i);
     memset(g, 0xee, sizeof(float) * ZC_RING_COUNT);
     st = ccl_all_reduce(f, g, ZC_RING_COUNT, CCL_FLOAT32, CCL_AVG, comm);
     EXPECT(&t, st == CCL_OK, "all_reduce avg of %u float32: %s: %s", ZC_RING_COUNT, ccl_status_string(st),
            ccl_comm_last_error(comm));
     for (size_t i = 0; i < ZC_RING_COUNT && st == CCL_OK; i++) {
         float sum = 0;
-        for (int r = 0; r < nranks; r++) sum += (float)((r + 1) * (int)(i % 1000));
+        for (int r = 0; r < nranks; r++) sum += avg_input(r, i);
         float want = sum / (float)nranks;
-        if (memcmp(&g[i], &want, sizeof want) != 0 || f[i] != (float)((rank + 1) * (int)(i % 1000))) {
+        if (memcmp(&g[i], &want, sizeof want) != 0 || f[i] != avg_input(rank, i)) {
             EXPECT(&t, 0, "all_reduce avg element %zu is %a (input %a), expected %a", i, (double)g[i], (double)f[i],
                    (double)want);
             break;
         }
     }
-    free(f);
-    free(g);
     for (size_t i = 0; i < ZC_GATHER_COUNT; i++) v[i] = ring_input(rank + 7, i);
     memset(all, 0xee, sizeof(int32_t) * ZC_GATHER_COUNT * (size_t)nranks);
     uint64_t misses = ccl__reg_stats(comm).misses;
@@ -321,6 +315,8 @@ static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg
 done:
     free(v);
     free(all);
+    free(f);
+    free(g);
     return t.fails;
 }
 
