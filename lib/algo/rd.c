@@ -90,80 +90,92 @@ static ccl_status_t exchange(struct ccl__prims *p, int peer, const char **in, ch
 /* The ranks that sit out hand their data in (fold) or get the result back
  * (unfold). */
 static ccl_status_t fold_in(struct ccl__prims *p, const struct fold *f, int rank, const char **in, char *buf,
-                            size_t count) {
+                            size_t base, size_t count) {
     if (rank >= 2 * f->rem) return CCL_OK;
     at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, 0);
-    if (f->me < 0) return exchange(p, rank + 1, in, buf, 0, count, 0, 0, 0, 0, 0);
-    return exchange(p, rank - 1, in, buf, 0, 0, 0, count, 1, 0, 1);
+    if (f->me < 0) return exchange(p, rank + 1, in, buf, base, count, 0, 0, 0, 0, 0);
+    return exchange(p, rank - 1, in, buf, 0, 0, base, count, 1, 0, 1);
 }
 
 static ccl_status_t fold_out(struct ccl__prims *p, const struct fold *f, int rank, const char **in, char *buf,
-                             size_t count) {
+                             size_t base, size_t count) {
     if (rank >= 2 * f->rem) return CCL_OK;
     int steps = 0;
     while ((1 << steps) < f->p2) steps++;
     at(p, CCL__TR_RD, CCL__TR_BROADCAST, steps + 1);
-    if (f->me < 0) return exchange(p, rank + 1, in, buf, 0, 0, 0, count, 0, 0, 0);
-    return exchange(p, rank - 1, in, buf, 0, count, 0, 0, 0, 0, 0);
+    if (f->me < 0) return exchange(p, rank + 1, in, buf, 0, 0, base, count, 0, 0, 0);
+    return exchange(p, rank - 1, in, buf, base, count, 0, 0, 0, 0, 0);
 }
 
-/* The P-rank part of an all-reduce, this side's data at *in (see exchange). */
+/* The P-rank part of an all-reduce of the count elements from `base`,
+ * this side's data at *in (see exchange). */
 typedef ccl_status_t (*among_p2_fn)(struct ccl__prims *p, const struct fold *f, const char **in, char *buf,
-                                    size_t count, int div);
+                                    size_t base, size_t count, int div);
 
-/* Every folded all-reduce: fold the extra ranks in, run the power-of-two
- * part, hand the result back to the extra ranks. The first exchange reads
- * the send buffer; a rank that had no exchange (alone) copies at the end. */
+/* Every folded all-reduce, one segment of the buffer at a time
+ * (ccl__rd_segment_bytes): fold the extra ranks in, run the power-of-two
+ * part, hand the result back to the extra ranks. A segment's first
+ * exchange reads the send buffer; a rank that had no exchange (alone)
+ * copies at the end. */
 static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a, among_p2_fn among) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     struct fold f = fold_of(comm->nranks, comm->rank);
     char *buf = a->recvbuf;
-    const char *in = a->sendbuf;
-    size_t count = a->id.count;
-    /* With ranks folding in, the partners of a step may reach it one
-     * having read its send buffer and one not: a reduction gives the same
-     * bits in place and out of place (NaN payloads included, lib/reduce),
-     * so they still agree. */
-    CCL_CHECK(fold_in(&p, &f, comm->rank, &in, buf, count));
-    if (f.me >= 0) CCL_CHECK(among(&p, &f, &in, buf, count, a->id.op == CCL_AVG ? comm->nranks : 0));
-    CCL_CHECK(fold_out(&p, &f, comm->rank, &in, buf, count));
-    if (in != buf) p.compute->copy(buf, in, count * p.esize);
+    size_t total = a->id.count, seg = ccl__rd_segment_bytes(p.chunk_elems * p.esize) / p.esize;
+    if (seg == 0) seg = 1;
+    int div = a->id.op == CCL_AVG ? comm->nranks : 0;
+    size_t base = 0;
+    do {
+        size_t count = min_sz(seg, total - base);
+        const char *in = a->sendbuf;
+        /* With ranks folding in, the partners of a step may reach it one
+         * having read its send buffer and one not: a reduction gives the
+         * same bits in place and out of place (NaN payloads included,
+         * lib/reduce), so they still agree. */
+        CCL_CHECK(fold_in(&p, &f, comm->rank, &in, buf, base, count));
+        if (f.me >= 0) CCL_CHECK(among(&p, &f, &in, buf, base, count, div));
+        CCL_CHECK(fold_out(&p, &f, comm->rank, &in, buf, base, count));
+        if (in != buf)
+            p.compute->copy((char *)ccl__at(buf, base, p.esize), ccl__at(in, base, p.esize), count * p.esize);
+        base += count;
+    } while (base < total);
     return ccl__prims_flush(comm, ccl__prims_what(&p));
 }
 
-static ccl_status_t rd_among(struct ccl__prims *p, const struct fold *f, const char **in, char *buf, size_t count,
-                             int div) {
+static ccl_status_t rd_among(struct ccl__prims *p, const struct fold *f, const char **in, char *buf, size_t base,
+                             size_t count, int div) {
     for (int mask = 1, step = 1; mask < f->p2; mask <<= 1, step++) {
         at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, step);
         int last = mask * 2 == f->p2;
-        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, 0, count, 0, count, 1, last ? div : 0,
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, base, count, base, count, 1, last ? div : 0,
                            (f->me & mask) != 0));
     }
     return CCL_OK;
 }
 
-static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, const char **in, char *buf, size_t count,
-                              int div) {
+static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, const char **in, char *buf, size_t base,
+                              size_t count, int div) {
     /* Reduce-scatter by halving: keep the half of [lo, hi) (blocks of
      * count split P ways) that our bit selects, send the other. */
     int lo = 0, hi = f->p2, step = 1;
     for (int mask = f->p2 / 2; mask >= 1; mask /= 2, step++) {
         int mid = (lo + hi) / 2, keep_low = !(f->me & mask);
         int klo = keep_low ? lo : mid, khi = keep_low ? mid : hi, slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
-        size_t ko = ccl__block_off(count, f->p2, klo), so = ccl__block_off(count, f->p2, slo);
+        size_t ko = base + ccl__block_off(count, f->p2, klo), so = base + ccl__block_off(count, f->p2, slo);
         at(p, CCL__TR_RHD, CCL__TR_REDUCE_SCATTER, step);
-        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, so, ccl__block_off(count, f->p2, shi) - so, ko,
-                           ccl__block_off(count, f->p2, khi) - ko, 1, mask == 1 ? div : 0, (f->me & mask) != 0));
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, so, base + ccl__block_off(count, f->p2, shi) - so,
+                           ko, base + ccl__block_off(count, f->p2, khi) - ko, 1, mask == 1 ? div : 0,
+                           (f->me & mask) != 0));
         lo = klo, hi = khi;
     }
     /* All-gather by doubling: swap what each side has. */
     for (int mask = 1; mask < f->p2; mask *= 2, step++) {
         int width = hi - lo, plo = (f->me & mask) ? lo - width : hi;
-        size_t mo = ccl__block_off(count, f->p2, lo), po = ccl__block_off(count, f->p2, plo);
+        size_t mo = base + ccl__block_off(count, f->p2, lo), po = base + ccl__block_off(count, f->p2, plo);
         at(p, CCL__TR_RHD, CCL__TR_ALL_GATHER, step);
-        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, mo, ccl__block_off(count, f->p2, hi) - mo, po,
-                           ccl__block_off(count, f->p2, plo + width) - po, 0, 0, 0));
+        CCL_CHECK(exchange(p, real_rank(f, f->me ^ mask), in, buf, mo, base + ccl__block_off(count, f->p2, hi) - mo,
+                           po, base + ccl__block_off(count, f->p2, plo + width) - po, 0, 0, 0));
         if (plo < lo) lo = plo;
         else hi = plo + width;
     }
