@@ -162,8 +162,9 @@ static const struct matrix_algo algos[] = {
     {"allreduce:ring", NULL, NULL}, {"allreduce:tree", NULL, NULL}, {"allreduce:rd", NULL, NULL},
     {"allreduce:rhd", NULL, NULL},
     {"allreduce:direct", matrix_one_host_configs, NULL}, {"allreduce:hier", hier_configs, NULL},
-    /* a chunk of no power of two, so pieces never line up with blocks or slots */
-    {"allreduce:tree", NULL, "4160"}, {"allreduce:ring", NULL, "4160"}};
+    /* a chunk of no power of two, so pieces never line up with blocks or
+     * slots (nor rhd's segments, 252 such chunks, with a power of two) */
+    {"allreduce:tree", NULL, "4160"}, {"allreduce:ring", NULL, "4160"}, {"allreduce:rhd", NULL, "4160"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(all_reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_reduce", NULL); }

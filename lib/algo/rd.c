@@ -11,6 +11,9 @@
  * rhd all-reduce: a reduce-scatter by recursive halving (each exchange
  * sends half of what is left) then an all-gather by recursive doubling:
  * 2 log2(P) steps moving about 2(P-1)/P of the data, for mid sizes.
+ * Both run a buffer larger than a segment (CCL__RD_SEGMENT_BYTES, algo.h)
+ * as one such all-reduce per segment, so that no step streams more than
+ * the caches hold.
  * rd all-gather (P = N only): log2(N) exchanges of everything gathered so
  * far.
  *
