@@ -102,18 +102,6 @@ int ccl__dtree_depth(int n);
  * window_bytes (its in or out area). */
 size_t ccl__direct_area(size_t window_bytes);
 
-/* Recursive doubling and halving/doubling all-reduce (rd.c) run the buffer
- * one segment at a time: each step of rhd streams through all it has left,
- * so a buffer larger than the caches comes from memory at every step,
- * where the ring's rounds carry a slice through all their steps while it
- * is still in cache. Measured (loopback tcp, 4 ranks on 2 cores, 32 MiB
- * L3): rhd took 1.09-1.20x the ring's time at 8-32 MiB whole, 0.92-1.06x
- * in segments of 1 or 2 MiB, 1.07-1.16x in 4 MiB ones (4 ranks' segments
- * and their copies no longer fit). The segment is whole chunks, at least
- * one, CCL__RD_SEGMENT_BYTES or less. */
-#define CCL__RD_SEGMENT_BYTES ((size_t)1 << 20)
-size_t ccl__rd_segment_bytes(size_t chunk_bytes);
-
 /* Copies sendbuf to recvbuf unless they are the same (one rank, or the
  * local share of a result). */
 void ccl__algo_local_copy(const struct ccl__coll_args *a, size_t count);

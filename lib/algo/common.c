@@ -23,11 +23,6 @@ void ccl__algo_local_copy(const struct ccl__coll_args *a, size_t count) {
     if (a->sendbuf != a->recvbuf && count) memcpy(a->recvbuf, a->sendbuf, count * ccl_dtype_size(a->id.dtype));
 }
 
-size_t ccl__rd_segment_bytes(size_t chunk_bytes) {
-    if (chunk_bytes == 0 || chunk_bytes >= CCL__RD_SEGMENT_BYTES) return chunk_bytes;
-    return CCL__RD_SEGMENT_BYTES / chunk_bytes * chunk_bytes;
-}
-
 size_t ccl__block_off(size_t count, int n, int b) {
     size_t base = count / (size_t)n, extra = count % (size_t)n;
     return (size_t)b * base + ((size_t)b < extra ? (size_t)b : extra);

@@ -254,7 +254,7 @@ static double all_reduce(struct model *m, int algo, double n) {
          * noise from 256 KiB to 4 MiB). */
         return 2 * pipeline(m, j->dtree_links, n / 2, j->dtree_depth - 1, 2, 0) + reduce_us(m, n);
     }
-    /* rd.c runs rd and rhd a segment at a time (ccl__rd_segment_bytes),
+    /* rd.c runs rd and rhd a segment at a time (its SEGMENT_BYTES),
      * which keeps what a step streams within the caches, as the formulas'
      * bytes assume. A segment's first step waits no more than any chunk's:
      * the exchanges go chunk by chunk in every segment, as the ring's
