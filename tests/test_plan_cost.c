@@ -248,6 +248,18 @@ START_TEST(model_terms) {
     ck_assert_msg(tree > 1.9 * ring && tree < 2.1 * ring, "2 ranks, 8 bytes: tree %.2f us, ring %.2f us", tree,
                   ring);
 
+    /* Direct's one shot on 2 ranks of 2 cores: each rank reduces the
+     * peer's window, which crosses to its core (measured: 8 KiB, direct
+     * 1.08-1.13x recursive doubling's one exchange of the same bytes). */
+    const double small = 8192;
+    double d_small = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_DIRECT, (size_t)small);
+    double d_tiny = ccl__cost_predict(&two, &f, CCL__K_ALL_REDUCE, CCL__ALGO_DIRECT, 8);
+    double local = small / f.copy_bytes_per_us + small / f.reduce_bytes_per_us;
+    double cross = small / f.link[CCL__LINK_NUMA].bytes_per_us;
+    ck_assert_msg(d_small - d_tiny > 0.99 * (local + cross), "2 ranks, direct 8 B %.2f us, 8 KiB %.2f us", d_tiny,
+                  d_small);
+    ck_assert_int_ne(ccl__cost_choose(&two, &f, CCL__K_ALL_REDUCE, (size_t)small, 0).algo, CCL__ALGO_DIRECT);
+
     /* On 2 ranks rhd runs the ring's very steps: the same prediction, and
      * the tie goes to the ring, whatever the rounding of the two formulas. */
     for (size_t b = 8; b <= (64u << 20); b *= 8) {

@@ -173,6 +173,15 @@ static double transfer_us(const struct model *m, unsigned set, double bytes) {
     return slowest(m, set, bytes, 1, UNKNOWN_CORES, 0);
 }
 
+/* Bytes over the slowest link in set at its speed, no load, no alpha: what
+ * one core fetches for all its ranks. */
+static double link_bytes_us(const struct model *m, unsigned set, double bytes) {
+    double worst = 0;
+    for (int c = 0; c < CCL__NUM_LINKS; c++)
+        if (set >> c & 1u) worst = fmax(worst, bytes / m->f->link[c].bytes_per_us);
+    return worst;
+}
+
 /* alpha alone: the latency of a wait on the slowest link in set. */
 static double sync_us(const struct model *m, unsigned set) { return step(m, set, 0); }
 
@@ -282,14 +291,20 @@ static double all_reduce(struct model *m, int algo, double n) {
          * the buffer) crosses the links between cores like a ring step's
          * data; only its own copy in is local. One shot (16 KiB at most,
          * direct.c): every rank reduces the whole buffer from every
-         * window, which the peers have just written and a shared cache
-         * still holds (measured: 8 ranks, 4 KiB in 29 us, where costing
-         * the reads as link steps predicts 42). With many ranks one shot
+         * window, which the peers have just written. A core fetches each
+         * window of another core's ranks once, its own ranks taking turns
+         * read it from the core's cache after the first: N - oversub
+         * windows cross to each core (measured: 8 ranks, 4 KiB in 29 us,
+         * where costing every rank's reads as link steps predicts 42; 2
+         * ranks, 8 KiB, direct 1.08-1.13x recursive doubling's one
+         * exchange in three bench/algo-table runs, where leaving the
+         * crossing out predicted direct at 0.6x). With many ranks one shot
          * costs more than the rounds above the limit would; a prediction
          * never falls as the message grows, so above it the limit's time
          * is a floor. */
         unsigned all = j->all_links;
-        double shot = sync_us(m, all) + copy_us(m, ONE_SHOT) + (N - 1) * reduce_us(m, ONE_SHOT);
+        double shot = sync_us(m, all) + copy_us(m, ONE_SHOT) + (N - 1) * reduce_us(m, ONE_SHOT) +
+                      link_bytes_us(m, all, (N - fmax(1, j->oversub)) * ONE_SHOT);
         if (n <= ONE_SHOT) return shot * n / ONE_SHOT + sync_us(m, all) * (1 - n / ONE_SHOT);
         /* A window of a peer that shares this rank's core is read from
          * that core's own caches: only the reads of the other cores'
