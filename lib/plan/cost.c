@@ -173,13 +173,12 @@ static double transfer_us(const struct model *m, unsigned set, double bytes) {
     return slowest(m, set, bytes, 1, UNKNOWN_CORES, 0);
 }
 
-/* Bytes over the slowest link in set at its speed, no load, no alpha: what
- * one core fetches for all its ranks. */
+/* Bytes over the slowest link in set as one core fetches them for all its
+ * ranks: a single receiver's load, no alpha (direct's one shot reads
+ * windows on one host only, never over a network). */
 static double link_bytes_us(const struct model *m, unsigned set, double bytes) {
-    double worst = 0;
-    for (int c = 0; c < CCL__NUM_LINKS; c++)
-        if (set >> c & 1u) worst = fmax(worst, bytes / m->f->link[c].bytes_per_us);
-    return worst;
+    static const struct ccl__core_load one_receiver = {.cross = 1, .same = 0};
+    return slowest(m, set, bytes, 1, one_receiver, 0);
 }
 
 /* alpha alone: the latency of a wait on the slowest link in set. */
