@@ -239,9 +239,10 @@ int main(int argc, char **argv) {
     const struct ccl__params *params = ccl__params_get();
     shape.windows = o.hosts == 1 && n > 1 && params->shm_window_bytes > 0;
     /* As a job does (plan/plan.c): the smallest slot of the links its
-     * pairs use, shared memory inside a host and the network between. */
+     * pairs use, shared memory inside a host and the network between (a
+     * job of one rank copies in shared memory's). */
     size_t net_slot = o.net == CCL__LINK_RDMA ? params->ib_slot_bytes : params->tcp_slot_bytes;
-    shape.ring_chunk = per > 1 ? params->shm_slot_bytes : net_slot;
+    shape.ring_chunk = per > 1 || o.hosts == 1 ? params->shm_slot_bytes : net_slot;
     if (o.hosts > 1 && net_slot < shape.ring_chunk) shape.ring_chunk = net_slot;
     shape.any_chunk = shape.ring_chunk; /* every pair has the same slots */
     o.chunk = params->chunk_bytes;
