@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,19 @@ static void print_sweep(const struct ccl__job_shape *j, const struct ccl__figure
     }
 }
 
+/* The chunk of calls over these links, as a job picks it (plan/plan.c):
+ * the smallest slot among them. No links (one rank): the job copies in
+ * shared memory's slots. */
+static size_t links_slot(unsigned links, const struct ccl__params *p) {
+    size_t slot = SIZE_MAX;
+    for (int c = 0; c < CCL__NUM_LINKS; c++) {
+        if (!(links >> c & 1u)) continue;
+        size_t s = c == CCL__LINK_TCP ? p->tcp_slot_bytes : c == CCL__LINK_RDMA ? p->ib_slot_bytes : p->shm_slot_bytes;
+        if (s < slot) slot = s;
+    }
+    return slot == SIZE_MAX ? p->shm_slot_bytes : slot;
+}
+
 int main(int argc, char **argv) {
     struct opts o;
     parse(argc, argv, &o);
@@ -238,13 +252,8 @@ int main(int argc, char **argv) {
     if (ccl__plan_shape(n, peers, ring, pair_class, NULL, &shape) != 0) return 1;
     const struct ccl__params *params = ccl__params_get();
     shape.windows = o.hosts == 1 && n > 1 && params->shm_window_bytes > 0;
-    /* As a job does (plan/plan.c): the smallest slot of the links its
-     * pairs use, shared memory inside a host and the network between (a
-     * job of one rank copies in shared memory's). */
-    size_t net_slot = o.net == CCL__LINK_RDMA ? params->ib_slot_bytes : params->tcp_slot_bytes;
-    shape.ring_chunk = per > 1 || o.hosts == 1 ? params->shm_slot_bytes : net_slot;
-    if (o.hosts > 1 && net_slot < shape.ring_chunk) shape.ring_chunk = net_slot;
-    shape.any_chunk = shape.ring_chunk; /* every pair has the same slots */
+    shape.ring_chunk = links_slot(shape.ring_links, params);
+    shape.any_chunk = links_slot(shape.all_links, params);
     o.chunk = params->chunk_bytes;
     shape.window_area = shape.windows ? ccl__direct_area(params->shm_window_bytes) : 0;
 
