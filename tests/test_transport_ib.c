@@ -455,17 +455,25 @@ START_TEST(zero_copy_size_mismatch) {
 END_TEST
 
 /* A receive that fails takes its buffer back from the sender: rank 0
- * sends 32 MiB to rank 1 (seconds on soft-RoCE), and 1 s in, a thread of
- * rank 1 aborts its communicator while rank 0 still has writes in flight
- * into the buffer rank 1 granted. Once rank 1's receive has returned, the
+ * sends 32 MiB of 0xa5 to rank 1 (seconds on soft-RoCE), and once the
+ * first bytes have landed (writes place in order), a thread of rank 1
+ * aborts its communicator while rank 0 still has writes in flight into
+ * the buffer rank 1 granted: a fixed delay instead found the whole
+ * message in place on a fast day. Once rank 1's receive has returned, the
  * memory is its own again: it fills the buffer with a sentinel and finds
  * it intact 2.5 s later (longer than a registration lingers), while rank 0
  * keeps its queue pairs up that long, as a slow peer would. */
 #define REVOKE_BYTES (32u << 20)
-static void *abort_later(void *comm) {
-    struct timespec ts = {1, 0};
-    nanosleep(&ts, NULL);
-    ccl_comm_abort(comm);
+struct revoke {
+    ccl_comm_t *comm;
+    const volatile uint8_t *buf;
+};
+
+static void *abort_once_landing(void *arg) {
+    struct revoke *r = arg;
+    struct timespec tick = {0, 1000 * 1000};
+    for (int ms = 0; ms < 20000 && r->buf[0] == 0; ms++) nanosleep(&tick, NULL);
+    ccl_comm_abort(r->comm);
     return NULL;
 }
 
@@ -480,7 +488,7 @@ static int body_revoke(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     }
     struct timespec linger = {2, 500 * 1000 * 1000};
     if (rank == 0) {
-        fill(buf, REVOKE_BYTES, 0, 0);
+        memset(buf, 0xa5, REVOKE_BYTES);
         ccl_status_t st = ccl_send(buf, REVOKE_BYTES, CCL_UINT8, 1, comm);
         EXPECT(&t, st == CCL_ERR_REMOTE, "a send to a rank that aborted returned %s", ccl_status_string(st));
         nanosleep(&linger, NULL);
@@ -489,7 +497,8 @@ static int body_revoke(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     }
     memset(buf, 0, REVOKE_BYTES);
     pthread_t th;
-    EXPECT(&t, pthread_create(&th, NULL, abort_later, comm) == 0, "cannot start the aborting thread");
+    struct revoke r = {comm, buf};
+    EXPECT(&t, pthread_create(&th, NULL, abort_once_landing, &r) == 0, "cannot start the aborting thread");
     ccl_status_t st = ccl_recv(buf, REVOKE_BYTES, CCL_UINT8, 0, comm);
     pthread_join(th, NULL);
     size_t landed = 0;
