@@ -78,9 +78,9 @@ END_TEST
  * (6 across sockets), 10 Gb Ethernet between hosts. */
 static void cluster_figures(struct ccl__figures *f) {
     ccl__cost_defaults(f);
-    f->link[CCL__LINK_NUMA] = (struct ccl__link_figure){0.4, 10000};
-    f->link[CCL__LINK_XPACKAGE] = (struct ccl__link_figure){0.8, 6000};
-    f->link[CCL__LINK_TCP] = (struct ccl__link_figure){15, 1100};
+    f->link[CCL__LINK_NUMA] = (struct ccl__link_figure){.alpha_us = 0.4, .bytes_per_us = 10000};
+    f->link[CCL__LINK_XPACKAGE] = (struct ccl__link_figure){.alpha_us = 0.8, .bytes_per_us = 6000};
+    f->link[CCL__LINK_TCP] = (struct ccl__link_figure){.alpha_us = 15, .bytes_per_us = 1100};
     f->copy_bytes_per_us = 10000, f->reduce_bytes_per_us = 8000;
 }
 
@@ -159,6 +159,65 @@ START_TEST(monotonic_in_size) {
     ccl__cost_defaults(&f);
     for (int c = 0; c < CCL__NUM_LINKS; c++) f.link[c].alpha_us *= 20;
     check_monotonic(&j, &f, shapes[_i].name);
+    /* Network links with a large point: quicker per byte than the small
+     * steps (loopback TCP), and one slower per byte (a slow moment of the
+     * probe), which the model takes as none. */
+    ccl__cost_defaults(&f);
+    f.link[CCL__LINK_TCP].large_bytes = f.link[CCL__LINK_RDMA].large_bytes = 512 << 10;
+    f.link[CCL__LINK_TCP].large_bytes_per_us = 2.5 * f.link[CCL__LINK_TCP].bytes_per_us;
+    f.link[CCL__LINK_RDMA].large_bytes_per_us = 0.05 * f.link[CCL__LINK_RDMA].bytes_per_us;
+    check_monotonic(&j, &f, shapes[_i].name);
+}
+END_TEST
+
+/* A link's bytes with a large point: the small steps' line up to the
+ * probe's size, then straight to the large point, then whole slots at its
+ * rate; without one, the line at every size. */
+START_TEST(large_point) {
+    struct ccl__link_figure line = {.alpha_us = 6, .bytes_per_us = 2590};
+    struct ccl__link_figure tcp = {6, 2590, 512 << 10, 6400};
+    const double knee = CCL__PROBE_BYTES, large = 512 << 10;
+    for (double b = 0; b <= (8 << 20); b += 4096) {
+        ck_assert(fabs(ccl__cost_link_bytes_us(&line, b) - b / 2590) < 1e-9);
+        if (b <= knee) ck_assert(fabs(ccl__cost_link_bytes_us(&tcp, b) - b / 2590) < 1e-9);
+        if (b >= large) ck_assert(fabs(ccl__cost_link_bytes_us(&tcp, b) - b / 6400) < 1e-9);
+        if (b > 0) ck_assert(ccl__cost_link_bytes_us(&tcp, b) > ccl__cost_link_bytes_us(&tcp, b - 4096));
+    }
+    double mid = ccl__cost_link_bytes_us(&tcp, (knee + large) / 2);
+    ck_assert(fabs(mid - (knee / 2590 + large / 6400) / 2) < 1e-9);
+    /* A large step quicker than a small one takes the small one's time;
+     * one slower per byte than the small steps is the line. */
+    struct ccl__link_figure quick = {6, 2590, 512 << 10, 1e6}, slow = {6, 2590, 512 << 10, 100};
+    ck_assert(fabs(ccl__cost_link_bytes_us(&quick, large) - knee / 2590) < 1e-9);
+    ck_assert(ccl__cost_link_bytes_us(&quick, 2 * large) >= ccl__cost_link_bytes_us(&quick, large));
+    for (double b = 0; b <= (4 << 20); b += 65536)
+        ck_assert(fabs(ccl__cost_link_bytes_us(&slow, b) - b / 2590) < 1e-9);
+
+    /* Two hosts over loopback TCP, figures of this machine's: one message
+     * of 512 KiB (recursive doubling) beats two of 256 KiB (the ring), as
+     * measured (ring 1.11-1.42x rd); from 1 MiB the ring's halved
+     * reduction wins (rd 1.03-1.15x the ring). The line alone picked the
+     * ring at 512 KiB. */
+    static const struct synthetic two = {"2 hosts, tcp", 2, 1, 1, CCL__LINK_TCP, 1};
+    struct ccl__job_shape j;
+    make_shape(&two, &j);
+    j.ring_chunk = j.any_chunk = 512 << 10;
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    f.copy_bytes_per_us = 41200, f.reduce_bytes_per_us = 29300;
+    f.link[CCL__LINK_TCP] = tcp;
+    ck_assert_int_eq(ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 512 << 10, 0).algo, CCL__ALGO_RD);
+    ck_assert_int_eq(ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 1 << 20, 0).algo, CCL__ALGO_RING);
+    ck_assert_int_eq(ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 2 << 20, 0).algo, CCL__ALGO_RING);
+    /* Where ranks share cores, the large point changes nothing. */
+    j.oversub = 2;
+    double with[CCL__NUM_ALGOS];
+    for (int a = 0; a < CCL__NUM_ALGOS; a++) with[a] = ccl__cost_predict(&j, &f, CCL__K_ALL_REDUCE, a, 512 << 10);
+    f.link[CCL__LINK_TCP] = line;
+    for (int a = 0; a < CCL__NUM_ALGOS; a++)
+        ck_assert(with[a] == ccl__cost_predict(&j, &f, CCL__K_ALL_REDUCE, a, 512 << 10));
+    j.oversub = 1;
+    ck_assert_int_eq(ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, 512 << 10, 0).algo, CCL__ALGO_RING);
 }
 END_TEST
 
@@ -449,8 +508,8 @@ START_TEST(file_round_trip) {
     ccl__tune_machine_key(key, sizeof key);
     struct ccl__figures f, g;
     ccl__cost_defaults(&f);
-    f.link[CCL__LINK_XNUMA] = (struct ccl__link_figure){1.25, 3333.5};
-    f.link[CCL__LINK_TCP] = (struct ccl__link_figure){9.5, 1200};
+    f.link[CCL__LINK_XNUMA] = (struct ccl__link_figure){.alpha_us = 1.25, .bytes_per_us = 3333.5};
+    f.link[CCL__LINK_TCP] = (struct ccl__link_figure){9.5, 1200, 524288, 2500.5};
     f.copy_bytes_per_us = 12345, f.reduce_bytes_per_us = 6789;
     f.measured = 1u << CCL__LINK_XNUMA | 1u << CCL__LINK_TCP | CCL__FIG_LOCAL;
     ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
@@ -460,6 +519,9 @@ START_TEST(file_round_trip) {
     ck_assert(fabs(g.link[CCL__LINK_XNUMA].alpha_us - 1.25) < 1e-9);
     ck_assert(fabs(g.link[CCL__LINK_XNUMA].bytes_per_us - 3333.5) < 1e-6);
     ck_assert(fabs(g.link[CCL__LINK_TCP].alpha_us - 9.5) < 1e-9);
+    ck_assert(g.link[CCL__LINK_TCP].large_bytes == 524288);
+    ck_assert(fabs(g.link[CCL__LINK_TCP].large_bytes_per_us - 2500.5) < 1e-6);
+    ck_assert(g.link[CCL__LINK_XNUMA].large_bytes == 0); /* none written, none read */
     ck_assert(fabs(g.copy_bytes_per_us - 12345) < 1e-6 && fabs(g.reduce_bytes_per_us - 6789) < 1e-6);
     ck_assert_int_eq(ccl__tune_file_read("/nonexistent/ccl/tuning", key, &g, why, sizeof why), 0);
     /* A figure the reader would refuse (a crowded probe's 0.0 bytes/us)
@@ -491,6 +553,14 @@ static const struct {
     {"libccl-tuning 1\nmachine %K\nlink numa 0.5\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\nlink numa 0.5 4000 junk\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\nlink warp-drive 0.5 4000\n", "corrupt"},
+    /* A large point: a size and a speed, the size above the probe's. */
+    {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 524288\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 65536 5000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 0 5000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 1e12 5000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 524288 nan\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 524288 0.1\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 524288 5000 1\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\ncopy 0\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\nspeed 11\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\n\001\002\003\377\n", "corrupt"},
@@ -663,6 +733,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, monotonic_in_size, 0, nshapes);
     tcase_add_loop_test(tc, choice_is_cheapest, 0, nshapes);
     tcase_add_test(tc, chunk_per_call);
+    tcase_add_test(tc, large_point);
     tcase_add_test(tc, model_terms);
     tcase_add_test(tc, core_load);
     suite_add_tcase(s, tc);

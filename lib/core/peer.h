@@ -43,6 +43,7 @@ enum { CCL__TOPO_NONE, CCL__TOPO_MACHINE, CCL__TOPO_XML, CCL__TOPO_SYNTHETIC };
 struct ccl__tuned_record {
     uint32_t measured; /* bit per link class; bit 16: copy and reduce */
     float alpha_us[CCL__TUNED_LINKS], bytes_per_us[CCL__TUNED_LINKS];
+    float large_bytes[CCL__TUNED_LINKS], large_bytes_per_us[CCL__TUNED_LINKS]; /* 0: no large point */
     float copy_bytes_per_us, reduce_bytes_per_us;
 };
 

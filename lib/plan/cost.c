@@ -3,7 +3,8 @@
  * of the algorithm as lib/algo implements it, over the links it uses:
  *
  *   a step that moves m bytes over the links L costs  max over L of
- *   (alpha + m / bandwidth), the slowest link holding the step back;
+ *   (alpha + m / bandwidth), the slowest link holding the step back (a
+ *   network link's bandwidth is that of its message size: cost.h);
  *   a reduction of m bytes costs m / reduce speed, a copy m / copy speed.
  *
  * Bandwidths are those of a step in which every rank sends and receives at
@@ -45,13 +46,28 @@ void ccl__cost_defaults(struct ccl__figures *f) {
      * RDMA and CUDA are textbook guesses until a probe or ccl-tune
      * measures them. */
     static const struct ccl__link_figure link[CCL__NUM_LINKS] = {
-        [CCL__LINK_NUMA] = {0.6, 4400},   [CCL__LINK_XNUMA] = {0.9, 3500}, [CCL__LINK_XPACKAGE] = {1.2, 2500},
-        [CCL__LINK_TCP] = {7.5, 1550},    [CCL__LINK_RDMA] = {4.0, 3000},  [CCL__LINK_CUDA] = {10.0, 20000},
+        [CCL__LINK_NUMA] = {0.6, 4400, 0, 0},  [CCL__LINK_XNUMA] = {0.9, 3500, 0, 0},
+        [CCL__LINK_XPACKAGE] = {1.2, 2500, 0, 0}, [CCL__LINK_TCP] = {7.5, 1550, 0, 0},
+        [CCL__LINK_RDMA] = {4.0, 3000, 0, 0},  [CCL__LINK_CUDA] = {10.0, 20000, 0, 0},
     };
     memcpy(f->link, link, sizeof link);
     f->copy_bytes_per_us = 8000;
     f->reduce_bytes_per_us = 5000;
     f->measured = 0;
+}
+
+double ccl__cost_link_bytes_us(const struct ccl__link_figure *l, double bytes) {
+    const double knee = CCL__PROBE_BYTES;
+    if (bytes <= knee || l->large_bytes <= knee || !(l->large_bytes_per_us > 0)) return bytes / l->bytes_per_us;
+    /* The large step takes no less time than a small one, and moves its
+     * bytes at no slower a rate than the small steps: anything else is a
+     * slow or quick moment of the probe. In between, a message's average
+     * rate only grows with its size, so cutting it into pieces never makes
+     * it cheaper, and predictions never fall as a message grows. */
+    double at_knee = knee / l->bytes_per_us;
+    double at_large = fmin(fmax(l->large_bytes / l->large_bytes_per_us, at_knee), l->large_bytes / l->bytes_per_us);
+    if (bytes >= l->large_bytes) return bytes * at_large / l->large_bytes;
+    return at_knee + (bytes - knee) * (at_large - at_knee) / (l->large_bytes - knee);
 }
 
 double ccl__cost_handoff_us(double oversub) { return oversub > 1 ? CCL__HANDOFF_US * (oversub - 1) : 0; }
@@ -114,7 +130,12 @@ static double slowest(const struct model *m, unsigned set, double bytes, int sha
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
         if (!(set >> c & 1u)) continue;
         const struct ccl__link_figure *l = &m->f->link[c];
-        double t = load(m, c, share, core) * bytes / l->bytes_per_us;
+        /* Ranks that share cores queue their messages on them, and a large
+         * one saves nothing (measured: loopback TCP, 4 ranks on 2 cores,
+         * rd's 512 KiB exchanges 258 us a step, 2.9x a 2-rank step, where
+         * rhd's of 128 and 256 KiB took 2x theirs): the line. */
+        double bytes_us = m->j->oversub > 1 ? bytes / l->bytes_per_us : ccl__cost_link_bytes_us(l, bytes);
+        double t = load(m, c, share, core) * bytes_us;
         if (waits) t += l->alpha_us + ccl__cost_handoff_us(m->j->oversub);
         if (t > worst) worst = t;
     }

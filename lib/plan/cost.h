@@ -24,12 +24,31 @@ enum ccl__link_class {
 extern const char *const ccl__link_names[CCL__NUM_LINKS];
 int ccl__link_by_name(const char *name);
 
+/* The size of the steps a link's bandwidth is measured with. */
+#define CCL__PROBE_BYTES (64u << 10)
+
 /* One link class: alpha, the time of a step that moves nothing, and the
  * bandwidth of a step in which every rank sends and receives at once (a
- * ring step), in bytes per microsecond per rank. */
+ * ring step), in bytes per microsecond per rank, measured with steps of
+ * CCL__PROBE_BYTES. A network link has a second point: a step of
+ * large_bytes (its slot, the largest message it sends whole) at
+ * large_bytes_per_us. A message past the loopback MTU costs the kernel
+ * more than its bytes at the small steps' rate (measured, 2 ranks over
+ * TCP: steps of 32 KiB 13-19 us, of 64 KiB 26-34, of 512 KiB 88-131, so
+ * the line through the small steps puts 512 KiB at 200 us and a step of
+ * two 256 KiB messages at the price of one 512 KiB one, where the one
+ * message is 10-40% faster). large_bytes 0: bytes_per_us at every size. */
 struct ccl__link_figure {
     double alpha_us, bytes_per_us;
+    double large_bytes, large_bytes_per_us;
 };
+
+/* The time of `bytes` over link l, alpha aside: the small steps' rate up
+ * to CCL__PROBE_BYTES, then the line to the large point, then whole slots
+ * one after another at the large point's rate. Never falls as bytes grow,
+ * nor as the rate of a byte (a large point slower per byte than the small
+ * steps counts as none). */
+double ccl__cost_link_bytes_us(const struct ccl__link_figure *l, double bytes);
 
 struct ccl__figures {
     struct ccl__link_figure link[CCL__NUM_LINKS];

@@ -23,6 +23,7 @@
 #define ALPHA_MAX 1e5
 #define SPEED_MIN 1.0
 #define SPEED_MAX 1e7
+#define LARGE_MAX (1u << 30) /* a large point's size: above CCL__PROBE_BYTES, a slot at most this */
 
 _Static_assert(CCL__NUM_LINKS <= CCL__TUNED_LINKS, "the bootstrap record holds every link class");
 
@@ -42,6 +43,9 @@ void ccl__tune_machine_key(char *key, size_t n) {
 
 static int alpha_ok(double a) { return isfinite(a) && a >= ALPHA_MIN && a <= ALPHA_MAX; }
 static int speed_ok(double s) { return isfinite(s) && s >= SPEED_MIN && s <= SPEED_MAX; }
+static int large_ok(double bytes, double s) {
+    return bytes == 0 || (isfinite(bytes) && bytes > CCL__PROBE_BYTES && bytes <= LARGE_MAX && speed_ok(s));
+}
 
 /* One line of the file into f; 0 when it is not a line of the format. */
 static int parse_line(const char *line, const char *key, struct ccl__figures *f, int *saw_key, char *why,
@@ -69,11 +73,19 @@ static int parse_line(const char *line, const char *key, struct ccl__figures *f,
         return 1;
     }
     if (strcmp(word, "link") == 0) {
+        /* "link <class> <alpha> <speed>", and a network link's large
+         * point, "<bytes> <speed>", when it has one. */
         char end[2];
-        if (sscanf(line, "%*s %31s %lf %lf %1s", name, &x, &y, end) != 3) goto bad;
+        double lb = 0, ls = 0;
+        int used = 0, more = 0;
+        if (sscanf(line, "%*s %31s %lf %lf%n", name, &x, &y, &used) != 3) goto bad;
+        if (sscanf(line + used, "%1s", end) == 1 &&
+            (sscanf(line + used, "%lf %lf%n", &lb, &ls, &more) != 2 || sscanf(line + used + more, "%1s", end) == 1 ||
+             lb == 0))
+            goto bad;
         int c = ccl__link_by_name(name);
-        if (c < 0 || !alpha_ok(x) || !speed_ok(y)) goto bad;
-        f->link[c] = (struct ccl__link_figure){x, y};
+        if (c < 0 || !alpha_ok(x) || !speed_ok(y) || !large_ok(lb, ls)) goto bad;
+        f->link[c] = (struct ccl__link_figure){x, y, lb, ls};
         f->measured |= 1u << c;
         return 1;
     }
@@ -143,10 +155,15 @@ int ccl__tune_file_write(const char *path, const char *key, const struct ccl__fi
      * rather than make all of it corrupt. */
     if ((f->measured & CCL__FIG_LOCAL) && speed_ok(f->copy_bytes_per_us) && speed_ok(f->reduce_bytes_per_us))
         fprintf(fp, "copy %.1f\nreduce %.1f\n", f->copy_bytes_per_us, f->reduce_bytes_per_us);
-    fprintf(fp, "# link <class> <alpha, us> <bytes per us and rank>\n");
-    for (int c = 0; c < CCL__NUM_LINKS; c++)
-        if ((f->measured >> c & 1u) && alpha_ok(f->link[c].alpha_us) && speed_ok(f->link[c].bytes_per_us))
-            fprintf(fp, "link %s %.3f %.1f\n", ccl__link_names[c], f->link[c].alpha_us, f->link[c].bytes_per_us);
+    fprintf(fp, "# link <class> <alpha, us> <bytes per us and rank> [<large step, bytes> <its bytes per us>]\n");
+    for (int c = 0; c < CCL__NUM_LINKS; c++) {
+        const struct ccl__link_figure *l = &f->link[c];
+        if (!(f->measured >> c & 1u) || !alpha_ok(l->alpha_us) || !speed_ok(l->bytes_per_us)) continue;
+        fprintf(fp, "link %s %.3f %.1f", ccl__link_names[c], l->alpha_us, l->bytes_per_us);
+        if (l->large_bytes > 0 && large_ok(l->large_bytes, l->large_bytes_per_us))
+            fprintf(fp, " %.0f %.1f", l->large_bytes, l->large_bytes_per_us);
+        fputc('\n', fp);
+    }
     int bad = ferror(fp);
     bad |= fclose(fp) != 0;
     if (bad || rename(tmp, path) != 0) {
@@ -207,7 +224,6 @@ void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per
 /* The probe's calls are stamped with this bit, so a slot of theirs can
  * never pass for a user call's or CCL_CHECK's. */
 #define PROBE_SEQ_BIT 0x40000000u
-#define PROBE_BYTES (64u << 10)
 #define WARM_SMALL 40
 
 static int by_value(const void *a, const void *b) {
@@ -238,17 +254,28 @@ static ccl_status_t timed(struct ccl_comm *comm, uint32_t *seq, size_t bytes, in
     return CCL_OK;
 }
 
+/* The link speed (bytes per us and rank) of a step of `bytes` per rank
+ * that took per_step us, alpha (seen: a step of nothing) taken off. */
+static double step_speed(const struct ccl__job_shape *shape, const struct ccl__figures *fig, double bytes,
+                         double per_step, double seen) {
+    double moving = per_step > 2 * seen ? per_step - seen : per_step / 2;
+    return ccl__cost_ring_speed(shape, fig, bytes, moving);
+}
+
+#define PROBED 3 /* figures each rank brings: alpha, the speed, the large point's speed */
+
 ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_shape *shape,
-                                  const struct ccl__figures *fig, struct ccl__link_figure *out) {
+                                  const struct ccl__figures *fig, size_t large_bytes, struct ccl__link_figure *out) {
     int n = comm->nranks;
-    uint8_t *buf = calloc((size_t)n + 1, PROBE_BYTES);
-    double *all = malloc(sizeof(double) * 2 * (size_t)n);
+    size_t most = large_bytes > CCL__PROBE_BYTES ? large_bytes : CCL__PROBE_BYTES;
+    uint8_t *buf = calloc((size_t)n + 1, most);
+    double *all = malloc(sizeof(double) * PROBED * (size_t)n);
     if (!buf || !all) {
         free(buf), free(all);
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
     }
     uint32_t seq = 0;
-    double small, large, mine[2];
+    double small, probe, slot = 0, mine[PROBED] = {0};
     /* A fresh communicator's first calls fault in its buffers and find cold
      * caches (measured here, 2 ranks on shared memory: a 1-byte step takes
      * 8 us in the first ten calls, 0.8 us after). Every page of a FIFO is a
@@ -260,31 +287,32 @@ ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_s
      * a lap's worth of them and two more, and the small ones find every
      * page warm too. */
     size_t lap = ((size_t)comm->params.slots + 1) * comm->ring_chunk_bytes;
-    int warm = (int)((lap + PROBE_BYTES - 1) / PROBE_BYTES) + 2;
-    ccl_status_t st = timed(comm, &seq, PROBE_BYTES, warm, 7, buf, &large);
+    int warm = (int)((lap + CCL__PROBE_BYTES - 1) / CCL__PROBE_BYTES) + 2;
+    ccl_status_t st = timed(comm, &seq, CCL__PROBE_BYTES, warm, 7, buf, &probe);
+    if (st == CCL_OK && large_bytes) st = timed(comm, &seq, large_bytes, 2, 7, buf, &slot);
     if (st == CCL_OK) st = timed(comm, &seq, 1, WARM_SMALL, 15, buf, &small);
     if (st == CCL_OK) {
         /* Figures are those of unshared cores (the model adds the handoffs
          * of oversubscription back), never below a quarter of what was seen. */
-        double seen = small / (n - 1), per_step = large / (n - 1);
+        double seen = small / (n - 1);
         double alpha = seen - ccl__cost_handoff_us(shape->oversub);
         if (alpha < seen / 4) alpha = seen / 4;
-        double moving = per_step > 2 * seen ? per_step - seen : per_step / 2;
         mine[0] = alpha;
-        mine[1] = ccl__cost_ring_speed(shape, fig, PROBE_BYTES, moving);
+        mine[1] = step_speed(shape, fig, CCL__PROBE_BYTES, probe / (n - 1), seen);
+        if (large_bytes) mine[2] = step_speed(shape, fig, (double)large_bytes, slot / (n - 1), seen);
         st = gather(comm, seq++, mine, all, sizeof mine);
     }
+    double *each = malloc(sizeof(double) * (size_t)n);
+    if (st == CCL_OK && !each) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
     if (st == CCL_OK) {
-        double *alphas = malloc(sizeof(double) * (size_t)n), *speeds = malloc(sizeof(double) * (size_t)n);
-        if (!alphas || !speeds) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
-        for (int r = 0; st == CCL_OK && r < n; r++) alphas[r] = all[2 * r], speeds[r] = all[2 * r + 1];
-        if (st == CCL_OK) {
-            out->alpha_us = ccl__tune_median(alphas, n);
-            out->bytes_per_us = ccl__tune_median(speeds, n);
+        double median[PROBED];
+        for (int k = 0; k < PROBED; k++) {
+            for (int r = 0; r < n; r++) each[r] = all[PROBED * r + k];
+            median[k] = ccl__tune_median(each, n);
         }
-        free(alphas), free(speeds);
+        *out = (struct ccl__link_figure){median[0], median[1], large_bytes ? (double)large_bytes : 0, median[2]};
     }
-    free(buf), free(all);
+    free(each), free(buf), free(all);
     return st;
 }
 
@@ -293,8 +321,11 @@ ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_s
 static void record_from(struct ccl__tuned_record *r, const struct ccl__figures *f) {
     memset(r, 0, sizeof *r);
     r->measured = f->measured;
-    for (int c = 0; c < CCL__NUM_LINKS; c++)
-        r->alpha_us[c] = (float)f->link[c].alpha_us, r->bytes_per_us[c] = (float)f->link[c].bytes_per_us;
+    for (int c = 0; c < CCL__NUM_LINKS; c++) {
+        const struct ccl__link_figure *l = &f->link[c];
+        r->alpha_us[c] = (float)l->alpha_us, r->bytes_per_us[c] = (float)l->bytes_per_us;
+        r->large_bytes[c] = (float)l->large_bytes, r->large_bytes_per_us[c] = (float)l->large_bytes_per_us;
+    }
     r->copy_bytes_per_us = (float)f->copy_bytes_per_us;
     r->reduce_bytes_per_us = (float)f->reduce_bytes_per_us;
 }
@@ -319,9 +350,10 @@ void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
 }
 
 /* Each class's slowest figure among the ranks that bring one (a ring goes
- * as fast as its slowest link), the median copy and reduce speed (each rank
- * measured its own core); defaults for the rest. Every rank has the same
- * records, so every rank computes the same figures. */
+ * as fast as its slowest link; of large points, the slowest step), the
+ * median copy and reduce speed (each rank measured its own core); defaults
+ * for the rest. Every rank has the same records, so every rank computes
+ * the same figures. */
 static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
     int n = comm->nranks;
     ccl__cost_defaults(f);
@@ -332,9 +364,13 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
         for (int c = 0; c < CCL__NUM_LINKS; c++) {
             if (!(t->measured >> c & 1u) || !alpha_ok(t->alpha_us[c]) || !speed_ok(t->bytes_per_us[c])) continue;
             struct ccl__link_figure *l = &f->link[c];
-            if (!(f->measured >> c & 1u)) *l = (struct ccl__link_figure){t->alpha_us[c], t->bytes_per_us[c]};
+            if (!(f->measured >> c & 1u)) *l = (struct ccl__link_figure){t->alpha_us[c], t->bytes_per_us[c], 0, 0};
             if (t->alpha_us[c] > l->alpha_us) l->alpha_us = t->alpha_us[c];
             if (t->bytes_per_us[c] < l->bytes_per_us) l->bytes_per_us = t->bytes_per_us[c];
+            double lb = t->large_bytes[c], ls = t->large_bytes_per_us[c];
+            if (lb > 0 && large_ok(lb, ls) &&
+                (l->large_bytes == 0 || lb / ls > l->large_bytes / l->large_bytes_per_us))
+                l->large_bytes = lb, l->large_bytes_per_us = ls;
             f->measured |= 1u << c;
         }
         if ((t->measured & CCL__FIG_LOCAL) && speed_ok(t->copy_bytes_per_us) && speed_ok(t->reduce_bytes_per_us) &&
@@ -349,6 +385,16 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
     free(copy), free(red);
 }
 
+#define NETWORK_LINKS ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
+
+/* ", 6.40 GB/s at 512 KiB steps" for a link with a large point, else "". */
+static const char *large_text(const struct ccl__link_figure *l, char *buf, size_t n) {
+    buf[0] = 0;
+    if (l->large_bytes > 0)
+        snprintf(buf, n, ", %.2f GB/s at %.0f KiB steps", l->large_bytes_per_us / 1e3, l->large_bytes / 1024);
+    return buf;
+}
+
 /* The class of the ring's links that holds it back: the slowest by
  * default figures at a probe-sized step. */
 static int slowest_class(unsigned links) {
@@ -358,7 +404,7 @@ static int slowest_class(unsigned links) {
     double worst_us = 0;
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
         if (!(links >> c & 1u)) continue;
-        double us = d.link[c].alpha_us + PROBE_BYTES / d.link[c].bytes_per_us;
+        double us = d.link[c].alpha_us + CCL__PROBE_BYTES / d.link[c].bytes_per_us;
         if (worst < 0 || us > worst_us) worst = c, worst_us = us;
     }
     return worst;
@@ -391,11 +437,20 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
     int probed = 0;
     if (c >= 0 && !(out->measured >> c & 1u)) {
         double t0 = ccl__now();
-        CCL_CHECK(ccl__tune_probe_ring(comm, shape, out, &out->link[c]));
+        /* A network link's large point, at the ring's slot (cost.h says
+         * why), where the model uses it: not where ranks share cores.
+         * Shared memory's steps cost their bytes at one rate (measured, 2
+         * ranks: 64 KiB 6 us, 128 KiB 11, 512 KiB 50). */
+        size_t slot = comm->ring_chunk_bytes;
+        int wanted = NETWORK_LINKS >> c & 1u && shape->oversub <= 1;
+        size_t large = wanted && slot > CCL__PROBE_BYTES && slot <= LARGE_MAX ? slot : 0;
+        CCL_CHECK(ccl__tune_probe_ring(comm, shape, out, large, &out->link[c]));
         out->measured |= 1u << c;
         probed = 1;
-        CCL_INFO(CCL__SUB_PLAN, comm->rank, "probed the ring's %s links in %.1f ms: alpha %.2f us, %.0f bytes/us",
-                 ccl__link_names[c], (ccl__now() - t0) * 1e3, out->link[c].alpha_us, out->link[c].bytes_per_us);
+        const struct ccl__link_figure *l = &out->link[c];
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "probed the ring's %s links in %.1f ms: alpha %.2f us, %.0f bytes/us%s",
+                 ccl__link_names[c], (ccl__now() - t0) * 1e3, l->alpha_us, l->bytes_per_us,
+                 large_text(l, (char[64]){0}, 64));
     }
     /* A probe of ranks that share cores times their crowding and a fresh
      * communicator's waits, not the link (measured here: 8 ranks on 2
@@ -413,8 +468,9 @@ void ccl__tune_describe(const struct ccl__figures *f, unsigned links, char *buf,
     buf[0] = 0;
     for (int c = 0; c < CCL__NUM_LINKS && o < n; c++)
         if (links >> c & 1u)
-            o += (size_t)snprintf(buf + o, n - o, "%s %.2f us %.2f GB/s (%s), ", ccl__link_names[c],
+            o += (size_t)snprintf(buf + o, n - o, "%s %.2f us %.2f GB/s%s (%s), ", ccl__link_names[c],
                                   f->link[c].alpha_us, f->link[c].bytes_per_us / 1e3,
+                                  large_text(&f->link[c], (char[64]){0}, 64),
                                   f->measured >> c & 1u ? "measured" : "default");
     if (o < n)
         snprintf(buf + o, n - o, "copy %.2f GB/s, reduce %.2f GB/s (%s)", f->copy_bytes_per_us / 1e3,

@@ -47,11 +47,12 @@ double ccl__tune_median(double *v, int n);
 
 /* Bytes per microsecond of memcpy and of a float32 sum on this core. */
 void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per_us);
-/* The ring's step: alpha (a 1-byte all-gather) and bandwidth (64 KiB per
- * rank), the median over repetitions and then over ranks; every rank gets
- * the same two numbers. The bandwidth is read back through the model of
- * the job's shape, with fig's copy speed: that of unshared cores. */
+/* The ring's step: alpha (a 1-byte all-gather), bandwidth (CCL__PROBE_BYTES
+ * per rank) and, when large_bytes is not 0, the large point's bandwidth
+ * (large_bytes per rank), the median over repetitions and then over ranks;
+ * every rank gets the same figure. Bandwidths are read back through the
+ * model of the job's shape, with fig's copy speed: that of unshared cores. */
 ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_shape *shape,
-                                  const struct ccl__figures *fig, struct ccl__link_figure *out);
+                                  const struct ccl__figures *fig, size_t large_bytes, struct ccl__link_figure *out);
 
 #endif
