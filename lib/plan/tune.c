@@ -386,6 +386,7 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
 }
 
 #define NETWORK_LINKS ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
+#define LARGE_PROBE_RANKS 16 /* the most ranks whose probe measures a large point: 17 slots of buffer, 15 steps */
 
 /* ", 6.40 GB/s at 512 KiB steps" for a link with a large point, else "". */
 static const char *large_text(const struct ccl__link_figure *l, char *buf, size_t n) {
@@ -440,9 +441,12 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
         /* A network link's large point, at the ring's slot (cost.h says
          * why), where the model uses it: not where ranks share cores.
          * Shared memory's steps cost their bytes at one rate (measured, 2
-         * ranks: 64 KiB 6 us, 128 KiB 11, 512 KiB 50). */
+         * ranks: 64 KiB 6 us, 128 KiB 11, 512 KiB 50). Its all-gathers
+         * hold a slot per rank: in a big job they would take the probe past
+         * its bounds (time, and memory), and any smaller job on the same
+         * links measures the same point. */
         size_t slot = comm->ring_chunk_bytes;
-        int wanted = NETWORK_LINKS >> c & 1u && shape->oversub <= 1;
+        int wanted = NETWORK_LINKS >> c & 1u && shape->oversub <= 1 && comm->nranks <= LARGE_PROBE_RANKS;
         size_t large = wanted && slot > CCL__PROBE_BYTES && slot <= LARGE_MAX ? slot : 0;
         CCL_CHECK(ccl__tune_probe_ring(comm, shape, out, large, &out->link[c]));
         out->measured |= 1u << c;
