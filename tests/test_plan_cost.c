@@ -665,6 +665,7 @@ START_TEST(bad_file_in_a_job) {
     if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
         ck_assert_msg(f.measured >> CCL__LINK_NUMA & 1u, "the replaced file has no numa figure");
         ck_assert(f.link[CCL__LINK_NUMA].alpha_us < 99999);
+        ck_assert_msg(f.link[CCL__LINK_NUMA].large_bytes == 0, "shared memory has a large point"); /* a line */
     } else {
         fprintf(stderr, "[plan] one CPU here: the job's ranks share it, and the file keeps no numa figure\n");
     }
@@ -693,6 +694,33 @@ START_TEST(bad_file_in_a_job) {
     ck_assert_msg((self.tuned.measured & 0xffffu) == 0, "links taken from a bad file: %#x", self.tuned.measured);
     ck_assert_msg(self.tuned.copy_bytes_per_us != 1.5f, "the foreign machine's copy speed was taken");
     unlink(path);
+}
+END_TEST
+
+/* A job of ranks on TCP, each its own host, probes the link's large
+ * point at the 512 KiB slot and keeps it (shared memory's probe has none:
+ * bad_file_in_a_job). Two ranks, on CPUs of their own where there are
+ * two: where they share one, the file keeps no link figure. */
+START_TEST(large_point_probed) {
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
+        fprintf(stderr, "[plan] one CPU here: the ranks share it, and the file keeps no link figure\n");
+        return;
+    }
+    char dir[] = "/tmp/ccl-tune-XXXXXX", path[64], env[128], why[200];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tuning", dir);
+    snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
+    struct harness_run tcp = {.nranks = 2, .transport = "tcp", .host_per_rank = 1, .env = env, .body = body_sum};
+    util_run_clean(&tcp, 0, "2 ranks over TCP");
+    struct ccl__figures f;
+    ck_assert_msg(read_back(path, &f, why, sizeof why) == 1, "no file written: %s", why);
+    ck_assert_msg(f.measured >> CCL__LINK_TCP & 1u, "the file has no tcp figure");
+    const struct ccl__link_figure *l = &f.link[CCL__LINK_TCP];
+    ck_assert_msg(l->large_bytes == 512 << 10, "tcp's large point at %.0f bytes", l->large_bytes);
+    ck_assert_msg(l->large_bytes_per_us >= 1, "tcp's large point at %.1f bytes/us", l->large_bytes_per_us);
+    unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -746,6 +774,7 @@ static Suite *suite(void) {
     tc = tcase_create("crowded_probe");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, crowded_probe_not_kept);
+    tcase_add_test(tc, large_point_probed);
     suite_add_tcase(s, tc);
     return s;
 }
