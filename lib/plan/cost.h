@@ -32,12 +32,13 @@ int ccl__link_by_name(const char *name);
  * ring step), in bytes per microsecond per rank, measured with steps of
  * CCL__PROBE_BYTES. A network link has a second point: a step of
  * large_bytes (its slot, the largest message it sends whole) at
- * large_bytes_per_us. A message past the loopback MTU costs the kernel
- * more than its bytes at the small steps' rate (measured, 2 ranks over
- * TCP: steps of 32 KiB 13-19 us, of 64 KiB 26-34, of 512 KiB 88-131, so
- * the line through the small steps puts 512 KiB at 200 us and a step of
- * two 256 KiB messages at the price of one 512 KiB one, where the one
- * message is 10-40% faster). large_bytes 0: bytes_per_us at every size. */
+ * large_bytes_per_us, for a step's time is not a line in its bytes there.
+ * Measured, 2 ranks over loopback TCP: steps of 32 KiB took 13-19 us, of
+ * 64 KiB 26-34, of 512 KiB 88-131. Past 64 KiB a byte costs a third of
+ * what it did below, and the line through the small steps puts 512 KiB at
+ * 200 us and the ring's two messages of 256 KiB at the price of recursive
+ * doubling's one of 512 KiB, which is 10-40% faster. large_bytes 0:
+ * bytes_per_us at every size. */
 struct ccl__link_figure {
     double alpha_us, bytes_per_us;
     double large_bytes, large_bytes_per_us;
