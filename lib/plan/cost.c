@@ -88,8 +88,6 @@ struct model {
     size_t chosen; /* out: the chunk the prediction runs with */
 };
 
-#define NETWORK ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
-
 /* What a byte received from a rank on the same core costs that core, in
  * bytes over a shared-memory link of speed bytes_per_us: two copies in its
  * own cache (out of the sender, into the receiver), never more than a
@@ -116,7 +114,7 @@ static double core_factor(const struct ccl__job_shape *j, const struct ccl__figu
  * adapter's share alone predicted 16 ms). */
 static double load(const struct model *m, int c, int share, struct ccl__core_load core) {
     if (c == CCL__LINK_TCP) return fmax(share, m->j->oversub);
-    return NETWORK >> c & 1u ? share : core_factor(m->j, m->f, core, m->f->link[c].bytes_per_us);
+    return CCL__NETWORK_LINKS >> c & 1u ? share : core_factor(m->j, m->f, core, m->f->link[c].bytes_per_us);
 }
 
 static const struct ccl__core_load UNKNOWN_CORES = {0, 0};

@@ -22,6 +22,8 @@ enum ccl__link_class {
     CCL__NUM_LINKS
 };
 extern const char *const ccl__link_names[CCL__NUM_LINKS];
+/* The classes that cross a network adapter (its share, a large point). */
+#define CCL__NETWORK_LINKS ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
 int ccl__link_by_name(const char *name);
 
 /* The size of the steps a link's bandwidth is measured with. */

@@ -385,7 +385,6 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
     free(copy), free(red);
 }
 
-#define NETWORK_LINKS ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
 #define LARGE_PROBE_RANKS 16 /* the most ranks whose probe measures a large point: 17 slots of buffer, 15 steps */
 
 /* ", 6.40 GB/s at 512 KiB steps" for a link with a large point, else "". */
@@ -446,7 +445,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
          * its bounds (time, and memory), and any smaller job on the same
          * links measures the same point. */
         size_t slot = comm->ring_chunk_bytes;
-        int wanted = NETWORK_LINKS >> c & 1u && shape->oversub <= 1 && comm->nranks <= LARGE_PROBE_RANKS;
+        int wanted = CCL__NETWORK_LINKS >> c & 1u && shape->oversub <= 1 && comm->nranks <= LARGE_PROBE_RANKS;
         size_t large = wanted && slot > CCL__PROBE_BYTES && slot <= LARGE_MAX ? slot : 0;
         CCL_CHECK(ccl__tune_probe_ring(comm, shape, out, large, &out->link[c]));
         out->measured |= 1u << c;
