@@ -27,12 +27,23 @@ for v in v0 v1; do
   echo "rdma-suite: $v steers received flows to CPUs $(cat "/sys/class/net/$v/queues/rx-0/rps_cpus")"
 done
 fails=0
+# Soft-RoCE's own counters, summed over both devices, so that a failure
+# says whether the adapters saw packets out of order or went back and
+# resent (the cable tests make them retry on purpose).
+rxe_count() {
+  cat /sys/class/infiniband/*/ports/*/hw_counters/"$1" 2>/dev/null | awk '{s += $1} END {print s + 0}'
+}
+rxe_counts() { echo "$(rxe_count out_of_seq_request) $(rxe_count completer_retry_err) $(rxe_count retry_exceeded_err)"; }
 run() { # name, then the command
   name=$1
   shift
   start=$(date +%s)
+  before=$(rxe_counts)
   if "$@"; then r=passed; else r=FAILED; fails=$((fails + 1)); fi
-  echo "rdma-suite: $name $r in $(($(date +%s) - start)) s"
+  took=$(($(date +%s) - start))
+  set -- $before $(rxe_counts)
+  echo "rdma-suite: $name $r in $took s (soft-RoCE: $(($4 - $1)) out of sequence, $(($5 - $2)) retries," \
+    "$(($6 - $3)) queue pairs out of retries)"
 }
 # CCL_TEST_CABLE: the interface under rxe1, which test_transport_ib takes
 # down (cable_pulled) or makes drop every packet (link_silent) once both
