@@ -9,18 +9,11 @@ export CCL_TEST_MATRIX=ib CCL_TEST_IB_HCAS=rxe0,rxe1
 # The guest sees this machine's files read-only: no tuning file to keep.
 export CCL_TUNING_FILE=none
 ibv_devices
-# A real RoCE link delivers a queue pair's packets in order; the VM's veth
-# pair does not. A veth hands each packet to the receive queue of the CPU
-# that sends it, and soft-RoCE sends a queue pair's packets from whichever
-# vCPU runs its requester at the time (the rank's own, or the one where an
-# acknowledgement arrived). The receiver then sees gaps, answers with a
-# sequence-error NAK, and the sender goes back and resends: 20 all_to_all
-# matrices over ib counted 288 such packets and 235 retries, and one CI run
-# failed a queue pair with "transport retry counter exceeded" against a
-# healthy peer. Steering each flow to one vCPU's queue (RPS) restores the
-# order (10 matrices: none out of order, 7 retries, all from timeouts).
-# It costs speed (2-rank all-reduce 1.6x slower), which is why the VM does
-# not do it for benchmarks.
+# A RoCE link delivers a queue pair's packets in order; the VM's veth pair
+# does not, and soft-RoCE answers each gap with a NAK and a resend, which
+# once failed a queue pair against a healthy peer. RPS steers each received
+# flow to one vCPU and restores the order (docs/design.md, the ib retries:
+# measured there, and why benchmarks keep the VM's default).
 cpus=$(nproc)
 for v in v0 v1; do
   printf '%x\n' $(((1 << cpus) - 1)) >"/sys/class/net/$v/queues/rx-0/rps_cpus"

@@ -14,6 +14,9 @@
 # devices, rxe0 on v0 and rxe1 on v1; give ranks on different simulated
 # hosts different devices (CCL_IB_HCA) and RDMA traffic crosses the pair.
 # netem is loaded, so a test can make a link drop packets (tc qdisc).
+# The pair is lossless but may reorder a queue pair's packets (each is
+# queued on the vCPU that sends it); tests/rdma_suite.sh turns on RPS for
+# in-order delivery, benchmarks keep this default (docs/design.md says why).
 #
 # Exit status: COMMAND's; 77 when no VM can run here (no qemu, no kernel
 # package: the reason is printed); 125 when the guest did not finish.
