@@ -56,6 +56,24 @@ START_TEST(fixed_when_it_may_not_adapt) {
 }
 END_TEST
 
+START_TEST(ceiling_follows_slow_links) {
+    /* fast links (a 128 KiB chunk in tens of microseconds): the 2 ms stays */
+    ck_assert_double_eq(ccl__wait_yield_ceiling(MAX, BASE, 30.0), MAX);
+    ck_assert_double_eq(ccl__wait_yield_ceiling(MAX, BASE, 500.0), MAX);
+    /* soft-RoCE's 2.7 ms chunk: four of them */
+    ck_assert_double_eq_tol(ccl__wait_yield_ceiling(MAX, BASE, 2700.0), 10.8e-3, 1e-12);
+    /* a link slower still: never past 50 ms */
+    ck_assert_double_eq_tol(ccl__wait_yield_ceiling(MAX, BASE, 1e6), 50e-3, 1e-12);
+    /* no figure: unchanged */
+    ck_assert_double_eq(ccl__wait_yield_ceiling(MAX, BASE, 0.0), MAX);
+    /* a yield that does not adapt stays fixed, however slow the link */
+    ck_assert_double_eq(ccl__wait_yield_ceiling(BASE, BASE, 2700.0), BASE);
+    /* and the grown ceiling is one the adaptation reaches */
+    double top = ccl__wait_yield_ceiling(MAX, BASE, 2700.0);
+    ck_assert_double_eq_tol(ccl__wait_next_yield(BASE, BASE, top, 1, 2.7e-3), 5.4e-3, 1e-12);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("wait");
     TCase *tc = tcase_create("yield");
@@ -63,6 +81,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, long_sleep_shortens);
     tcase_add_test(tc, awake_stretches_decay_to_base);
     tcase_add_test(tc, fixed_when_it_may_not_adapt);
+    tcase_add_test(tc, ceiling_follows_slow_links);
     suite_add_tcase(s, tc);
     return s;
 }
