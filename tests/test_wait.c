@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "harness.h"
+#include "plan/plan.h"
 #include "prims/wait.h"
 
 #define BASE 200e-6
@@ -58,18 +59,18 @@ END_TEST
 
 START_TEST(ceiling_follows_slow_links) {
     /* fast links (a 128 KiB chunk in tens of microseconds): the 2 ms stays */
-    ck_assert_double_eq(ccl__wait_yield_ceiling(MAX, BASE, 30.0), MAX);
-    ck_assert_double_eq(ccl__wait_yield_ceiling(MAX, BASE, 500.0), MAX);
+    ck_assert_double_eq(ccl__plan_yield_ceiling(MAX, BASE, 30.0), MAX);
+    ck_assert_double_eq(ccl__plan_yield_ceiling(MAX, BASE, 500.0), MAX);
     /* soft-RoCE's 2.7 ms chunk: four of them */
-    ck_assert_double_eq_tol(ccl__wait_yield_ceiling(MAX, BASE, 2700.0), 10.8e-3, 1e-12);
+    ck_assert_double_eq_tol(ccl__plan_yield_ceiling(MAX, BASE, 2700.0), 10.8e-3, 1e-12);
     /* a link slower still: never past 50 ms */
-    ck_assert_double_eq_tol(ccl__wait_yield_ceiling(MAX, BASE, 1e6), 50e-3, 1e-12);
+    ck_assert_double_eq_tol(ccl__plan_yield_ceiling(MAX, BASE, 1e6), 50e-3, 1e-12);
     /* no figure: unchanged */
-    ck_assert_double_eq(ccl__wait_yield_ceiling(MAX, BASE, 0.0), MAX);
+    ck_assert_double_eq(ccl__plan_yield_ceiling(MAX, BASE, 0.0), MAX);
     /* a yield that does not adapt stays fixed, however slow the link */
-    ck_assert_double_eq(ccl__wait_yield_ceiling(BASE, BASE, 2700.0), BASE);
+    ck_assert_double_eq(ccl__plan_yield_ceiling(BASE, BASE, 2700.0), BASE);
     /* and the grown ceiling is one the adaptation reaches */
-    double top = ccl__wait_yield_ceiling(MAX, BASE, 2700.0);
+    double top = ccl__plan_yield_ceiling(MAX, BASE, 2700.0);
     ck_assert_double_eq_tol(ccl__wait_next_yield(BASE, BASE, top, 1, 2.7e-3), 5.4e-3, 1e-12);
 }
 END_TEST

@@ -153,6 +153,11 @@ static double shared_step(const struct model *m, unsigned set, double bytes, int
 
 static double step(const struct model *m, unsigned set, double bytes) { return shared_step(m, set, bytes, 1); }
 
+double ccl__cost_step_us(const struct ccl__job_shape *j, const struct ccl__figures *f, unsigned links, double bytes) {
+    const struct model m = {.j = j, .f = f};
+    return step(&m, links, bytes);
+}
+
 /* A step of the ring, of recursive doubling's k-th exchange, of Bruck's. */
 static double ring_step(const struct model *m, double bytes) {
     return core_step(m, m->j->ring_links, bytes, 1, m->j->ring_core);

@@ -130,6 +130,10 @@ void ccl__cost_shape(struct ccl__job_shape *out, int n, const uint8_t *cls, cons
  * shape with these copy figures (the probe's reading of its own ring). */
 double ccl__cost_ring_speed(const struct ccl__job_shape *j, const struct ccl__figures *f, double bytes, double us);
 
+/* One step's time: `bytes` over the slowest link of `links`, alpha and
+ * handoffs included, one rank of a host on its adapter. */
+double ccl__cost_step_us(const struct ccl__job_shape *j, const struct ccl__figures *f, unsigned links, double bytes);
+
 /* Predicted microseconds for algo (enum ccl__algo_id) to run a call of
  * kind (enum ccl__op_kind) whose per-rank piece is bytes (all-reduce,
  * broadcast and reduce: the buffer; reduce-scatter: a block; all-gather:

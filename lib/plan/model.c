@@ -4,7 +4,6 @@
  * rank holds alike (tune.c), so every rank picks the same algorithm for a
  * call without a word exchanged.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +12,6 @@
 #include "plan/cost.h"
 #include "plan/plan.h"
 #include "plan/tune.h"
-#include "prims/wait.h"
 
 struct ccl__cost_state {
     struct ccl__job_shape shape;
@@ -88,23 +86,6 @@ int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, 
     return ok ? 0 : -1;
 }
 
-/* Lets waits learn to yield through a chunk's time over the slowest link
- * this rank's communicator uses (prims/wait.h says why). */
-static void fit_waits_to_links(struct ccl_comm *comm, const struct ccl__cost_state *s) {
-    unsigned links = s->shape.ring_links | s->shape.all_links;
-    double chunk_us = 0;
-    for (int c = 0; c < CCL__NUM_LINKS; c++)
-        if (links >> c & 1u)
-            chunk_us = fmax(chunk_us, s->fig.link[c].alpha_us +
-                                          ccl__cost_link_bytes_us(&s->fig.link[c], (double)comm->ring_chunk_bytes));
-    double was = comm->yield_max_s;
-    comm->yield_max_s = ccl__wait_yield_ceiling(was, comm->yield_base_s, chunk_us);
-    if (comm->yield_max_s > was)
-        CCL_INFO(CCL__SUB_PLAN, comm->rank,
-                 "a %zu-byte chunk takes %.0f us over the slowest link: waits may learn to yield up to %.0f us",
-                 comm->ring_chunk_bytes, chunk_us, comm->yield_max_s * 1e6);
-}
-
 ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     struct ccl__cost_state *s = calloc(1, sizeof(*s));
     if (!s) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
@@ -117,7 +98,10 @@ ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     s->shape.any_chunk = comm->chunk_bytes;
     s->shape.window_area = comm->windows ? ccl__direct_area(comm->window_bytes) : 0;
     CCL_CHECK(ccl__tune_figures(comm, &s->shape, &s->fig));
-    fit_waits_to_links(comm, s);
+    /* Waits may learn to yield through a chunk's step over the slowest link (plan.h). */
+    ccl__plan_waiting_links(comm, comm->ring_chunk_bytes,
+                            ccl__cost_step_us(&s->shape, &s->fig, s->shape.ring_links | s->shape.all_links,
+                                              (double)comm->ring_chunk_bytes));
     if (comm->rank == 0 && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_PLAN)) {
         char line[512];
         ccl__tune_describe(&s->fig, s->shape.ring_links | s->shape.all_links, line, sizeof line);

@@ -1,6 +1,7 @@
 /* Transport per peer, ring order, algorithm per call. */
 #include "plan/plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,4 +274,21 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
     CCL_INFO(CCL__SUB_PLAN, comm->rank,
              "%d ranks on this machine, %ld CPUs to use: waits spin %.0f us, yield %.0f us (up to %.0f as waits teach)",
              local, threads, comm->spin_s * 1e6, comm->yield_s * 1e6, comm->yield_max_s * 1e6);
+}
+
+#define YIELD_CEILING_CHUNKS 4   /* chunks of the slowest link a learnt yield may cover */
+#define YIELD_CEILING_MAX_S 50e-3 /* and never more: past it, sleeping costs little in comparison */
+
+double ccl__plan_yield_ceiling(double max_s, double base_s, double chunk_us) {
+    if (max_s <= base_s || !(chunk_us > 0)) return max_s;
+    return fmax(max_s, fmin(YIELD_CEILING_CHUNKS * chunk_us * 1e-6, YIELD_CEILING_MAX_S));
+}
+
+void ccl__plan_waiting_links(struct ccl_comm *comm, size_t chunk_bytes, double chunk_us) {
+    double was = comm->yield_max_s;
+    comm->yield_max_s = ccl__plan_yield_ceiling(was, comm->yield_base_s, chunk_us);
+    if (comm->yield_max_s > was)
+        CCL_INFO(CCL__SUB_PLAN, comm->rank,
+                 "a %zu-byte chunk takes %.0f us over the slowest link: waits may learn to yield up to %.0f us",
+                 chunk_bytes, chunk_us, comm->yield_max_s * 1e6);
 }

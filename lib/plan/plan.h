@@ -92,6 +92,19 @@ int ccl__plan_pin_slot(int index, int nlocal, int ncores, int npus, int *slot, i
  * steals the time of the rank it waits for, so waits yield at once. */
 void ccl__plan_waiting(struct ccl_comm *comm);
 
+/* How far the yield may learn to grow, given the time one chunk takes over
+ * the communicator's slowest link (chunk_us): max_s, or four such chunks
+ * where that is longer (at most 50 ms). Over a slow link a wait for one
+ * chunk outlasts the 2 ms a yield may otherwise reach, so every such wait
+ * slept and its rank woke late. Over soft-RoCE in the test VM (128 KiB in
+ * 2.9 ms, so up to 11.7 ms), 2-rank all-reduce at 1 MiB, 10 rounds
+ * alternating with the 2 ms ceiling over two boots: median 21.97 ms
+ * against 22.29, rounds above 23 ms 1 against 4. Where the yield does not
+ * adapt (max_s == base_s) it stays fixed. */
+double ccl__plan_yield_ceiling(double max_s, double base_s, double chunk_us);
+/* Once the model knows the links: applies that ceiling to this rank's waits. */
+void ccl__plan_waiting_links(struct ccl_comm *comm, size_t chunk_bytes, double chunk_us);
+
 /* CCL_BIND=core: pins the calling thread to one of the cores it may use,
  * the i-th for the i-th rank of this machine (a hardware thread each when
  * cores are too few, round robin when those are too). Unpinned, the

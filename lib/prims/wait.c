@@ -71,14 +71,6 @@ double ccl__wait_next_yield(double yield_s, double base_s, double max_s, int sle
     return fmax(base_s, yield_s / 2);
 }
 
-#define YIELD_CEILING_CHUNKS 4   /* chunks of the slowest link a learnt yield may cover */
-#define YIELD_CEILING_MAX_S 50e-3 /* and never more: past it, sleeping costs little in comparison */
-
-double ccl__wait_yield_ceiling(double max_s, double base_s, double chunk_us) {
-    if (max_s <= base_s || !(chunk_us > 0)) return max_s;
-    return fmax(max_s, fmin(YIELD_CEILING_CHUNKS * chunk_us * 1e-6, YIELD_CEILING_MAX_S));
-}
-
 static void waiter_learn(struct ccl__waiter *w, double now) {
     struct ccl_comm *c = w->comm;
     c->yield_s = ccl__wait_next_yield(c->yield_s, c->yield_base_s, c->yield_max_s, w->slept, now - w->idle_since);

@@ -44,17 +44,6 @@ void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c);
  * little, so that one slow wake does not keep a rank yielding for long. */
 double ccl__wait_next_yield(double yield_s, double base_s, double max_s, int slept, double stretch_s);
 
-/* How far the yield may learn to grow, given the time one chunk takes over
- * the communicator's slowest link (chunk_us): max_s, or four such chunks
- * where that is longer (at most 50 ms). Over a slow link a wait for one
- * chunk outlasts the 2 ms a yield may otherwise reach, so every such wait
- * slept and its rank woke late. Over soft-RoCE in the test VM (128 KiB in
- * 2.9 ms, so up to 11.7 ms), 2-rank all-reduce at 1 MiB, 10 rounds
- * alternating with the 2 ms ceiling over two boots: median 21.97 ms
- * against 22.29, rounds above 23 ms 1 against 4. Where the yield does not
- * adapt (max_s == base_s) it stays fixed. */
-double ccl__wait_yield_ceiling(double max_s, double base_s, double chunk_us);
-
 /* Rings every peer's bell (the transport's wake): after publishing
  * something peers may wait on outside any FIFO (a direct-path window). */
 void ccl__wake_peers(struct ccl_comm *comm);
