@@ -283,7 +283,7 @@ static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pu
             if (st == CCL_OK) {
                 struct ccl__slot_meta m = frame_meta(c->rank, p->sent, slot);
                 fill(p->caller_mem ? p->out : buf, m.bytes, c->rank, p->sent);
-                st = p->caller_mem ? tcp->send_commit_from(cn, &m, p->out) : tcp->send_commit(cn, &m);
+                st = p->caller_mem ? tcp->send_commit_from(cn, &m, p->out, NULL) : tcp->send_commit(cn, &m);
                 /* what the transport kept, it copied: the caller's memory is free again */
                 if (p->caller_mem) memset(p->out, 0xa5, m.bytes);
                 if (st < 0) return st;
@@ -473,7 +473,7 @@ static void send_big_from_caller(struct rank_ctx *c, struct ccl__conn *cn, uint8
     struct ccl__slot_meta m = frame_meta(0, i, BIG_FRAME);
     m.bytes = bytes;
     fill(out, bytes, 0, i);
-    EXPECT_OK(&c->t, tcp->send_commit_from(cn, &m, out));
+    EXPECT_OK(&c->t, tcp->send_commit_from(cn, &m, out, NULL));
     memset(out, 0xa5, bytes);
 }
 

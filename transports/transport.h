@@ -88,6 +88,10 @@ struct ccl__transport {
      * m->bytes of payload at `payload` (host memory the caller may change
      * once this returns) instead of in the slot: the transport writes what
      * it can straight from there and copies only the rest into the slot.
+     * reg: where the transport needs registered memory (reg below), the
+     * handle of a registration covering the payload, else NULL. Such a
+     * transport's adapter reads the payload after this returns: the caller
+     * keeps it unchanged until flushed() (prims/step.c sees to it).
      * recv_into: the caller wants the next frame, if it carries `bytes`
      * of payload, at buf (host memory); when that frame has not begun
      * arriving yet, the transport reads it there instead of into a slot,
@@ -96,7 +100,8 @@ struct ccl__transport {
      * because the communicator failed); a frame already partly read into
      * the caller's memory then fails the connection, since its bytes are
      * gone with that memory. */
-    ccl_status_t (*send_commit_from)(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *payload);
+    ccl_status_t (*send_commit_from)(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *payload,
+                                     void *reg);
     ccl_status_t (*recv_into)(struct ccl__conn *c, void *buf, size_t bytes);
     /* Moves staged bytes (stream transports); *moved != 0 if anything moved. */
     ccl_status_t (*progress)(struct ccl__conn *c, int *moved);

@@ -20,6 +20,18 @@ struct batch_op {
     struct ccl__stream_link *link; /* a stream-ordered batch's stream, else NULL */
 };
 
+/* The algorithm, with the call's host buffers made known to the steps,
+ * which may send from them in place of slots (prims/caller_mem.c). */
+static ccl_status_t run_algo(struct ccl_comm *comm, ccl__algo_fn fn, const struct ccl__coll_args *a) {
+    if (a->mem != CCL__MEM_HOST || !comm->caller_mem) return fn(comm, a);
+    size_t smult, rmult, b = a->id.count * ccl_dtype_size(a->id.dtype);
+    ccl__coll_extent(comm, a, &smult, &rmult);
+    ccl__prims_call_bufs(comm, a->sendbuf, b * smult, a->recvbuf, b * rmult);
+    ccl_status_t st = fn(comm, a);
+    ccl__prims_call_bufs_end(comm);
+    return st;
+}
+
 /* Calls with nothing to move never reach an algorithm: every algorithm
  * may assume at least two ranks and (barrier aside) some data. */
 static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args *call) {
@@ -35,13 +47,13 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
     if (a.id.count == 0 && kind != CCL__K_BARRIER) return CCL_OK;
     ccl__algo_fn fn = ccl__plan_call(comm, &a);
     if (!fn) return ccl__comm_fail(comm, CCL_ERR_UNSUPPORTED);
-    if (!CCL__LOG_ON(CCL__LOG_TRACE, CCL__SUB_PLAN)) return fn(comm, &a);
+    if (!CCL__LOG_ON(CCL__LOG_TRACE, CCL__SUB_PLAN)) return run_algo(comm, fn, &a);
     /* CCL_DEBUG=TRACE: the model's prediction against this rank's time
      * (predicted only here: untraced calls never ask for it). */
     double predicted = ccl__plan_model_predict(comm, kind, a.plan.algo, a.id.count * ccl_dtype_size(a.id.dtype),
                                                a.plan.chunk_bytes);
     double t0 = ccl__now();
-    ccl_status_t st = fn(comm, &a);
+    ccl_status_t st = run_algo(comm, fn, &a);
     CCL_TRACE(CCL__SUB_PLAN, comm->rank, "%s #%u: %llu x %s: %s predicted %.3f us, measured %.1f us (chunk %zu)",
               ccl__op_kind_name(kind), a.id.seq, (unsigned long long)a.id.count, ccl_dtype_name(a.id.dtype),
               ccl__algo_names[a.plan.algo], predicted, (ccl__now() - t0) * 1e6, a.plan.chunk_bytes);

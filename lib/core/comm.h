@@ -48,6 +48,16 @@ struct ccl_comm {
     struct ccl__user_reg *user_regs;    /* ccl_comm_register's live handles (coll/register.c) */
     struct ccl__device_state *device;   /* CUDA staging and stream tickets (coll/device.c); NULL until used */
     int nstaged;
+    /* The running collective's host buffers and the registrations its
+     * steps made of them, to send from in place of slots (prims/step.c);
+     * set and let go around each collective (coll/batch.c). */
+    struct ccl__call_buf {
+        const void *buf;
+        size_t bytes;
+        struct ccl__reg *reg;
+        uint8_t tried;
+    } call_bufs[2];
+    uintptr_t reading_lo, reading_hi;   /* caller memory an adapter may still be reading (prims/step.c) */
 
     /* planner output */
     int *ring;                          /* [nranks]: ring position -> rank */

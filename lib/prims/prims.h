@@ -25,6 +25,8 @@
 
 #include "ccl.h"
 #include "core/comm.h"
+
+struct ccl__transport;
 #include "core/trace.h"
 #include "prims/compute.h"
 #include "reduce/reduce.h"
@@ -162,6 +164,7 @@ struct ccl__step_state {
     void *out[CCL__STEP_MAX_PEERS];
     const void *from; /* where the result already lies in the caller's memory, or NULL */
     unsigned direct;  /* bit i: send i commits straight from `from`, not from out[i] */
+    void *from_reg[CCL__STEP_MAX_PEERS]; /* for send i, the registration of `from` its transport needs */
     double t0, ta, tc; /* trace times: entered, acquired, computed */
 };
 /* Moves the step as far as it can now: CCL_OK when it has completed,
@@ -171,6 +174,23 @@ ccl_status_t ccl__step_try(struct ccl__prims *p, const struct ccl__step *s, stru
 /* A step left unfinished because the communicator failed: withdraws what
  * it asked of its connections (a receive into the caller's memory). */
 void ccl__step_abandon(struct ccl__prims *p, const struct ccl__step *s);
+
+/* The collective about to run sends from (sendbuf) and into (recvbuf):
+ * memory a transport that needs registrations may send from in place of
+ * its slots; ccl__prims_call_bufs_end lets their registrations go once
+ * the call is over. */
+void ccl__prims_call_bufs(struct ccl_comm *comm, const void *sendbuf, size_t send_bytes, const void *recvbuf,
+                          size_t recv_bytes);
+void ccl__prims_call_bufs_end(struct ccl_comm *comm);
+/* (prims/caller_mem.c, for the step) The handle of a registration with
+ * t covering [from, from + bytes) of the call's buffers, made now when it
+ * pays; NULL when the send goes through a slot. */
+void *ccl__prims_caller_reg(struct ccl_comm *comm, const struct ccl__transport *t, const void *from, size_t bytes);
+/* [from, from + bytes) went to an adapter that reads it later. */
+void ccl__prims_note_reading(struct ccl_comm *comm, const void *from, size_t bytes);
+/* A connection whose adapter may still read caller memory that a step
+ * writing [dst, dst + bytes) would change (the step waits on it), or NULL. */
+struct ccl__conn *ccl__prims_still_reading(struct ccl_comm *comm, const void *dst, size_t bytes);
 
 /* Waits until everything this rank sent has left the process (stream
  * transports): the end of every call. */

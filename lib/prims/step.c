@@ -150,6 +150,10 @@ static int receives_into_dst(const struct ccl__prims *p, const struct ccl__step 
 static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st,
                                 size_t bytes) {
     struct ccl_comm *comm = p->comm;
+    if (__builtin_expect(comm->reading_hi != 0, 0) && s->dst) {
+        struct ccl__conn *c = ccl__prims_still_reading(comm, s->dst, bytes);
+        if (c) return st->blocked = c, CCL_INPROGRESS;
+    }
     for (int i = 0; i < s->nrecv; i++) {
         struct ccl__conn *c = comm->conns[s->recv[i]];
         struct ccl__slot_meta m;
@@ -201,16 +205,21 @@ static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct
 
 /* Where the step's result lies in the caller's memory once computed (dst,
  * or the src a step only sends), and which sends may go from there: those
- * over a transport that copies out of the caller's memory itself. The
- * rest get their slot filled. */
+ * over a transport that copies out of the caller's memory itself, or
+ * reads it where it is registered (prims/caller_mem.c). The rest get
+ * their slot filled. */
 static void plan_direct_sends(const struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st,
                               size_t bytes) {
     st->direct = 0;
     st->from = NULL;
     if (!p->caller_mem || !bytes) return;
     st->from = s->dst ? s->dst : s->nrecv == 0 && s->div <= 1 ? s->src : NULL;
-    for (int i = 0; st->from && i < s->nsend; i++)
-        if (p->comm->conns[s->send[i]]->t->send_commit_from) st->direct |= 1u << i;
+    for (int i = 0; st->from && i < s->nsend; i++) {
+        const struct ccl__transport *t = p->comm->conns[s->send[i]]->t;
+        if (!t->send_commit_from) continue;
+        st->from_reg[i] = t->reg ? ccl__prims_caller_reg(p->comm, t, st->from, bytes) : NULL;
+        if (!t->reg || st->from_reg[i]) st->direct |= 1u << i;
+    }
 }
 
 /* Hands the step's copies and reductions to the compute engine. */
@@ -244,8 +253,10 @@ static ccl_status_t finish(struct ccl__prims *p, const struct ccl__step *s, cons
     struct ccl__slot_meta m = ccl__prims_stamp(p, bytes);
     for (int i = 0; i < s->nsend; i++) {
         struct ccl__conn *c = comm->conns[s->send[i]];
-        ccl_status_t r = st->direct >> i & 1 ? c->t->send_commit_from(c, &m, st->from) : c->t->send_commit(c, &m);
+        int direct = st->direct >> i & 1;
+        ccl_status_t r = direct ? c->t->send_commit_from(c, &m, st->from, st->from_reg[i]) : c->t->send_commit(c, &m);
         if (r < 0) return ccl__comm_fail(comm, r);
+        if (direct && st->from_reg[i]) ccl__prims_note_reading(comm, st->from, bytes);
         ccl__note_staged(comm, c);
     }
     return CCL_OK;

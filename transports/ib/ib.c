@@ -60,14 +60,24 @@ ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c) {
 }
 
 ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes) {
-    struct ibv_sge sge = {.addr = (uintptr_t)(c->send_fifo + slot * c->stride), .length = bytes,
-                          .lkey = c->send_mr->lkey};
+    return ccl__ib_post_write_from(c, kind, imm, slot, bytes, NULL, 0, NULL);
+}
+
+/* The slot's first `bytes` from our copy of it, then (when from_bytes)
+ * the rest from registered memory elsewhere: one write, landing whole in
+ * the peer's slot. */
+ccl_status_t ccl__ib_post_write_from(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes,
+                                     const void *from, uint32_t from_bytes, const struct ibv_mr *from_mr) {
+    struct ibv_sge sge[2] = {
+        {.addr = (uintptr_t)(c->send_fifo + slot * c->stride), .length = bytes, .lkey = c->send_mr->lkey},
+        {.addr = (uintptr_t)from, .length = from_bytes, .lkey = from_mr ? from_mr->lkey : 0}};
+    int nsge = (bytes ? 1 : 0) + (from_bytes ? 1 : 0);
     struct ibv_send_wr wr = {
         .wr_id = CCL__IB_WR_ID(kind, c->base.peer, 0),
-        .sg_list = bytes ? &sge : NULL,
-        .num_sge = bytes ? 1 : 0,
+        .sg_list = nsge ? (bytes ? sge : sge + 1) : NULL,
+        .num_sge = nsge,
         .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-        .send_flags = IBV_SEND_SIGNALED | (bytes && bytes <= c->max_inline ? IBV_SEND_INLINE : 0),
+        .send_flags = IBV_SEND_SIGNALED | (bytes && !from_bytes && bytes <= c->max_inline ? IBV_SEND_INLINE : 0),
         .imm_data = htonl(imm),
         .wr.rdma = {.remote_addr = c->remote_addr + slot * c->stride, .rkey = c->remote_rkey},
     };
@@ -77,6 +87,7 @@ ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, 
         return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a write to rank %d (%.64s): %s", c->base.peer, peer_host(c),
                          strerror(rc));
     c->sq_busy++;
+    c->from_posted += kind == CCL__IB_WR_DATA_FROM;
     return CCL_OK;
 }
 
@@ -122,7 +133,8 @@ static void send_owed_credits(struct ccl__ib_state *s, int moved, int now) {
 /* ---- completions ---- */
 
 static const char *wr_name(int kind) {
-    static const char *const names[] = {"?", "slot write", "credit", "receive", "zero-copy write", "grant", "notice"};
+    static const char *const names[] = {"?",     "slot write", "credit", "receive", "zero-copy write",
+                                        "grant", "notice",     "slot write from the caller's memory"};
     return kind >= 0 && kind < (int)(sizeof(names) / sizeof(names[0])) ? names[kind] : "?";
 }
 
@@ -194,8 +206,9 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
     if (kind == CCL__IB_WR_RECV) c->rq_posted--;
     else c->sq_busy--;
     if (wc->status != IBV_WC_SUCCESS) return wc_failed(c, wc);
-    if (kind == CCL__IB_WR_DATA) {
+    if (kind == CCL__IB_WR_DATA || kind == CCL__IB_WR_DATA_FROM) {
         c->send_done++;
+        c->from_done += kind == CCL__IB_WR_DATA_FROM;
         return CCL_OK;
     }
     if (kind == CCL__IB_WR_PUSH) {
@@ -316,7 +329,10 @@ static ccl_status_t ib_send_acquire(struct ccl__conn *base, size_t bytes, void *
     return CCL_OK;
 }
 
-static ccl_status_t ib_send_commit(struct ccl__conn *base, const struct ccl__slot_meta *m) {
+/* The slot send_acquire gave: its head (with our credits) and its
+ * payload, from the slot or from the caller's registered memory. */
+static ccl_status_t commit_slot(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *from,
+                                const struct ibv_mr *from_mr) {
     struct ccl__ib_conn *c = ib_conn(base);
     if (c->failed) return c->failed;
     if (c->sent - c->credits >= c->nslots || c->sent - c->send_done >= c->nslots || m->bytes > base->slot_bytes)
@@ -326,10 +342,29 @@ static ccl_status_t ib_send_commit(struct ccl__conn *base, const struct ccl__slo
     struct ccl__ib_slot_head head = {.meta = *m, .released = c->released};
     memcpy(c->send_fifo + slot * c->stride, &head, CCL__IB_HDR_BYTES);
     c->credit_sent = c->released; /* on their way with the slot */
-    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_DATA, CCL__IB_IMM(CCL__IB_IMM_SLOT, c->sent), slot,
-                                 (uint32_t)CCL__IB_HDR_BYTES + m->bytes));
+    uint32_t imm = CCL__IB_IMM(CCL__IB_IMM_SLOT, c->sent);
+    if (from && m->bytes)
+        CCL_CHECK(ccl__ib_post_write_from(c, CCL__IB_WR_DATA_FROM, imm, slot, (uint32_t)CCL__IB_HDR_BYTES, from,
+                                          m->bytes, from_mr));
+    else CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_DATA, imm, slot, (uint32_t)CCL__IB_HDR_BYTES + m->bytes));
     c->sent++;
     return CCL_OK;
+}
+
+static ccl_status_t ib_send_commit(struct ccl__conn *base, const struct ccl__slot_meta *m) {
+    return commit_slot(base, m, NULL, NULL);
+}
+
+/* Saves the copy into the slot where the payload is registered: the
+ * adapter gathers the head from the slot and the payload from where it
+ * lies. Unregistered, it is copied as send_commit's would be. */
+static ccl_status_t ib_send_commit_from(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *payload,
+                                        void *reg) {
+    if (!reg) {
+        struct ccl__ib_conn *c = ib_conn(base);
+        memcpy(c->send_fifo + (c->sent % c->nslots) * c->stride + CCL__IB_HDR_BYTES, payload, m->bytes);
+    }
+    return commit_slot(base, m, reg ? payload : NULL, reg);
 }
 
 static ccl_status_t ib_recv_acquire(struct ccl__conn *base, const void **buf, struct ccl__slot_meta *m) {
@@ -371,8 +406,10 @@ static ccl_status_t ib_progress(struct ccl__conn *base, int *moved) {
  * soft-RoCE: 2x). A write that fails later fails the connection, which
  * the next call on it reports; teardown waits for the last writes. */
 static int ib_flushed(struct ccl__conn *base) {
-    (void)base;
-    return 1;
+    /* Writes that read the caller's memory are the exception: the caller
+     * may change it once its call returns. */
+    const struct ccl__ib_conn *c = ib_conn(base);
+    return c->failed || c->from_done == c->from_posted;
 }
 
 /* Arms the completion queue, then looks once more: completions that came
@@ -450,6 +487,7 @@ const struct ccl__transport ccl__transport_ib = {
     .teardown = ccl__ib_teardown,
     .send_acquire = ib_send_acquire,
     .send_commit = ib_send_commit,
+    .send_commit_from = ib_send_commit_from,
     .recv_acquire = ib_recv_acquire,
     .recv_release = ib_recv_release,
     .progress = ib_progress,

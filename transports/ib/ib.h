@@ -140,7 +140,7 @@ struct ccl__ib_qp_info {
 
 /* wr_id: the peer in the high bits, what the request was in the low byte. */
 enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_PUSH = 4, CCL__IB_WR_GRANT = 5,
-       CCL__IB_WR_NOTICE = 6 };
+       CCL__IB_WR_NOTICE = 6, CCL__IB_WR_DATA_FROM = 7 /* a slot whose payload is read from the caller's memory */ };
 /* wr_id = length << 32 | peer << 8 | kind (a push's length counts on completion). */
 #define CCL__IB_WR_ID(kind, peer, len) (((uint64_t)(len) << 32) | ((uint64_t)(uint32_t)(peer) << 8) | (uint64_t)(kind))
 
@@ -161,6 +161,7 @@ struct ccl__ib_conn {
     /* Counters since set-up; slot n lives at n mod nslots on both sides. */
     uint64_t sent;        /* slots posted to the peer */
     uint64_t send_done;   /* of those, completed here (our copy is free again) */
+    uint64_t from_posted, from_done; /* of those, payloads read from the caller's memory: posted, completed */
     uint64_t credits;     /* slots the peer has released */
     uint64_t arrived;     /* slots the peer has written to us */
     uint64_t released;    /* of those, released by our caller */
@@ -247,6 +248,8 @@ ccl_status_t ccl__ib_zc_done(struct ccl__conn *c, int is_send);
 void ccl__ib_flush(struct ccl__ib_state *s, int healthy);
 /* Shared by ib.c and ib_zc.c. */
 ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes);
+ccl_status_t ccl__ib_post_write_from(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes,
+                                     const void *from, uint32_t from_bytes, const struct ibv_mr *from_mr);
 ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved);
 ccl_status_t ccl__ib_conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -89,8 +89,10 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     struct ibv_qp_init_attr qa = {
         .send_cq = s->cq,
         .recv_cq = s->cq,
-        /* one more each way: the failure notice (ccl__ib_poison) */
-        .cap = {.max_send_wr = c->sq_depth + 1, .max_recv_wr = c->sq_depth + 1, .max_send_sge = 1, .max_recv_sge = 1,
+        /* one more each way: the failure notice (ccl__ib_poison); two
+         * pieces to a write: a slot's head and a payload in the caller's
+         * memory */
+        .cap = {.max_send_wr = c->sq_depth + 1, .max_recv_wr = c->sq_depth + 1, .max_send_sge = 2, .max_recv_sge = 1,
                 .max_inline_data = CCL__IB_INLINE_BYTES},
         .qp_type = IBV_QPT_RC,
     };

@@ -201,7 +201,9 @@ static ccl_status_t tcp_send_commit(struct ccl__conn *base, const struct ccl__sl
  * caller's memory; only what the socket does not take now is copied into
  * the slot, to leave from there. Behind staged frames it is copied whole:
  * the stream's order is theirs first. */
-static ccl_status_t tcp_send_commit_from(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *payload) {
+static ccl_status_t tcp_send_commit_from(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *payload,
+                                         void *reg) {
+    (void)reg; /* sockets read the caller's memory as it is */
     struct ccl__tcp_conn *c = tcp_conn(base);
     uint8_t *slot = NULL;
     ccl_status_t st = stage_frame(c, m, &slot);
