@@ -91,7 +91,7 @@ struct ccl__transport {
      * reg: where the transport needs registered memory (reg below), the
      * handle of a registration covering the payload, else NULL. Such a
      * transport's adapter reads the payload after this returns: the caller
-     * keeps it unchanged until flushed() (prims/step.c sees to it).
+     * keeps it unchanged until flushed() (prims/caller_mem.c sees to it).
      * recv_into: the caller wants the next frame, if it carries `bytes`
      * of payload, at buf (host memory); when that frame has not begun
      * arriving yet, the transport reads it there instead of into a slot,

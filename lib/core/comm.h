@@ -56,8 +56,9 @@ struct ccl_comm {
         size_t bytes;
         struct ccl__reg *reg;
         uint8_t tried;
+        uintptr_t reading_lo, reading_hi; /* what an adapter may still be reading of it, or 0, 0 */
     } call_bufs[2];
-    uintptr_t reading_lo, reading_hi;   /* caller memory an adapter may still be reading (prims/step.c) */
+    uint8_t reading;                    /* some call_bufs[].reading_hi is set */
 
     /* planner output */
     int *ring;                          /* [nranks]: ring position -> rank */

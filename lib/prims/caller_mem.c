@@ -26,7 +26,7 @@ void ccl__prims_call_bufs_end(struct ccl_comm *comm) {
         if (comm->call_bufs[k].reg) ccl__reg_put(comm, comm->call_bufs[k].reg);
         comm->call_bufs[k] = (struct ccl__call_buf){0};
     }
-    comm->reading_lo = comm->reading_hi = 0;
+    comm->reading = 0;
 }
 
 /* Registering pays where the buffer is registered already (pinned by
@@ -62,15 +62,33 @@ void *ccl__prims_caller_reg(struct ccl_comm *comm, const struct ccl__transport *
     return NULL;
 }
 
+static int holds(const struct ccl__call_buf *b, uintptr_t lo, size_t bytes) {
+    uintptr_t at = (uintptr_t)b->buf;
+    return b->buf && lo >= at && lo + bytes <= at + b->bytes;
+}
+
+/* Kept per buffer: a ring's steps write one buffer while reading the
+ * other, and a range spanning both would cover the gap between them. */
 void ccl__prims_note_reading(struct ccl_comm *comm, const void *from, size_t bytes) {
     uintptr_t lo = (uintptr_t)from, hi = lo + bytes;
-    if (!comm->reading_hi || lo < comm->reading_lo) comm->reading_lo = lo;
-    if (hi > comm->reading_hi) comm->reading_hi = hi;
+    for (int k = 0; k < 2; k++) {
+        struct ccl__call_buf *b = &comm->call_bufs[k];
+        if (!holds(b, lo, bytes)) continue;
+        if (!b->reading_hi || lo < b->reading_lo) b->reading_lo = lo;
+        if (hi > b->reading_hi) b->reading_hi = hi;
+        comm->reading = 1;
+        return;
+    }
 }
 
 struct ccl__conn *ccl__prims_still_reading(struct ccl_comm *comm, const void *dst, size_t bytes) {
     uintptr_t d = (uintptr_t)dst;
-    if (!comm->reading_hi || !d || !bytes || d >= comm->reading_hi || d + bytes <= comm->reading_lo) return NULL;
+    int overlaps = 0;
+    for (int k = 0; k < 2 && d && bytes; k++) {
+        const struct ccl__call_buf *b = &comm->call_bufs[k];
+        overlaps |= b->reading_hi && d < b->reading_hi && d + bytes > b->reading_lo;
+    }
+    if (!overlaps) return NULL;
     for (int i = 0; i < comm->nstaged; i++) {
         struct ccl__conn *c = comm->staged[i];
         if (!c->t->reg || !c->t->send_commit_from || c->t->flushed(c)) continue;
@@ -78,6 +96,8 @@ struct ccl__conn *ccl__prims_still_reading(struct ccl_comm *comm, const void *ds
         /* a failure is the wait's to report, on this connection */
         if (c->t->progress(c, &moved) < 0 || !c->t->flushed(c)) return c;
     }
-    comm->reading_lo = comm->reading_hi = 0;
+    /* every read is done: nothing to wait for until the next such send */
+    for (int k = 0; k < 2; k++) comm->call_bufs[k].reading_lo = comm->call_bufs[k].reading_hi = 0;
+    comm->reading = 0;
     return NULL;
 }

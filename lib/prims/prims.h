@@ -186,7 +186,8 @@ void ccl__prims_call_bufs_end(struct ccl_comm *comm);
  * t covering [from, from + bytes) of the call's buffers, made now when it
  * pays; NULL when the send goes through a slot. */
 void *ccl__prims_caller_reg(struct ccl_comm *comm, const struct ccl__transport *t, const void *from, size_t bytes);
-/* [from, from + bytes) went to an adapter that reads it later. */
+/* [from, from + bytes), in one of the call's buffers, went to an adapter
+ * that reads it later. */
 void ccl__prims_note_reading(struct ccl_comm *comm, const void *from, size_t bytes);
 /* A connection whose adapter may still read caller memory that a step
  * writing [dst, dst + bytes) would change (the step waits on it), or NULL. */

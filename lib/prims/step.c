@@ -150,7 +150,7 @@ static int receives_into_dst(const struct ccl__prims *p, const struct ccl__step 
 static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st,
                                 size_t bytes) {
     struct ccl_comm *comm = p->comm;
-    if (__builtin_expect(comm->reading_hi != 0, 0) && s->dst) {
+    if (__builtin_expect(comm->reading, 0) && s->dst) {
         struct ccl__conn *c = ccl__prims_still_reading(comm, s->dst, bytes);
         if (c) return st->blocked = c, CCL_INPROGRESS;
     }
