@@ -49,8 +49,9 @@ struct ccl_comm {
     struct ccl__device_state *device;   /* CUDA staging and stream tickets (coll/device.c); NULL until used */
     int nstaged;
     /* The running collective's host buffers and the registrations its
-     * steps made of them, to send from in place of slots (prims/step.c);
-     * set and let go around each collective (coll/batch.c). */
+     * steps made of them, to send from in place of slots
+     * (prims/caller_mem.c); set and let go around each collective
+     * (coll/batch.c). */
     struct ccl__call_buf {
         const void *buf;
         size_t bytes;

@@ -25,8 +25,6 @@
 
 #include "ccl.h"
 #include "core/comm.h"
-
-struct ccl__transport;
 #include "core/trace.h"
 #include "prims/compute.h"
 #include "reduce/reduce.h"
