@@ -86,6 +86,13 @@ static struct ccl_comm *comm_new(void) {
     return comm;
 }
 
+/* c holds committed writes, reads_left of them still reading. */
+static void stage_one(struct ccl_comm *comm, struct ccl__conn *c, int reads_left) {
+    staged[0] = c;
+    comm->nstaged = 1;
+    fake.reads_left = reads_left;
+}
+
 static void comm_free(struct ccl_comm *comm) {
     ccl__reg_clear(comm);
     ck_assert_int_eq(fake.regs, fake.deregs); /* nothing left registered */
@@ -144,9 +151,7 @@ END_TEST
 START_TEST(writes_wait_for_overlapping_reads) {
     struct ccl_comm *comm = comm_new();
     uint8_t buf[8192];
-    staged[0] = &conn_reading;
-    comm->nstaged = 1;
-    fake.reads_left = 2;
+    stage_one(comm, &conn_reading, 2);
     ccl__prims_call_bufs(comm, buf, sizeof buf, buf, sizeof buf); /* in place */
     ccl__prims_note_reading(comm, buf + 1024, 1024);
     ccl__prims_note_reading(comm, buf + 4096, 512);
@@ -176,9 +181,7 @@ START_TEST(reads_are_kept_per_buffer) {
     struct ccl_comm *comm = comm_new();
     uint8_t *both = malloc(3 * 4096), *send = both + 2 * 4096, *recv = both;
     ck_assert_ptr_nonnull(both);
-    staged[0] = &conn_reading;
-    comm->nstaged = 1;
-    fake.reads_left = 1;
+    stage_one(comm, &conn_reading, 1);
     ccl__prims_call_bufs(comm, send, 4096, recv, 4096);
     ccl__prims_note_reading(comm, send, 512);
     ccl__prims_note_reading(comm, recv, 512);
@@ -200,9 +203,7 @@ END_TEST
 START_TEST(copying_transports_are_not_waited_on) {
     struct ccl_comm *comm = comm_new();
     uint8_t buf[4096];
-    staged[0] = &conn_copying;
-    comm->nstaged = 1;
-    fake.reads_left = 1; /* bytes still staged in its slots: none of them the caller's */
+    stage_one(comm, &conn_copying, 1); /* bytes still staged in its slots: none of them the caller's */
     ccl__prims_call_bufs(comm, buf, sizeof buf, buf, sizeof buf);
     ccl__prims_note_reading(comm, buf, sizeof buf);
     ck_assert_ptr_null(ccl__prims_still_reading(comm, buf, sizeof buf));
