@@ -214,9 +214,13 @@ static void plan_direct_sends(const struct ccl__prims *p, const struct ccl__step
     st->from = NULL;
     if (!p->caller_mem || !bytes) return;
     st->from = s->dst ? s->dst : s->nrecv == 0 && s->div <= 1 ? s->src : NULL;
+    /* Registered memory is the call's buffers only: point-to-point calls
+     * have none, and their small messages skip the lookup. */
+    const struct ccl__call_buf *cb = p->comm->call_bufs;
+    int have_bufs = cb[0].buf || cb[1].buf;
     for (int i = 0; st->from && i < s->nsend; i++) {
         const struct ccl__transport *t = p->comm->conns[s->send[i]]->t;
-        if (!t->send_commit_from) continue;
+        if (!t->send_commit_from || (t->reg && !have_bufs)) continue;
         st->from_reg[i] = t->reg ? ccl__prims_caller_reg(p->comm, t, st->from, bytes) : NULL;
         if (!t->reg || st->from_reg[i]) st->direct |= 1u << i;
     }
