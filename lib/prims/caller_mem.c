@@ -29,6 +29,11 @@ void ccl__prims_call_bufs_end(struct ccl_comm *comm) {
     comm->reading = 0;
 }
 
+static int holds(const struct ccl__call_buf *b, uintptr_t lo, size_t bytes) {
+    uintptr_t at = (uintptr_t)b->buf;
+    return b->buf && lo >= at && lo + bytes <= at + b->bytes;
+}
+
 /* Registering pays where the buffer is registered already (pinned by
  * ccl_comm_register, or kept by CCL_REG_CACHE=1 for later calls) or as
  * large as the transport's zero-copy messages: in the soft-RoCE VM a MiB
@@ -39,11 +44,9 @@ static int worth_registering(struct ccl_comm *comm, const struct ccl__transport 
 }
 
 void *ccl__prims_caller_reg(struct ccl_comm *comm, const struct ccl__transport *t, const void *from, size_t bytes) {
-    uintptr_t f = (uintptr_t)from;
     for (int k = 0; k < 2; k++) {
         struct ccl__call_buf *b = &comm->call_bufs[k];
-        uintptr_t lo = (uintptr_t)b->buf;
-        if (!b->buf || f < lo || f + bytes > lo + b->bytes) continue;
+        if (!holds(b, (uintptr_t)from, bytes)) continue;
         if (b->reg) {
             if (b->reg->t == t) return b->reg->handle;
             continue;
@@ -60,11 +63,6 @@ void *ccl__prims_caller_reg(struct ccl_comm *comm, const struct ccl__transport *
         return b->reg->handle;
     }
     return NULL;
-}
-
-static int holds(const struct ccl__call_buf *b, uintptr_t lo, size_t bytes) {
-    uintptr_t at = (uintptr_t)b->buf;
-    return b->buf && lo >= at && lo + bytes <= at + b->bytes;
 }
 
 /* Kept per buffer: a ring's steps write one buffer while reading the
