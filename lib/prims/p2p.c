@@ -51,7 +51,7 @@ struct p2p_run {
     int nwaiting;
 };
 
-static size_t total_bytes(const struct ccl__p2p_xfer *x) { return x->count * ccl_dtype_size(x->dtype); }
+static size_t total_bytes(const struct ccl__p2p_xfer *x) { return x->bytes; }
 
 /* Sends to self are copied straight into the matching receive from self
  * (k-th send with k-th receive). */
@@ -259,6 +259,7 @@ static void release_lane(struct lane *l, ccl_status_t run_status) {
 
 ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what) {
     for (int i = 0; i < n; i++) {
+        x[i].bytes = x[i].count * ccl_dtype_size(x[i].dtype);
         x[i].done_bytes = 0;
         x[i].matched = 0;
         if (x[i].peer == comm->rank) continue;

@@ -48,6 +48,11 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
     p->caller_mem = mem == CCL__MEM_HOST && comm->caller_mem;
     p->trace_kind = id->kind;
     ccl__prims_name(p, ccl__op_kind_name(id->kind), (long)id->seq);
+    /* Host memory with host slots, the usual case, needs no search. */
+    if (mem == CCL__MEM_HOST && comm->slot_kinds == 1u << CCL__MEM_HOST) {
+        p->compute = &ccl__compute_host;
+        return CCL_OK;
+    }
     /* The kinds this call touches: its buffers and its connections' slots. */
     int kinds[CCL__NUM_MEM_KINDS + 1] = {mem}, nk = 1;
     for (int k = 0; k < CCL__NUM_MEM_KINDS; k++)

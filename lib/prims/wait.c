@@ -20,6 +20,7 @@
 #define LIVENESS_PERIOD_S 0.1 /* how often a sleeping waiter checks its peers */
 #define MAX_POLLFDS 64
 #define TIGHT_SPIN_S 4e-6 /* how long a wait spins without yielding the core */
+#define SPIN_LOOK_EVERY 8  /* a pure spin reads the clock and failure words once in this many rounds */
 #define WHERE_ANSWER_S 1.0 /* how long a timed-out wait gives a peer to say where it is */
 #define WHERE_HOPS 8       /* how far it follows "waiting on" from rank to rank */
 
@@ -38,6 +39,7 @@ struct ccl__waiter {
     uint32_t armed_bell;
     unsigned idle_rounds;
     int slept;         /* this idle stretch went to sleep */
+    int spinning;      /* a pure spin under way: most rounds only poll */
     int pure_spin;     /* alone on its core: spinning needs no yield */
     double idle_since; /* ccl__now() of the last progress */
     double next_check; /* next liveness check of the peers */
@@ -53,6 +55,7 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
     w->armed_bell = 0;
     w->idle_rounds = 0;
     w->slept = 0;
+    w->spinning = 0;
     w->pure_spin = comm->own_core && pthread_equal(pthread_self(), comm->own_core_thread);
     w->idle_since = ccl__now();
     w->next_check = w->idle_since + LIVENESS_PERIOD_S;
@@ -82,6 +85,7 @@ static void waiter_progress(struct ccl__waiter *w) {
         waiter_learn(w, now);
         w->idle_rounds = 0;
         w->slept = 0;
+        w->spinning = 0;
         w->idle_since = now;
     }
 }
@@ -247,11 +251,26 @@ static void sleep_once(struct ccl__waiter *w, double left) {
 }
 
 static ccl_status_t waiter_idle(struct ccl__waiter *w) {
+    /* What arrives during a round's pause and bookkeeping waits for them:
+     * a pure spin pauses once a round (a pause is ~140 cycles on current
+     * x86 cores, ~150 ns under the test VM's emulation) and looks at the
+     * clock and the failure words only now and then. With 16 pauses and a
+     * look every round, 8 B pingpong over soft-RoCE in the test VM took
+     * 33 us against 29 (medians of 12 alternating rounds). */
+    double now;
+    if (w->spinning) {
+        if (++w->idle_rounds % SPIN_LOOK_EVERY) {
+            cpu_relax();
+            return CCL_OK;
+        }
+        now = ccl__now();
+    } else {
+        now = ccl__now();
+        if (w->idle_rounds++ == 0) w->idle_since = now;
+    }
     ccl_status_t st = check_failures(w);
     if (st < 0) return st;
-    if (w->idle_rounds++ == 0) w->idle_since = ccl__now();
-    double spin_s = w->comm->spin_s;
-    double now = ccl__now(), idle = now - w->idle_since;
+    double spin_s = w->comm->spin_s, idle = now - w->idle_since;
     if (idle < spin_s) {
         /* Past the first microseconds, a spinning rank also yields: when the
          * scheduler has put the peer it waits for on the same core, a pure
@@ -262,10 +281,12 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
          * 8 B one-way latency 37.9 us yielding, 32.2 us spinning). Other
          * threads (the progress thread of asynchronous calls) may share the
          * core with the caller's compute, and keep yielding. */
-        if (idle < TIGHT_SPIN_S || w->pure_spin) for (int i = 0; i < 16; i++) cpu_relax();
+        w->spinning = w->pure_spin;
+        if (idle < TIGHT_SPIN_S || w->pure_spin) cpu_relax();
         else sched_yield();
         return CCL_OK;
     }
+    w->spinning = 0;
     if (idle > w->comm->params.timeout_s) return timeout_error(w, idle);
     if (now >= w->next_check) {
         w->next_check = now + LIVENESS_PERIOD_S;
