@@ -206,7 +206,7 @@ struct ccl__p2p_xfer {
     size_t count;
     ccl_dtype_t dtype;
     /* filled by the engine */
-    size_t bytes;         /* count elements of dtype */
+    size_t bytes;         /* count times the size of dtype */
     size_t done_bytes;
     uint32_t seq;
     int matched;          /* for self transfers */
