@@ -23,7 +23,7 @@ static int host_done(struct ccl__compute_ticket t) {
     return 1;
 }
 
-const struct ccl__compute ccl__compute_host = {
+static const struct ccl__compute ccl__compute_host = {
     .name = "host",
     /* Half of a 32 KiB L1: the piece's result stays there between the
      * reduction and the copies (on this 2-core EPYC, 2-rank all-reduce at
@@ -39,7 +39,13 @@ const struct ccl__compute ccl__compute_host = {
 
 static const struct ccl__compute *const engines[] = {&ccl__compute_host};
 
-const struct ccl__compute *ccl__compute_for(const int *kinds, int n) {
+const struct ccl__compute *ccl__compute_for(int mem, uint32_t slot_kinds) {
+    /* Host buffers with host slots, every call's case but a device's,
+     * need no search. */
+    if (mem == CCL__MEM_HOST && slot_kinds == 1u << CCL__MEM_HOST) return &ccl__compute_host;
+    int kinds[CCL__NUM_MEM_KINDS + 1] = {mem}, n = 1;
+    for (int k = 0; k < CCL__NUM_MEM_KINDS; k++)
+        if (slot_kinds & (1u << k)) kinds[n++] = k;
     for (size_t e = 0; e < sizeof engines / sizeof engines[0]; e++) {
         int ok = 1;
         for (int i = 0; i < n && ok; i++) ok = kinds[i] >= 0 && kinds[i] < CCL__NUM_MEM_KINDS && engines[e]->serves(kinds[i]);

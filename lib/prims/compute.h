@@ -46,10 +46,9 @@ struct ccl__compute {
     int (*done)(struct ccl__compute_ticket t);
 };
 
-/* The engine that serves every kind given (kinds[i] < CCL__NUM_MEM_KINDS),
- * or NULL when none does. */
-const struct ccl__compute *ccl__compute_for(const int *kinds, int n);
-
-extern const struct ccl__compute ccl__compute_host;
+/* The engine for a call on buffers of kind mem over connections whose
+ * slots are of the kinds in slot_kinds (a bit per kind), or NULL when none
+ * serves them all. */
+const struct ccl__compute *ccl__compute_for(int mem, uint32_t slot_kinds);
 
 #endif

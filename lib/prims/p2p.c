@@ -51,8 +51,6 @@ struct p2p_run {
     int nwaiting;
 };
 
-static size_t total_bytes(const struct ccl__p2p_xfer *x) { return x->bytes; }
-
 /* Sends to self are copied straight into the matching receive from self
  * (k-th send with k-th receive). */
 static ccl_status_t match_self(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, const char *what) {
@@ -60,8 +58,8 @@ static ccl_status_t match_self(struct ccl_comm *comm, struct ccl__p2p_xfer *x, i
     for (int i = 0; i < n; i++) {
         if (x[i].peer != r || !x[i].is_send) continue;
         while (j < n && !(x[j].peer == r && !x[j].is_send)) j++;
-        size_t bytes = total_bytes(&x[i]);
-        if (j == n || total_bytes(&x[j]) != bytes) {
+        size_t bytes = x[i].bytes;
+        if (j == n || x[j].bytes != bytes) {
             ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "%s: a send to self has no receive from self of %zu bytes",
                            what, bytes);
             return CCL_ERR_INVALID_USAGE;
@@ -82,7 +80,7 @@ static ccl_status_t match_self(struct ccl_comm *comm, struct ccl__p2p_xfer *x, i
 /* The next chunk of a lane's transfer as a step. */
 static void next_step(struct lane *l) {
     struct ccl__p2p_xfer *x = l->x;
-    size_t es = l->p.esize, left = total_bytes(x) - x->done_bytes;
+    size_t es = l->p.esize, left = x->bytes - x->done_bytes;
     size_t n = left / es < l->p.chunk_elems ? left / es : l->p.chunk_elems;
     char *at = (char *)x->buf + x->done_bytes;
     l->step = x->is_send ? (struct ccl__step){.src = at, .n = n, .nsend = 1, .send = {x->peer}}
@@ -97,7 +95,7 @@ static void next_step(struct lane *l) {
 }
 
 static int wants_zc(struct ccl_comm *comm, const struct ccl__conn *c, const struct ccl__p2p_xfer *x) {
-    size_t bytes = total_bytes(x), min = c->t->zc_min_bytes(&comm->params);
+    size_t bytes = x->bytes, min = c->t->zc_min_bytes(&comm->params);
     return (min && bytes >= min) || (bytes > c->slot_bytes && ccl__reg_is_pinned(comm, c->t, x->buf, bytes));
 }
 
@@ -108,7 +106,7 @@ static ccl_status_t zc_start(struct lane *l, int *moved) {
     struct ccl__p2p_xfer *x = l->x;
     struct ccl_comm *comm = l->p.comm;
     struct ccl__conn *c = comm->conns[x->peer];
-    size_t bytes = total_bytes(x);
+    size_t bytes = x->bytes;
     l->zc = -1;
     if (!c->t->zc_offer || x->done_bytes) return CCL_OK;
     if (x->is_send) {
@@ -147,7 +145,7 @@ static ccl_status_t zc_move(struct lane *l, int *moved) {
     struct ccl__p2p_xfer *x = l->x;
     struct ccl_comm *comm = l->p.comm;
     struct ccl__conn *c = comm->conns[x->peer];
-    size_t bytes = total_bytes(x);
+    size_t bytes = x->bytes;
     if (x->is_send && !l->zc_offered) {
         struct ccl__slot_meta m = ccl__prims_stamp(&l->p, 0);
         m.kind = (uint16_t)(m.kind | CCL__SLOT_ZC_OFFER);
@@ -170,7 +168,7 @@ static ccl_status_t zc_move(struct lane *l, int *moved) {
 /* Moves one lane's transfer as far as it can: CCL_OK once it is done. */
 static ccl_status_t move_lane(struct lane *l, int *moved) {
     struct ccl__p2p_xfer *x = l->x;
-    while (x->done_bytes < total_bytes(x)) {
+    while (x->done_bytes < x->bytes) {
         ccl_status_t st;
         if (l->zc == 0 && (st = zc_start(l, moved)) != CCL_OK) return st;
         if (l->zc == 1) {

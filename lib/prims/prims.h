@@ -180,6 +180,11 @@ void ccl__step_abandon(struct ccl__prims *p, const struct ccl__step *s);
 void ccl__prims_call_bufs(struct ccl_comm *comm, const void *sendbuf, size_t send_bytes, const void *recvbuf,
                           size_t recv_bytes);
 void ccl__prims_call_bufs_end(struct ccl_comm *comm);
+/* Whether the running call has buffers to register at all: point-to-point
+ * calls have none, and their small messages skip the lookup below. */
+static inline int ccl__prims_has_call_bufs(const struct ccl_comm *comm) {
+    return comm->call_bufs[0].buf || comm->call_bufs[1].buf;
+}
 /* (prims/caller_mem.c, for the step) The handle of a registration with
  * t covering [from, from + bytes) of the call's buffers, made now when it
  * pays; NULL when the send goes through a slot. */

@@ -48,20 +48,13 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
     p->caller_mem = mem == CCL__MEM_HOST && comm->caller_mem;
     p->trace_kind = id->kind;
     ccl__prims_name(p, ccl__op_kind_name(id->kind), (long)id->seq);
-    /* Host memory with host slots, the usual case, needs no search. */
-    if (mem == CCL__MEM_HOST && comm->slot_kinds == 1u << CCL__MEM_HOST) {
-        p->compute = &ccl__compute_host;
-        return CCL_OK;
-    }
-    /* The kinds this call touches: its buffers and its connections' slots. */
-    int kinds[CCL__NUM_MEM_KINDS + 1] = {mem}, nk = 1;
+    p->compute = ccl__compute_for(mem, comm->slot_kinds);
+    if (p->compute) return CCL_OK;
+    int slots = mem; /* the slot kind named: the last one the connections use */
     for (int k = 0; k < CCL__NUM_MEM_KINDS; k++)
-        if (comm->slot_kinds & (1u << k)) kinds[nk++] = k;
-    p->compute = ccl__compute_for(kinds, nk);
-    if (!p->compute)
-        return ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: no compute engine serves %s buffers with %s slots",
-                              ccl__prims_what(p), ccl__mem_kind_name(mem), ccl__mem_kind_name(kinds[nk - 1]));
-    return CCL_OK;
+        if (comm->slot_kinds & (1u << k)) slots = k;
+    return ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "%s: no compute engine serves %s buffers with %s slots",
+                          ccl__prims_what(p), ccl__mem_kind_name(mem), ccl__mem_kind_name(slots));
 }
 
 /* ---- checking what arrived ---- */
@@ -219,10 +212,7 @@ static void plan_direct_sends(const struct ccl__prims *p, const struct ccl__step
     st->from = NULL;
     if (!p->caller_mem || !bytes) return;
     st->from = s->dst ? s->dst : s->nrecv == 0 && s->div <= 1 ? s->src : NULL;
-    /* Registered memory is the call's buffers only: point-to-point calls
-     * have none, and their small messages skip the lookup. */
-    const struct ccl__call_buf *cb = p->comm->call_bufs;
-    int have_bufs = cb[0].buf || cb[1].buf;
+    int have_bufs = ccl__prims_has_call_bufs(p->comm);
     for (int i = 0; st->from && i < s->nsend; i++) {
         const struct ccl__transport *t = p->comm->conns[s->send[i]]->t;
         if (!t->send_commit_from || (t->reg && !have_bufs)) continue;
