@@ -17,7 +17,9 @@
 # - all_reduce_perf over ib on 2 ranks against Open MPI over UCX
 #   (all_reduce_perf_mpi, pml ucx on rc_verbs, one device per rank) at 1, 4
 #   and 16 MiB, when mpirun.openmpi, UCX's verbs transport and the MPI twin
-#   are there (the summary says why not otherwise).
+#   are there (the summary says why not otherwise), with soft-RoCE's count
+#   of retransmissions during each side's runs.
+# Each ratio comes with the range of the rounds' own ratios.
 #
 # Rank 0 uses DEV0 and rank 1 DEV1 (default rxe0,rxe1), each as its own
 # host, so traffic crosses from one adapter to the other as perftest's does.
@@ -75,6 +77,31 @@ perftest() { # tool, then its arguments; prints the client's output
   "$tool" -d "$dev0" -x 0 -p $port "$@" 127.0.0.1 2>&1 || true
   wait $server || true
 }
+# soft-RoCE's own count of retransmissions over both devices, as
+# "retries duplicates sequence-errors": a retry resends what was sent
+# since the last acknowledgement, so a round with any ran slower for it.
+# Dashes where the devices have no such counters.
+rdma_counters() {
+  retries=0 dups=0 seqerr=0 seen=0
+  for c in /sys/class/infiniband/"$dev0"/ports/*/hw_counters /sys/class/infiniband/"$dev1"/ports/*/hw_counters; do
+    [ -r "$c/completer_retry_err" ] || continue
+    seen=1
+    retries=$((retries + $(cat "$c/completer_retry_err")))
+    dups=$((dups + $(cat "$c/duplicate_request" 2>/dev/null || echo 0)))
+    seqerr=$((seqerr + $(cat "$c/rcvd_seq_err" 2>/dev/null || echo 0) + $(cat "$c/out_of_seq_request" 2>/dev/null || echo 0)))
+  done
+  if [ $seen = 1 ]; then echo "$retries $dups $seqerr"; else echo "- - -"; fi
+}
+counted() { # side, size, then the command: runs it and records the counters' growth
+  c_side=$1 c_size=$2
+  shift 2
+  before=$(rdma_counters)
+  "$@"
+  after=$(rdma_counters)
+  # shellcheck disable=SC2086 # the words are the three counts
+  set -- $before $after
+  [ "$1" = - ] || echo "round $r ${c_side}_rdma_retries $c_size $(($4 - $1)) $(($5 - $2)) $(($6 - $3))" >>"$raw"
+}
 ccl() { # benchmark, then its arguments: 2 ranks, one device and host each
   "$build/tools/cclrun" -n 2 --host-per-rank --transport ib --timeout 300 -- \
     sh -c 'CCL_IB_HCA=$(echo "$0" | cut -d, -f$((CCL_RANK + 1))) exec "$@"' "$devs" "$build/bench/$@"
@@ -99,33 +126,52 @@ for r in $(seq 1 "$rounds"); do
   echo "round $r ccl_sendrecv_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
   for size in $ar_sizes; do
     iters=$((20 * 1048576 / size + 3))
-    line=$(ccl all_reduce_perf -b $size -e $size -n $iters -w 3 -c 0 | awk -v s=$size '$2 == s {print; exit}')
+    counted ccl $size ccl all_reduce_perf -b $size -e $size -n $iters -w 3 -c 0 >"$out/last.txt"
+    line=$(awk -v s=$size '$2 == s {print; exit}' "$out/last.txt")
     echo "round $r ccl_all_reduce_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
     [ -z "$mpi_why" ] || continue
-    line=$(mpi_ucx -b $size -e $size -n $iters -w 3 -c 0 2>&1 | awk -v s=$size '$1 == s {print; exit}')
+    counted ucx $size mpi_ucx -b $size -e $size -n $iters -w 3 -c 0 >"$out/last.txt" 2>&1
+    line=$(awk -v s=$size '$1 == s {print; exit}' "$out/last.txt")
     echo "round $r mpi_ucx_all_reduce_busbw_GBps $size $(echo "$line" | awk '$6 > 0 {printf "%.5f", $1 / $6 / 1000; exit} {print "nan"}')" >>"$raw"
   done
   echo "compare-perftest: round $r of $rounds done" >&2
 done
 
-# Medians per (what, size), then the ratios.
-awk -v mpi_why="$mpi_why" -v ar_sizes="$ar_sizes" '
-  { v[$3 " " $4] = v[$3 " " $4] " " $5 }
+# Medians per (what, size), then the ratios, each with the range of the
+# rounds' own ratios (a round's two sides ran a few seconds apart, so the
+# range shows how far the VM's speed moved the comparison).
+awk -v mpi_why="$mpi_why" -v ar_sizes="$ar_sizes" -v rounds="$rounds" '
+  $3 ~ /_rdma_retries$/ { retries[$3 " " $4] += $5; dups[$3 " " $4] += $6; seqerr[$3 " " $4] += $7; next }
+  { v[$3 " " $4] = v[$3 " " $4] " " $5; at[$3 " " $4 " " $2] = $5 }
   function median(list,   a, n, i, j, t) {
     n = split(list, a, " ")
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  # The range over rounds of (ka / kb) * scale, "" when no round has both.
+  function spread(ka, kb, scale,   r, x, lo, hi, n) {
+    for (r = 1; r <= rounds; r++) {
+      if (!((ka " " r) in at) || !((kb " " r) in at) || at[kb " " r] + 0 <= 0) continue
+      x = at[ka " " r] / at[kb " " r] * scale
+      if (!n++ || x < lo) lo = x
+      if (n == 1 || x > hi) hi = x
+    }
+    return n ? sprintf(" (rounds %.2f-%.2f)", lo, hi) : ""
+  }
+  function retrans(side, s,   k) {
+    k = side "_rdma_retries " s
+    return (k in retries) ? sprintf("%d retransmissions (%d duplicate packets, %d sequence errors)", retries[k], dups[k], seqerr[k]) : "no soft-RoCE counters"
   }
   END {
     for (k in v) m[k] = median(v[k])
     for (s = 1048576; s <= 4194304; s *= 4) {
       pt = m["perftest_write_bw_bidir_gbit " s] / 8 / 2
       cc = m["ccl_sendrecv_busbw_GBps " s]
-      printf "bandwidth %7d B: libccl sendrecv %.3f GB/s each way, ib_write_bw -b %.3f GB/s each way: ratio %.2f\n", s, cc, pt, (pt > 0 ? cc / pt : 0)
+      printf "bandwidth %7d B: libccl sendrecv %.3f GB/s each way, ib_write_bw -b %.3f GB/s each way: ratio %.2f%s\n", s, cc, pt, (pt > 0 ? cc / pt : 0), spread("ccl_sendrecv_busbw_GBps " s, "perftest_write_bw_bidir_gbit " s, 16)
     }
     pl = m["perftest_send_lat_us 8"]; pa = m["perftest_send_lat_avg_us 8"]; cl = m["ccl_pingpong_time_us 8"]
-    printf "latency 8 B, mean: libccl pingpong %.2f us, ib_send_lat t_avg %.2f us: ratio %.2f\n", cl, pa, (pa > 0 ? cl / pa : 0)
-    printf "latency 8 B: libccl pingpong mean %.2f us, ib_send_lat t_typical (median) %.2f us: ratio %.2f\n", cl, pl, (pl > 0 ? cl / pl : 0)
+    printf "latency 8 B, mean: libccl pingpong %.2f us, ib_send_lat t_avg %.2f us: ratio %.2f%s\n", cl, pa, (pa > 0 ? cl / pa : 0), spread("ccl_pingpong_time_us 8", "perftest_send_lat_avg_us 8", 1)
+    printf "latency 8 B: libccl pingpong mean %.2f us, ib_send_lat t_typical (median) %.2f us: ratio %.2f%s\n", cl, pl, (pl > 0 ? cl / pl : 0), spread("ccl_pingpong_time_us 8", "perftest_send_lat_us 8", 1)
     printf "exchange 8 B: libccl sendrecv %.2f us (both ranks send at once)\n", m["ccl_sendrecv_time_us 8"]
     n = split(ar_sizes, sizes, " ")
     for (i = 1; i <= n; i++) {
@@ -135,6 +181,8 @@ awk -v mpi_why="$mpi_why" -v ar_sizes="$ar_sizes" '
         continue
       }
       mu = m["mpi_ucx_all_reduce_busbw_GBps " s]
-      printf "all_reduce %8d B: libccl busbw %.3f GB/s, Open MPI over UCX %.3f GB/s: ratio %.2f\n", s, cc, mu, (mu > 0 ? cc / mu : 0)
+      printf "all_reduce %8d B: libccl busbw %.3f GB/s, Open MPI over UCX %.3f GB/s: ratio %.2f%s\n", s, cc, mu, (mu > 0 ? cc / mu : 0), spread("ccl_all_reduce_busbw_GBps " s, "mpi_ucx_all_reduce_busbw_GBps " s, 1)
+      printf "  soft-RoCE over all rounds: libccl %s; UCX %s\n", retrans("ccl", s), retrans("ucx", s)
     }
   }' "$raw" | tee "$out/summary.txt"
+rm -f "$out/last.txt"
