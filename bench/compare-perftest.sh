@@ -78,9 +78,9 @@ perftest() { # tool, then its arguments; prints the client's output
   wait $server || true
 }
 # soft-RoCE's own count of retransmissions over both devices, as
-# "retries duplicates sequence-errors": a retry resends what was sent
-# since the last acknowledgement, so a round with any ran slower for it.
-# Dashes where the devices have no such counters.
+# "retries duplicates sequence-errors": a retry sends again what followed
+# the last acknowledgement, work the round's time includes. Dashes where
+# the devices have no such counters.
 rdma_counters() {
   retries=0 dups=0 seqerr=0 seen=0
   for c in /sys/class/infiniband/"$dev0"/ports/*/hw_counters /sys/class/infiniband/"$dev1"/ports/*/hw_counters; do
@@ -178,6 +178,7 @@ awk -v mpi_why="$mpi_why" -v ar_sizes="$ar_sizes" -v rounds="$rounds" '
       s = sizes[i]; cc = m["ccl_all_reduce_busbw_GBps " s]
       if (mpi_why != "") {
         printf "all_reduce %8d B: libccl busbw %.3f GB/s; Open MPI over UCX not run: %s\n", s, cc, mpi_why
+        printf "  soft-RoCE over all rounds: libccl %s\n", retrans("ccl", s)
         continue
       }
       mu = m["mpi_ucx_all_reduce_busbw_GBps " s]
