@@ -79,28 +79,21 @@ perftest() { # tool, then its arguments; prints the client's output
 }
 # soft-RoCE's own count of retransmissions over both devices, as
 # "retries duplicates sequence-errors": a retry sends again what followed
-# the last acknowledgement, work the round's time includes. Dashes where
-# the devices have no such counters.
-rdma_counters() {
-  retries=0 dups=0 seqerr=0 seen=0
-  for c in /sys/class/infiniband/"$dev0"/ports/*/hw_counters /sys/class/infiniband/"$dev1"/ports/*/hw_counters; do
-    [ -r "$c/completer_retry_err" ] || continue
-    seen=1
-    retries=$((retries + $(cat "$c/completer_retry_err")))
-    dups=$((dups + $(cat "$c/duplicate_request" 2>/dev/null || echo 0)))
-    seqerr=$((seqerr + $(cat "$c/rcvd_seq_err" 2>/dev/null || echo 0) + $(cat "$c/out_of_seq_request" 2>/dev/null || echo 0)))
-  done
-  if [ $seen = 1 ]; then echo "$retries $dups $seqerr"; else echo "- - -"; fi
+# the last acknowledgement, work the round's time includes.
+rdma_count() { # one hw_counter, summed over both devices
+  cat /sys/class/infiniband/"$dev0"/ports/*/hw_counters/"$1" /sys/class/infiniband/"$dev1"/ports/*/hw_counters/"$1" \
+    2>/dev/null | awk '{s += $1} END {print s + 0}'
 }
-counted() { # side, size, then the command: runs it and records the counters' growth
-  c_side=$1 c_size=$2
-  shift 2
-  before=$(rdma_counters)
-  "$@"
-  after=$(rdma_counters)
-  # shellcheck disable=SC2086 # the words are the three counts
-  set -- $before $after
-  [ "$1" = - ] || echo "round $r ${c_side}_rdma_retries $c_size $(($4 - $1)) $(($5 - $2)) $(($6 - $3))" >>"$raw"
+rdma_counters() {
+  echo "$(rdma_count completer_retry_err) $(rdma_count duplicate_request)" \
+    $(($(rdma_count rcvd_seq_err) + $(rdma_count out_of_seq_request)))
+}
+have_counters=$(ls /sys/class/infiniband/"$dev0"/ports/*/hw_counters/completer_retry_err 2>/dev/null || true)
+retries_since() { # side, size, the counts before: records their growth since
+  [ -n "$have_counters" ] || return 0
+  # shellcheck disable=SC2046,SC2086 # the words are the counts
+  set -- "$1" "$2" $3 $(rdma_counters)
+  echo "round $r $1_rdma_retries $2 $(($6 - $3)) $(($7 - $4)) $(($8 - $5))" >>"$raw"
 }
 ccl() { # benchmark, then its arguments: 2 ranks, one device and host each
   "$build/tools/cclrun" -n 2 --host-per-rank --transport ib --timeout 300 -- \
@@ -126,12 +119,14 @@ for r in $(seq 1 "$rounds"); do
   echo "round $r ccl_sendrecv_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
   for size in $ar_sizes; do
     iters=$((20 * 1048576 / size + 3))
-    counted ccl $size ccl all_reduce_perf -b $size -e $size -n $iters -w 3 -c 0 >"$out/last.txt"
-    line=$(awk -v s=$size '$2 == s {print; exit}' "$out/last.txt")
+    before=$(rdma_counters)
+    line=$(ccl all_reduce_perf -b $size -e $size -n $iters -w 3 -c 0 | awk -v s=$size '$2 == s {print; exit}')
+    retries_since ccl $size "$before"
     echo "round $r ccl_all_reduce_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
     [ -z "$mpi_why" ] || continue
-    counted ucx $size mpi_ucx -b $size -e $size -n $iters -w 3 -c 0 >"$out/last.txt" 2>&1
-    line=$(awk -v s=$size '$1 == s {print; exit}' "$out/last.txt")
+    before=$(rdma_counters)
+    line=$(mpi_ucx -b $size -e $size -n $iters -w 3 -c 0 2>&1 | awk -v s=$size '$1 == s {print; exit}')
+    retries_since ucx $size "$before"
     echo "round $r mpi_ucx_all_reduce_busbw_GBps $size $(echo "$line" | awk '$6 > 0 {printf "%.5f", $1 / $6 / 1000; exit} {print "nan"}')" >>"$raw"
   done
   echo "compare-perftest: round $r of $rounds done" >&2
@@ -186,4 +181,3 @@ awk -v mpi_why="$mpi_why" -v ar_sizes="$ar_sizes" -v rounds="$rounds" '
       printf "  soft-RoCE over all rounds: libccl %s; UCX %s\n", retrans("ccl", s), retrans("ucx", s)
     }
   }' "$raw" | tee "$out/summary.txt"
-rm -f "$out/last.txt"
