@@ -31,9 +31,11 @@
  * The offer travels in order with the slots, so a receiver that expects
  * something else finds out from the offer's stamp, as from any slot.
  * Writes rather than the receiver pulling with RDMA READ: the grant costs
- * one small message, but on soft-RoCE a READ moves data at half the
- * speed of a WRITE (and no adapter is faster reading), and a queue pair
- * that never answers READs exposes nothing of this rank's memory.
+ * one small message, but on soft-RoCE pulled messages of 4 MiB and more
+ * moved at about two thirds of the writes' speed (a trial, measured in
+ * bench/README.md; a pulled 512 KiB took less CPU than one written), no
+ * adapter is faster reading, and a queue pair that never answers READs
+ * exposes nothing of this rank's memory.
  *
  * Every connection of a communicator shares one completion queue, with a
  * completion channel whose descriptor waits poll(), so an idle rank sleeps
