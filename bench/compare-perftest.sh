@@ -77,13 +77,13 @@ perftest() { # tool, then its arguments; prints the client's output
   "$tool" -d "$dev0" -x 0 -p $port "$@" 127.0.0.1 2>&1 || true
   wait $server || true
 }
-# soft-RoCE's own count of retransmissions over both devices, as
-# "retries duplicates sequence-errors": a retry sends again what followed
-# the last acknowledgement, work the round's time includes.
 rdma_count() { # one hw_counter, summed over both devices
   cat /sys/class/infiniband/"$dev0"/ports/*/hw_counters/"$1" /sys/class/infiniband/"$dev1"/ports/*/hw_counters/"$1" \
     2>/dev/null | awk '{s += $1} END {print s + 0}'
 }
+# soft-RoCE's own count of retransmissions over both devices, as
+# "retries duplicates sequence-errors": a retry sends again what followed
+# the last acknowledgement, work the round's time includes.
 rdma_counters() {
   echo "$(rdma_count completer_retry_err) $(rdma_count duplicate_request)" \
     $(($(rdma_count rcvd_seq_err) + $(rdma_count out_of_seq_request)))
