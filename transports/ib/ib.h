@@ -32,11 +32,13 @@
  * something else finds out from the offer's stamp, as from any slot.
  * Writes rather than the receiver pulling with RDMA READ: the grant costs
  * one small message, but on soft-RoCE pulled messages of 4 MiB and more
- * moved at about two thirds of the writes' speed (a trial, measured in
- * bench/README.md, that did speed up a 1 MiB all-reduce by pulling its
- * all-gather half as one 512 KiB read), no adapter is faster reading, and
- * a queue pair that never answers READs exposes nothing of this rank's
- * memory.
+ * moved at about two thirds of the writes' speed, and pulled 4 MiB
+ * send/recv stayed slower even with a queue pair per direction of
+ * requests, which took the two directions' reads out of each other's way
+ * (trials measured in bench/README.md, which did speed up a 1 MiB
+ * all-reduce by pulling its all-gather half as one 512 KiB read); no
+ * adapter is faster reading, and a queue pair that never answers READs
+ * exposes nothing of this rank's memory.
  *
  * Every connection of a communicator shares one completion queue, with a
  * completion channel whose descriptor waits poll(), so an idle rank sleeps
