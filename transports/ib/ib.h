@@ -31,14 +31,14 @@
  * The offer travels in order with the slots, so a receiver that expects
  * something else finds out from the offer's stamp, as from any slot.
  * Writes rather than the receiver pulling with RDMA READ: the grant costs
- * one small message, but on soft-RoCE pulled messages of 4 MiB and more
- * moved at about two thirds of the writes' speed, and pulled 4 MiB
- * send/recv stayed slower even with a queue pair per direction of
- * requests, which took the two directions' reads out of each other's way
- * (trials measured in bench/README.md, which did speed up a 1 MiB
- * all-reduce by pulling its all-gather half as one 512 KiB read); no
- * adapter is faster reading, and a queue pair that never answers READs
- * exposes nothing of this rank's memory.
+ * one small message, no adapter is faster reading, and a queue pair that
+ * never answers READs exposes nothing of this rank's memory. On soft-RoCE
+ * pulls did win, in trials measured in bench/README.md, but only with a
+ * second queue pair per peer (soft-RoCE counts a queue pair's read
+ * responses against its own requests, so the two directions' pulls took
+ * turns) and pieces of 256 KiB rather than 1 MiB; over one queue pair,
+ * pulled messages of 4 MiB and more moved at about two thirds of the
+ * writes' speed.
  *
  * Every connection of a communicator shares one completion queue, with a
  * completion channel whose descriptor waits poll(), so an idle rank sleeps
