@@ -4,12 +4,16 @@
  * (1, 3 and 5 ranks), a group of them too; a real stream without a CUDA
  * driver is CCL_ERR_UNSUPPORTED naming why, with nothing written and the
  * communicator still usable; calls of one communicator that name two
- * streams in one group are refused alike on every rank. (Device buffers
+ * streams in one group are refused alike on every rank; a process that
+ * holds the driver with no current context runs the twins at once too
+ * (tests/cuda/driver_without_context.c stands in for the driver). (Device buffers
  * and real streams: tests/cuda/, on a GPU.)
  */
 /* ctest: TIMEOUT 300 */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "ref.h"
@@ -160,10 +164,36 @@ START_TEST(stream_without_driver_is_unsupported) {
 }
 END_TEST
 
+/* A process that holds the CUDA driver but has no current context (a
+ * library it links may have loaded the driver): the default stream then
+ * orders nothing, and the twins run at once as without CUDA. A real
+ * stream still goes to the driver, which shows that it was in use. */
+static int body_driver_without_context(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    struct harness_tally t = {.rank = rank};
+    void *driver = dlopen(CCL_TEST_DRIVER_WITHOUT_CONTEXT, RTLD_NOW | RTLD_GLOBAL);
+    EXPECT(&t, driver != NULL, "loading the stand-in driver: %s", dlerror());
+    if (!driver) return t.fails;
+    usleep(20000); /* libccl looks for a newly loaded driver at most once a clock tick */
+    t.fails += body_twins(comm, rank, nranks, arg);
+    int32_t in[4] = {1, 2, 3, 4}, out[4];
+    EXPECT_STATUS(&t, CCL_ERR_SYSTEM, ccl_all_reduce_stream(in, out, 4, CCL_INT32, CCL_SUM, comm, FAKE_STREAM));
+    const char *e = ccl_comm_last_error(comm);
+    EXPECT(&t, strstr(e, "cuStreamGetCtx") != NULL, "a real stream went to the driver: \"%s\"", e);
+    return t.fails;
+}
+
+START_TEST(stream_twins_with_a_driver_but_no_context) {
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_driver_without_context, .deadline_s = 120,
+                              .env = "CCL_CUDA_LIBRARY=" CCL_TEST_DRIVER_WITHOUT_CONTEXT};
+    util_run_clean(&run, 0, "_stream twins with a CUDA driver but no context");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("stream_host");
     util_add_loop_case(s, "stream_twins_on_default_stream", stream_twins_on_default_stream, 3, 120);
     util_add_loop_case(s, "stream_without_driver_is_unsupported", stream_without_driver_is_unsupported, 1, 60);
+    util_add_loop_case(s, "stream_twins_with_a_driver_but_no_context", stream_twins_with_a_driver_but_no_context, 1, 120);
     return s;
 }
 

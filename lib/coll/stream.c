@@ -32,7 +32,12 @@ struct ccl__stream_link {
 ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t whylen) {
     *ordered = 0;
     if (ccl__cuda_in_process()) {
-        *ordered = 1;
+        /* The default stream belongs to the thread's current context: with
+         * none, this thread has queued nothing that the call could follow
+         * (a process may hold the driver without using it: hwloc's CUDA
+         * plugins load it), so the call runs at once, as without CUDA. */
+        CUcontext ctx = NULL;
+        *ordered = stream || (ccl__cuda()->CtxGetCurrent(&ctx) == CCL__CUDA_SUCCESS && ctx);
         return CCL_OK;
     }
     if (!stream) return CCL_OK; /* no CUDA here: nothing can be on the default stream */
