@@ -232,6 +232,7 @@ static int ccl_finish(struct bench_comm *c, int exit_status) {
 
 const struct bench_backend bench_ccl_backend = {
     .launch_flags = 1,
+    .device_buffers = 1,
     .start = ccl_start,
     .rank = ccl_rank_of,
     .size = ccl_size_of,

@@ -51,6 +51,7 @@ struct bench_options {
     double step_factor; /* -f: multiplicative steps otherwise */
     int iters, warmup, agg, cycles;
     int check, nonblocking, stats;
+    int device; /* --device: buffers in GPU memory */
     double steady; /* --steady's factor (0: off): time blocks again that a slow spell touched (steady.h) */
     enum bench_combine_mode combine;
     unsigned dtype_mask; /* bit per ccl_dtype_t */
@@ -97,6 +98,7 @@ struct bench_comm; /* a backend's rank state */
 
 struct bench_backend {
     int launch_flags;           /* accepts --ranks, --host-per-rank, -t, -A */
+    int device_buffers;         /* accepts --device (the library takes GPU memory) */
     /* Makes this process a rank. NULL when this process must exit instead,
      * with *exit_status set: a --ranks parent after its children, or a
      * failure (already reported on stderr). */

@@ -14,7 +14,7 @@
 #include "steady.h"
 #include "values.h"
 
-enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY };
+enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY, OPT_DEVICE };
 
 static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
     fprintf(f,
@@ -60,6 +60,11 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
                 "      --ranks N           fork N local ranks (otherwise: cclrun, torchrun, Slurm\n"
                 "                          or mpirun's environment, or one rank)\n"
                 "      --host-per-rank     with --ranks: each rank its own CCL_HOST_ID (TCP)\n");
+    if (be->device_buffers)
+        fprintf(f,
+                "      --device            buffers in GPU memory (rank r on GPU r %% GPUs; the CUDA\n"
+                "                          driver is loaded at run time); the roofline is then the\n"
+                "                          GPU's device-to-device copy\n");
     fprintf(f,
             "  -h, --help              show this help\n"
             "\n"
@@ -161,6 +166,7 @@ static const struct option long_opts[] = {
     {"csv", required_argument, 0, OPT_CSV},   {"ranks", required_argument, 0, OPT_RANKS},
     {"host-per-rank", no_argument, 0, OPT_HOST_PER_RANK}, {"help", no_argument, 0, 'h'},
     {"rounds", required_argument, 0, OPT_ROUNDS}, {"steady", optional_argument, 0, OPT_STEADY},
+    {"device", no_argument, 0, OPT_DEVICE},
     {0, 0, 0, 0},
 };
 
@@ -257,6 +263,10 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
     case OPT_RANKS:
         return parse_int(v, 1, 1024, &o->ranks) ? usage_error(p, "--ranks: '%s' is not a count from 1 to 1024", v) : 0;
     case OPT_HOST_PER_RANK: o->host_per_rank = 1; return 0;
+    case OPT_DEVICE:
+        if (!be->device_buffers) return usage_error(p, "this program does not take --device (GPU memory)");
+        o->device = 1;
+        return 0;
     case OPT_STEADY:
         o->steady = BENCH_STEADY_FACTOR;
         if (v && (sscanf(v, "%lf", &o->steady) != 1 || !(o->steady >= 1.05 && o->steady <= 100)))

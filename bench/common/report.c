@@ -41,8 +41,14 @@ static void text_header(const struct bench_report *r) {
            o->min_bytes, o->max_bytes, step, o->warmup, o->iters, o->agg, o->check, o->nonblocking, o->cycles);
     printf("# time: %s of the mean per operation over %s\n", combine_words[o->combine],
            o->stats ? "iterations timed one by one, each after a barrier" : "one timed block after a barrier");
-    printf("# memcpy: %.2f GB/s (%s buffer, median of %d reps on rank 0 alone, bytes copied per second)\n",
-           r->memcpy.gbps, mc, r->memcpy.reps);
+    if (r->memcpy.gpu) {
+        printf("# buffers: GPU memory (--device), rank r on GPU r %% GPUs\n");
+        printf("# memcpy: %.2f GB/s device to device on %s (%s buffer, cuMemcpyDtoDAsync, median of %d reps on rank 0 "
+               "alone, bytes copied per second)\n", r->memcpy.gbps, r->memcpy.gpu, mc, r->memcpy.reps);
+    } else {
+        printf("# memcpy: %.2f GB/s (%s buffer, median of %d reps on rank 0 alone, bytes copied per second)\n",
+               r->memcpy.gbps, mc, r->memcpy.reps);
+    }
     printf("#\n");
     printf("# %10s %14s %9s %7s %6s  %-35s  %-35s  %-15s", "", "", "", "", "", "            out-of-place",
            "              in-place", "   busbw/memcpy");

@@ -30,6 +30,7 @@ struct bench_row {
 
 /* How the memcpy roofline was measured, for the header. */
 struct bench_memcpy {
+    const char *gpu; /* --device: the GPU whose device-to-device copy this is; NULL: host memcpy */
     double gbps;
     size_t bytes;
     int reps;

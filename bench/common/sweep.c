@@ -11,6 +11,7 @@
 
 #include "bench.h"
 #include "colls.h"
+#include "device_mem.h"
 #include "measure.h"
 #include "options.h"
 #include "report.h"
@@ -25,7 +26,9 @@ struct sweep {
     const struct bench_coll_info *info;
     int rank, nranks;
     int corrupt; /* CCL_BENCH_CORRUPT: the checker's self-test */
-    unsigned char *send, *recv;
+    unsigned char *send, *recv; /* what the calls get: GPU memory with --device */
+    unsigned char *hsend, *hrecv; /* --device: host copies that the check pass fills and reads */
+    size_t buf_bytes;
     double *iter_times; /* -I */
     struct bench_call *calls;
     long long wrong_total;
@@ -78,15 +81,38 @@ static int combine_times(struct sweep *sw, double *t, int n) {
     }
 }
 
+/* Where the check pass reads and writes what the call sees at p: p itself,
+ * or with --device its place in the host copy of p's buffer. */
+static unsigned char *host_view(const struct sweep *sw, const void *p) {
+    const unsigned char *b = p;
+    if (!sw->o->device) return (unsigned char *)b;
+    if (b >= sw->send && b < sw->send + sw->buf_bytes) return sw->hsend + (b - sw->send);
+    return sw->hrecv + (b - sw->recv);
+}
+
+/* --device: both host copies to the GPU before a checked call (to_gpu), or
+ * the output buffer back after it. 0 or -1 (said). */
+static int move_checked(struct sweep *sw, int to_gpu) {
+    int bad = to_gpu ? bench_device_upload(sw->send, sw->hsend, sw->buf_bytes) ||
+                           bench_device_upload(sw->recv, sw->hrecv, sw->buf_bytes)
+                     : bench_device_download(sw->hrecv, sw->recv, sw->buf_bytes);
+    if (bad) fprintf(stderr, "[rank %d] %s: copying the check pass's buffers %s the GPU failed\n", sw->rank, sw->o->prog,
+                     to_gpu ? "to" : "from");
+    return -bad;
+}
+
 static int check_pass(struct sweep *sw, const struct bench_call *call, const struct placement *pl, long long *wrong) {
     struct bench_check_case k = {sw->coll, call->dtype, call->redop, call->root, sw->nranks, sw->rank, call->count};
     size_t es = bench_dtype_size(call->dtype);
     /* Stale results of an earlier call must not pass for new ones. */
-    memset(pl->clear, 0xa5, pl->clear_elems * es);
-    bench_fill_input(&k, (void *)pl->send);
+    memset(host_view(sw, pl->clear), 0xa5, pl->clear_elems * es);
+    bench_fill_input(&k, host_view(sw, pl->send));
+    if (sw->o->device && move_checked(sw, 1)) return -1;
     if (sw->be->run(sw->c, call, 1, sw->o->nonblocking)) return fail(sw, "check pass failed", call);
-    if (sw->corrupt && sw->rank == bench_corrupt_rank(&k)) bench_corrupt_one(&k, pl->recv);
-    double w = (double)bench_count_wrong(&k, pl->recv);
+    if (sw->o->device && move_checked(sw, 0)) return -1;
+    unsigned char *out = host_view(sw, pl->recv);
+    if (sw->corrupt && sw->rank == bench_corrupt_rank(&k)) bench_corrupt_one(&k, out);
+    double w = (double)bench_count_wrong(&k, out);
     if (sw->be->combine(sw->c, &w, 1, BENCH_COMBINE_SUM)) return fail(sw, "combining wrong counts failed", NULL);
     *wrong = (long long)w;
     return 0;
@@ -317,16 +343,29 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
         all_ok(sw, 0); /* so that no rank exits (and gets rank 0 stopped) before the message is out */
         return BENCH_EXIT_USAGE;
     }
+    char why[300];
+    if (o->device && bench_device_open(sw->rank, why, sizeof why)) {
+        fprintf(stderr, "[rank %d] %s: %s\n", sw->rank, o->prog, why);
+        all_ok(sw, 0);
+        return BENCH_EXIT_ERROR;
+    }
+    sw->buf_bytes = bytes;
     if (sw->coll != BENCH_BARRIER) {
-        sw->send = aligned_alloc(4096, bytes);
-        sw->recv = aligned_alloc(4096, bytes);
+        sw->send = o->device ? bench_device_alloc(bytes) : aligned_alloc(4096, bytes);
+        sw->recv = o->device ? bench_device_alloc(bytes) : aligned_alloc(4096, bytes);
+        if (o->device) {
+            sw->hsend = calloc(1, bytes);
+            sw->hrecv = calloc(1, bytes);
+        }
     }
     sw->iter_times = calloc((size_t)o->iters, sizeof(double));
     sw->calls = calloc((size_t)o->agg, sizeof(*sw->calls));
-    if ((sw->coll != BENCH_BARRIER && (!sw->send || !sw->recv)) || !sw->iter_times || !sw->calls) {
-        fprintf(stderr, "[rank %d] %s: out of memory for buffers of %zu bytes\n", sw->rank, o->prog, bytes);
+    if ((sw->coll != BENCH_BARRIER && (!sw->send || !sw->recv || (o->device && (!sw->hsend || !sw->hrecv)))) ||
+        !sw->iter_times || !sw->calls) {
+        fprintf(stderr, "[rank %d] %s: out of %s memory for buffers of %zu bytes\n", sw->rank, o->prog,
+                o->device ? "GPU or host" : "host", bytes);
         ok = 0;
-    } else if (sw->send) { /* first touch outside any timing */
+    } else if (sw->send && !o->device) { /* first touch outside any timing (device memory comes zeroed) */
         memset(sw->send, 0, bytes);
         memset(sw->recv, 0, bytes);
     }
@@ -334,8 +373,14 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
     if (!all_ok(sw, ok)) return BENCH_EXIT_ERROR;
     sw->be->describe(sw->c, w);
     if (warm_transports(sw)) return BENCH_EXIT_ERROR;
-    /* The roofline is one core's memcpy: the other ranks wait meanwhile. */
-    if (sw->rank == 0) sw->report.memcpy = bench_measure_memcpy(o->max_bytes);
+    /* The roofline is one core's memcpy, or with --device the GPU's own
+     * copy: the other ranks wait meanwhile. */
+    if (sw->rank == 0 && o->device) {
+        sw->report.memcpy = bench_measure_device_copy(o->max_bytes);
+        sw->report.memcpy.gpu = bench_device_name();
+    } else if (sw->rank == 0) {
+        sw->report.memcpy = bench_measure_memcpy(o->max_bytes);
+    }
     if (sw->be->barrier(sw->c)) {
         fail(sw, "barrier failed", NULL);
         return BENCH_EXIT_ERROR;
@@ -390,8 +435,15 @@ int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_b
     const char *corrupt = getenv("CCL_BENCH_CORRUPT");
     sw.corrupt = corrupt && *corrupt && strcmp(corrupt, "0") != 0;
     status = run_all(&sw);
-    free(sw.send);
-    free(sw.recv);
+    if (o.device) {
+        bench_device_free(sw.send);
+        bench_device_free(sw.recv);
+        free(sw.hsend);
+        free(sw.hrecv);
+    } else {
+        free(sw.send);
+        free(sw.recv);
+    }
     free(sw.iter_times);
     free(sw.calls);
     bench_steady_free(&sw.steady);

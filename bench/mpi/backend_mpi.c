@@ -237,6 +237,7 @@ static int mpi_finish(struct bench_comm *c, int exit_status) {
 
 const struct bench_backend bench_mpi_backend = {
     .launch_flags = 0,
+    .device_buffers = 0,
     .start = mpi_start,
     .rank = mpi_rank_of,
     .size = mpi_size_of,

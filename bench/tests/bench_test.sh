@@ -89,6 +89,19 @@ corrupt) # LAUNCHER... -- ARGS...: the checker's self-test must make the program
   grep -Eq '# Out of bounds values : [1-9][0-9]* FAILED$' "$tmp/out" || die "no FAILED footer"
   grep -Eq '\[rank [0-9]+\] |CCL WARN' "$tmp/out.err" && die "the program failed for another reason"
   exit 0 ;;
+device) # N: --device, GPU buffers checked bit for bit against the GPU's own copy; skipped (77) without a GPU
+  run "$tmp/out" "$bin/$prog" --ranks "$1" --device $short -d all -o all
+  if [ $rc -eq 3 ] && grep -q -e "--device needs the CUDA driver" -e "--device: no GPU" "$tmp/out.err"; then
+    echo "SKIP: --device needs a GPU and its driver"
+    exit 77
+  fi
+  [ $rc -eq 0 ] || die "exit status $rc"
+  grep -q "^# buffers: GPU memory" "$tmp/out" || die "the header does not say the buffers are on the GPU"
+  grep -q "^# memcpy: [0-9.]* GB/s device to device on " "$tmp/out" || die "the roofline is not the GPU's copy"
+  expect_all_right "$tmp/out"
+  CCL_BENCH_CORRUPT=1 run "$tmp/out" "$bin/$prog" --ranks "$1" --device -b 64 -e 4K -f 4 -n 2 -w 1
+  [ $rc -eq 1 ] || die "the checker's self-test on GPU buffers: exit status $rc, not 1"
+  exit 0 ;;
 steady) # N: --steady's guard, driven by its self-test (CCL_BENCH_SLOW_PROBE)
   n=$1
   CCL_BENCH_SLOW_PROBE=before run "$tmp/out" "$bin/$prog" -b 1K -e 4K -f 4 -n 3 -w 1 --ranks "$n" --steady
@@ -158,7 +171,7 @@ warm) # N: before the sweep, each algorithm's communicator runs the largest call
   esac ;;
 usage) # bad flags: a message naming the program, status 2; -h: status 0
   for bad in "-b" "-b x" "-e 1Q" "-f 1" "-n 0" "-w -1" "-m 0" "-c 2" "-z 7" "-a 4" "-d float8" "-o mean" \
-             "-r x" "-t udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "--rounds 0" "--ranks 0" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
+             "-r x" "-t udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "--rounds 0" "--ranks 0" "--device x" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
     run "$tmp/out" "$bin/$prog" $bad
     [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
     grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"

@@ -53,6 +53,10 @@ bench_add_test(files_barrier files barrier_perf -- --ranks 2 -n 5 -I)
 bench_add_test(files_algos files all_reduce_perf -- --ranks 3 -b 8 -e 64K -f 8 -n 3 -w 1 -A auto,ring,tree --rounds 3)
 bench_add_test(algos algos all_reduce_perf 3 auto,ring,tree,rd,rhd,direct)
 bench_add_test(steady steady all_reduce_perf 3)
+# GPU buffers (--device); skipped, saying why, without a GPU.
+foreach(coll all_reduce reduce_scatter all_gather sendrecv)
+  bench_add_test(device_${coll} device ${coll}_perf 2)
+endforeach()
 bench_add_test(warm warm all_reduce_perf 2)
 bench_add_test(usage usage broadcast_perf)
 bench_add_test(legs_pingpong legs pingpong_perf)
@@ -80,3 +84,5 @@ if(BENCH_MPI_LIBRARY STREQUAL "mpi-openmpi" AND BENCH_MPIRUN_OPENMPI)
 endif()
 
 set_tests_properties(${bench_tests} PROPERTIES TIMEOUT 120 LABELS bench)
+set_tests_properties(bench_device_all_reduce bench_device_reduce_scatter bench_device_all_gather bench_device_sendrecv
+  PROPERTIES SKIP_RETURN_CODE 77 LABELS "bench;cuda")
