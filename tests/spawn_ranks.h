@@ -16,14 +16,16 @@
 #define CCL_TESTS_SPAWN_RANKS_H
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 enum { SPAWN_MAX_RANKS = 64, SPAWN_MAX_ID = 512 };
 
-static int spawn_ranks(int nranks, size_t id_bytes, int (*make_id)(void *id), int (*rank_main)(int rank, const void *id),
-                       unsigned alarm_s) {
+/* As spawn_ranks, where rank `killed` (-1: none) must end by SIGKILL. */
+static int spawn_ranks_one_killed(int nranks, size_t id_bytes, int (*make_id)(void *id),
+                                  int (*rank_main)(int rank, const void *id), unsigned alarm_s, int killed) {
     pid_t pid[SPAWN_MAX_RANKS];
     int id_pipe[2], bad = 0, started = 0;
     if (nranks < 1 || nranks > SPAWN_MAX_RANKS || id_bytes > SPAWN_MAX_ID || id_bytes > PIPE_BUF || pipe(id_pipe) != 0)
@@ -52,12 +54,17 @@ static int spawn_ranks(int nranks, size_t id_bytes, int (*make_id)(void *id), in
     for (int r = 0; r < started; r++) {
         int status = 0;
         waitpid(pid[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, status);
+        if (r == killed ? !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) : !WIFEXITED(status) || WEXITSTATUS(status)) {
+            fprintf(stderr, "rank %d %s (status 0x%x)\n", r, r == killed ? "was not killed" : "failed", status);
             bad = 1;
         }
     }
     return bad;
+}
+
+static int spawn_ranks(int nranks, size_t id_bytes, int (*make_id)(void *id), int (*rank_main)(int rank, const void *id),
+                       unsigned alarm_s) {
+    return spawn_ranks_one_killed(nranks, id_bytes, make_id, rank_main, alarm_s, -1);
 }
 
 #endif

@@ -26,6 +26,7 @@ struct region {
 struct ccl__stage {
     struct region *r;
     int n;
+    char *base; /* on a stream: the pinned buffer the regions are in */
 };
 
 ccl_status_t ccl__device_fail(struct ccl_comm *comm, CUresult res, const char *call, const char *what) {
@@ -99,9 +100,31 @@ ccl_status_t ccl__device_bind(struct ccl_comm *comm, CUcontext ctx, const char *
     return CCL_OK;
 }
 
+/* Polls a stream to idle. */
+static CUresult stream_drain(const struct ccl__cu *cu, CUstream s) {
+    CUresult r;
+    for (int spins = 0; (r = cu->StreamQuery(s)) == CCL__CUDA_ERROR_NOT_READY; spins++)
+        if (spins > 1000) nanosleep(&(struct timespec){0, 20000}, NULL);
+    return r;
+}
+
+/* A call without a stream whose buffers are device memory follows the work
+ * queued before it on the legacy default stream, as cudaMemcpy does. It is
+ * waited for here, at issue, because the staging stream does not follow
+ * that stream (see stage_ready). */
+static ccl_status_t follow_default_stream(struct ccl_comm *comm, const struct ccl__cu *cu, const char *what) {
+    CUcontext prev = NULL, ctx = comm->device->ctx;
+    cu->CtxGetCurrent(&prev);
+    if (prev != ctx) cu->CtxSetCurrent(ctx);
+    CUresult r = stream_drain(cu, CCL__CU_STREAM_LEGACY);
+    if (prev != ctx) cu->CtxSetCurrent(prev);
+    return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, "cuStreamQuery", what);
+}
+
 ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls, int n, const char *what) {
     const struct ccl__cu *cu = ccl__cuda();
     if (!cu) return CCL_OK;
+    int follow = 0;
     for (int i = 0; i < n; i++) {
         struct ccl__call *c = &calls[i];
         size_t sb, rb;
@@ -114,18 +137,33 @@ ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls
             CUcontext ctx = NULL;
             if (!bufs[k] || mem_kind(cu, bufs[k], &ctx) != CCL__MEM_CUDA) continue;
             c->device |= bit[k];
+            follow |= !c->on_stream;
             CCL_CHECK(ccl__device_bind(comm, ctx, what));
         }
     }
-    return CCL_OK;
+    return follow ? follow_default_stream(comm, cu, what) : CCL_OK;
 }
 
-/* Polls the staging stream to idle (GPU copies always finish). */
-static CUresult stream_drain(const struct ccl__cu *cu, CUstream s) {
-    CUresult r;
-    for (int spins = 0; (r = cu->StreamQuery(s)) == CCL__CUDA_ERROR_NOT_READY; spins++)
-        if (spins > 1000) nanosleep(&(struct timespec){0, 20000}, NULL);
-    return r;
+
+/* At least bytes of pinned memory in *buf (which has *have). An outgrown
+ * buffer is retired, not freed: cuMemFreeHost waits for every stream of
+ * the context, and a stream may be waiting for the very batch that
+ * outgrew it (or still copy out of it). Each buffer is at least twice the
+ * last, so the retired ones add up to less than the one in use. */
+static ccl_status_t grow_pinned(struct ccl_comm *comm, const struct ccl__cu *cu, void **buf, size_t *have,
+                                size_t bytes) {
+    struct ccl__device_state *d = comm->device;
+    if (*have >= bytes) return CCL_OK;
+    if (d->nretired == (int)(sizeof d->retired / sizeof d->retired[0]))
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "staging device buffers: the staging buffer grew too often");
+    size_t grown = bytes > 2 * *have ? bytes : 2 * *have;
+    void *p = NULL;
+    CUresult r = cu->MemHostAlloc(&p, grown, CCL__CU_MEMHOSTALLOC_PORTABLE);
+    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemHostAlloc", "staging device buffers");
+    if (*buf) d->retired[d->nretired++] = *buf;
+    *buf = p;
+    *have = grown;
+    return CCL_OK;
 }
 
 /* The staging stream and at least bytes of pinned memory, in comm's
@@ -134,16 +172,12 @@ static ccl_status_t stage_ready(struct ccl_comm *comm, const struct ccl__cu *cu,
     struct ccl__device_state *d = comm->device;
     CUresult r = cu->CtxSetCurrent(d->ctx);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuCtxSetCurrent", "staging device buffers");
-    if (!d->stream && (r = cu->StreamCreate(&d->stream, 0)) != CCL__CUDA_SUCCESS)
+    /* Non-blocking: a stream-ordered call on the legacy default stream
+     * leaves that stream waiting for its batch (stream.c), and a copy on a
+     * blocking stream would wait for it in turn. */
+    if (!d->stream && (r = cu->StreamCreate(&d->stream, CCL__CU_STREAM_NON_BLOCKING)) != CCL__CUDA_SUCCESS)
         return ccl__device_fail(comm, r, "cuStreamCreate", "staging device buffers");
-    if (d->stage_bytes >= bytes) return CCL_OK;
-    if (d->stage) cu->MemFreeHost(d->stage);
-    d->stage = NULL;
-    d->stage_bytes = 0;
-    if ((r = cu->MemHostAlloc(&d->stage, bytes, CCL__CU_MEMHOSTALLOC_PORTABLE)) != CCL__CUDA_SUCCESS)
-        return ccl__device_fail(comm, r, "cuMemHostAlloc", "staging device buffers");
-    d->stage_bytes = bytes;
-    return CCL_OK;
+    return grow_pinned(comm, cu, &d->stage, &d->stage_bytes, bytes);
 }
 
 /* Adds the device regions of one call: one when its send and receive
@@ -172,61 +206,123 @@ static void plan_call(const struct ccl_comm *comm, struct ccl__call *c, struct r
     }
 }
 
-/* Copies the staged regions in (device to host) or out, and waits. */
-static CUresult copy_regions(struct ccl_comm *comm, const struct ccl__stage *st, int in) {
-    const struct ccl__cu *cu = ccl__cuda();
-    char *base = comm->device->stage;
-    CUresult r = CCL__CUDA_SUCCESS;
-    for (int i = 0; i < st->n && r == CCL__CUDA_SUCCESS; i++) {
-        CUdeviceptr dev = (CUdeviceptr)(uintptr_t)st->r[i].dev, host = (CUdeviceptr)(uintptr_t)(base + st->r[i].at);
-        if (in ? st->r[i].in : st->r[i].out)
-            r = cu->MemcpyAsync(in ? host : dev, in ? dev : host, st->r[i].bytes, comm->device->stream);
-    }
-    return r == CCL__CUDA_SUCCESS ? stream_drain(cu, comm->device->stream) : r;
-}
-
-ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl__stage **out) {
+/* The regions of calls[0..n)'s device buffers and the pinned bytes they
+ * take; *out NULL when no call has any. */
+static ccl_status_t stage_plan(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl__stage **out,
+                               size_t *total) {
     *out = NULL;
+    *total = 0;
     int ndev = 0;
     for (int i = 0; i < n; i++) ndev += calls[i].device != 0;
     if (!ndev) return CCL_OK;
-    const struct ccl__cu *cu = ccl__cuda();
     struct ccl__stage *st = calloc(1, sizeof(*st));
     if (st) st->r = calloc((size_t)ndev * 2, sizeof(*st->r));
     if (!st || !st->r) {
-        if (st) free(st);
+        free(st);
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory staging device buffers");
     }
-    size_t total = 0;
     for (int i = 0; i < n; i++)
-        if (calls[i].device) plan_call(comm, &calls[i], st->r, &st->n, &total);
-    ccl_status_t s = stage_ready(comm, cu, total ? total : 64);
-    if (s != CCL_OK) {
-        free(st->r);
-        free(st);
-        return s;
-    }
-    char *base = comm->device->stage;
+        if (calls[i].device) plan_call(comm, &calls[i], st->r, &st->n, total);
+    if (!*total) *total = 64;
+    *out = st;
+    return CCL_OK;
+}
+
+/* Points the calls at their staged copies in base. */
+static void stage_point(const struct ccl__stage *st, char *base) {
     for (int i = 0; i < st->n; i++)
         for (int k = 0; k < 2; k++)
             if (st->r[i].fix[k]) *st->r[i].fix[k] = base + st->r[i].at + st->r[i].fix_at[k];
-    *out = st;
-    CUresult r = copy_regions(comm, st, 1);
+}
+
+/* Queues the copies in (device to host) or out on s. */
+static CUresult stage_copies(const struct ccl__cu *cu, const struct ccl__stage *st, char *base, int in, CUstream s) {
+    CUresult r = CCL__CUDA_SUCCESS;
+    for (int i = 0; i < st->n && r == CCL__CUDA_SUCCESS; i++) {
+        CUdeviceptr dev = (CUdeviceptr)(uintptr_t)st->r[i].dev, host = (CUdeviceptr)(uintptr_t)(base + st->r[i].at);
+        if (in ? st->r[i].in : st->r[i].out) r = cu->MemcpyAsync(in ? host : dev, in ? dev : host, st->r[i].bytes, s);
+    }
+    return r;
+}
+
+static void stage_free(struct ccl__stage *st) {
+    if (!st) return;
+    free(st->r);
+    free(st);
+}
+
+ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl__stage **out) {
+    const struct ccl__cu *cu = ccl__cuda();
+    struct ccl__stage *st;
+    size_t total;
+    *out = NULL;
+    CCL_CHECK(stage_plan(comm, calls, n, &st, &total));
+    if (!st) return CCL_OK;
+    ccl_status_t s = stage_ready(comm, cu, total);
+    if (s != CCL_OK) {
+        stage_free(st);
+        return s;
+    }
+    stage_point(st, comm->device->stage);
+    CUresult r = stage_copies(cu, st, comm->device->stage, 1, comm->device->stream);
+    if (r == CCL__CUDA_SUCCESS) r = stream_drain(cu, comm->device->stream);
     if (r != CCL__CUDA_SUCCESS) {
-        ccl__stage_out(comm, st, 0);
-        *out = NULL;
+        stage_free(st);
         return ccl__device_fail(comm, r, "cuMemcpyAsync", "copying device buffers in");
     }
+    *out = st;
     return CCL_OK;
 }
 
 ccl_status_t ccl__stage_out(struct ccl_comm *comm, struct ccl__stage *st, int ok) {
     if (!st) return CCL_OK;
-    CUresult r = ok ? copy_regions(comm, st, 0) : CCL__CUDA_SUCCESS;
-    free(st->r);
-    free(st);
+    const struct ccl__cu *cu = ccl__cuda();
+    CUresult r = CCL__CUDA_SUCCESS;
+    if (ok) r = stage_copies(cu, st, comm->device->stage, 0, comm->device->stream);
+    if (ok && r == CCL__CUDA_SUCCESS) r = stream_drain(cu, comm->device->stream);
+    stage_free(st);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemcpyAsync", "copying results to device buffers");
     return CCL_OK;
+}
+
+ccl_status_t ccl__stage_on_stream_in(struct ccl_comm *comm, struct ccl__call *calls, int n, CUstream s,
+                                     struct ccl__stage **out) {
+    const struct ccl__cu *cu = ccl__cuda();
+    struct ccl__device_state *d = comm->device;
+    struct ccl__stage *st;
+    size_t total;
+    *out = NULL;
+    CCL_CHECK(stage_plan(comm, calls, n, &st, &total));
+    if (!st) return CCL_OK;
+    ccl_status_t res = grow_pinned(comm, cu, &d->ostage, &d->ostage_bytes, total);
+    CUresult r = CCL__CUDA_SUCCESS;
+    /* The last stream-ordered batch may have been on another stream, its
+     * results not yet copied out of the buffer. */
+    if (res == CCL_OK && d->ostage_free) r = cu->StreamWaitEvent(s, d->ostage_free, 0);
+    if (res == CCL_OK && r == CCL__CUDA_SUCCESS) {
+        stage_point(st, d->ostage);
+        st->base = d->ostage;
+        r = stage_copies(cu, st, st->base, 1, s);
+    }
+    if (res == CCL_OK && r != CCL__CUDA_SUCCESS) res = ccl__device_fail(comm, r, "cuMemcpyAsync", "staging device buffers on the stream");
+    if (res != CCL_OK) {
+        stage_free(st);
+        return res;
+    }
+    for (int i = 0; i < n; i++) calls[i].device = 0; /* staged already: the executor sees host memory */
+    *out = st;
+    return CCL_OK;
+}
+
+ccl_status_t ccl__stage_on_stream_out(struct ccl_comm *comm, struct ccl__stage *st, CUstream s, int copy) {
+    if (!st) return CCL_OK;
+    const struct ccl__cu *cu = ccl__cuda();
+    struct ccl__device_state *d = comm->device;
+    CUresult r = copy ? stage_copies(cu, st, st->base, 0, s) : CCL__CUDA_SUCCESS;
+    if (r == CCL__CUDA_SUCCESS && !d->ostage_free) r = cu->EventCreate(&d->ostage_free, CCL__CU_EVENT_DISABLE_TIMING);
+    if (r == CCL__CUDA_SUCCESS) r = cu->EventRecord(d->ostage_free, s);
+    stage_free(st);
+    return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, "cuMemcpyAsync", "staging results on the stream");
 }
 
 void ccl__device_free(struct ccl_comm *comm) {
@@ -236,6 +332,9 @@ void ccl__device_free(struct ccl_comm *comm) {
     if (cu && d->ctx && cu->CtxSetCurrent(d->ctx) == CCL__CUDA_SUCCESS) {
         if (d->stream) cu->StreamDestroy(d->stream);
         if (d->stage) cu->MemFreeHost(d->stage);
+        if (d->ostage) cu->MemFreeHost(d->ostage);
+        if (d->ostage_free) cu->EventDestroy(d->ostage_free);
+        for (int i = 0; i < d->nretired; i++) cu->MemFreeHost(d->retired[i]);
     }
     ccl__stream_ticket_free(d);
     pthread_mutex_destroy(&d->lock);

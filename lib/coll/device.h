@@ -21,6 +21,7 @@
 #define CCL_COLL_DEVICE_H
 
 #include "coll/coll.h"
+#include "cuda/driver.h"
 
 /* call->device: which of a call's buffers are device memory. */
 #define CCL__DEV_SEND 1
@@ -39,11 +40,24 @@ ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n
 /* Copies the results back to the device buffers (when ok) and frees. */
 ccl_status_t ccl__stage_out(struct ccl_comm *comm, struct ccl__stage *st, int ok);
 
+/* A stream-ordered batch stages on its stream, with no copy of its own
+ * while the stream waits (a copy on another stream was seen to wait then):
+ * under comm's device lock, with its context current, _in points the
+ * device calls of calls[0..n) at pinned copies and queues the copies in
+ * on s (to come before the batch's event), _out queues the copies out (to
+ * come after the stream's wait; none when !copy: the batch will not run)
+ * and frees. */
+ccl_status_t ccl__stage_on_stream_in(struct ccl_comm *comm, struct ccl__call *calls, int n, CUstream s,
+                                     struct ccl__stage **out);
+ccl_status_t ccl__stage_on_stream_out(struct ccl_comm *comm, struct ccl__stage *st, CUstream s, int copy);
+
 /* A stream-ordered batch's link to its stream. */
 struct ccl__stream_link;
-/* Orders a batch of comm on stream: records what the batch waits for and
- * makes the stream wait for the batch. */
-ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct ccl__stream_link **out);
+/* Orders the batch calls[0..n) of comm on stream: stages its device
+ * buffers on the stream, records what the batch waits for and makes the
+ * stream wait for the batch. */
+ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct ccl__call *calls, int n,
+                                  struct ccl__stream_link **out);
 /* In the executor, before the batch runs: waits for the stream's earlier
  * work (an abort or failure of comm ends the wait). */
 ccl_status_t ccl__stream_link_wait(struct ccl_comm *comm, struct ccl__stream_link *l);

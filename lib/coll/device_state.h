@@ -12,9 +12,19 @@
 struct ccl__device_state {
     pthread_mutex_t lock;
     CUcontext ctx;            /* every device buffer and stream of comm lives here */
-    CUstream stream;          /* staging copies (synchronises with the legacy default stream) */
+    CUstream stream;          /* staging copies (non-blocking: follows no other stream) */
     void *stage;              /* pinned; grows to the largest batch */
     size_t stage_bytes;
+    /* Stream-ordered batches stage on their stream instead (stream.c):
+     * copies in before the batch's event, out after its wait, into this
+     * buffer, which the streams take in turn (the event after the last
+     * batch's copies out). */
+    void *ostage;
+    size_t ostage_bytes;
+    CUevent ostage_free;
+    /* Outgrown staging buffers, freed with the communicator (grow_pinned). */
+    void *retired[64];
+    int nretired;
     _Atomic uint32_t *ticket; /* pinned, device-mapped word: the last stream ticket released (stream.c) */
     CUdeviceptr ticket_dev;   /* the word as the device sees it */
     _Atomic uint32_t issued;  /* stream tickets handed out */

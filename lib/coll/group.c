@@ -57,7 +57,7 @@ CCL_API ccl_status_t ccl_group_start(void) {
 /* The stream a batch is ordered on: the end's, else the one its calls
  * name (they must agree). *ordered = 0 runs it now: no stream, or the
  * default stream in a process without CUDA. */
-static ccl_status_t batch_stream(struct ccl_comm *comm, const struct ccl__call *b, int m, int end_on_stream,
+static ccl_status_t batch_stream(struct ccl_comm *comm, struct ccl__call *b, int m, int end_on_stream,
                                  void *end_stream, int *ordered, struct ccl__stream_link **link) {
     int named = end_on_stream;
     void *stream = end_stream;
@@ -75,7 +75,7 @@ static ccl_status_t batch_stream(struct ccl_comm *comm, const struct ccl__call *
     char why[700];
     ccl_status_t st = ccl__stream_usable(stream, ordered, why, sizeof why);
     if (st < 0) return ccl__set_error(comm, st, "%s", why);
-    return *ordered ? ccl__stream_link_new(comm, stream, link) : CCL_OK;
+    return *ordered ? ccl__stream_link_new(comm, stream, b, m, link) : CCL_OK;
 }
 
 /* Submit one batch per communicator (all before waiting on any, so groups

@@ -8,15 +8,46 @@
 #include "coll/device_state.h"
 #include "core/log.h"
 
-/* Ticket words, one per communicator that has ordered a stream. They live
- * as long as the process: a stream may reach its wait on a word after the
- * communicator is gone, so a word is never freed, only handed to a later
- * communicator, which continues its count (a wait that is still queued
- * then still passes). */
+/* Words in pinned, device-mapped memory that streams and executors pass
+ * to each other, so that an executor makes no CUDA call for a
+ * stream-ordered batch: a call into the driver can wait for a lock that a
+ * thread holds while it waits for the stream (a pageable cudaMemcpy, say),
+ * and the stream waits for the batch.
+ *
+ * First the ticket words, one per communicator that has ordered a stream.
+ * They live as long as the process: a stream may reach its wait on a word
+ * after the communicator is gone, so a word is never freed, only handed to
+ * a later communicator, which continues its count (a wait that is still
+ * queued then still passes). Then the ready words, one per batch in
+ * flight: the stream sets it once the work before the batch is done. */
 #define TICKET_WORDS 1024
+#define READY_WORDS 4096
 static pthread_mutex_t words_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic uint32_t *words;           /* pinned, device-mapped */
-static unsigned char words_used[TICKET_WORDS];
+static _Atomic uint32_t *words;
+static unsigned char words_used[TICKET_WORDS + READY_WORDS];
+
+/* Under words_lock: a free word in [lo, hi), or -1. */
+static int take_word(int lo, int hi) {
+    for (int i = lo; words && i < hi; i++)
+        if (!words_used[i]) return words_used[i] = 1, i;
+    return -1;
+}
+
+static void give_word(_Atomic uint32_t *w) {
+    pthread_mutex_lock(&words_lock);
+    words_used[w - words] = 0;
+    pthread_mutex_unlock(&words_lock);
+}
+
+/* Under words_lock: the words, allocated once. */
+static CUresult words_ready(const struct ccl__cu *cu) {
+    if (words) return CCL__CUDA_SUCCESS;
+    void *p = NULL;
+    CUresult r = cu->MemHostAlloc(&p, (TICKET_WORDS + READY_WORDS) * sizeof(uint32_t),
+                                  CCL__CU_MEMHOSTALLOC_PORTABLE | CCL__CU_MEMHOSTALLOC_DEVICEMAP);
+    if (r == CCL__CUDA_SUCCESS) words = p;
+    return r;
+}
 
 struct host_wait {
     _Atomic int go;
@@ -24,9 +55,9 @@ struct host_wait {
 
 struct ccl__stream_link {
     struct ccl__device_state *d;
-    CUevent ready;         /* recorded on the stream at issue: the batch runs once it completes */
-    uint32_t ticket;       /* the stream goes on once the ticket word reaches it */
-    struct host_wait *hw;  /* instead, where the stream waits in a host function */
+    _Atomic uint32_t *ready; /* a ready word: the batch runs once the stream has set it */
+    uint32_t ticket;         /* the stream goes on once the ticket word reaches it */
+    struct host_wait *hw;    /* instead, where the stream waits in a host function */
 };
 
 ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t whylen) {
@@ -53,18 +84,9 @@ ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t wh
 /* Under d->lock, with d's context current: comm's ticket word. */
 static ccl_status_t ticket_word(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__device_state *d) {
     if (d->ticket) return CCL_OK;
-    CUresult r = CCL__CUDA_SUCCESS;
     pthread_mutex_lock(&words_lock);
-    if (!words) {
-        void *p = NULL;
-        r = cu->MemHostAlloc(&p, TICKET_WORDS * sizeof(uint32_t),
-                             CCL__CU_MEMHOSTALLOC_PORTABLE | CCL__CU_MEMHOSTALLOC_DEVICEMAP);
-        if (r == CCL__CUDA_SUCCESS) words = p;
-    }
-    int w = -1;
-    for (int i = 0; words && i < TICKET_WORDS && w < 0; i++)
-        if (!words_used[i]) w = i;
-    if (w >= 0) words_used[w] = 1;
+    CUresult r = words_ready(cu);
+    int w = take_word(0, TICKET_WORDS);
     pthread_mutex_unlock(&words_lock);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemHostAlloc", "ordering a stream");
     if (w < 0)
@@ -72,9 +94,7 @@ static ccl_status_t ticket_word(struct ccl_comm *comm, const struct ccl__cu *cu,
                               TICKET_WORDS);
     r = cu->MemHostGetDevicePointer(&d->ticket_dev, (void *)&words[w], 0);
     if (r != CCL__CUDA_SUCCESS) {
-        pthread_mutex_lock(&words_lock);
-        words_used[w] = 0;
-        pthread_mutex_unlock(&words_lock);
+        give_word(&words[w]);
         return ccl__device_fail(comm, r, "cuMemHostGetDevicePointer", "ordering a stream");
     }
     d->ticket = &words[w];
@@ -84,10 +104,32 @@ static ccl_status_t ticket_word(struct ccl_comm *comm, const struct ccl__cu *cu,
 
 void ccl__stream_ticket_free(struct ccl__device_state *d) {
     if (!d->ticket) return;
-    pthread_mutex_lock(&words_lock);
-    words_used[d->ticket - words] = 0;
-    pthread_mutex_unlock(&words_lock);
+    give_word(d->ticket);
     d->ticket = NULL;
+}
+
+/* A host function (it makes no CUDA call, as host functions must not). */
+static void set_ready_fn(void *arg) { atomic_store_explicit((_Atomic uint32_t *)arg, 1, memory_order_release); }
+
+/* Under d's lock, ctx current: l's ready word, set by stream after the
+ * work queued on it so far (a host function sets it where stream memory
+ * operations are not supported). */
+static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__stream_link *l,
+                               CUstream stream) {
+    pthread_mutex_lock(&words_lock);
+    int w = take_word(TICKET_WORDS, TICKET_WORDS + READY_WORDS);
+    pthread_mutex_unlock(&words_lock);
+    if (w < 0)
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "ordering a stream: more than %d stream-ordered batches in flight",
+                              READY_WORDS);
+    l->ready = &words[w];
+    atomic_store(l->ready, 0);
+    CUdeviceptr dev;
+    CUresult r = cu->MemHostGetDevicePointer(&dev, (void *)l->ready, 0);
+    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemHostGetDevicePointer", "ordering a stream");
+    if (cu->StreamWriteValue32(stream, dev, 1, 0) == CCL__CUDA_SUCCESS) return CCL_OK;
+    r = cu->LaunchHostFunc(stream, set_ready_fn, (void *)l->ready);
+    return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, "cuLaunchHostFunc", "ordering a stream");
 }
 
 /* A host function that holds its stream until the batch lets it go (it
@@ -98,12 +140,14 @@ static void host_wait_fn(void *arg) {
     free(w);
 }
 
-static void link_free(const struct ccl__cu *cu, struct ccl__stream_link *l) {
-    if (l->ready) cu->EventDestroy(l->ready);
+/* No CUDA call: the executor frees links (see the words). */
+static void link_free(struct ccl__stream_link *l) {
+    if (l->ready) give_word(l->ready);
     free(l);
 }
 
-ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct ccl__stream_link **out) {
+ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct ccl__call *calls, int n,
+                                  struct ccl__stream_link **out) {
     const struct ccl__cu *cu = ccl__cuda();
     CUcontext ctx = NULL;
     CUresult r = stream ? cu->StreamGetCtx(stream, &ctx) : cu->CtxGetCurrent(&ctx);
@@ -116,16 +160,17 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
     CUcontext prev = NULL;
     cu->CtxGetCurrent(&prev);
     if (prev != ctx) cu->CtxSetCurrent(ctx);
+    /* Under the lock from the copies in to the copies out: the batches of
+     * comm take the staging buffer in issue order. */
     pthread_mutex_lock(&d->lock);
+    struct ccl__stage *stage = NULL;
     ccl_status_t st = ticket_word(comm, cu, d);
-    pthread_mutex_unlock(&d->lock);
     struct ccl__stream_link *l = st == CCL_OK ? calloc(1, sizeof(*l)) : NULL;
     if (st == CCL_OK && !l) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "ordering a stream: out of memory");
+    if (st == CCL_OK) st = ccl__stage_on_stream_in(comm, calls, n, stream, &stage);
     if (st == CCL_OK) {
         l->d = d;
-        if ((r = cu->EventCreate(&l->ready, CCL__CU_EVENT_DISABLE_TIMING)) != CCL__CUDA_SUCCESS ||
-            (r = cu->EventRecord(l->ready, stream)) != CCL__CUDA_SUCCESS)
-            st = ccl__device_fail(comm, r, "cuEventRecord", "ordering a stream");
+        st = ready_word(comm, cu, l, stream);
     }
     if (st == CCL_OK) {
         l->ticket = atomic_fetch_add(&d->issued, 1) + 1;
@@ -140,9 +185,16 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
             }
         }
     }
+    /* Without the copies out when the link failed: the batch never runs.
+     * When only they fail (a broken context), the stream already waits
+     * for this batch's ticket, so the batch still runs and releases it,
+     * in order; the communicator fails, so nobody takes the results. */
+    ccl_status_t out_st = ccl__stage_on_stream_out(comm, stage, stream, st == CCL_OK);
+    if (st == CCL_OK && out_st < 0) ccl__comm_fail(comm, out_st);
+    pthread_mutex_unlock(&d->lock);
     if (prev != ctx) cu->CtxSetCurrent(prev);
     if (st != CCL_OK) {
-        if (l) link_free(cu, l);
+        if (l) link_free(l);
         return st;
     }
     *out = l;
@@ -150,22 +202,16 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
 }
 
 ccl_status_t ccl__stream_link_wait(struct ccl_comm *comm, struct ccl__stream_link *l) {
-    const struct ccl__cu *cu = ccl__cuda();
-    cu->CtxSetCurrent(l->d->ctx);
-    CUresult r;
-    for (int spins = 0; (r = cu->EventQuery(l->ready)) == CCL__CUDA_ERROR_NOT_READY; spins++) {
+    for (int spins = 0; !atomic_load_explicit(l->ready, memory_order_acquire); spins++) {
         ccl_status_t h = ccl__comm_health(comm);
         if (h < 0) return h;
         if (spins > 1000) nanosleep(&(struct timespec){0, 20000}, NULL);
     }
-    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuEventQuery", "waiting for the stream");
     return CCL_OK;
 }
 
 void ccl__stream_link_release(struct ccl__stream_link *l) {
     if (!l) return;
-    const struct ccl__cu *cu = ccl__cuda();
-    cu->CtxSetCurrent(l->d->ctx);
     if (l->hw) {
         atomic_store_explicit(&l->hw->go, 1, memory_order_release); /* the host function frees it */
     } else {
@@ -174,5 +220,5 @@ void ccl__stream_link_release(struct ccl__stream_link *l) {
         uint32_t cur = atomic_load_explicit(l->d->ticket, memory_order_relaxed);
         if ((int32_t)(l->ticket - cur) > 0) atomic_store_explicit(l->d->ticket, l->ticket, memory_order_release);
     }
-    link_free(cu, l);
+    link_free(l);
 }

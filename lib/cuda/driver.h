@@ -16,6 +16,8 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
+/* The legacy default stream, named explicitly (cuda.h's CU_STREAM_LEGACY). */
+#define CCL__CU_STREAM_LEGACY ((CUstream)0x1)
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmod_st *CUmodule;
@@ -35,6 +37,7 @@ enum {
     CCL__CU_MEMHOSTALLOC_DEVICEMAP = 2,
     CCL__CU_STREAM_WAIT_VALUE_GEQ = 0,
     CCL__CU_EVENT_DISABLE_TIMING = 2,
+    CCL__CU_STREAM_NON_BLOCKING = 1,
 };
 
 /* The driver entry points libccl uses (the versioned symbols cuda.h maps
@@ -57,9 +60,10 @@ struct ccl__cu {
     CUresult (*StreamQuery)(CUstream stream);
     CUresult (*EventCreate)(CUevent *event, unsigned flags);
     CUresult (*EventRecord)(CUevent event, CUstream stream);
-    CUresult (*EventQuery)(CUevent event);
+    CUresult (*StreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
     CUresult (*EventDestroy)(CUevent event);
     CUresult (*StreamWaitValue32)(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned flags);
+    CUresult (*StreamWriteValue32)(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned flags);
     CUresult (*LaunchHostFunc)(CUstream stream, CUhostFn fn, void *user);
     CUresult (*ModuleLoadData)(CUmodule *module, const void *image);
     CUresult (*ModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);

@@ -7,16 +7,29 @@
  * (ccl_all_reduce_stream) with no host synchronisation between the copy
  * that writes the input, the collective and the copy that reads the output.
  *
+ * With "kill": every rank all-reduces 16 MiB device buffers in a loop and
+ * the last one kills itself (SIGKILL) a few milliseconds into its third
+ * call, wherever that call is (staging in, moving data, staging out); every
+ * other rank must see a remote failure or a timeout within CCL_TIMEOUT
+ * plus 5 s, fail its next call at once, and nothing may be left in
+ * /dev/shm.
+ *
  * Exits 77 (ctest: skipped), saying why, where no CUDA driver or no GPU is
  * present. It loads the driver itself, as libccl does, so it builds
- * anywhere.   cuda_device [NRANKS]
+ * anywhere.   cuda_device [NRANKS [kill]]
  */
+#define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ccl.h"
@@ -134,13 +147,78 @@ static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
     return fails != 0;
 }
 
+#define KILL_TIMEOUT_S 20 /* CCL_TIMEOUT of the kill runs */
+#define KILL_LOOP_S 120.0
+#define KILL_COUNT ((size_t)4 << 20) /* 16 MiB of float32 per call */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static volatile double *death_time; /* shared by every rank: when the victim died */
+
+static void *die_soon(void *arg) {
+    nanosleep(&(struct timespec){0, (long)(uintptr_t)arg * 1000000L}, NULL);
+    *death_time = now_s();
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int kill_main(int rank, int nranks, ccl_unique_id_t id) {
+    CUcontext ctx;
+    if (cu.DevicePrimaryCtxRetain(&ctx, 0) != 0 || cu.CtxSetCurrent(ctx) != 0)
+        return fprintf(stderr, "rank %d: no context on device 0\n", rank), 1;
+    ccl_comm_t *comm;
+    if (ccl_comm_init_rank(&comm, nranks, id, rank) != CCL_OK) return 1;
+    CUdeviceptr din, dout;
+    if (cu.MemAlloc(&din, KILL_COUNT * 4) != 0 || cu.MemAlloc(&dout, KILL_COUNT * 4) != 0)
+        return fprintf(stderr, "rank %d: cuMemAlloc failed\n", rank), 1;
+    int victim = rank == nranks - 1, iterations = 0;
+    ccl_status_t st = CCL_OK;
+    for (double end = now_s() + KILL_LOOP_S; now_s() < end && st == CCL_OK; iterations++) {
+        /* After its second call (whose result holds every rank's input, so
+         * every rank is in the loop), a few ms into the third. */
+        pthread_t th;
+        if (victim && iterations == 2 && pthread_create(&th, NULL, die_soon, (void *)(uintptr_t)(1 + getpid() % 8)) != 0)
+            raise(SIGKILL);
+        st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, KILL_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+    }
+    double noticed = now_s() - *death_time;
+    if (victim) return fprintf(stderr, "rank %d: the victim was not killed\n", rank), 1;
+    CHECK(st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "rank %d: after %d calls the loop ended with %s, expected a "
+          "remote failure or a timeout", rank, iterations, ccl_status_string(st));
+    CHECK(ccl_comm_last_error(comm)[0] != '\0', "rank %d: no last error after %s", rank, ccl_status_string(st));
+    CHECK(noticed < KILL_TIMEOUT_S + 5, "rank %d noticed the death after %.1f s", rank, noticed);
+    double t0 = now_s();
+    ccl_status_t later = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, 1, CCL_FLOAT32, CCL_SUM, comm);
+    CHECK(later < 0 && now_s() - t0 < 5.0, "rank %d: a call after the failure returned %s after %.1f s", rank,
+          ccl_status_string(later), now_s() - t0);
+    fprintf(stderr, "cuda_device kill: rank %d saw \"%s\" %.3f s after the death, after %d calls: %s\n", rank,
+            ccl_status_string(st), noticed, iterations, ccl_comm_last_error(comm));
+    cu.MemFree(din);
+    cu.MemFree(dout);
+    ccl_comm_destroy(comm);
+    return fails != 0;
+}
+
+/* /dev/shm entries whose names start with prefix. */
+static int shm_count(const char *prefix) {
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d) closedir(d);
+    return n;
+}
+
 static int make_id(void *id) { return ccl_get_unique_id(id) == CCL_OK ? 0 : 1; }
 
-static int nranks;
+static int nranks, killing;
 static int rank_process(int rank, const void *id) {
     char why[300];
     if (load(why, sizeof why) < 0) return fprintf(stderr, "rank %d: %s\n", rank, why), 1;
-    return rank_main(rank, nranks, *(const ccl_unique_id_t *)id);
+    return (killing ? kill_main : rank_main)(rank, nranks, *(const ccl_unique_id_t *)id);
 }
 
 /* Whether a GPU is there, asked in a child: CUDA initialised in this
@@ -168,7 +246,9 @@ static int probe(char *why, size_t n) {
 
 int main(int argc, char **argv) {
     nranks = argc > 1 ? atoi(argv[1]) : 2;
-    if (nranks < 1 || nranks > 8) return fprintf(stderr, "usage: cuda_device [NRANKS, 1 to 8]\n"), 2;
+    killing = argc > 2 && strcmp(argv[2], "kill") == 0;
+    if (nranks < 1 || nranks > 8 || (argc > 2 && !killing) || (killing && nranks < 2))
+        return fprintf(stderr, "usage: cuda_device [NRANKS, 1 to 8 [kill, with 2 or more]]\n"), 2;
     char why[300];
     int found = probe(why, sizeof why);
     if (found == -1) {
@@ -176,7 +256,22 @@ int main(int argc, char **argv) {
         return 77;
     }
     if (found < 0) return fprintf(stderr, "cuda_device: %s\n", why), 1;
-    int bad = spawn_ranks(nranks, sizeof(ccl_unique_id_t), make_id, rank_process, 600);
-    printf("cuda_device: %d ranks: %s\n", nranks, bad ? "FAILED" : "every check passed");
-    return bad;
+    if (!killing) {
+        int bad = spawn_ranks(nranks, sizeof(ccl_unique_id_t), make_id, rank_process, 600);
+        printf("cuda_device: %d ranks: %s\n", nranks, bad ? "FAILED" : "every check passed");
+        return bad;
+    }
+    char prefix[32], timeout[16];
+    snprintf(prefix, sizeof prefix, "cclcudakill%d", (int)getpid());
+    snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
+    setenv("CCL_SHM_PREFIX", prefix, 1);
+    setenv("CCL_TIMEOUT", timeout, 1);
+    death_time = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (death_time == MAP_FAILED) return fprintf(stderr, "cuda_device: mmap failed\n"), 1;
+    *death_time = 0;
+    int bad = spawn_ranks_one_killed(nranks, sizeof(ccl_unique_id_t), make_id, rank_process, 300, nranks - 1);
+    int left = shm_count(prefix);
+    if (left) fprintf(stderr, "cuda_device kill: %d /dev/shm entries named %s* left behind\n", left, prefix);
+    printf("cuda_device kill: %d ranks, the last killed mid-call: %s\n", nranks, bad || left ? "FAILED" : "every check passed");
+    return bad || left;
 }
