@@ -6,7 +6,9 @@
  * communicator still usable; calls of one communicator that name two
  * streams in one group are refused alike on every rank; a process that
  * holds the driver with no current context runs the twins at once too
- * (tests/cuda/driver_without_context.c stands in for the driver). (Device buffers
+ * (tests/cuda/driver_without_context.c stands in for the driver); and
+ * device buffers on streams, in order, on a simulated GPU
+ * (tests/cuda/sim_driver.c). (Device buffers
  * and real streams: tests/cuda/, on a GPU.)
  */
 /* ctest: TIMEOUT 300 */
@@ -189,11 +191,158 @@ START_TEST(stream_twins_with_a_driver_but_no_context) {
 }
 END_TEST
 
+/* ---- stream order on a simulated GPU (tests/cuda/sim_driver.c) ---- */
+
+typedef unsigned long long sim_ptr;
+static struct {
+    int (*DevicePrimaryCtxRetain)(void **, int);
+    int (*CtxSetCurrent)(void *);
+    int (*MemAlloc)(sim_ptr *, size_t);
+    int (*MemFree)(sim_ptr);
+    int (*MemHostAlloc)(void **, size_t, unsigned);
+    int (*MemFreeHost)(void *);
+    int (*MemcpyAsync)(sim_ptr, sim_ptr, size_t, void *);
+    int (*StreamCreate)(void **, unsigned);
+    int (*StreamDestroy)(void *);
+    int (*StreamSynchronize)(void *);
+} sim;
+
+static int sim_bind(void *h) {
+    static const char *const names[] = {"cuDevicePrimaryCtxRetain", "cuCtxSetCurrent", "cuMemAlloc_v2",
+                                        "cuMemFree_v2", "cuMemHostAlloc", "cuMemFreeHost", "cuMemcpyAsync",
+                                        "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize"};
+    void **slots = (void **)&sim;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!(slots[i] = dlsym(h, names[i]))) return -1;
+    return 0;
+}
+
+#define SIM_ROUNDS 3 /* on a created stream, another one, then the legacy default stream */
+enum { SIM_AR, SIM_AR_IN_PLACE, SIM_RS, SIM_AG, SIM_BC, SIM_SENDRECV, SIM_KINDS };
+static const char *const sim_names[] = {"all_reduce", "all_reduce in place", "reduce_scatter", "all_gather",
+                                        "broadcast", "send/recv"};
+
+static int32_t sim_val(int rank, size_t i, int round) {
+    return (int32_t)(ref_mix(11, (uint64_t)rank * 8 + (uint64_t)round, i) & 0xffff) - 0x7fff;
+}
+
+/* What element i of result `kind` must hold on rank (n per rank). */
+static int32_t sim_want(int kind, int rank, int nranks, size_t i, size_t n, int round) {
+    uint32_t s = 0;
+    switch (kind) {
+    case SIM_AR:
+    case SIM_AR_IN_PLACE:
+        for (int r = 0; r < nranks; r++) s += (uint32_t)sim_val(r, i, round);
+        return (int32_t)s;
+    case SIM_RS:
+        for (int r = 0; r < nranks; r++) s += (uint32_t)sim_val(r, (size_t)rank * n + i, round);
+        return (int32_t)s;
+    case SIM_AG: return sim_val((int)(i / n), i % n, round);
+    case SIM_BC: return sim_val(nranks - 1, i, round);
+    default: return sim_val((rank + nranks - 1) % nranks, i, round);
+    }
+}
+
+/* Three rounds, each on its own stream, with no host synchronisation: a
+ * copy writes the device input, the collectives run, copies read each
+ * result out; then a copy to pageable memory, which holds the driver's
+ * lock while it waits for the stream, as a trainer's cudaMemcpy does. A
+ * collective that ran before its input was written, or a result read
+ * before its collective, shows as a wrong value; an executor that calls
+ * into the driver for a stream-ordered batch waits for that lock forever. */
+static int body_simulated(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    struct harness_tally t = {.rank = rank};
+    void *driver = dlopen(CCL_TEST_SIM_DRIVER, RTLD_NOW | RTLD_GLOBAL);
+    EXPECT(&t, driver && sim_bind(driver) == 0, "loading the simulated driver: %s", driver ? "symbols" : dlerror());
+    if (t.fails) return t.fails;
+    usleep(20000); /* libccl looks for a newly loaded driver at most once a clock tick */
+    void *ctx = NULL;
+    EXPECT(&t, sim.DevicePrimaryCtxRetain(&ctx, 0) == 0 && sim.CtxSetCurrent(ctx) == 0, "no context");
+    size_t n = COUNT, all = n * (size_t)nranks, bytes = all * 4;
+    void *streams[SIM_ROUNDS] = {NULL, NULL, NULL}; /* the last: the legacy default stream */
+    sim_ptr din[SIM_ROUNDS], dout[SIM_ROUNDS];
+    int32_t *src[SIM_ROUNDS], *res[SIM_ROUNDS][SIM_KINDS];
+    for (int r = 0; r < SIM_ROUNDS; r++) {
+        if (r < 2) EXPECT(&t, sim.StreamCreate(&streams[r], 1) == 0, "cuStreamCreate");
+        EXPECT(&t, sim.MemAlloc(&din[r], bytes) == 0 && sim.MemAlloc(&dout[r], bytes) == 0, "cuMemAlloc");
+        EXPECT(&t, sim.MemHostAlloc((void **)&src[r], bytes, 0) == 0, "cuMemHostAlloc");
+        for (int k = 0; k < SIM_KINDS; k++) EXPECT(&t, sim.MemHostAlloc((void **)&res[r][k], bytes, 0) == 0, "cuMemHostAlloc");
+        for (size_t i = 0; i < all; i++) src[r][i] = sim_val(rank, i, r);
+    }
+    if (t.fails) return t.fails;
+    ccl_comm_t *c = comm;
+#define DEV(p) ((void *)(uintptr_t)(p))
+#define COPY(dst, src, b) EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)(dst), (sim_ptr)(uintptr_t)(src), b, s) == 0, "cuMemcpyAsync")
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    for (int r = 0; r < SIM_ROUNDS; r++) {
+        void *s = streams[r];
+        COPY(DEV(din[r]), src[r], bytes);
+        EXPECT_OK(&t, ccl_all_reduce_stream(DEV(din[r]), DEV(dout[r]), n, CCL_INT32, CCL_SUM, c, s));
+        COPY(res[r][SIM_AR], DEV(dout[r]), n * 4);
+        COPY(DEV(dout[r]), src[r], n * 4);
+        EXPECT_OK(&t, ccl_all_reduce_stream(DEV(dout[r]), DEV(dout[r]), n, CCL_INT32, CCL_SUM, c, s));
+        COPY(res[r][SIM_AR_IN_PLACE], DEV(dout[r]), n * 4);
+        EXPECT_OK(&t, ccl_reduce_scatter_stream(DEV(din[r]), DEV(dout[r]), n, CCL_INT32, CCL_SUM, c, s));
+        COPY(res[r][SIM_RS], DEV(dout[r]), n * 4);
+        EXPECT_OK(&t, ccl_all_gather_stream(DEV(din[r]), DEV(dout[r]), n, CCL_INT32, c, s));
+        COPY(res[r][SIM_AG], DEV(dout[r]), all * 4);
+        EXPECT_OK(&t, ccl_broadcast_stream(DEV(din[r]), DEV(dout[r]), n, CCL_INT32, nranks - 1, c, s));
+        COPY(res[r][SIM_BC], DEV(dout[r]), n * 4);
+        EXPECT_OK(&t, ccl_group_start());
+        EXPECT_OK(&t, ccl_send_stream(DEV(din[r]), n, CCL_INT32, next, c, s));
+        EXPECT_OK(&t, ccl_recv_stream(DEV(dout[r]), n, CCL_INT32, prev, c, s));
+        EXPECT_OK(&t, ccl_group_end());
+        COPY(res[r][SIM_SENDRECV], DEV(dout[r]), n * 4);
+    }
+    int32_t last[4]; /* pageable: this copy waits for its stream, the driver's lock held */
+    void *s = streams[SIM_ROUNDS - 1];
+    COPY(last, DEV(dout[SIM_ROUNDS - 1]), sizeof last);
+    for (int r = 0; r < SIM_ROUNDS; r++) sim.StreamSynchronize(streams[r]);
+    for (int r = 0; r < SIM_ROUNDS; r++)
+        for (int k = 0; k < SIM_KINDS; k++) {
+            size_t len = k == SIM_AG ? all : n;
+            for (size_t i = 0; i < len; i++) {
+                int32_t want = sim_want(k, rank, nranks, i, n, r);
+                if (res[r][k][i] != want) {
+                    EXPECT(&t, 0, "round %d, %s: element %zu is %d, expected %d", r, sim_names[k], i, res[r][k][i], want);
+                    break;
+                }
+            }
+        }
+    EXPECT(&t, last[0] == sim_want(SIM_SENDRECV, rank, nranks, 0, n, SIM_ROUNDS - 1),
+           "the pageable copy after the last call read %d", last[0]);
+    ccl_status_t err = CCL_ERR_INTERNAL;
+    EXPECT_OK(&t, ccl_comm_get_async_error(comm, &err));
+    EXPECT(&t, err == CCL_OK, "async error: %s (%s)", ccl_status_string(err), ccl_comm_last_error(comm));
+#undef COPY
+#undef DEV
+    for (int r = 0; r < SIM_ROUNDS; r++) {
+        sim.MemFree(din[r]);
+        sim.MemFree(dout[r]);
+        sim.MemFreeHost(src[r]);
+        for (int k = 0; k < SIM_KINDS; k++) sim.MemFreeHost(res[r][k]);
+        if (streams[r]) sim.StreamDestroy(streams[r]);
+    }
+    return t.fails;
+}
+
+START_TEST(stream_order_on_a_simulated_gpu) {
+    static const struct {
+        int nranks;
+        const char *transport;
+    } cfg[] = {{1, "shm"}, {3, "shm"}, {2, "tcp"}};
+    struct harness_run run = {.nranks = cfg[_i].nranks, .transport = cfg[_i].transport, .body = body_simulated,
+                              .deadline_s = 120, .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+    util_run_clean(&run, 0, "stream order on a simulated GPU, %d ranks over %s", cfg[_i].nranks, cfg[_i].transport);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("stream_host");
     util_add_loop_case(s, "stream_twins_on_default_stream", stream_twins_on_default_stream, 3, 120);
     util_add_loop_case(s, "stream_without_driver_is_unsupported", stream_without_driver_is_unsupported, 1, 60);
     util_add_loop_case(s, "stream_twins_with_a_driver_but_no_context", stream_twins_with_a_driver_but_no_context, 1, 120);
+    util_add_loop_case(s, "stream_order_on_a_simulated_gpu", stream_order_on_a_simulated_gpu, 3, 150);
     return s;
 }
 
