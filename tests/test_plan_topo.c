@@ -86,6 +86,29 @@ START_TEST(summary_this_machine) {
 }
 END_TEST
 
+/* Building the summary loads no GPU vendor's library: an OpenCL driver
+ * listed for the OpenCL loader says so if it is loaded. (Where hwloc has
+ * no OpenCL plugin, nothing would load it either way.) */
+START_TEST(summary_loads_no_opencl_driver) {
+    char dir[] = "/tmp/ccl-icd-XXXXXX", icd[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(icd, sizeof icd, "%s/fake.icd", dir);
+    FILE *f = fopen(icd, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s\n", CCL_TEST_FAKE_OPENCL_DRIVER);
+    fclose(f);
+    setenv("OCL_ICD_VENDORS", dir, 1);
+    unsetenv("CCL_TEST_OPENCL_DRIVER_LOADED");
+    struct ccl__peer_info me;
+    char err[CCL__ERR_BYTES];
+    ck_assert_int_eq(ccl__plan_machine_summary("", &me, err, sizeof err), CCL_OK);
+    unlink(icd);
+    rmdir(dir);
+    ck_assert_msg(getenv("CCL_TEST_OPENCL_DRIVER_LOADED") == NULL,
+                  "building the topology loaded the OpenCL drivers (hwloc's OpenCL plugin)");
+}
+END_TEST
+
 static const char *const bad_files[] = {"pack:two", "/nonexistent/dir/and nonsense:3", "core:0"};
 
 START_TEST(bad_topo_file) {
@@ -493,6 +516,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, summary_synthetic);
     tcase_add_test(tc, summary_xml);
     tcase_add_test(tc, summary_this_machine);
+    tcase_add_test(tc, summary_loads_no_opencl_driver);
     tcase_add_loop_test(tc, bad_topo_file, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
     tcase_add_loop_test(tc, rdma_nearest_first, 0, (int)(sizeof nearest / sizeof nearest[0]));
     tcase_add_test(tc, rdma_order_without_devices);

@@ -15,8 +15,16 @@ static void keep_devices(hwloc_topology_t topo) {
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     /* The Linux backend finds PCI devices through sysfs; the libpciaccess
      * plugin adds nothing the summary uses, and leaks memory (AddressSanitizer
-     * reports it at exit in every program that creates a communicator). */
-    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+     * reports it at exit in every program that creates a communicator).
+     * The GPU plugins would load the vendors' libraries into every such
+     * program. The OpenCL one loads every installed OpenCL driver: on a
+     * machine with an NVIDIA GPU that brought in the CUDA driver, so libccl
+     * took CUDA to be in use, and pocl started a thread per core. The CUDA,
+     * NVML, ROCm SMI, Level Zero and GL plugins work likewise. The summary
+     * counts GPUs from the Linux backend's devices instead. */
+    static const char *const skip[] = {"pci", "opencl", "cuda", "nvml", "rsmi", "levelzero", "gl"};
+    for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
+        hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]);
 }
 
 /* The topology CCL_TOPO_FILE names (an XML file when one is readable there,
