@@ -65,8 +65,8 @@ ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t wh
     if (ccl__cuda_in_process()) {
         /* The default stream belongs to the thread's current context: with
          * none, this thread has queued nothing that the call could follow
-         * (a process may hold the driver without using it: hwloc's CUDA
-         * plugins load it), so the call runs at once, as without CUDA. */
+         * (a process may hold the driver without using it: a library it
+         * links may have loaded it), so the call runs at once, as without CUDA. */
         CUcontext ctx = NULL;
         *ordered = stream || (ccl__cuda()->CtxGetCurrent(&ctx) == CCL__CUDA_SUCCESS && ctx);
         return CCL_OK;

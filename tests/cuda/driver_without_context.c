@@ -1,7 +1,7 @@
 /*
  * A stand-in for the CUDA driver, loaded through CCL_CUDA_LIBRARY by
  * test_stream_host: a process that holds a driver but has no current
- * context on any thread, as when a library it links (hwloc's GPU plugins,
+ * context on any thread, as when a library it links (hwloc's OpenCL plugin,
  * say) loaded the driver without using it. cuInit succeeds, the current
  * context is always none, and every pointer is plain host memory (the
  * real driver's answer for memory it does not know); any other call fails,
