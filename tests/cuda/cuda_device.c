@@ -87,12 +87,17 @@ static ccl_status_t call(int k, const void *s, void *r, size_t n, ccl_dtype_t dt
     }
 }
 
-static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
+/* Device 0's context made current, then the rank's communicator; 0 or 1. */
+static int open_rank(int rank, int nranks, ccl_unique_id_t id, ccl_comm_t **comm) {
     CUcontext ctx;
     if (cu.DevicePrimaryCtxRetain(&ctx, 0) != 0 || cu.CtxSetCurrent(ctx) != 0)
         return fprintf(stderr, "rank %d: no context on device 0\n", rank), 1;
+    return ccl_comm_init_rank(comm, nranks, id, rank) != CCL_OK;
+}
+
+static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
     ccl_comm_t *comm;
-    if (ccl_comm_init_rank(&comm, nranks, id, rank) != CCL_OK) return 1;
+    if (open_rank(rank, nranks, id, &comm)) return 1;
     const size_t counts[] = {0, 1, 1001, (4u << 20) + 3};
     size_t maxb = ((4u << 20) + 3) * 8 * (size_t)nranks;
     char *hin = malloc(maxb), *hout = malloc(maxb), *dres = malloc(maxb);
@@ -167,11 +172,8 @@ static void *die_soon(void *arg) {
 }
 
 static int kill_main(int rank, int nranks, ccl_unique_id_t id) {
-    CUcontext ctx;
-    if (cu.DevicePrimaryCtxRetain(&ctx, 0) != 0 || cu.CtxSetCurrent(ctx) != 0)
-        return fprintf(stderr, "rank %d: no context on device 0\n", rank), 1;
     ccl_comm_t *comm;
-    if (ccl_comm_init_rank(&comm, nranks, id, rank) != CCL_OK) return 1;
+    if (open_rank(rank, nranks, id, &comm)) return 1;
     CUdeviceptr din, dout;
     if (cu.MemAlloc(&din, KILL_COUNT * 4) != 0 || cu.MemAlloc(&dout, KILL_COUNT * 4) != 0)
         return fprintf(stderr, "rank %d: cuMemAlloc failed\n", rank), 1;

@@ -26,24 +26,11 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "nccl/check.h"
 #include "spawn_ranks.h"
 
 static int rank, nranks, fails, legacy;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            fails++;                                                       \
-        }                                                                  \
-    } while (0)
-#define NCCL_OK(call)                                                                                    \
-    do {                                                                                                 \
-        ncclResult_t r_ = (call);                                                                        \
-        CHECK(r_ == ncclSuccess, "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
-    } while (0)
 #define CUDA_OK(call)                                                                 \
     do {                                                                              \
         cudaError_t e_ = (call);                                                      \

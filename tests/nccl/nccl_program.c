@@ -18,24 +18,10 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "nccl/check.h"
 #include "spawn_ranks.h"
 
 static int rank, nranks, fails;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            fails++;                                                       \
-        }                                                                  \
-    } while (0)
-#define NCCL_OK(call)                                                                                          \
-    do {                                                                                                       \
-        ncclResult_t r_ = (call);                                                                              \
-        CHECK(r_ == ncclSuccess, "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
-    } while (0)
 
 static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
