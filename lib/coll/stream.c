@@ -56,6 +56,7 @@ struct host_wait {
 struct ccl__stream_link {
     struct ccl__device_state *d;
     _Atomic uint32_t *ready; /* a ready word: the batch runs once the stream has set it */
+    int ready_queued;        /* the stream will set it */
     uint32_t ticket;         /* the stream goes on once the ticket word reaches it */
     struct host_wait *hw;    /* instead, where the stream waits in a host function */
 };
@@ -127,9 +128,11 @@ static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, 
     CUdeviceptr dev;
     CUresult r = cu->MemHostGetDevicePointer(&dev, (void *)l->ready, 0);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemHostGetDevicePointer", "ordering a stream");
-    if (cu->StreamWriteValue32(stream, dev, 1, 0) == CCL__CUDA_SUCCESS) return CCL_OK;
-    r = cu->LaunchHostFunc(stream, set_ready_fn, (void *)l->ready);
-    return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, "cuLaunchHostFunc", "ordering a stream");
+    r = cu->StreamWriteValue32(stream, dev, 1, 0);
+    if (r != CCL__CUDA_SUCCESS) r = cu->LaunchHostFunc(stream, set_ready_fn, (void *)l->ready);
+    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuLaunchHostFunc", "ordering a stream");
+    l->ready_queued = 1;
+    return CCL_OK;
 }
 
 /* A host function that holds its stream until the batch lets it go (it
@@ -194,6 +197,9 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
     pthread_mutex_unlock(&d->lock);
     if (prev != ctx) cu->CtxSetCurrent(prev);
     if (st != CCL_OK) {
+        /* A word the stream will still set is not given back: a later
+         * batch that took it could run too early. */
+        if (l && l->ready_queued) l->ready = NULL;
         if (l) link_free(l);
         return st;
     }
