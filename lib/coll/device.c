@@ -144,7 +144,6 @@ ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls
     return follow ? follow_default_stream(comm, cu, what) : CCL_OK;
 }
 
-
 /* At least bytes of pinned memory in *buf (which has *have). An outgrown
  * buffer is retired, not freed: cuMemFreeHost waits for every stream of
  * the context, and a stream may be waiting for the very batch that
