@@ -7,8 +7,8 @@
  * streams in one group are refused alike on every rank; a process that
  * holds the driver with no current context runs the twins at once too
  * (tests/cuda/driver_without_context.c stands in for the driver); and
- * device buffers on streams, in order, on a simulated GPU
- * (tests/cuda/sim_driver.c). (Device buffers
+ * device buffers, with and without streams, on a simulated GPU whose
+ * memory the CPU cannot touch (tests/cuda/sim_driver.c). (Device buffers
  * and real streams: tests/cuda/, on a GPU.)
  */
 /* ctest: TIMEOUT 300 */
@@ -250,14 +250,20 @@ static int32_t sim_want(int kind, int rank, int nranks, size_t i, size_t n, int 
  * collective that ran before its input was written, or a result read
  * before its collective, shows as a wrong value; an executor that calls
  * into the driver for a stream-ordered batch waits for that lock forever. */
-static int body_simulated(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    struct harness_tally t = {.rank = rank};
+/* Loads the simulated driver and makes its context current. */
+static void sim_open(struct harness_tally *t) {
     void *driver = dlopen(CCL_TEST_SIM_DRIVER, RTLD_NOW | RTLD_GLOBAL);
-    EXPECT(&t, driver && sim_bind(driver) == 0, "loading the simulated driver: %s", driver ? "symbols" : dlerror());
-    if (t.fails) return t.fails;
+    EXPECT(t, driver && sim_bind(driver) == 0, "loading the simulated driver: %s", driver ? "symbols" : dlerror());
+    if (t->fails) return;
     usleep(20000); /* libccl looks for a newly loaded driver at most once a clock tick */
     void *ctx = NULL;
-    EXPECT(&t, sim.DevicePrimaryCtxRetain(&ctx, 0) == 0 && sim.CtxSetCurrent(ctx) == 0, "no context");
+    EXPECT(t, sim.DevicePrimaryCtxRetain(&ctx, 0) == 0 && sim.CtxSetCurrent(ctx) == 0, "no context");
+}
+
+static int body_simulated(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    if (t.fails) return t.fails;
     size_t n = COUNT, all = n * (size_t)nranks, bytes = all * 4;
     void *streams[SIM_ROUNDS] = {NULL, NULL, NULL}; /* the last: the legacy default stream */
     sim_ptr din[SIM_ROUNDS], dout[SIM_ROUNDS];
@@ -326,6 +332,98 @@ static int body_simulated(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     return t.fails;
 }
 
+/* Calls without a stream on device buffers: every collective, in place
+ * and out, counts growing from 0 past the staging buffer's size, int32
+ * sums and float32 maxima, each against the same call on host buffers;
+ * then an asynchronous one. The simulated device memory cannot be touched
+ * by the CPU, so a call that skipped staging would die. */
+enum { SD_AR, SD_RS, SD_AG, SD_BC, SD_RD, SD_A2A, SD_KINDS };
+static ccl_status_t sd_call(int k, const void *s, void *r, size_t n, ccl_dtype_t dt, ccl_op_t op, ccl_comm_t *c) {
+    switch (k) {
+    case SD_AR: return ccl_all_reduce(s, r, n, dt, op, c);
+    case SD_RS: return ccl_reduce_scatter(s, r, n, dt, op, c);
+    case SD_AG: return ccl_all_gather(s, r, n, dt, c);
+    case SD_BC: return ccl_broadcast(s, r, n, dt, 0, c);
+    case SD_RD: return ccl_reduce(s, r, n, dt, op, 0, c);
+    default: return ccl_all_to_all(s, r, n, dt, c);
+    }
+}
+
+static int body_sim_device(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    if (t.fails) return t.fails;
+    const size_t counts[] = {0, 1, 1001, 70001};
+    const struct {
+        ccl_dtype_t dt;
+        ccl_op_t op;
+    } types[] = {{CCL_INT32, CCL_SUM}, {CCL_FLOAT32, CCL_MAX}};
+    size_t maxb = 70001 * 4 * (size_t)nranks;
+    unsigned char *hin = malloc(maxb), *hout = malloc(maxb), *got = malloc(maxb);
+    sim_ptr din, dout;
+    EXPECT(&t, sim.MemAlloc(&din, maxb) == 0 && sim.MemAlloc(&dout, maxb) == 0, "cuMemAlloc");
+    void *s = NULL; /* the legacy default stream: copies to and from pageable memory finish before they return */
+#define COPY(dst, src, b) EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)(dst), (sim_ptr)(uintptr_t)(src), b, s) == 0, "cuMemcpyAsync")
+    for (int k = 0; k < SD_KINDS && !t.fails; k++)
+        for (size_t ty = 0; ty < 2 && !t.fails; ty++)
+            for (size_t ci = 0; ci < 4 && !t.fails; ci++)
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    if (inplace && (k == SD_RS || k == SD_A2A)) continue; /* in place only where the API has it */
+                    size_t n = counts[ci], es = 4;
+                    size_t in_b = (k == SD_RS || k == SD_A2A ? n * nranks : n) * es;
+                    size_t out_b = (k == SD_AG || k == SD_A2A ? n * nranks : n) * es;
+                    size_t buf_b = in_b > out_b ? in_b : out_b;
+                    for (size_t i = 0; i < buf_b / 4; i++) {
+                        uint32_t v = (uint32_t)ref_mix((uint64_t)(k * 10 + (int)ty), (uint64_t)rank, i);
+                        float f = (float)(int32_t)(v % 20001) - 10000.0f;
+                        if (types[ty].dt == CCL_FLOAT32) memcpy(hin + i * 4, &f, 4);
+                        else memcpy(hin + i * 4, &v, 4);
+                    }
+                    memcpy(hout, hin, buf_b);
+                    if (buf_b) {
+                        COPY((void *)(uintptr_t)din, hin, buf_b);
+                        COPY((void *)(uintptr_t)dout, hin, buf_b);
+                    }
+                    const void *hs = hin, *ds = (void *)(uintptr_t)din;
+                    void *hr = inplace ? hin : hout, *dr = (void *)(uintptr_t)(inplace ? din : dout);
+                    if (inplace && k == SD_AG) hs = hin + rank * n * es, ds = (char *)(uintptr_t)din + rank * n * es;
+                    EXPECT_OK(&t, sd_call(k, hs, hr, n, types[ty].dt, types[ty].op, comm));
+                    EXPECT_OK(&t, sd_call(k, ds, dr, n, types[ty].dt, types[ty].op, comm));
+                    if (out_b) COPY(got, dr, out_b);
+                    if (!(k == SD_RD && rank != 0) && out_b)
+                        EXPECT(&t, memcmp(got, hr, out_b) == 0, "kind %d type %zu count %zu in place %d: device result "
+                               "differs from host", k, ty, n, inplace);
+                }
+    /* An asynchronous call on device buffers, waited for. */
+    size_t n = 1001;
+    for (size_t i = 0; i < n; i++) ((int32_t *)hin)[i] = val(rank, i);
+    COPY((void *)(uintptr_t)din, hin, n * 4);
+    ccl_request_t *req = NULL;
+    EXPECT_OK(&t, ccl_all_reduce_async((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, comm, &req));
+    if (req) EXPECT_OK(&t, ccl_wait(req));
+    COPY(got, (void *)(uintptr_t)dout, n * 4);
+    EXPECT_OK(&t, ccl_all_reduce(hin, hout, n, CCL_INT32, CCL_SUM, comm));
+    EXPECT(&t, memcmp(got, hout, n * 4) == 0, "asynchronous all_reduce on device buffers differs from host");
+#undef COPY
+    sim.MemFree(din);
+    sim.MemFree(dout);
+    free(hin);
+    free(hout);
+    free(got);
+    return t.fails;
+}
+
+START_TEST(device_buffers_on_a_simulated_gpu) {
+    static const struct {
+        int nranks;
+        const char *transport;
+    } cfg[] = {{1, "shm"}, {3, "shm"}, {4, "tcp"}};
+    struct harness_run run = {.nranks = cfg[_i].nranks, .transport = cfg[_i].transport, .body = body_sim_device,
+                              .deadline_s = 120, .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+    util_run_clean(&run, 0, "device buffers on a simulated GPU, %d ranks over %s", cfg[_i].nranks, cfg[_i].transport);
+}
+END_TEST
+
 START_TEST(stream_order_on_a_simulated_gpu) {
     static const struct {
         int nranks;
@@ -343,6 +441,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "stream_without_driver_is_unsupported", stream_without_driver_is_unsupported, 1, 60);
     util_add_loop_case(s, "stream_twins_with_a_driver_but_no_context", stream_twins_with_a_driver_but_no_context, 1, 120);
     util_add_loop_case(s, "stream_order_on_a_simulated_gpu", stream_order_on_a_simulated_gpu, 3, 150);
+    util_add_loop_case(s, "device_buffers_on_a_simulated_gpu", device_buffers_on_a_simulated_gpu, 3, 150);
     return s;
 }
 

@@ -1,10 +1,13 @@
 /*
  * A simulated CUDA driver, loaded through CCL_CUDA_LIBRARY by
- * test_stream_host, so that stream-ordered calls on device buffers are
- * tested where there is no GPU. "Device memory" is host memory this driver
- * handed out; each stream is a thread that runs its operations in order
- * (copies, waits on and writes of 32-bit words, host functions, events),
- * each copy taking a moment so that a missing order shows.
+ * test_stream_host, so that device buffers and stream-ordered calls are
+ * tested where there is no GPU. "Device memory" is a mapping the CPU cannot
+ * touch (PROT_NONE): a library that reads or writes it instead of copying
+ * it through the driver dies on the spot; this driver's copies reach the
+ * memory through a second mapping. Each stream is a thread that runs its
+ * operations in order (copies, waits on and writes of 32-bit words, host
+ * functions, events), each copy taking a moment so that a missing order
+ * shows.
  *
  * Where the real driver was seen to block, this one blocks too (H100,
  * driver 580): cuMemFreeHost and cuMemFree wait for every stream to be
@@ -19,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -35,21 +39,34 @@ static pthread_mutex_t driver_lock = PTHREAD_MUTEX_INITIALIZER;
 /* ---- memory: device allocations and pinned host allocations ---- */
 #define MAX_ALLOCS 512
 struct alloc {
-    char *base;
-    size_t bytes;
+    char *base;   /* what callers see (device memory: not accessible) */
+    size_t bytes; /* mapped (device memory: whole pages) */
     int device;
+    char *shadow; /* device memory as this driver's copies reach it */
 };
 static struct alloc allocs[MAX_ALLOCS];
 static pthread_mutex_t allocs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int add_alloc(void *p, size_t bytes, int device) {
+static int add_alloc(void *p, size_t bytes, int device, void *shadow) {
     pthread_mutex_lock(&allocs_lock);
     int slot = -1;
     for (int i = 0; i < MAX_ALLOCS && slot < 0; i++)
         if (!allocs[i].base) slot = i;
-    if (slot >= 0) allocs[slot] = (struct alloc){p, bytes, device};
+    if (slot >= 0) allocs[slot] = (struct alloc){p, bytes, device, shadow};
     pthread_mutex_unlock(&allocs_lock);
     return slot;
+}
+
+/* Where this driver's copies reach p. */
+static void *reach(const void *p) {
+    const char *c = p;
+    char *at = (char *)c;
+    pthread_mutex_lock(&allocs_lock);
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base && allocs[i].device && c >= allocs[i].base && c < allocs[i].base + allocs[i].bytes)
+            at = allocs[i].shadow + (c - allocs[i].base);
+    pthread_mutex_unlock(&allocs_lock);
+    return at;
 }
 
 /* 1 device, 2 pinned host, 0 unknown (pageable) */
@@ -64,11 +81,18 @@ static int kind_of(const void *p) {
 }
 
 static void drop_alloc(void *p) {
+    struct alloc a = {0};
     pthread_mutex_lock(&allocs_lock);
     for (int i = 0; i < MAX_ALLOCS; i++)
-        if (allocs[i].base == p) allocs[i].base = NULL;
+        if (allocs[i].base == p) a = allocs[i], allocs[i].base = NULL;
     pthread_mutex_unlock(&allocs_lock);
-    free(p);
+    if (!a.base) return;
+    if (a.device) {
+        munmap(a.base, a.bytes);
+        munmap(a.shadow, a.bytes);
+    } else {
+        free(a.base);
+    }
 }
 
 /* ---- streams ---- */
@@ -218,8 +242,21 @@ API(CUresult, cuPointerGetAttribute, (void *data, int attr, CUdeviceptr ptr)) {
 }
 
 API(CUresult, cuMemAlloc_v2, (CUdeviceptr *d, size_t bytes)) {
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p || add_alloc(p, bytes ? bytes : 1, 1) < 0) return free(p), UNKNOWN;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (bytes + page - 1) / page * page;
+    if (!len) len = page;
+    int fd = memfd_create("ccl-sim-device", 0);
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0) {
+        if (fd >= 0) close(fd);
+        return UNKNOWN;
+    }
+    void *p = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
+    void *shadow = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED || shadow == MAP_FAILED || add_alloc(p, len, 1, shadow) < 0) {
+        if (p != MAP_FAILED) munmap(p, len);
+        if (shadow != MAP_FAILED) munmap(shadow, len);
+        return UNKNOWN;
+    }
     return *d = (CUdeviceptr)(uintptr_t)p, SUCCESS;
 }
 API(CUresult, cuMemFree_v2, (CUdeviceptr d)) {
@@ -231,7 +268,7 @@ API(CUresult, cuMemFree_v2, (CUdeviceptr d)) {
 }
 API(CUresult, cuMemHostAlloc, (void **pp, size_t bytes, unsigned flags)) {
     void *p = calloc(1, bytes ? bytes : 1);
-    if (!p || add_alloc(p, bytes ? bytes : 1, 0) < 0) return free(p), UNKNOWN;
+    if (!p || add_alloc(p, bytes ? bytes : 1, 0, NULL) < 0) return free(p), UNKNOWN;
     return *pp = p, SUCCESS;
 }
 API(CUresult, cuMemFreeHost, (void *p)) {
@@ -249,7 +286,7 @@ API(CUresult, cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, vo
     void *d = (void *)(uintptr_t)dst, *s = (void *)(uintptr_t)src;
     struct stream *st = stream_of(stream);
     pthread_mutex_lock(&driver_lock);
-    uint64_t n = enqueue(st, (struct op){.kind = OP_COPY, .dst = d, .src = s, .bytes = bytes});
+    uint64_t n = enqueue(st, (struct op){.kind = OP_COPY, .dst = reach(d), .src = reach(s), .bytes = bytes});
     if (!kind_of(d) || !kind_of(s)) wait_done(st, n); /* pageable: synchronous, the lock held meanwhile */
     pthread_mutex_unlock(&driver_lock);
     return SUCCESS;
