@@ -12,10 +12,12 @@
  * GPU plug in below the engine (prims/compute.h) without changing this.
  *
  * A stream-ordered call (ccl_group_end_stream, the _stream twins) returns
- * at once: its operation waits for the work issued on the stream before it
- * (an event), and the stream waits for the operation (a 32-bit ticket in
- * pinned memory, cuStreamWaitValue32; a host function where stream memory
- * operations are not supported).
+ * at once: its device buffers are staged on the stream itself, its
+ * operation waits for the work issued on the stream before it (a ready
+ * word the stream sets), and the stream waits for the operation (a 32-bit
+ * ticket in pinned memory, cuStreamWaitValue32; host functions where
+ * stream memory operations are not supported), so the executor makes no
+ * CUDA call for it.
  */
 #ifndef CCL_COLL_DEVICE_H
 #define CCL_COLL_DEVICE_H
