@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll_kinds.h"
 #include "harness.h"
 #include "ref.h"
 #include "util.h"
@@ -337,18 +338,6 @@ static int body_simulated(ccl_comm_t *comm, int rank, int nranks, void *arg) {
  * sums and float32 maxima, each against the same call on host buffers;
  * then an asynchronous one. The simulated device memory cannot be touched
  * by the CPU, so a call that skipped staging would die. */
-enum { SD_AR, SD_RS, SD_AG, SD_BC, SD_RD, SD_A2A, SD_KINDS };
-static ccl_status_t sd_call(int k, const void *s, void *r, size_t n, ccl_dtype_t dt, ccl_op_t op, ccl_comm_t *c) {
-    switch (k) {
-    case SD_AR: return ccl_all_reduce(s, r, n, dt, op, c);
-    case SD_RS: return ccl_reduce_scatter(s, r, n, dt, op, c);
-    case SD_AG: return ccl_all_gather(s, r, n, dt, c);
-    case SD_BC: return ccl_broadcast(s, r, n, dt, 0, c);
-    case SD_RD: return ccl_reduce(s, r, n, dt, op, 0, c);
-    default: return ccl_all_to_all(s, r, n, dt, c);
-    }
-}
-
 static int body_sim_device(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     struct harness_tally t = {.rank = rank};
     sim_open(&t);
@@ -364,14 +353,14 @@ static int body_sim_device(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     EXPECT(&t, sim.MemAlloc(&din, maxb) == 0 && sim.MemAlloc(&dout, maxb) == 0, "cuMemAlloc");
     void *s = NULL; /* the legacy default stream: copies to and from pageable memory finish before they return */
 #define COPY(dst, src, b) EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)(dst), (sim_ptr)(uintptr_t)(src), b, s) == 0, "cuMemcpyAsync")
-    for (int k = 0; k < SD_KINDS && !t.fails; k++)
+    for (int k = 0; k < COLL_KINDS && !t.fails; k++)
         for (size_t ty = 0; ty < 2 && !t.fails; ty++)
             for (size_t ci = 0; ci < 4 && !t.fails; ci++)
                 for (int inplace = 0; inplace < 2; inplace++) {
-                    if (inplace && (k == SD_RS || k == SD_A2A)) continue; /* in place only where the API has it */
+                    if (inplace && (k == COLL_RS || k == COLL_A2A)) continue; /* in place only where the API has it */
                     size_t n = counts[ci], es = 4;
-                    size_t in_b = (k == SD_RS || k == SD_A2A ? n * nranks : n) * es;
-                    size_t out_b = (k == SD_AG || k == SD_A2A ? n * nranks : n) * es;
+                    size_t in_b, out_b;
+                    coll_kind_bytes(k, n, nranks, es, &in_b, &out_b);
                     size_t buf_b = in_b > out_b ? in_b : out_b;
                     for (size_t i = 0; i < buf_b / 4; i++) {
                         uint32_t v = (uint32_t)ref_mix((uint64_t)(k * 10 + (int)ty), (uint64_t)rank, i);
@@ -386,11 +375,11 @@ static int body_sim_device(ccl_comm_t *comm, int rank, int nranks, void *arg) {
                     }
                     const void *hs = hin, *ds = (void *)(uintptr_t)din;
                     void *hr = inplace ? hin : hout, *dr = (void *)(uintptr_t)(inplace ? din : dout);
-                    if (inplace && k == SD_AG) hs = hin + rank * n * es, ds = (char *)(uintptr_t)din + rank * n * es;
-                    EXPECT_OK(&t, sd_call(k, hs, hr, n, types[ty].dt, types[ty].op, comm));
-                    EXPECT_OK(&t, sd_call(k, ds, dr, n, types[ty].dt, types[ty].op, comm));
+                    if (inplace && k == COLL_AG) hs = hin + rank * n * es, ds = (char *)(uintptr_t)din + rank * n * es;
+                    EXPECT_OK(&t, coll_kind_call(k, hs, hr, n, types[ty].dt, types[ty].op, comm));
+                    EXPECT_OK(&t, coll_kind_call(k, ds, dr, n, types[ty].dt, types[ty].op, comm));
                     if (out_b) COPY(got, dr, out_b);
-                    if (!(k == SD_RD && rank != 0) && out_b)
+                    if (!(k == COLL_RD && rank != 0) && out_b)
                         EXPECT(&t, memcmp(got, hr, out_b) == 0, "kind %d type %zu count %zu in place %d: device result "
                                "differs from host", k, ty, n, inplace);
                 }

@@ -317,11 +317,13 @@ ccl_status_t ccl__stage_on_stream_out(struct ccl_comm *comm, struct ccl__stage *
     if (!st) return CCL_OK;
     const struct ccl__cu *cu = ccl__cuda();
     struct ccl__device_state *d = comm->device;
+    const char *call = "cuMemcpyAsync";
     CUresult r = copy ? stage_copies(cu, st, st->base, 0, s) : CCL__CUDA_SUCCESS;
-    if (r == CCL__CUDA_SUCCESS && !d->ostage_free) r = cu->EventCreate(&d->ostage_free, CCL__CU_EVENT_DISABLE_TIMING);
-    if (r == CCL__CUDA_SUCCESS) r = cu->EventRecord(d->ostage_free, s);
+    if (r == CCL__CUDA_SUCCESS && !d->ostage_free)
+        call = "cuEventCreate", r = cu->EventCreate(&d->ostage_free, CCL__CU_EVENT_DISABLE_TIMING);
+    if (r == CCL__CUDA_SUCCESS) call = "cuEventRecord", r = cu->EventRecord(d->ostage_free, s);
     stage_free(st);
-    return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, "cuMemcpyAsync", "staging results on the stream");
+    return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, call, "staging results on the stream");
 }
 
 void ccl__device_free(struct ccl_comm *comm) {

@@ -16,9 +16,9 @@ struct ccl__device_state {
     void *stage;              /* pinned; grows to the largest batch */
     size_t stage_bytes;
     /* Stream-ordered batches stage on their stream instead (stream.c):
-     * copies in before the batch's event, out after its wait, into this
-     * buffer, which the streams take in turn (the event after the last
-     * batch's copies out). */
+     * copies in before the batch's ready word, out after its ticket wait,
+     * into this buffer, which the streams take in turn (ostage_free is
+     * recorded after the last batch's copies out). */
     void *ostage;
     size_t ostage_bytes;
     CUevent ostage_free;

@@ -24,6 +24,7 @@
 #define READY_WORDS 4096
 static pthread_mutex_t words_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint32_t *words;
+static CUdeviceptr words_dev; /* the words as devices see them: one mapping, so word i is at words_dev + 4 i */
 static unsigned char words_used[TICKET_WORDS + READY_WORDS];
 
 /* Under words_lock: a free word in [lo, hi), or -1. */
@@ -39,15 +40,22 @@ static void give_word(_Atomic uint32_t *w) {
     pthread_mutex_unlock(&words_lock);
 }
 
-/* Under words_lock: the words, allocated once. */
-static CUresult words_ready(const struct ccl__cu *cu) {
-    if (words) return CCL__CUDA_SUCCESS;
+/* Under words_lock: the words, allocated and mapped once. */
+static ccl_status_t words_ready(struct ccl_comm *comm, const struct ccl__cu *cu) {
+    if (words) return CCL_OK;
     void *p = NULL;
     CUresult r = cu->MemHostAlloc(&p, (TICKET_WORDS + READY_WORDS) * sizeof(uint32_t),
                                   CCL__CU_MEMHOSTALLOC_PORTABLE | CCL__CU_MEMHOSTALLOC_DEVICEMAP);
-    if (r == CCL__CUDA_SUCCESS) words = p;
-    return r;
+    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemHostAlloc", "ordering a stream");
+    if ((r = cu->MemHostGetDevicePointer(&words_dev, p, 0)) != CCL__CUDA_SUCCESS) {
+        cu->MemFreeHost(p); /* nothing waits on these words yet */
+        return ccl__device_fail(comm, r, "cuMemHostGetDevicePointer", "ordering a stream");
+    }
+    words = p;
+    return CCL_OK;
 }
+
+static CUdeviceptr word_dev(_Atomic uint32_t *w) { return words_dev + (CUdeviceptr)(w - words) * sizeof(uint32_t); }
 
 struct host_wait {
     _Atomic int go;
@@ -86,19 +94,15 @@ ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t wh
 static ccl_status_t ticket_word(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__device_state *d) {
     if (d->ticket) return CCL_OK;
     pthread_mutex_lock(&words_lock);
-    CUresult r = words_ready(cu);
-    int w = take_word(0, TICKET_WORDS);
+    ccl_status_t st = words_ready(comm, cu);
+    int w = st == CCL_OK ? take_word(0, TICKET_WORDS) : -1;
     pthread_mutex_unlock(&words_lock);
-    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemHostAlloc", "ordering a stream");
+    if (st != CCL_OK) return st;
     if (w < 0)
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "ordering a stream: more than %d live communicators order streams",
                               TICKET_WORDS);
-    r = cu->MemHostGetDevicePointer(&d->ticket_dev, (void *)&words[w], 0);
-    if (r != CCL__CUDA_SUCCESS) {
-        give_word(&words[w]);
-        return ccl__device_fail(comm, r, "cuMemHostGetDevicePointer", "ordering a stream");
-    }
     d->ticket = &words[w];
+    d->ticket_dev = word_dev(d->ticket);
     atomic_store(&d->issued, atomic_load(d->ticket));
     return CCL_OK;
 }
@@ -112,7 +116,7 @@ void ccl__stream_ticket_free(struct ccl__device_state *d) {
 /* A host function (it makes no CUDA call, as host functions must not). */
 static void set_ready_fn(void *arg) { atomic_store_explicit((_Atomic uint32_t *)arg, 1, memory_order_release); }
 
-/* Under d's lock, ctx current: l's ready word, set by stream after the
+/* Under d's lock, ctx current, the words ready (ticket_word): l's ready word, set by stream after the
  * work queued on it so far (a host function sets it where stream memory
  * operations are not supported). */
 static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__stream_link *l,
@@ -125,10 +129,7 @@ static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, 
                               READY_WORDS);
     l->ready = &words[w];
     atomic_store(l->ready, 0);
-    CUdeviceptr dev;
-    CUresult r = cu->MemHostGetDevicePointer(&dev, (void *)l->ready, 0);
-    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemHostGetDevicePointer", "ordering a stream");
-    r = cu->StreamWriteValue32(stream, dev, 1, 0);
+    CUresult r = cu->StreamWriteValue32(stream, word_dev(l->ready), 1, 0);
     if (r != CCL__CUDA_SUCCESS) r = cu->LaunchHostFunc(stream, set_ready_fn, (void *)l->ready);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuLaunchHostFunc", "ordering a stream");
     l->ready_queued = 1;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "ccl.h"
+#include "coll_kinds.h"
 #include "spawn_ranks.h"
 
 typedef int CUresult;
@@ -75,18 +76,6 @@ static void fill(void *p, size_t bytes, int rank, int salt) {
     for (size_t i = 0; i < bytes; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, b[i] = (unsigned char)(x >> 24);
 }
 
-enum { AR, RS, AG, BC, RD, A2A, NKINDS };
-static ccl_status_t call(int k, const void *s, void *r, size_t n, ccl_dtype_t dt, ccl_op_t op, ccl_comm_t *c) {
-    switch (k) {
-    case AR: return ccl_all_reduce(s, r, n, dt, op, c);
-    case RS: return ccl_reduce_scatter(s, r, n, dt, op, c);
-    case AG: return ccl_all_gather(s, r, n, dt, c);
-    case BC: return ccl_broadcast(s, r, n, dt, 0, c);
-    case RD: return ccl_reduce(s, r, n, dt, op, 0, c);
-    default: return ccl_all_to_all(s, r, n, dt, c);
-    }
-}
-
 /* Device 0's context made current, then the rank's communicator; 0 or 1. */
 static int open_rank(int rank, int nranks, ccl_unique_id_t id, ccl_comm_t **comm) {
     CUcontext ctx;
@@ -104,16 +93,16 @@ static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
     CUdeviceptr din, dout;
     cu.MemAlloc(&din, maxb);
     cu.MemAlloc(&dout, maxb);
-    for (int k = 0; k < NKINDS; k++)
+    for (int k = 0; k < COLL_KINDS; k++)
         for (int dt = 0; dt < CCL_NUM_DTYPES; dt++)
             for (int op = 0; op < CCL_NUM_OPS; op++) {
-                if ((k == AG || k == BC || k == A2A) && op) continue;
+                if ((k == COLL_AG || k == COLL_BC || k == COLL_A2A) && op) continue;
                 for (size_t ci = 0; ci < 4; ci++)
                     for (int inplace = 0; inplace < 2; inplace++) {
                         size_t n = counts[ci], es = ccl_dtype_size(dt);
                         if (n > 1001 && (dt != CCL_FLOAT32 || op)) continue; /* the big count: float32 sum */
-                        size_t in_b = (k == RS || k == A2A ? n * nranks : n) * es;
-                        size_t out_b = (k == AG || k == A2A ? n * nranks : n) * es;
+                        size_t in_b, out_b;
+                        coll_kind_bytes(k, n, nranks, es, &in_b, &out_b);
                         size_t buf_b = in_b > out_b ? in_b : out_b;
                         fill(hin, buf_b, rank, k * 100 + dt * 10 + op);
                         memcpy(hout, hin, buf_b);
@@ -121,13 +110,13 @@ static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
                         cu.Memcpy(dout, (CUdeviceptr)(uintptr_t)hin, buf_b);
                         const void *hs = hin, *ds = (void *)(uintptr_t)din;
                         void *hr = inplace ? hin : hout, *dr = inplace ? (void *)(uintptr_t)din : (void *)(uintptr_t)dout;
-                        if (inplace && k == AG) hs = hin + rank * n * es, ds = (char *)(uintptr_t)din + rank * n * es;
-                        if (inplace && (k == RS || k == A2A)) continue; /* in place only where the API has it */
-                        ccl_status_t a = call(k, hs, hr, n, dt, op, comm), b = call(k, ds, dr, n, dt, op, comm);
+                        if (inplace && k == COLL_AG) hs = hin + rank * n * es, ds = (char *)(uintptr_t)din + rank * n * es;
+                        if (inplace && (k == COLL_RS || k == COLL_A2A)) continue; /* in place only where the API has it */
+                        ccl_status_t a = coll_kind_call(k, hs, hr, n, dt, op, comm), b = coll_kind_call(k, ds, dr, n, dt, op, comm);
                         CHECK(a == CCL_OK && b == CCL_OK, "kind %d dtype %d op %d: %s / %s", k, dt, op,
                               ccl_status_string(a), ccl_status_string(b));
                         cu.Memcpy((CUdeviceptr)(uintptr_t)dres, (CUdeviceptr)(uintptr_t)dr, out_b);
-                        if (!(k == RD && rank != 0))
+                        if (!(k == COLL_RD && rank != 0))
                             CHECK(memcmp(dres, hr, out_b) == 0, "kind %d dtype %d op %d count %zu in place %d: device "
                                   "result differs from host", k, dt, op, n, inplace);
                     }
