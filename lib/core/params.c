@@ -27,7 +27,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_IB_SLOT_BYTES", "131072", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
     {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the active device nearest to the rank by hwloc)"},
     {"CCL_IB_GID_INDEX", "0", "GID table index of the RDMA port (RoCE: which address and RoCE version)"},
-    {"CCL_IB_ZCOPY_BYTES", "1048576",
+    {"CCL_IB_ZCOPY_BYTES", "524288",
      "point-to-point messages over RDMA of at least this many bytes go zero-copy (0: only buffers given to "
      "ccl_comm_register)"},
     {"CCL_REG_CACHE", "0",
@@ -152,7 +152,7 @@ static void params_load(void) {
     params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     copy_str(params.ib_hca, sizeof(params.ib_hca), env_or("CCL_IB_HCA", ""));
     params.ib_gid_index = (int)env_long("CCL_IB_GID_INDEX", 0, 0, 255);
-    params.ib_zcopy_bytes = (size_t)env_long("CCL_IB_ZCOPY_BYTES", 1 << 20, 0, 1L << 40);
+    params.ib_zcopy_bytes = (size_t)env_long("CCL_IB_ZCOPY_BYTES", 512 << 10, 0, 1L << 40);
     params.reg_cache = (int)env_long("CCL_REG_CACHE", 0, 0, 1);
     /* 0, or at least 64 KiB (the window holds four staging areas); whole pages */
     params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;

@@ -51,7 +51,7 @@ ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c) {
     /* No scatter list: a WRITE WITH IMMEDIATE places its bytes itself and
      * only takes the request for its completion. */
     struct ibv_recv_wr wr = {.wr_id = CCL__IB_WR_ID(CCL__IB_WR_RECV, c->base.peer, 0)}, *bad = NULL;
-    int rc = ibv_post_recv(c->qp, &wr, &bad);
+    int rc = ibv_post_recv(c->rqp, &wr, &bad);
     if (rc)
         return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a receive for rank %d (%.64s): %s", c->base.peer, peer_host(c),
                          strerror(rc));
@@ -133,8 +133,9 @@ static void send_owed_credits(struct ccl__ib_state *s, int moved, int now) {
 /* ---- completions ---- */
 
 static const char *wr_name(int kind) {
-    static const char *const names[] = {"?",     "slot write", "credit", "receive", "zero-copy write",
-                                        "grant", "notice",     "slot write from the caller's memory"};
+    static const char *const names[] = {"?",     "slot write", "credit", "receive", "zero-copy read",
+                                        "zero-copy done notice", "failure notice",
+                                        "slot write from the caller's memory"};
     return kind >= 0 && kind < (int)(sizeof(names) / sizeof(names[0])) ? names[kind] : "?";
 }
 
@@ -166,9 +167,9 @@ static ccl_status_t peer_failed(struct ccl__ib_conn *c, uint32_t code) {
     return ccl__comm_fail(c->base.comm, CCL_ERR_REMOTE);
 }
 
-/* A cumulative count from the peer (credits, grants, landed pushes), in
- * the bits of `mask`: what it adds to *had, which may never pass `issued`
- * (the slots, offers or grants this side has sent). */
+/* A cumulative count from the peer (credits, finished pulls), in the bits
+ * of `mask`: what it adds to *had, which may never pass `issued` (the
+ * slots or offers this side has sent). */
 static ccl_status_t take_count(struct ccl__ib_conn *c, uint32_t n, uint32_t mask, uint64_t *had, uint64_t issued,
                                const char *what) {
     uint64_t gained = (n - (uint32_t)*had) & mask;
@@ -211,22 +212,20 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
         c->from_done += kind == CCL__IB_WR_DATA_FROM;
         return CCL_OK;
     }
-    if (kind == CCL__IB_WR_PUSH) {
-        c->push_done += (size_t)(wc->wr_id >> 32);
+    if (kind == CCL__IB_WR_PULL) {
+        c->pull_done += (size_t)(wc->wr_id >> 32);
         return CCL_OK;
     }
-    if (kind == CCL__IB_WR_CREDIT || kind == CCL__IB_WR_GRANT) return send_credit(c, 1);
-    /* A write with immediate from the peer: a slot, credits, a grant, a
-     * landed push, or its failure. */
+    if (kind == CCL__IB_WR_PULLED) c->told_done++;
+    if (kind == CCL__IB_WR_CREDIT || kind == CCL__IB_WR_PULLED) return send_credit(c, 1);
+    /* A write with immediate from the peer: a slot, credits, the end of a
+     * pull of our offer, or its failure. */
     uint32_t imm = ntohl(wc->imm_data), n = imm & CCL__IB_COUNT_MASK;
     switch (CCL__IB_IMM_KIND(imm)) {
     case CCL__IB_IMM_FAIL:
         return peer_failed(c, n);
-    case CCL__IB_IMM_ZC:
-        if (n & CCL__IB_ZC_LANDED)
-            CCL_CHECK(take_count(c, n, CCL__IB_ZC_COUNT_MASK, &c->zc_landed, c->zc_taken, "zero-copy landings"));
-        else
-            CCL_CHECK(take_count(c, n, CCL__IB_ZC_COUNT_MASK, &c->zc_granted, c->zc_offered, "zero-copy grants"));
+    case CCL__IB_IMM_PULLED:
+        CCL_CHECK(take_count(c, n, CCL__IB_COUNT_MASK, &c->zc_pulled, c->zc_offered, "zero-copy pulls"));
         break;
     case CCL__IB_IMM_CREDIT:
         CCL_CHECK(take_count(c, n, CCL__IB_COUNT_MASK, &c->credits, c->sent, "credits"));
@@ -253,13 +252,14 @@ static void drain_cq(struct ccl__ib_state *s, int *moved) {
     }
 }
 
-/* Our slot writes still on their way: a write the adapter has not yet
- * delivered dies with its queue pair, and a rank whose last call returned
- * while its last slot was in flight may destroy the communicator at once. */
+/* Our slot writes and pull notices still on their way: a write the
+ * adapter has not yet delivered dies with its queue pair, and a rank whose
+ * last call returned while its last one was in flight may destroy the
+ * communicator at once. */
 static int sends_pending(const struct ccl__ib_state *s) {
     for (int p = 0; s->conns && p < s->nranks; p++) {
         const struct ccl__ib_conn *c = s->conns[p];
-        if (c && !c->failed && c->send_done != c->sent) return 1;
+        if (c && !c->failed && (c->send_done != c->sent || c->told_done != c->told_posted)) return 1;
     }
     return 0;
 }

@@ -18,27 +18,33 @@
  * always slot n mod `slots`.
  *
  * Large point-to-point messages go zero-copy (the zc_* operations of
- * transport.h), as a rendezvous of writes:
- *   1. the sender's slot carries an offer (the message's size);
- *   2. the receiver, once its call reaches the offer, writes a grant (the
- *      address, key and size of its own registered buffer) into the
- *      sender's grant box, one stride past the end of the sender's receive
- *      FIFO, with a WRITE WITH IMMEDIATE;
- *   3. the sender RDMA WRITEs its registered buffer straight into the
- *      granted one, in pieces of CCL__IB_PUSH_BYTES, the last piece WITH
- *      IMMEDIATE: when that lands, every byte before it has (RC places
- *      writes in order). The sender is done when its writes complete.
+ * transport.h), pulled by the receiver:
+ *   1. the sender's slot carries an offer: the address, key and size of
+ *      its registered buffer;
+ *   2. the receiver, once its call reaches the offer, RDMA READs the
+ *      message straight into its own registered buffer, in pieces of
+ *      CCL__IB_PULL_BYTES, at most CCL__IB_PULL_DEPTH in flight;
+ *   3. when every read has completed it tells the sender, with a
+ *      zero-length WRITE WITH IMMEDIATE, that the buffer is free.
  * The offer travels in order with the slots, so a receiver that expects
  * something else finds out from the offer's stamp, as from any slot.
- * Writes rather than the receiver pulling with RDMA READ: the grant costs
- * one small message, no adapter is faster reading, and a queue pair that
- * never answers READs exposes nothing of this rank's memory. On soft-RoCE
- * pulls did win, in trials measured in bench/README.md, but only with a
- * second queue pair per peer (soft-RoCE counts a queue pair's read
- * responses against its own requests, so the two directions' pulls took
- * turns) and pieces of 256 KiB rather than 1 MiB; over one queue pair,
- * pulled messages of 4 MiB and more moved at about two thirds of the
- * writes' speed.
+ * Pulling costs one small message less than a rendezvous of writes (no
+ * grant goes back before the data moves), and soft-RoCE, the adapter the
+ * test suite runs on, answers a read from its softirq work, where packets
+ * go out in batches, while a write's packets each leave inside the
+ * sender's ibv_post_send; bench/README.md has the trials.
+ *
+ * Each connection is two queue pairs, one per direction of requests, as
+ * NCCL's one-way connections are: a rank posts everything it asks of the
+ * peer (slot writes, credits, reads, notices) on `qp`, and the peer's
+ * requests arrive on `rqp`, which carries the receives and answers the
+ * peer's reads. Over one queue pair the two directions' reads took turns
+ * on soft-RoCE, which counts the read responses a queue pair sends
+ * against that queue pair's own requests in flight. Only `rqp` answers
+ * reads, and only from a queue pair that proved the job secret (below):
+ * the buffers a rank offers are readable by the rank it offers them to
+ * and, while they stay registered, by its other peers, never by a
+ * stranger.
  *
  * Every connection of a communicator shares one completion queue, with a
  * completion channel whose descriptor waits poll(), so an idle rank sleeps
@@ -72,14 +78,11 @@ extern const struct ccl__transport ccl__transport_ib;
 /* ---- private to transports/ib ---- */
 
 /* An immediate's top two bits say what it is; the rest is a count (or,
- * in a failure notice, the status). A zero-copy immediate is a grant
- * (to the sender) or the last piece's landing (to the receiver), told
- * apart by CCL__IB_ZC_LANDED, with a count of 29 bits. */
+ * in a failure notice, the status). A zero-copy immediate counts the
+ * offers the receiver has pulled whole. */
 #define CCL__IB_IMM_KIND(imm) ((imm) >> 30)
-enum { CCL__IB_IMM_SLOT = 0, CCL__IB_IMM_ZC = 1, CCL__IB_IMM_CREDIT = 2, CCL__IB_IMM_FAIL = 3 };
+enum { CCL__IB_IMM_SLOT = 0, CCL__IB_IMM_PULLED = 1, CCL__IB_IMM_CREDIT = 2, CCL__IB_IMM_FAIL = 3 };
 #define CCL__IB_COUNT_MASK 0x3fffffffu
-#define CCL__IB_ZC_LANDED 0x20000000u
-#define CCL__IB_ZC_COUNT_MASK 0x1fffffffu
 #define CCL__IB_IMM(kind, n) (((uint32_t)(kind) << 30) | ((uint32_t)(n) & CCL__IB_COUNT_MASK))
 
 /* What heads every slot: the engine's stamp, then the writer's credits
@@ -90,12 +93,9 @@ struct ccl__ib_slot_head {
 };
 #define CCL__IB_HDR_BYTES sizeof(struct ccl__ib_slot_head)
 
-/* A zero-copy offer: the payload of an offer slot. */
+/* A zero-copy offer: the payload of an offer slot, where the receiver
+ * reads the message from. */
 struct ccl__ib_zc_offer {
-    uint64_t bytes;
-};
-/* A zero-copy grant: what the receiver writes into the sender's grant box. */
-struct ccl__ib_zc_grant {
     uint64_t addr;
     uint64_t bytes;
     uint32_t rkey;
@@ -106,17 +106,22 @@ struct ccl__ib_zc_grant {
  * registered memory, one step less on the small-message path. */
 #define CCL__IB_INLINE_BYTES 256u
 
-/* A push is cut in writes of this size, at most CCL__IB_PUSH_DEPTH in
- * flight: the send queue processes its requests in order, so slots and
- * credits for other calls get through between the pieces. */
-#define CCL__IB_PUSH_BYTES (1u << 20)
-#define CCL__IB_PUSH_DEPTH 4u
-/* A granted buffer stays registered this long after its last use: a
- * duplicate of the sender's last write (sent when its retransmission
- * timer, 67 ms, fired before a late acknowledgement came) may still be on
- * the wire after the push completed, and answered from a deregistered
- * region it would put both queue pairs in the error state. A few retry
- * periods, with room for a loaded host. */
+/* A pull is cut in reads of this size, at most CCL__IB_PULL_DEPTH in
+ * flight. The send queue processes its requests in order, so slots and
+ * credits for other calls get through between the pieces; and a read of
+ * 1 MiB (1024 packets at a 1 KiB MTU) is eight times the 128
+ * unacknowledged packets soft-RoCE lets a queue pair have outstanding:
+ * send/recv of 4 MiB took 153 ms pulled in 1 MiB pieces, 78 ms in these
+ * (bench/README.md). The peer's queue pair must answer this many reads at
+ * once (max_dest_rd_atomic); a device that allows fewer gets fewer. */
+#define CCL__IB_PULL_BYTES (256u << 10)
+#define CCL__IB_PULL_DEPTH 4u
+/* An offered buffer stays registered this long after its last use: a
+ * duplicate of the receiver's last read request (sent when its
+ * retransmission timer, 67 ms, fired before a late response came) may
+ * still be on the wire after the pull completed, and met by a
+ * deregistered region it would put both queue pairs in the error state.
+ * A few retry periods, with room for a loaded host. */
 #define CCL__IB_REG_LINGER_S 2.0
 
 /* What each rank publishes in its bootstrap blob. */
@@ -133,32 +138,35 @@ struct ccl__ib_blob {
 /* What two ranks trade over the pair channel for their queue pair. */
 #define CCL__IB_PAIR_TAG 0x49425150u /* "IBQP" */
 struct ccl__ib_qp_info {
-    uint32_t qpn, psn;
+    uint32_t qpn, psn;   /* the queue pair this rank asks on */
+    uint32_t rqpn, rpsn; /* the one it answers on */
+    uint32_t rd_depth;   /* reads its rqp answers at once */
     uint16_t lid;
     uint8_t port, mtu;
     uint8_t gid[16];
-    uint64_t fifo_addr; /* the receive FIFO the peer writes into, then the grant box */
+    uint64_t fifo_addr; /* the receive FIFO the peer writes into */
     uint32_t fifo_rkey;
     uint32_t nslots;
     uint64_t stride, slot_bytes;
 };
 
 /* wr_id: the peer in the high bits, what the request was in the low byte. */
-enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_PUSH = 4, CCL__IB_WR_GRANT = 5,
+enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_PULL = 4, CCL__IB_WR_PULLED = 5,
        CCL__IB_WR_NOTICE = 6, CCL__IB_WR_DATA_FROM = 7 /* a slot whose payload is read from the caller's memory */ };
-/* wr_id = length << 32 | peer << 8 | kind (a push's length counts on completion). */
+/* wr_id = length << 32 | peer << 8 | kind (a read's length counts on completion). */
 #define CCL__IB_WR_ID(kind, peer, len) (((uint64_t)(len) << 32) | ((uint64_t)(uint32_t)(peer) << 8) | (uint64_t)(kind))
 
 struct ccl__ib_conn {
     struct ccl__conn base;
-    struct ibv_qp *qp;
+    struct ibv_qp *qp;  /* our requests to the peer */
+    struct ibv_qp *rqp; /* the peer's requests to us: receives, and answers to its reads */
     unsigned nslots;
     size_t stride; /* header + slot, rounded to a cache line */
     ccl_status_t failed;
 
     uint8_t *send_fifo; /* our copies of the slots we write, registered */
     struct ibv_mr *send_mr;
-    uint8_t *recv_fifo; /* where the peer writes (slots, then the grant box), registered for remote writes */
+    uint8_t *recv_fifo; /* where the peer writes its slots, registered for remote writes */
     struct ibv_mr *recv_mr;
     uint64_t remote_addr;
     uint32_t remote_rkey;
@@ -174,20 +182,20 @@ struct ccl__ib_conn {
     uint64_t credit_writes; /* credits returned in writes of their own (the rest rode in slots) */
     unsigned sq_busy, sq_depth; /* send requests posted and not completed */
     uint32_t max_inline;        /* the most bytes a write may carry inline (0: none) */
+    unsigned rd_depth;          /* reads in flight at most (the peer's rqp answers that many) */
     unsigned rq_posted;
 
-    /* Zero-copy, as sender: offers posted, grants received, pushes whose
-     * every write completed; the push under way (one at a time). */
-    uint64_t zc_offered, zc_granted, zc_pushed;
-    size_t offer_bytes;
-    uint64_t push_local, push_remote;
-    uint32_t push_lkey, push_rkey;
-    size_t push_posted, push_done;
-    int pushing;
-    /* As receiver: offers taken (and granted), pushes landed; a grant the
-     * full send queue held back. */
-    uint64_t zc_taken, zc_landed;
-    int grant_owed;
+    /* Zero-copy, as sender: offers posted, and of those, pulled whole
+     * (the receiver said so). One offer at a time. */
+    uint64_t zc_offered, zc_pulled;
+    /* As receiver: offers taken, pulls whose every read completed, and
+     * of those, the ones the sender has been told of (a notice the full
+     * send queue held back waits); the pull under way. */
+    uint64_t zc_taken, zc_read, zc_told;
+    uint64_t told_posted, told_done; /* notices posted and completed (teardown waits for them) */
+    uint64_t pull_remote, pull_local;
+    uint32_t pull_rkey, pull_lkey;
+    size_t pull_bytes, pull_posted, pull_done;
 };
 
 /* Per-communicator state (ccl__tstate(comm, &ccl__transport_ib)). */
@@ -211,6 +219,7 @@ struct ccl__ib_state {
     union ibv_gid gid;
     uint16_t lid;
     uint32_t max_qp_wr;
+    uint32_t max_rd; /* reads a queue pair may have in flight, and answer, at once (the device's limits) */
     int notices_posted, notices_done; /* failure notices (atomic: posted by whichever thread fails) */
     char dev[32];
     double port_down_since; /* ccl__now() when an idle look first found the port not active; 0: active */

@@ -86,6 +86,7 @@ static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) 
         s->lid = pa.lid;
         s->mtu = pa.active_mtu;
         s->max_qp_wr = (uint32_t)da.max_qp_wr;
+        s->max_rd = (uint32_t)(da.max_qp_rd_atom < da.max_qp_init_rd_atom ? da.max_qp_rd_atom : da.max_qp_init_rd_atom);
         s->cq_size = da.max_cqe;
         snprintf(s->dev, sizeof(s->dev), "%s", name);
     }
@@ -154,9 +155,11 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
 
 ccl_status_t ccl__ib_open_cq(struct ccl_comm *comm, struct ccl__ib_state *s, int nconns) {
     if (s->cq || nconns == 0) return CCL_OK;
-    /* Every send and receive request a connection can have outstanding
-     * (each queue is 2 * slots + 3 + CCL__IB_PUSH_DEPTH deep, and one more, see conn_new). */
-    long want = (long)nconns * (4L * comm->params.slots + 8 + 2L * CCL__IB_PUSH_DEPTH + 4);
+    /* Every send and receive request a connection can have outstanding:
+     * its asking queue pair's send queue and its answering one's receive
+     * queue are each 2 * slots + 3 + CCL__IB_PULL_DEPTH deep and one more
+     * (see conn_new), the other two queues one each. */
+    long want = (long)nconns * (4L * comm->params.slots + 8 + 2L * CCL__IB_PULL_DEPTH + 4);
     if (want > s->cq_size) want = s->cq_size;
     s->cq = ibv_create_cq(s->ctx, (int)want, NULL, s->chan, 0);
     if (!s->cq)

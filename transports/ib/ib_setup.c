@@ -1,7 +1,7 @@
-/* The RDMA transport's set-up: a queue pair and two registered FIFOs per
- * peer (setup), their numbers, GIDs and keys traded over the pair channel
- * and the queue pair brought to ready-to-send (connect), poison and
- * teardown. Every rank posts its receives before it reports connect done,
+/* The RDMA transport's set-up: two queue pairs (one per direction of
+ * requests) and two registered FIFOs per peer (setup), their numbers,
+ * GIDs and keys traded over the pair channel and the queue pairs brought
+ * to ready-to-send (connect), poison and teardown. Every rank posts its receives before it reports connect done,
  * and the manager's bootstrap round after connect keeps every rank from
  * writing before all of them can take writes. */
 #define _GNU_SOURCE
@@ -56,6 +56,7 @@ static void *alloc_fifo(size_t bytes) {
 static void conn_free(struct ccl__ib_conn *c) {
     if (!c) return;
     if (c->qp) ibv_destroy_qp(c->qp);
+    if (c->rqp) ibv_destroy_qp(c->rqp);
     if (c->send_mr) ibv_dereg_mr(c->send_mr);
     if (c->recv_mr) ibv_dereg_mr(c->recv_mr);
     free(c->send_fifo);
@@ -72,10 +73,11 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot};
     c->nslots = depth;
     c->stride = (CCL__IB_HDR_BYTES + slot + 63) & ~(size_t)63;
-    /* The slots' writes, as many credits, a push's writes and a grant. */
-    c->sq_depth = 2 * depth + 2 + CCL__IB_PUSH_DEPTH + 1;
+    /* The slots' writes, as many credits, a pull's reads and the notice
+     * that ends it. */
+    c->sq_depth = 2 * depth + 2 + CCL__IB_PULL_DEPTH + 1;
     if (c->sq_depth > s->max_qp_wr) c->sq_depth = s->max_qp_wr;
-    size_t bytes = ((size_t)depth + 1) * c->stride; /* the slots, then the grant box */
+    size_t bytes = (size_t)depth * c->stride;
     c->send_fifo = alloc_fifo(bytes);
     c->recv_fifo = alloc_fifo(bytes);
     if (!c->send_fifo || !c->recv_fifo) return CCL_ERR_NO_MEMORY;
@@ -86,13 +88,13 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
                               "ib: cannot register %zu bytes of FIFO for rank %d on %s: %s (is the locked-memory "
                               "limit, ulimit -l, too low?)",
                               2 * bytes, peer, s->dev, strerror(errno));
+    /* Ours to ask on: one more send than the data path's, the failure
+     * notice (ccl__ib_poison); two pieces to a write: a slot's head and a
+     * payload in the caller's memory. Nothing arrives on it but answers. */
     struct ibv_qp_init_attr qa = {
         .send_cq = s->cq,
         .recv_cq = s->cq,
-        /* one more each way: the failure notice (ccl__ib_poison); two
-         * pieces to a write: a slot's head and a payload in the caller's
-         * memory */
-        .cap = {.max_send_wr = c->sq_depth + 1, .max_recv_wr = c->sq_depth + 1, .max_send_sge = 2, .max_recv_sge = 1,
+        .cap = {.max_send_wr = c->sq_depth + 1, .max_recv_wr = 1, .max_send_sge = 2, .max_recv_sge = 1,
                 .max_inline_data = CCL__IB_INLINE_BYTES},
         .qp_type = IBV_QPT_RC,
     };
@@ -102,13 +104,26 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
         c->qp = ibv_create_qp(s->pd, &qa);
     }
     c->max_inline = c->qp ? qa.cap.max_inline_data : 0;
-    if (!c->qp)
-        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot create a queue pair for rank %d on %s: %s", peer,
+    /* The peer's to ask on: a receive for each write with immediate it
+     * may have in flight, its notice included; it sends nothing. */
+    struct ibv_qp_init_attr ra = {
+        .send_cq = s->cq,
+        .recv_cq = s->cq,
+        .cap = {.max_send_wr = 1, .max_recv_wr = c->sq_depth + 1, .max_send_sge = 1, .max_recv_sge = 1},
+        .qp_type = IBV_QPT_RC,
+    };
+    if (c->qp) c->rqp = ibv_create_qp(s->pd, &ra);
+    if (!c->qp || !c->rqp)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot create queue pairs for rank %d on %s: %s", peer,
                               s->dev, strerror(errno));
     struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
-                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
+                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
     if (ibv_modify_qp(c->qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair for rank %d: INIT: %s", peer, strerror(errno));
+    init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    if (ibv_modify_qp(c->rqp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: answering queue pair for rank %d: INIT: %s", peer,
+                              strerror(errno));
     return CCL_OK;
 }
 
@@ -126,14 +141,24 @@ ccl_status_t ccl__ib_setup(struct ccl_comm *comm, const uint8_t *use) {
     return CCL_OK;
 }
 
+/* One queue pair of ours to its remote twin: `rd_out` reads it may have in
+ * flight, `rd_in` it answers at once. */
+struct qp_link {
+    struct ibv_qp *qp;
+    uint32_t dest_qpn, rq_psn, sq_psn;
+    uint8_t rd_out, rd_in;
+    const char *what;
+};
+
 static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c,
-                               const struct ccl__ib_qp_info *mine, const struct ccl__ib_qp_info *peer) {
+                               const struct ccl__ib_qp_info *mine, const struct ccl__ib_qp_info *peer,
+                               const struct qp_link *l) {
     struct ibv_qp_attr a = {
         .qp_state = IBV_QPS_RTR,
         .path_mtu = (enum ibv_mtu)(peer->mtu < mine->mtu ? peer->mtu : mine->mtu),
-        .dest_qp_num = peer->qpn,
-        .rq_psn = peer->psn,
-        .max_dest_rd_atomic = 0, /* the peer reads nothing of ours (ib.h) */
+        .dest_qp_num = l->dest_qpn,
+        .rq_psn = l->rq_psn,
+        .max_dest_rd_atomic = l->rd_in,
         .min_rnr_timer = 12,
         .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = s->port},
     };
@@ -143,28 +168,35 @@ static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, s
         a.ah_attr.grh.sgid_index = (uint8_t)s->gid_index;
         a.ah_attr.grh.hop_limit = 64;
     }
-    if (ibv_modify_qp(c->qp, &a,
+    if (ibv_modify_qp(l->qp, &a,
                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair to rank %d (%.64s): ready-to-receive: %s",
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: %s to rank %d (%.64s): ready-to-receive: %s", l->what,
                               c->base.peer, comm->peers[c->base.peer].hostname, strerror(errno));
     struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = ack_timeout_exponent(comm),
                             .retry_cnt = RETRY_COUNT,
-                            .rnr_retry = 7, .sq_psn = mine->psn, .max_rd_atomic = 0};
-    if (ibv_modify_qp(c->qp, &r,
+                            .rnr_retry = 7, .sq_psn = l->sq_psn, .max_rd_atomic = l->rd_out};
+    if (ibv_modify_qp(l->qp, &r,
                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                           IBV_QP_MAX_QP_RD_ATOMIC))
-        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair to rank %d (%.64s): ready-to-send: %s",
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: %s to rank %d (%.64s): ready-to-send: %s", l->what,
                               c->base.peer, comm->peers[c->base.peer].hostname, strerror(errno));
     return CCL_OK;
 }
 
+static uint32_t random_psn(uint32_t fallback) {
+    uint32_t psn;
+    if (getrandom(&psn, sizeof(psn), 0) != sizeof(psn)) psn = fallback;
+    return psn & 0xffffff;
+}
+
 static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c) {
-    struct ccl__ib_qp_info mine = {.qpn = c->qp->qp_num, .lid = s->lid, .port = s->port, .mtu = (uint8_t)s->mtu,
+    uint32_t rd = s->max_rd < CCL__IB_PULL_DEPTH ? s->max_rd : CCL__IB_PULL_DEPTH;
+    struct ccl__ib_qp_info mine = {.qpn = c->qp->qp_num, .psn = random_psn((uint32_t)c->base.peer),
+                                   .rqpn = c->rqp->qp_num, .rpsn = random_psn((uint32_t)c->base.peer + 1),
+                                   .rd_depth = rd, .lid = s->lid, .port = s->port, .mtu = (uint8_t)s->mtu,
                                    .fifo_addr = (uintptr_t)c->recv_fifo, .fifo_rkey = c->recv_mr->rkey,
                                    .nslots = c->nslots, .stride = c->stride, .slot_bytes = c->base.slot_bytes};
-    if (getrandom(&mine.psn, sizeof(mine.psn), 0) != sizeof(mine.psn)) mine.psn = (uint32_t)c->base.peer;
-    mine.psn &= 0xffffff;
     memcpy(mine.gid, s->gid.raw, 16);
     struct ccl__ib_qp_info peer;
     CCL_CHECK(ccl__pair_exchange(comm, c->base.peer, CCL__IB_PAIR_TAG, &mine, &peer, sizeof(peer)));
@@ -174,16 +206,26 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
                               "CCL_IB_SLOT_BYTES must be the same on every rank)",
                               comm->rank, mine.nslots, (unsigned long long)mine.slot_bytes, c->base.peer, peer.nslots,
                               (unsigned long long)peer.slot_bytes);
+    /* Our reads go no deeper than the peer answers. A device that answers
+     * none cannot take zero-copy: a first offer to it fails, saying so. */
+    c->rd_depth = peer.rd_depth < rd ? peer.rd_depth : rd;
     c->remote_addr = peer.fifo_addr;
     c->remote_rkey = peer.fifo_rkey;
     /* Receives first: the peer may write as soon as both are past the
      * bootstrap round that closes connect. */
     for (unsigned i = 0; i < c->sq_depth + 1; i++) CCL_CHECK(ccl__ib_post_recv(c));
-    CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer));
+    struct qp_link ask = {.qp = c->qp, .dest_qpn = peer.rqpn, .rq_psn = peer.rpsn, .sq_psn = mine.psn,
+                          .rd_out = (uint8_t)c->rd_depth, .rd_in = 0, .what = "queue pair"};
+    struct qp_link answer = {.qp = c->rqp, .dest_qpn = peer.qpn, .rq_psn = peer.psn, .sq_psn = mine.rpsn,
+                             .rd_out = 0, .rd_in = (uint8_t)rd, .what = "answering queue pair"};
+    CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer, &ask));
+    CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer, &answer));
     uint8_t t = ack_timeout_exponent(comm);
     CCL_INFO(CCL__SUB_NET, comm->rank,
-             "ib: connected to rank %d (qp %u -> %u; an unacknowledged write is tried %d times, %.0f ms apart)",
-             c->base.peer, mine.qpn, peer.qpn, RETRY_COUNT + 1, 4.096e-3 * (double)(1u << t));
+             "ib: connected to rank %d (qp %u -> %u, answering %u <- %u, %u reads in flight; an unacknowledged "
+             "request is tried %d times, %.0f ms apart)",
+             c->base.peer, mine.qpn, peer.rqpn, mine.rqpn, peer.qpn, c->rd_depth, RETRY_COUNT + 1,
+             4.096e-3 * (double)(1u << t));
     return CCL_OK;
 }
 
