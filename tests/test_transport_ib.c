@@ -6,8 +6,8 @@
  * and reports itself skipped without one (tools/rdma-vm.sh runs this suite
  * inside a VM with two soft-RoCE devices, through ctest's rdma_vm): many
  * calls in a row over a few slots keep credits and slots in step; large
- * send/recv and all-to-all go zero-copy (the sender writes into the buffer
- * the receiver granted) and arrive exact, as do the all-gather halves of
+ * send/recv and all-to-all go zero-copy (the receiver reads the buffer the
+ * sender offered) and arrive exact, as do the all-gather halves of
  * ring all-reduce and all-gather, whose blocks go the same way;
  * ccl_comm_register pins memory that later transfers reuse; a receiver that expected another size fails, and
  * the sender hears of it at once through the failure notice, as a peer of
@@ -423,8 +423,8 @@ START_TEST(register_reuse) {
 END_TEST
 
 /* Rank 0 sends 2 MiB, rank 1 expects one byte more: rank 1 reads the
- * offer's stamp and fails naming both counts; rank 0, waiting for a
- * grant, hears of rank 1's failure from its notice and fails
+ * offer's stamp and fails naming both counts; rank 0, waiting for its
+ * offer to be read, hears of rank 1's failure from its notice and fails
  * long before CCL_TIMEOUT (60 s) would have ended its wait. */
 static int body_mismatch(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
@@ -459,12 +459,11 @@ START_TEST(zero_copy_size_mismatch) {
 }
 END_TEST
 
-/* A receive that fails takes its buffer back from the sender: rank 0
- * sends 32 MiB of 0xa5 to rank 1 (seconds on soft-RoCE), and once the
- * first bytes have landed (writes place in order), a thread of rank 1
- * aborts its communicator while rank 0 still has writes in flight into
- * the buffer rank 1 granted: a fixed delay instead found the whole
- * message in place on a fast day. Once rank 1's receive has returned, the
+/* A receive that fails takes its buffer back: rank 0 sends 32 MiB of 0xa5
+ * to rank 1 (seconds on soft-RoCE), and once the first bytes have landed
+ * (a pull's reads complete in order), a thread of rank 1 aborts its
+ * communicator while its reads are still in flight into its buffer: a
+ * fixed delay instead found the whole message in place on a fast day. Once rank 1's receive has returned, the
  * memory is its own again: it fills the buffer with a sentinel and finds
  * it intact 2.5 s later (longer than a registration lingers), while rank 0
  * keeps its queue pairs up that long, as a slow peer would. */

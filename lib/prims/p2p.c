@@ -245,9 +245,10 @@ static void note_send_peers(struct p2p_run *r) {
 }
 
 /* What a lane still holds once its run ended: after a failure, the
- * registration of a zero-copy transfer and the step it was in. A failed
- * receive's buffer may have been granted to its sender, which may still
- * be writing: its registration goes at once (ccl__reg_put_revoked). */
+ * registration of a zero-copy transfer and the step it was in. Bytes may
+ * still be on their way into a failed receive's buffer (an RDMA read of
+ * this rank's in flight): its registration goes at once
+ * (ccl__reg_put_revoked). */
 static void release_lane(struct lane *l, ccl_status_t run_status) {
     if (l->reg && run_status < 0 && !l->x->is_send) ccl__reg_put_revoked(l->p.comm, l->reg);
     else if (l->reg) ccl__reg_put(l->p.comm, l->reg);

@@ -68,11 +68,11 @@ void ccl__reg_unpin(struct ccl_comm *comm, struct ccl__reg *r);
 ccl_status_t ccl__reg_get(struct ccl_comm *comm, const struct ccl__transport *t, const void *addr, size_t bytes,
                           struct ccl__reg **out);
 void ccl__reg_put(struct ccl_comm *comm, struct ccl__reg *r);
-/* The put of a call that failed with r granted to a peer for writing: a
- * live peer that has not yet heard of the failure may still write into
- * it, into memory the application now owns again. Unless the application
- * pinned it, r is deregistered as soon as no one uses it, without
- * lingering: the peer's writes then fail instead of landing. */
+/* The put of a call that failed with r the destination of a zero-copy
+ * transfer: the adapter may still place bytes in it (a read of this rank's
+ * still in flight), into memory the application now owns again. Unless
+ * the application pinned it, r is deregistered as soon as no one uses it,
+ * without lingering: those bytes then fail to land instead. */
 void ccl__reg_put_revoked(struct ccl_comm *comm, struct ccl__reg *r);
 /* The application no longer owns [addr, addr + bytes): drop every
  * registration overlapping it (in use: at its last put). */
