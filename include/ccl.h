@@ -158,6 +158,8 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
  * as is, and point-to-point transfers (send/recv, all-to-all) from or into
  * it go zero-copy. Not collective; a communicator whose transports need no
  * registration (shm, tcp) still returns a handle, and nothing changes.
+ * Over RDMA, zero-copy transfers are pulled: the communicator's peers may
+ * read registered memory (never write it) until it is deregistered.
  * The memory must stay allocated until ccl_comm_deregister (or the
  * communicator's destroy, which releases every handle left). Memory
  * passed to calls without registering is registered per call (see
