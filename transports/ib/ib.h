@@ -1,6 +1,6 @@
 /*
- * The RDMA verbs transport (libibverbs): one reliable-connected queue pair
- * per pair of ranks, for ranks on different hosts (or any ranks when
+ * The RDMA verbs transport (libibverbs): two reliable-connected queue
+ * pairs per pair of ranks (below), for ranks on different hosts (or any ranks when
  * CCL_TRANSPORT=ib), on InfiniBand or RoCE adapters, soft-RoCE included.
  *
  * Each direction of a connection is a FIFO of `slots` slots in registered
@@ -135,7 +135,7 @@ struct ccl__ib_blob {
     char dev[32];
 };
 
-/* What two ranks trade over the pair channel for their queue pair. */
+/* What two ranks trade over the pair channel for their queue pairs. */
 #define CCL__IB_PAIR_TAG 0x49425150u /* "IBQP" */
 struct ccl__ib_qp_info {
     uint32_t qpn, psn;   /* the queue pair this rank asks on */
