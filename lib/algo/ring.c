@@ -135,8 +135,8 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
 /* The all-gather half as whole blocks, one exchange per step: step k
  * sends the block at position P - k on to the next rank and receives the
  * one at P - k - 1 from the previous, in place in recvbuf. Point-to-point
- * moves a large message zero-copy over a link that can (the sender writes
- * straight into the receiver's buffer), where the rounds copy every slice
+ * moves a large message zero-copy over a link that can (the receiver reads
+ * straight out of the sender's buffer), where the rounds copy every slice
  * into a slot and out of one. With `own_from_sendbuf`, this rank's block
  * comes from sendbuf first. */
 static ccl_status_t gather_blocks(struct ring *R, int own_from_sendbuf) {
