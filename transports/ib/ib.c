@@ -259,7 +259,7 @@ static void drain_cq(struct ccl__ib_state *s, int *moved) {
 static int sends_pending(const struct ccl__ib_state *s) {
     for (int p = 0; s->conns && p < s->nranks; p++) {
         const struct ccl__ib_conn *c = s->conns[p];
-        if (c && !c->failed && (c->send_done != c->sent || c->told_done != c->told_posted)) return 1;
+        if (c && !c->failed && (c->send_done != c->sent || c->told_done != c->zc_told)) return 1;
     }
     return 0;
 }

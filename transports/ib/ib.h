@@ -188,11 +188,11 @@ struct ccl__ib_conn {
     /* Zero-copy, as sender: offers posted, and of those, pulled whole
      * (the receiver said so). One offer at a time. */
     uint64_t zc_offered, zc_pulled;
-    /* As receiver: offers taken, pulls whose every read completed, and
-     * of those, the ones the sender has been told of (a notice the full
-     * send queue held back waits); the pull under way. */
-    uint64_t zc_taken, zc_read, zc_told;
-    uint64_t told_posted, told_done; /* notices posted and completed (teardown waits for them) */
+    /* As receiver: offers taken, and of those, the ones whose sender has
+     * been told they were read whole (a notice each; a notice the full
+     * send queue held back waits) and whose notice has completed
+     * (teardown waits for them); the pull under way. */
+    uint64_t zc_taken, zc_told, told_done;
     uint64_t pull_remote, pull_local;
     uint32_t pull_rkey, pull_lkey;
     size_t pull_bytes, pull_posted, pull_done;

@@ -119,10 +119,9 @@ ccl_status_t ccl__ib_zc_take(struct ccl__conn *base, void *buf, size_t bytes, vo
 
 /* Tells the sender its buffer is free, when the send queue has room. */
 static ccl_status_t post_pulled(struct ccl__ib_conn *c) {
-    if (c->zc_told == c->zc_read || c->sq_busy >= c->sq_depth) return CCL_OK;
-    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_PULLED, CCL__IB_IMM(CCL__IB_IMM_PULLED, c->zc_read), 0, 0));
-    c->zc_told = c->zc_read;
-    c->told_posted++;
+    if (c->sq_busy >= c->sq_depth) return CCL_OK;
+    CCL_CHECK(ccl__ib_post_write(c, CCL__IB_WR_PULLED, CCL__IB_IMM(CCL__IB_IMM_PULLED, c->zc_taken), 0, 0));
+    c->zc_told = c->zc_taken;
     return CCL_OK;
 }
 
@@ -132,13 +131,11 @@ ccl_status_t ccl__ib_zc_done(struct ccl__conn *base, int is_send) {
     CCL_CHECK(ccl__ib_progress_all(c, &moved));
     if (is_send) return c->zc_pulled == c->zc_offered ? CCL_OK : CCL_INPROGRESS;
     if (c->zc_told == c->zc_taken) return CCL_OK;
-    if (c->zc_read != c->zc_taken) {
-        CCL_CHECK(post_reads(c));
-        if (c->pull_done < c->pull_bytes) return CCL_INPROGRESS;
-        c->zc_read = c->zc_taken; /* every read is in: the bytes are in our buffer */
-    }
-    /* Posted is enough: the adapter delivers it, and teardown waits for
-     * it to leave (sends_pending). */
+    CCL_CHECK(post_reads(c));
+    if (c->pull_done < c->pull_bytes) return CCL_INPROGRESS;
+    /* Every read is in: the bytes are in our buffer. The notice needs
+     * only be posted: the adapter delivers it, and teardown waits for it
+     * to leave (sends_pending). */
     CCL_CHECK(post_pulled(c));
     return c->zc_told == c->zc_taken ? CCL_OK : CCL_INPROGRESS;
 }
