@@ -20,6 +20,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <infiniband/verbs.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -755,12 +756,57 @@ START_TEST(nearest_device) {
 }
 END_TEST
 
+/* The VM's adapters are soft-RoCE: the transport knows them for software
+ * (sysfs keeps them in its virtual tree), and the planner counts their
+ * work as a CPU's worth beside each rank's own: where that leaves too few
+ * CPUs, the machine is crowded, so waits neither spin (unless CCL_SPIN_US
+ * says how long: `arg`, -1 when unset) nor let their yield grow past its
+ * first 200 us. Either way a call still runs exact. */
+static int body_software_adapter(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    int spin_us = *(const int *)arg;
+    struct harness_tally t = {rank, 0};
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    int peer = 1 - rank;
+    EXPECT(&t, s && s->software, "the transport takes %s for hardware", s ? s->dev : "(no device)");
+    EXPECT(&t, comm->conns[peer] && comm->conns[peer]->cpu_adapter, "the link to rank %d is not marked as "
+           "running on this machine's CPUs", peer);
+    int crowded = 2 * comm->machine_ranks > comm->machine_cpus;
+    double want = spin_us >= 0 ? spin_us : crowded ? 0 : 50;
+    EXPECT(&t, fabs(comm->spin_s * 1e6 - want) < 0.5,
+           "%d ranks and their software adapters on %d CPUs: waits spin %.0f us, expected %.0f", comm->machine_ranks,
+           comm->machine_cpus, comm->spin_s * 1e6, want);
+    if (crowded || spin_us >= 0)
+        EXPECT(&t, comm->yield_max_s == comm->yield_base_s, "waits may yield up to %.0f us before they sleep, not "
+               "%.0f", comm->yield_max_s * 1e6, comm->yield_base_s * 1e6);
+    int32_t x[1001], y[1001];
+    for (int i = 0; i < 1001; i++) x[i] = rank * 7 + i;
+    if (EXPECT_OK(&t, ccl_all_reduce(x, y, 1001, CCL_INT32, CCL_SUM, comm)) == CCL_OK)
+        for (int i = 0; i < 1001; i++)
+            EXPECT(&t, y[i] == nranks * i + 7 * nranks * (nranks - 1) / 2, "y[%d] = %d", i, y[i]);
+    return t.fails;
+}
+
+static void run_software_adapter(const char *test, int spin_us, const char *env) {
+    if (!need_device(test)) return;
+    struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_software_adapter,
+                              .arg = &spin_us, .env = env, .deadline_s = 120};
+    util_run_clean(&run, 0, env);
+}
+
+START_TEST(software_adapter) { run_software_adapter("software_adapter", -1, "CCL_SPIN_US="); }
+END_TEST
+
+START_TEST(software_adapter_spin_given) { run_software_adapter("software_adapter_spin_given", 30, "CCL_SPIN_US=30"); }
+END_TEST
+
 static Suite *ib_suite(void) {
     Suite *s = suite_create("transport_ib");
     add_case(s, "forced_without_device", forced_without_device);
     add_case(s, "steady_many_calls", steady_many_calls);
     add_case(s, "credits_both_ways", credits_both_ways);
     add_case(s, "nearest_device", nearest_device);
+    add_case(s, "software_adapter", software_adapter);
+    add_case(s, "software_adapter_spin_given", software_adapter_spin_given);
     add_case(s, "zero_copy_exact", zero_copy_exact);
     add_case(s, "zero_copy_ring", zero_copy_ring);
     add_case(s, "register_reuse", register_reuse);

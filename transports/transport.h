@@ -48,6 +48,7 @@ struct ccl__conn {
     size_t slot_bytes;
     int slot_mem; /* memory kind of the slots (prims/compute.h); 0 is host */
     int staged;   /* listed in comm->staged (prims/wait.h) */
+    int cpu_adapter; /* the link's adapter is software on this machine's CPUs (soft-RoCE, siw) */
 };
 
 struct ccl__transport {

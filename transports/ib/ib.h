@@ -206,6 +206,7 @@ struct ccl__ib_state {
     struct ibv_comp_channel *chan;
     struct ibv_cq *cq;
     int cq_size;
+    int software;       /* the device is software (sysfs's virtual tree): its work runs on our CPUs */
     unsigned cq_events; /* channel events taken and not yet acknowledged */
     int armed;          /* the CQ will raise an event on the next completion */
     int lazy_credits;   /* every peer of this rank is on ib: credits may wait (ib_setup.c) */

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,15 @@ static uint8_t active_port(struct ibv_context *ctx, uint8_t nports, uint8_t want
         if (ibv_query_port(ctx, p, pa) == 0 && pa->state == IBV_PORT_ACTIVE) return p;
     }
     return 0;
+}
+
+/* A device that sysfs keeps in its virtual tree has no hardware of its
+ * own: soft-RoCE (rxe) and soft-iWARP (siw) packetise, checksum and copy
+ * on the CPUs the ranks run on. */
+static int is_software(struct ibv_device *dev) {
+    char real[PATH_MAX];
+    static const char virt[] = "/sys/devices/virtual/";
+    return realpath(dev->ibdev_path, real) && strncmp(real, virt, sizeof(virt) - 1) == 0;
 }
 
 /* CCL_IB_HCA is "name" or "name:port"; empty takes the device nearest to
@@ -89,6 +99,7 @@ static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) 
         s->max_rd = (uint32_t)(da.max_qp_rd_atom < da.max_qp_init_rd_atom ? da.max_qp_rd_atom : da.max_qp_init_rd_atom);
         s->cq_size = da.max_cqe;
         snprintf(s->dev, sizeof(s->dev), "%s", name);
+        s->software = is_software(order[i]);
     }
     ibv_free_device_list(list);
     if (s->ctx) return CCL_OK;
@@ -144,9 +155,9 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
     char gid[48];
     snprintf(gid, sizeof(gid), "%02x%02x:%02x%02x:...:%02x%02x:%02x%02x", s->gid.raw[0], s->gid.raw[1],
              s->gid.raw[2], s->gid.raw[3], s->gid.raw[12], s->gid.raw[13], s->gid.raw[14], s->gid.raw[15]);
-    CCL_INFO(CCL__SUB_NET, comm->rank, "ib: using %s port %u (%s, lid %u, GID %d %s, MTU %d; %s)", s->dev, s->port,
-             s->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", s->lid, s->gid_index, gid,
-             128 << s->mtu,
+    CCL_INFO(CCL__SUB_NET, comm->rank, "ib: using %s port %u (%s%s, lid %u, GID %d %s, MTU %d; %s)", s->dev,
+             s->port, s->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+             s->software ? " in software, on this machine's CPUs" : "", s->lid, s->gid_index, gid, 128 << s->mtu,
              comm->params.ib_hca[0] ? "CCL_IB_HCA"
              : comm->rdma_near[0]   ? "the nearest by hwloc"
                                     : "hwloc places no RDMA device: the first active one");

@@ -70,7 +70,8 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     struct ccl__ib_conn *c = calloc(1, sizeof(*c));
     if (!c) return CCL_ERR_NO_MEMORY;
     *out = c;
-    c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot};
+    c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot,
+                                 .cpu_adapter = s->software};
     c->nslots = depth;
     c->stride = (CCL__IB_HDR_BYTES + slot + 63) & ~(size_t)63;
     /* The slots' writes, as many credits, a pull's reads and the notice
