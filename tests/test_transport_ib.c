@@ -790,7 +790,7 @@ static void run_software_adapter(const char *test, int spin_us, const char *env)
     if (!need_device(test)) return;
     struct harness_run run = {.nranks = 2, .transport = "ib", .host_per_rank = 1, .body = body_software_adapter,
                               .arg = &spin_us, .env = env, .deadline_s = 120};
-    util_run_clean(&run, 0, env);
+    util_run_clean(&run, 0, "%s", env);
 }
 
 START_TEST(software_adapter) { run_software_adapter("software_adapter", -1, "CCL_SPIN_US="); }
