@@ -129,6 +129,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
         if (comm->conns[p]) {
             comm->slot_kinds |= 1u << comm->conns[p]->slot_mem;
             comm->caller_mem |= comm->conns[p]->t->send_commit_from || comm->conns[p]->t->recv_into;
+            comm->cpu_adapter |= comm->conns[p]->cpu_adapter != 0;
         }
     if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_direct(comm);

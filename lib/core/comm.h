@@ -42,6 +42,7 @@ struct ccl_comm {
     struct ccl__conn **conns;           /* [nranks], full duplex; NULL for self */
     uint32_t slot_kinds;                /* memory kinds of every connection's slots (bit per kind) */
     uint8_t caller_mem;                 /* some connection sends from or receives into the caller's memory */
+    uint8_t cpu_adapter;                /* some connection's adapter is software on this machine's CPUs */
     struct ccl__conn **scratch_conns;   /* [nranks], for the one thread running operations */
     struct ccl__conn **staged;          /* [nranks]: connections holding committed bytes not yet sent */
     struct ccl__regcache *regcache;     /* registrations kept for reuse (prims/regcache.h); NULL until used */

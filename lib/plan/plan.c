@@ -260,10 +260,7 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
      * rounds in turn, against the default's spin and growing yield): 4 MiB
      * all-reduce 1.07x as fast (6 rounds), 0.98x (5) and 1.08x (5) in
      * three boots, 1 MiB 0.95x and 1.00x, 8-byte latency even. */
-    int cpu_adapter = 0;
-    for (int p = 0; p < comm->nranks && !cpu_adapter; p++)
-        cpu_adapter = comm->conns[p] && comm->conns[p]->cpu_adapter;
-    int crowded = threads > 0 && (long)local * (1 + cpu_adapter) > threads;
+    int crowded = threads > 0 && (long)local * (1 + comm->cpu_adapter) > threads;
     comm->spin_s = comm->params.spin_us * 1e-6;
     comm->yield_s = comm->yield_base_s = 200e-6;
     /* A wait that slept and was woken soon after would have done better
@@ -284,7 +281,7 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
     comm->machine_cpus = (int)threads;
     CCL_INFO(CCL__SUB_PLAN, comm->rank,
              "%d ranks on this machine%s, %ld CPUs to use: waits spin %.0f us, yield %.0f us (up to %.0f as waits "
-             "teach)", local, cpu_adapter ? " and as many software RDMA adapters' work" : "", threads,
+             "teach)", local, comm->cpu_adapter ? " and as many software RDMA adapters' work" : "", threads,
              comm->spin_s * 1e6, comm->yield_s * 1e6, comm->yield_max_s * 1e6);
 }
 
