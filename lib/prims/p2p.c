@@ -150,11 +150,13 @@ static ccl_status_t zc_move(struct lane *l, int *moved) {
         struct ccl__slot_meta m = ccl__prims_stamp(&l->p, 0);
         m.kind = (uint16_t)(m.kind | CCL__SLOT_ZC_OFFER);
         ccl_status_t st = c->t->zc_offer(c, &m, x->buf, bytes, l->reg->handle);
-        if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
+        if (st < 0) return ccl__comm_fail(comm, st); /* the first failure (an abort) is what the call reports */
+        if (st != CCL_OK) return st;                 /* CCL_INPROGRESS: no free slot yet */
         l->zc_offered = 1;
         *moved = 1;
     }
     ccl_status_t st = c->t->zc_done(c, x->is_send);
+    if (st < 0) return ccl__comm_fail(comm, st);
     if (st != CCL_OK) return st;
     ccl__reg_put(comm, l->reg);
     l->reg = NULL;
