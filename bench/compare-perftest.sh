@@ -1,7 +1,8 @@
 #!/bin/sh
 # compare-perftest.sh: libccl over RDMA against perftest on the same two
-# devices, in one go, alternating the two sides ROUNDS times and reporting
-# medians and their ratios:
+# devices, in one go, alternating the two sides ROUNDS times (libccl first
+# in odd rounds, its peer first in even ones) and reporting medians and
+# their ratios:
 #
 #   bench/compare-perftest.sh [-B BUILD_DIR] [-r ROUNDS] [-d DEV0,DEV1] OUT_DIR
 #
@@ -100,34 +101,56 @@ ccl() { # benchmark, then its arguments: 2 ranks, one device and host each
     sh -c 'CCL_IB_HCA=$(echo "$0" | cut -d, -f$((CCL_RANK + 1))) exec "$@"' "$devs" "$build/bench/$@"
 }
 
-for r in $(seq 1 "$rounds"); do
-  for size in 1048576 4194304; do
-    bw=$(perftest ib_write_bw -b -s $size -n 200 -F --report_gbits | awk -v s=$size '$1 == s {print $4; exit}')
-    echo "round $r perftest_write_bw_bidir_gbit $size ${bw:-nan}" >>"$raw"
-    # busbw from the time column (the printed one has two decimals)
-    line=$(ccl sendrecv_perf -b $size -e $size -n 50 -w 5 -c 0 | awk -v s=$size '$2 == s {print; exit}')
-    echo "round $r ccl_sendrecv_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
-  done
-  # t_typical (the median iteration) and t_avg (the mean, what
-  # pingpong_perf's time is: a timed block over its iterations)
+# Each figure of a side, for the size in $size; a round runs the two sides
+# of each comparison in turn, libccl first in odd rounds and its peer first
+# in even ones, so that neither side always follows the other (the VM's
+# speed drifts within seconds).
+bw_peer() {
+  bw=$(perftest ib_write_bw -b -s $size -n 200 -F --report_gbits | awk -v s=$size '$1 == s {print $4; exit}')
+  echo "round $r perftest_write_bw_bidir_gbit $size ${bw:-nan}" >>"$raw"
+}
+bw_ccl() { # busbw from the time column (the printed one has two decimals)
+  line=$(ccl sendrecv_perf -b $size -e $size -n 50 -w 5 -c 0 | awk -v s=$size '$2 == s {print; exit}')
+  echo "round $r ccl_sendrecv_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
+}
+# t_typical (the median iteration) and t_avg (the mean, what
+# pingpong_perf's time is: a timed block over its iterations)
+lat_peer() {
   lat=$(perftest ib_send_lat -s 8 -n 2000 -F | awk '$1 == 8 {print $5, $6; exit}')
   echo "round $r perftest_send_lat_us 8 ${lat% *}" >>"$raw"
   echo "round $r perftest_send_lat_avg_us 8 ${lat#* }" >>"$raw"
+}
+lat_ccl() {
   line=$(ccl pingpong_perf -b 8 -e 8 -n 2000 -w 100 -c 0 | awk '$2 == 8 {print; exit}')
   echo "round $r ccl_pingpong_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
   line=$(ccl sendrecv_perf -b 8 -e 8 -n 2000 -w 100 -c 0 | awk '$2 == 8 {print; exit}')
   echo "round $r ccl_sendrecv_time_us 8 $(echo "$line" | awk '{print $7}')" >>"$raw"
+}
+ar_ccl() {
+  before=$(rdma_counters)
+  line=$(ccl all_reduce_perf -b $size -e $size -n $iters -w 3 -c 0 | awk -v s=$size '$2 == s {print; exit}')
+  retries_since ccl $size "$before"
+  echo "round $r ccl_all_reduce_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
+}
+ar_peer() {
+  [ -z "$mpi_why" ] || return 0
+  before=$(rdma_counters)
+  line=$(mpi_ucx -b $size -e $size -n $iters -w 3 -c 0 2>&1 | awk -v s=$size '$1 == s {print; exit}')
+  retries_since ucx $size "$before"
+  echo "round $r mpi_ucx_all_reduce_busbw_GBps $size $(echo "$line" | awk '$6 > 0 {printf "%.5f", $1 / $6 / 1000; exit} {print "nan"}')" >>"$raw"
+}
+in_turn() { # libccl's side, then its peer's: run in this round's order
+  if [ $((r % 2)) -eq 1 ]; then "$1"; "$2"; else "$2"; "$1"; fi
+}
+
+for r in $(seq 1 "$rounds"); do
+  for size in 1048576 4194304; do
+    in_turn bw_ccl bw_peer
+  done
+  in_turn lat_ccl lat_peer
   for size in $ar_sizes; do
     iters=$((20 * 1048576 / size + 3))
-    before=$(rdma_counters)
-    line=$(ccl all_reduce_perf -b $size -e $size -n $iters -w 3 -c 0 | awk -v s=$size '$2 == s {print; exit}')
-    retries_since ccl $size "$before"
-    echo "round $r ccl_all_reduce_busbw_GBps $size $(echo "$line" | awk '{printf "%.5f", $2 / $7 / 1000}')" >>"$raw"
-    [ -z "$mpi_why" ] || continue
-    before=$(rdma_counters)
-    line=$(mpi_ucx -b $size -e $size -n $iters -w 3 -c 0 2>&1 | awk -v s=$size '$1 == s {print; exit}')
-    retries_since ucx $size "$before"
-    echo "round $r mpi_ucx_all_reduce_busbw_GBps $size $(echo "$line" | awk '$6 > 0 {printf "%.5f", $1 / $6 / 1000; exit} {print "nan"}')" >>"$raw"
+    in_turn ar_ccl ar_peer
   done
   echo "compare-perftest: round $r of $rounds done" >&2
 done
