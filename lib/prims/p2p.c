@@ -129,7 +129,7 @@ static ccl_status_t zc_start(struct lane *l, int *moved) {
         CCL_CHECK(ccl__prims_check_meta(&l->p, x->peer, &m, m.bytes));
         st = ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg);
         if (st == CCL_OK) st = c->t->zc_take(c, x->buf, bytes, l->reg->handle);
-        if (st != CCL_OK) return ccl__comm_fail(comm, st); /* the sender waits on us: fail, so it hears */
+        if (st != CCL_OK) return st;
         *moved = 1;
     }
     l->zc = 1;
@@ -150,13 +150,11 @@ static ccl_status_t zc_move(struct lane *l, int *moved) {
         struct ccl__slot_meta m = ccl__prims_stamp(&l->p, 0);
         m.kind = (uint16_t)(m.kind | CCL__SLOT_ZC_OFFER);
         ccl_status_t st = c->t->zc_offer(c, &m, x->buf, bytes, l->reg->handle);
-        if (st < 0) return ccl__comm_fail(comm, st); /* the first failure (an abort) is what the call reports */
-        if (st != CCL_OK) return st;                 /* CCL_INPROGRESS: no free slot yet */
+        if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
         l->zc_offered = 1;
         *moved = 1;
     }
     ccl_status_t st = c->t->zc_done(c, x->is_send);
-    if (st < 0) return ccl__comm_fail(comm, st);
     if (st != CCL_OK) return st;
     ccl__reg_put(comm, l->reg);
     l->reg = NULL;
@@ -197,7 +195,11 @@ static ccl_status_t poll_lanes(void *ctx, int *moved) {
         while (at >= 0) {
             ccl_status_t st = move_lane(&r->lanes[at], moved);
             if (st == CCL_INPROGRESS) break;
-            if (st < 0) return st;
+            /* Every failure of a lane fails the communicator here, once:
+             * a peer waiting on this rank hears of it, and the call
+             * reports the communicator's first failure (an abort stays an
+             * abort), whichever step, offer, read or receive met it. */
+            if (st < 0) return ccl__comm_fail(r->comm, st);
             at = r->lanes[at].next_in_line;
         }
         r->head[q] = at;
