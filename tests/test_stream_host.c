@@ -424,6 +424,98 @@ START_TEST(stream_order_on_a_simulated_gpu) {
 }
 END_TEST
 
+/* ---- the GPU-resident path on a simulated GPU ----
+ * A communicator made while the simulated GPU is current (a split of the
+ * harness's) has every rank on one GPU: with windows (shm), its
+ * collectives on device buffers run as one kernel of the leader's, which
+ * the simulated driver runs on the CPU with the kernel's element functions,
+ * through IPC mappings of the peers' buffers. Every dtype x op, in place
+ * and out, against the same call on host buffers with the direct
+ * algorithm (the same fold in rank order: the same bits, NaN payloads and
+ * all); then the stream-ordered rounds of body_simulated; the calls must
+ * have run there. Over tcp (no windows) they are staged, and none may. */
+#ifndef CCL_TEST_GPU_KERNELS
+#define CCL_TEST_GPU_KERNELS 0
+#endif
+
+static long gpu_resident_calls(ccl_comm_t *comm) {
+    char d[2048];
+    if (ccl_comm_describe(comm, d, sizeof d) != CCL_OK) return -2;
+    const char *p = strstr(d, "gpu_resident_calls=");
+    return p ? strtol(p + strlen("gpu_resident_calls="), NULL, 10) : -1;
+}
+
+static int body_gpu_resident(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    ccl_comm_t *g = NULL;
+    if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    int resident = *(const int *)arg; /* else staged: the host's own algorithms, on host copies */
+    if (resident)
+        EXPECT_OK(&t, ccl_comm_set_algo(g, "allreduce:direct,reducescatter:direct,allgather:direct,broadcast:direct,"
+                                           "reduce:direct"));
+    const size_t counts[] = {1, 1001, 4099};
+    size_t maxb = 4099 * 8 * (size_t)nranks;
+    unsigned char *hin = malloc(maxb), *hout = malloc(maxb), *got = malloc(maxb);
+    sim_ptr din, dout;
+    EXPECT(&t, sim.MemAlloc(&din, maxb) == 0 && sim.MemAlloc(&dout, maxb) == 0, "cuMemAlloc");
+    void *s = NULL;
+#define COPY(dst, src, b) EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)(dst), (sim_ptr)(uintptr_t)(src), b, s) == 0, "cuMemcpyAsync")
+    for (int k = 0; k < COLL_KINDS && !t.fails; k++)
+        for (int dt = 0; dt < CCL_NUM_DTYPES && !t.fails; dt++)
+            for (int op = 0; op < CCL_NUM_OPS && !t.fails; op++)
+                for (size_t ci = 0; ci < 3 && !t.fails; ci++)
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        if ((k == COLL_AG || k == COLL_BC || k == COLL_A2A) && op) continue;
+                        if (inplace && (k == COLL_RS || k == COLL_A2A)) continue;
+                        if (ci == 2 && (dt != CCL_FLOAT16 || op != CCL_SUM)) continue; /* the big count: sampled */
+                        size_t n = counts[ci], es = ccl_dtype_size(dt), in_b, out_b;
+                        coll_kind_bytes(k, n, nranks, es, &in_b, &out_b);
+                        size_t buf_b = in_b > out_b ? in_b : out_b;
+                        ref_bytes((uint64_t)(k * 1000 + dt * 10 + op), rank, 0, buf_b, hin); /* NaNs and all */
+                        memcpy(hout, hin, buf_b);
+                        COPY((void *)(uintptr_t)din, hin, buf_b);
+                        COPY((void *)(uintptr_t)dout, hin, buf_b);
+                        const void *hs = hin, *ds = (void *)(uintptr_t)din;
+                        void *hr = inplace ? hin : hout, *dr = (void *)(uintptr_t)(inplace ? din : dout);
+                        if (inplace && k == COLL_AG) hs = hin + rank * n * es, ds = (char *)(uintptr_t)din + rank * n * es;
+                        EXPECT_OK(&t, coll_kind_call(k, hs, hr, n, dt, op, g));
+                        EXPECT_OK(&t, coll_kind_call(k, ds, dr, n, dt, op, g));
+                        COPY(got, dr, out_b);
+                        if (!(k == COLL_RD && rank != 0))
+                            EXPECT(&t, memcmp(got, hr, out_b) == 0, "kind %d dtype %d op %d count %zu in place %d: "
+                                   "device result differs from host", k, dt, op, n, inplace);
+                    }
+#undef COPY
+    sim.MemFree(din);
+    sim.MemFree(dout);
+    free(hin);
+    free(hout);
+    free(got);
+    if (!t.fails) t.fails += body_simulated(g, rank, nranks, arg);
+    long ran = gpu_resident_calls(g);
+    int expect = resident && CCL_TEST_GPU_KERNELS;
+    if (expect) EXPECT(&t, ran > 0, "no call ran on the (simulated) GPU: gpu_resident_calls %ld", ran);
+    else EXPECT(&t, ran == -1, "calls ran on the GPU where they cannot: gpu_resident_calls %ld", ran);
+    EXPECT_OK(&t, ccl_comm_destroy(g));
+    return t.fails;
+}
+
+START_TEST(gpu_resident_path_on_a_simulated_gpu) {
+    static const struct {
+        int nranks;
+        const char *transport;
+        int resident; /* one host with windows */
+    } cfg[] = {{2, "shm", 1}, {3, "shm", 1}, {3, "tcp", 0}};
+    struct harness_run run = {.nranks = cfg[_i].nranks, .transport = cfg[_i].transport, .body = body_gpu_resident,
+                              .arg = (void *)&cfg[_i].resident, .deadline_s = 240,
+                              .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+    util_run_clean(&run, 0, "the GPU-resident path on a simulated GPU, %d ranks over %s", cfg[_i].nranks,
+                   cfg[_i].transport);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("stream_host");
     util_add_loop_case(s, "stream_twins_on_default_stream", stream_twins_on_default_stream, 3, 120);
@@ -431,6 +523,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "stream_twins_with_a_driver_but_no_context", stream_twins_with_a_driver_but_no_context, 1, 120);
     util_add_loop_case(s, "stream_order_on_a_simulated_gpu", stream_order_on_a_simulated_gpu, 3, 150);
     util_add_loop_case(s, "device_buffers_on_a_simulated_gpu", device_buffers_on_a_simulated_gpu, 3, 150);
+    util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 3, 280);
     return s;
 }
 

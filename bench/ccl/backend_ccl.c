@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/device_mem.h"
 #include "launch.h"
 
 struct bench_comm {
@@ -50,6 +51,11 @@ static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_sta
     ccl_request_t **reqs = calloc(2 * (size_t)o->agg, sizeof(*reqs));
     ccl_status_t st = c && reqs ? CCL_OK : CCL_ERR_NO_MEMORY;
     const char *what = "ccl_comm_init_rank";
+    /* A communicator belongs to the GPU current at its creation, and the
+     * GPU-resident path needs every rank's: --device opens it first. A
+     * failure here is reported by the sweep's own open, on every rank. */
+    char why[300];
+    if (o->device && local) (void)bench_device_open(rank, why, sizeof why);
     if (st == CCL_OK && !local) {
         what = "ccl_comm_init_env";
         st = ccl_comm_init_env(&c->comm);

@@ -101,6 +101,10 @@ int ccl__dtree_depth(int n);
 /* Bytes the direct algorithm moves per round through a window of
  * window_bytes (its in or out area). */
 size_t ccl__direct_area(size_t window_bytes);
+/* Where in a window's control page the GPU-resident path keeps its words
+ * (coll/device_direct.c): the direct algorithm's control block ends
+ * before it. */
+#define CCL__WINDOW_GPU_WORDS 2048
 
 /* Copies sendbuf to recvbuf unless they are the same (one rank, or the
  * local share of a result). */

@@ -5,6 +5,7 @@
 
 #include "coll/coll.h"
 #include "coll/device.h"
+#include "coll/device_direct.h"
 #include "core/log.h"
 #include "core/socket.h"
 #include "cuda/driver.h"
@@ -135,6 +136,17 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
     return CCL_OK;
 }
 
+/* A collective outside a group that the GPU-resident path may take
+ * (device_direct.h): its status, or 1 when it did not take it. Async ones
+ * too (they complete before they return): whether a rank tries must not
+ * depend on what differs between ranks. */
+static ccl_status_t run_on_gpu(struct ccl_comm *comm, struct ccl__call *call) {
+    if (!comm->gpu_direct || call->is_p2p || call->coll.planner_only) return 1;
+    int done = 0;
+    ccl_status_t st = ccl__gpu_direct_try(comm, call, 0, NULL, &done);
+    return st < 0 || done ? st : 1;
+}
+
 ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, int n, ccl_request_t **req_out,
                               const char *what) {
     ccl_status_t st = ccl__comm_health(comm);
@@ -151,6 +163,15 @@ ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, in
         if (!calls[i].is_p2p) calls[i].coll.id.seq = comm->coll_seq++;
     if (ccl__group_open()) {
         for (int i = 0; i < n && st == CCL_OK; i++) st = ccl__group_record(&calls[i]);
+    } else if (n == 1 && (st = run_on_gpu(comm, calls)) != 1) {
+        if (req && st == CCL_OK) {
+            req->status = CCL_OK; /* done already: its wait returns at once */
+            atomic_store_explicit(&req->done, 1, memory_order_release);
+            *req_out = req;
+        } else if (req) {
+            ccl__request_retire(req);
+        }
+        return st;
     } else if (req) {
         st = ccl__submit_batch(comm, calls, n, NULL, 0, what, NULL);
     } else if (n == 1 && !calls[0].device && ccl__exec_try_inline(comm)) {

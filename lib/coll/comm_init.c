@@ -12,6 +12,7 @@
 
 #include "coll/coll.h"
 #include "coll/device.h"
+#include "coll/device_direct.h"
 #include "core/boot_pair.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
@@ -40,6 +41,7 @@ static void comm_free(struct ccl_comm *comm) {
     ccl__exec_destroy(comm);
     ccl__user_regs_free(comm); /* handles the application did not deregister */
     ccl__device_free(comm);    /* nothing queued is left to stage or release */
+    comm->on_fail_gpu = NULL;  /* its words go with the windows below */
     ccl__reg_clear(comm);      /* registrations belong to the transports: first */
     ccl__conns_teardown(comm);
     ccl__pair_close(comm);
@@ -118,6 +120,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
      * every rank's init fails, not only this one's after a timeout. */
     ccl_status_t topo_st = ccl__plan_local_topology(comm, &self);
     ccl__tune_local(comm, &self);
+    ccl__gpu_identity(self.gpu_uuid, &self.gpu_usable);
     ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
     if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
     /* Pinned before the transports set up: their buffers are first touched,
@@ -133,6 +136,8 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
         }
     if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_direct(comm);
+    if (st == CCL_OK) ccl__gpu_direct_plan(comm);
+    if (comm->gpu_direct) comm->on_fail_gpu = ccl__gpu_direct_release;
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK) st = ccl__plan_model(comm);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {

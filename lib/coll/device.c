@@ -2,6 +2,7 @@
  * host memory (see device.h). */
 #include "coll/device.h"
 #include "coll/device_state.h"
+#include "coll/device_direct.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -179,6 +180,12 @@ static ccl_status_t stage_ready(struct ccl_comm *comm, const struct ccl__cu *cu,
     return grow_pinned(comm, cu, &d->stage, &d->stage_bytes, bytes);
 }
 
+ccl_status_t ccl__device_stream(struct ccl_comm *comm, CUstream *s) {
+    CCL_CHECK(stage_ready(comm, ccl__cuda(), 64));
+    *s = comm->device->stream;
+    return CCL_OK;
+}
+
 /* Adds the device regions of one call: one when its send and receive
  * buffers overlap (in place), so the staged copy aliases alike. */
 static void plan_call(const struct ccl_comm *comm, struct ccl__call *c, struct region *r, int *nr, size_t *total) {
@@ -329,6 +336,7 @@ ccl_status_t ccl__stage_on_stream_out(struct ccl_comm *comm, struct ccl__stage *
 void ccl__device_free(struct ccl_comm *comm) {
     struct ccl__device_state *d = comm->device;
     if (!d) return;
+    ccl__gpu_direct_free(comm);
     const struct ccl__cu *cu = ccl__cuda();
     if (cu && d->ctx && cu->CtxSetCurrent(d->ctx) == CCL__CUDA_SUCCESS) {
         if (d->stream) cu->StreamDestroy(d->stream);

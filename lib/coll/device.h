@@ -8,8 +8,10 @@
  * copies the results back, on an internal stream of the buffers' context.
  * Any transport, algorithm and collective thus takes device buffers, and
  * peers on other hosts see ordinary host data (host staging over tcp and
- * ib). A device executor and a CUDA IPC transport that keep data on the
- * GPU plug in below the engine (prims/compute.h) without changing this.
+ * ib). Where every rank shares one GPU, the GPU-resident path
+ * (device_direct.h) runs most collectives there instead; a device executor
+ * and a CUDA IPC transport for ranks on several GPUs would plug in below
+ * the engine (prims/compute.h) without changing this.
  *
  * A stream-ordered call (ccl_group_end_stream, the _stream twins) returns
  * at once: its device buffers are staged on the stream itself, its
@@ -52,6 +54,10 @@ ccl_status_t ccl__stage_out(struct ccl_comm *comm, struct ccl__stage *st, int ok
 ccl_status_t ccl__stage_on_stream_in(struct ccl_comm *comm, struct ccl__call *calls, int n, CUstream s,
                                      struct ccl__stage **out);
 ccl_status_t ccl__stage_on_stream_out(struct ccl_comm *comm, struct ccl__stage *st, CUstream s, int copy);
+
+/* comm's staging stream, made if need be (comm's context made current on
+ * this thread): the GPU-resident path runs blocking calls on it. */
+ccl_status_t ccl__device_stream(struct ccl_comm *comm, CUstream *s);
 
 /* A stream-ordered batch's link to its stream. */
 struct ccl__stream_link;

@@ -28,6 +28,7 @@ struct ccl__device_state {
     _Atomic uint32_t *ticket; /* pinned, device-mapped word: the last stream ticket released (stream.c) */
     CUdeviceptr ticket_dev;   /* the word as the device sees it */
     _Atomic uint32_t issued;  /* stream tickets handed out */
+    struct ccl__gpu_direct *gpu; /* the GPU-resident path's IPC handles (device_direct.c), made on first use */
 };
 
 /* comm's state, made on first use (NULL: out of memory). */

@@ -4,6 +4,7 @@
 
 #include "coll/coll.h"
 #include "coll/device.h"
+#include "coll/device_direct.h"
 #include "core/log.h"
 
 static _Thread_local int group_depth;
@@ -11,8 +12,8 @@ static _Thread_local struct ccl__call *group_calls;
 static _Thread_local int group_n, group_cap;
 static _Thread_local int group_lost; /* a recorded call's communicator was destroyed before the end */
 
-/* A recorded call that will never run: its request (if any) completes
- * with st, the status the group end returns. */
+/* A recorded call that will never run, or ran already: its request (if
+ * any) completes with st, the status the group end returns. */
 static void drop_call(struct ccl__call *call, ccl_status_t st) {
     if (call->req) {
         call->req->status = st;
@@ -78,6 +79,20 @@ static ccl_status_t batch_stream(struct ccl_comm *comm, struct ccl__call *b, int
     return *ordered ? ccl__stream_link_new(comm, stream, b, m, link) : CCL_OK;
 }
 
+/* A group's one collective on a communicator that the GPU-resident path
+ * may take (device_direct.h), on the stream the group orders it on: its
+ * status, or 1 when it did not take it. */
+static ccl_status_t run_on_gpu(struct ccl_comm *comm, struct ccl__call *c, int end_on_stream, void *end_stream) {
+    if (!comm->gpu_direct || c->is_p2p || c->coll.planner_only) return 1;
+    int named = end_on_stream || c->on_stream, ordered = 0, done = 0;
+    void *stream = end_on_stream ? end_stream : c->stream;
+    char why[700];
+    ccl_status_t st = named ? ccl__stream_usable(stream, &ordered, why, sizeof why) : CCL_OK;
+    if (st < 0) return ccl__set_error(comm, st, "%s", why);
+    st = ccl__gpu_direct_try(comm, c, ordered, stream, &done);
+    return st < 0 || done ? st : 1;
+}
+
 /* Submit one batch per communicator (all before waiting on any, so groups
  * spanning communicators progress together), then wait for the batches
  * that hold blocking calls. A batch whose calls name a stream (all of
@@ -121,7 +136,13 @@ static ccl_status_t run_group(struct ccl__call *calls, int n, int end_on_stream,
         struct ccl_request *w = NULL;
         struct ccl__stream_link *link = NULL;
         int ordered = 0;
-        ccl_status_t st = batch_stream(comm, batch, m, end_on_stream, end_stream, &ordered, &link);
+        ccl_status_t st = m == 1 ? run_on_gpu(comm, batch, end_on_stream, end_stream) : 1;
+        if (st != 1) {
+            drop_call(&batch[0], st); /* it ran already */
+            if (st < 0 && first == CCL_OK) first = st;
+            continue;
+        }
+        st = batch_stream(comm, batch, m, end_on_stream, end_stream, &ordered, &link);
         if (st < 0) {
             for (int k = 0; k < m; k++) drop_call(&batch[k], st);
             if (first == CCL_OK) first = st;

@@ -85,6 +85,7 @@ struct ccl_comm {
     struct ccl__cost_state *cost;       /* the planner's model of this job (plan/model.c) */
     size_t window_bytes;                /* the smallest window of any rank */
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
+    int gpu_direct;                     /* the GPU-resident path is on (coll/device_direct.h) */
     signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
     signed char algo_last[CCL__MAX_OP_KINDS];   /* the algorithm of each collective's last call, -1 none */
     char algo_why[CCL__MAX_OP_KINDS][64];       /* and why it was chosen */
@@ -101,6 +102,9 @@ struct ccl_comm {
     /* Set by the layer that owns the transports: tells every peer we failed
      * (core cannot call transports: layers point down only). */
     void (*on_fail)(struct ccl_comm *comm, ccl_status_t st);
+    /* Set with the GPU-resident path: lets its waiting ranks go (plain
+     * stores). */
+    void (*on_fail_gpu)(struct ccl_comm *comm);
     pthread_mutex_t err_lock;
     char last_error[CCL__ERR_BYTES];
 

@@ -47,6 +47,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_TEST_KILL_AT", "", "for fault tests: this process kills itself (SIGKILL) at a set-up phase: joined, setup, connecting, connect or connected"},
     {"CCL_TEST_STALL_AT", "", "for fault tests: this process sleeps 0.2 s at a set-up phase (the phases of CCL_TEST_KILL_AT)"},
     {"CCL_CUDA_LIBRARY", "libcuda.so.1", "the CUDA driver library, opened the first time a call brings a device pointer or a stream"},
+    {"CCL_CUDA_DIRECT", "1", "0: never run collectives on device buffers on the GPU itself (the GPU-resident path, when every rank shares one GPU); stage them through host memory"},
     {"CCL_TRACE", "", "trace every chunk; rank 0 writes this Chrome trace JSON at destroy (%p pid, %c communicator id)"},
     {"CCL_TRACE_MAX_EVENTS", "4000000", "events kept per rank while tracing; later ones are dropped"},
 };
@@ -172,6 +173,7 @@ static void params_load(void) {
     copy_str(params.test_kill_at, sizeof(params.test_kill_at), env_or("CCL_TEST_KILL_AT", ""));
     copy_str(params.test_stall_at, sizeof(params.test_stall_at), env_or("CCL_TEST_STALL_AT", ""));
     copy_str(params.cuda_library, sizeof(params.cuda_library), env_or("CCL_CUDA_LIBRARY", "libcuda.so.1"));
+    params.cuda_direct = (int)env_long("CCL_CUDA_DIRECT", 1, 0, 1);
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
 }
 

@@ -40,6 +40,7 @@ struct ccl__params {
     char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */
     char trace[256];          /* CCL_TRACE: trace file written at destroy ("" = off) */
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
+    int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (coll/device_direct.h) */
     size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */
 };
 

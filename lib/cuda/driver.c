@@ -18,6 +18,30 @@ static _Atomic int ready;                 /* cu is filled and cuInit succeeded *
 static _Atomic unsigned long long adds_seen; /* objects the process had loaded when we last looked */
 static char load_error[600];
 
+/* The entry points only the GPU-resident path needs: a driver (or a
+ * stand-in) without them still stages device buffers. */
+static void bind_optional(void *h) {
+    static const struct {
+        const char *name;
+        size_t offset;
+    } syms[] = {
+#define SYM(field, name) {name, offsetof(struct ccl__cu, field)}
+        SYM(DeviceGetUuid, "cuDeviceGetUuid_v2"),
+        SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
+        SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
+        SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+        SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+#undef SYM
+    };
+    int all = 1;
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *f = dlsym(h, syms[i].name);
+        all &= f != NULL;
+        memcpy((char *)&cu + syms[i].offset, &f, sizeof f);
+    }
+    cu.has_ipc = all;
+}
+
 /* Binds every entry point from an open handle; 0 on success, else names
  * the missing one. */
 static int bind_all(void *h, char *why, size_t whylen) {
@@ -61,6 +85,7 @@ static int bind_all(void *h, char *why, size_t whylen) {
         }
         memcpy((char *)&cu + syms[i].offset, &f, sizeof f);
     }
+    bind_optional(h);
     return 0;
 }
 

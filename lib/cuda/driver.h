@@ -23,6 +23,12 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef void (*CUhostFn)(void *user);
+typedef struct {
+    char bytes[16];
+} CCL__CUuuid;
+typedef struct {
+    char reserved[64];
+} CCL__CUipcMemHandle;
 
 enum {
     CCL__CUDA_SUCCESS = 0,
@@ -38,6 +44,8 @@ enum {
     CCL__CU_STREAM_WAIT_VALUE_GEQ = 0,
     CCL__CU_EVENT_DISABLE_TIMING = 2,
     CCL__CU_STREAM_NON_BLOCKING = 1,
+    CCL__CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
+    CCL__CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
 };
 
 /* The driver entry points libccl uses (the versioned symbols cuda.h maps
@@ -69,6 +77,14 @@ struct ccl__cu {
     CUresult (*ModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);
     CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                              unsigned bz, unsigned shared_bytes, CUstream stream, void **params, void **extra);
+    /* Optional: the GPU-resident path (coll/device_direct.c) needs them
+     * all (has_ipc); NULL where the driver lacks one. */
+    int has_ipc;
+    CUresult (*DeviceGetUuid)(CCL__CUuuid *uuid, CUdevice device);
+    CUresult (*MemGetAddressRange)(CUdeviceptr *base, size_t *bytes, CUdeviceptr p);
+    CUresult (*IpcGetMemHandle)(CCL__CUipcMemHandle *handle, CUdeviceptr p);
+    CUresult (*IpcOpenMemHandle)(CUdeviceptr *p, CCL__CUipcMemHandle handle, unsigned flags);
+    CUresult (*IpcCloseMemHandle)(CUdeviceptr p);
 };
 
 /* 1 when the process has the driver loaded (something in it uses CUDA, so

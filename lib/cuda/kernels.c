@@ -117,3 +117,29 @@ int ccl__cuda_divide(ccl_dtype_t dtype, void *buf, size_t n, int divisor, CUstre
     void *params[] = {&buf, &n, &divisor};
     return launch(f, n, params, stream, why, whylen);
 }
+
+int ccl__cuda_fold(ccl_dtype_t dtype, ccl_op_t op, const struct ccl_fold_args *a, unsigned groups, CUstream stream,
+                   char *why, size_t whylen) {
+    if ((unsigned)dtype >= CCL_NUM_DTYPES || (unsigned)op >= CCL_NUM_OPS) {
+        snprintf(why, whylen, "no GPU fold for dtype %d op %d", (int)dtype, (int)op);
+        return -1;
+    }
+    if (!a->n || !groups) return 0;
+    char name[48];
+    snprintf(name, sizeof name, "ccl_fold_%s_%s", dtype_tags[dtype], op_tags[op]);
+    CUfunction f;
+    if (function(name, &f, why, whylen) < 0) return -1;
+    /* Enough blocks to keep every multiprocessor streaming (a few per
+     * SM on the largest GPUs), spread over the groups; the grid-stride
+     * loop does the rest. */
+    const unsigned threads = 512;
+    size_t per = a->vector ? 16 / ccl_dtype_size(dtype) : 1;
+    size_t blocks = (a->n / per + threads - 1) / threads;
+    size_t cap = 2048 / groups ? 2048 / groups : 1;
+    if (blocks > cap) blocks = cap;
+    if (!blocks) blocks = 1;
+    struct ccl_fold_args copy = *a;
+    void *params[] = {&copy};
+    CUresult r = ccl__cuda()->LaunchKernel(f, (unsigned)blocks, groups, 1, threads, 1, 1, 0, stream, params, NULL);
+    return r == CCL__CUDA_SUCCESS ? 0 : fail(r, "cuLaunchKernel", why, whylen);
+}

@@ -12,6 +12,7 @@
 
 #include "ccl.h"
 #include "cuda/driver.h"
+#include "cuda/fold_args.h"
 
 /* 1 when this build carries GPU kernels. */
 int ccl__cuda_have_kernels(void);
@@ -20,5 +21,9 @@ int ccl__cuda_reduce(ccl_dtype_t dtype, ccl_op_t op, void *dst, const void *a, c
                      CUstream stream, char *why, size_t whylen);
 int ccl__cuda_divide(ccl_dtype_t dtype, void *buf, size_t n, int divisor, CUstream stream, char *why,
                      size_t whylen);
+
+/* The GPU-resident path's kernel (fold_args.h) over `groups` groups. */
+int ccl__cuda_fold(ccl_dtype_t dtype, ccl_op_t op, const struct ccl_fold_args *a, unsigned groups, CUstream stream,
+                   char *why, size_t whylen);
 
 #endif

@@ -56,15 +56,16 @@ CCL_ELEM float half_to_float_inline(uint16_t h) {
     /* Normal: rebias the exponent from 15 to 127. */
     uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
     /* Subnormal: mantissa * 2^-24, built as 2^-14 * (1 + mantissa/1024)
-     * minus 2^-14, both exact (zero falls out too). Every lane subtracts,
-     * the others 0, so the loop stays free of branches. */
-    uint32_t subnormal_plus_min = 0x38800000u | (mantissa << 13);
+     * minus 2^-14, both exact (zero falls out too). Every lane subtracts
+     * and the bits are selected after, so the loop stays free of branches;
+     * only this lane's result goes through arithmetic (a GPU returns its
+     * canonical NaN from any arithmetic on a NaN, dropping the payload). */
+    uint32_t subnormal = float_bits(bits_float(0x38800000u | (mantissa << 13)) - 0x1p-14f);
     /* Infinity keeps its encoding; a NaN keeps its payload and comes back
      * quiet, as the hardware conversion does. */
     uint32_t special = 0x7f800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
-    uint32_t magnitude = exponent == 0 ? subnormal_plus_min : exponent == 31 ? special : normal;
-    float offset = exponent == 0 ? 0x1p-14f : 0.0f;
-    return bits_float(sign | float_bits(bits_float(magnitude) - offset));
+    uint32_t magnitude = exponent == 0 ? subnormal : exponent == 31 ? special : normal;
+    return bits_float(sign | magnitude);
 }
 
 CCL_ELEM uint16_t float_to_half_inline(float f) {

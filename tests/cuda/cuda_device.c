@@ -7,6 +7,14 @@
  * (ccl_all_reduce_stream) with no host synchronisation between the copy
  * that writes the input, the collective and the copy that reads the output.
  *
+ * Every rank is on one GPU, so the calls take the GPU-resident path (one
+ * kernel reads and writes every rank's buffers), which folds in rank order
+ * as the host's direct algorithm does: the host calls compared with it
+ * are forced to that algorithm, and ccl_comm_describe must count the
+ * calls that ran on the GPU. With "staged" (CCL_CUDA_DIRECT=0) the device
+ * calls are staged through host memory instead, the host calls run the
+ * planner's algorithms, and none may run on the GPU.
+ *
  * With "kill": every rank all-reduces 16 MiB device buffers in a loop and
  * the last one kills itself (SIGKILL) a few milliseconds into its third
  * call, wherever that call is (staging in, moving data, staging out); every
@@ -16,7 +24,7 @@
  *
  * Exits 77 (ctest: skipped), saying why, where no CUDA driver or no GPU is
  * present. It loads the driver itself, as libccl does, so it builds
- * anywhere.   cuda_device [NRANKS [kill]]
+ * anywhere.   cuda_device [NRANKS [kill | staged]]
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -84,9 +92,24 @@ static int open_rank(int rank, int nranks, ccl_unique_id_t id, ccl_comm_t **comm
     return ccl_comm_init_rank(comm, nranks, id, rank) != CCL_OK;
 }
 
+static int staged; /* CCL_CUDA_DIRECT=0 */
+
+/* How many calls ran on the GPU, from ccl_comm_describe; -1 when the
+ * GPU-resident path is off. */
+static long gpu_calls(ccl_comm_t *comm) {
+    char d[2048];
+    if (ccl_comm_describe(comm, d, sizeof d) != CCL_OK) return -2;
+    const char *p = strstr(d, "gpu_resident_calls=");
+    return p ? strtol(p + strlen("gpu_resident_calls="), NULL, 10) : -1;
+}
+
 static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
     ccl_comm_t *comm;
     if (open_rank(rank, nranks, id, &comm)) return 1;
+    if (!staged && nranks > 1)
+        CHECK(ccl_comm_set_algo(comm, "allreduce:direct,reducescatter:direct,allgather:direct,broadcast:direct,"
+                                      "reduce:direct") == CCL_OK,
+              "rank %d: ccl_comm_set_algo: %s", rank, ccl_comm_last_error(comm));
     const size_t counts[] = {0, 1, 1001, (4u << 20) + 3};
     size_t maxb = ((4u << 20) + 3) * 8 * (size_t)nranks;
     char *hin = malloc(maxb), *hout = malloc(maxb), *dres = malloc(maxb);
@@ -135,6 +158,12 @@ static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
         CHECK(ccl_all_reduce(hin, hout, n, CCL_INT32, CCL_SUM, comm) == CCL_OK, "host all_reduce");
         CHECK(memcmp(dres, hout, n * 4) == 0, "stream-ordered all_reduce, round %d: differs", round);
     }
+    long ran = gpu_calls(comm);
+    if (staged || nranks == 1)
+        CHECK(ran == -1, "rank %d: %ld calls ran on the GPU, where none should", rank, ran);
+    else
+        CHECK(ran > 0, "rank %d: no call ran on the GPU (gpu_resident_calls %ld)", rank, ran);
+    if (rank == 0) fprintf(stderr, "cuda_device: %ld calls on the GPU-resident path\n", ran < 0 ? 0 : ran);
     cu.MemFree(din);
     cu.MemFree(dout);
     ccl_comm_destroy(comm);
@@ -238,8 +267,10 @@ static int probe(char *why, size_t n) {
 int main(int argc, char **argv) {
     nranks = argc > 1 ? atoi(argv[1]) : 2;
     killing = argc > 2 && strcmp(argv[2], "kill") == 0;
-    if (nranks < 1 || nranks > 8 || (argc > 2 && !killing) || (killing && nranks < 2))
-        return fprintf(stderr, "usage: cuda_device [NRANKS, 1 to 8 [kill, with 2 or more]]\n"), 2;
+    staged = argc > 2 && strcmp(argv[2], "staged") == 0;
+    if (nranks < 1 || nranks > 8 || (argc > 2 && !killing && !staged) || (killing && nranks < 2))
+        return fprintf(stderr, "usage: cuda_device [NRANKS, 1 to 8 [kill, with 2 or more | staged]]\n"), 2;
+    if (staged) setenv("CCL_CUDA_DIRECT", "0", 1);
     char why[300];
     int found = probe(why, sizeof why);
     if (found == -1) {

@@ -13,22 +13,34 @@
  * driver 580): cuMemFreeHost and cuMemFree wait for every stream to be
  * idle, and a copy to or from pageable memory waits for its stream while
  * holding the driver's lock, which event creation and destruction, stream
- * creation and every copy also take. Not simulated: kernels, blocking
+ * creation and every copy also take.
+ *
+ * For the GPU-resident path: IPC handles name an allocation's memory file
+ * by its owner's pid and descriptor, which another process opens through
+ * /proc; the one kernel that path launches (ccl_fold_*, cuda/fold_args.h)
+ * runs on the stream's thread, built from the same element functions as
+ * the real one (reduce/elem.h). Not simulated: other kernels, blocking
  * streams' order with the legacy default stream, several devices.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cuda/fold_args.h"
+#include "reduce/elem.h"
+
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 enum { SUCCESS = 0, INVALID_VALUE = 1, NOT_READY = 600, UNKNOWN = 999 };
-enum { ATTR_CONTEXT = 1, ATTR_MEMORY_TYPE = 2, ATTR_IS_MANAGED = 8, ATTR_DEVICE_ORDINAL = 9, MEMORYTYPE_DEVICE = 2 };
+enum { ATTR_CONTEXT = 1, ATTR_MEMORY_TYPE = 2, ATTR_BUFFER_ID = 7, ATTR_IS_MANAGED = 8, ATTR_DEVICE_ORDINAL = 9,
+       MEMORYTYPE_DEVICE = 2 };
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -43,16 +55,19 @@ struct alloc {
     size_t bytes; /* mapped (device memory: whole pages) */
     int device;
     char *shadow; /* device memory as this driver's copies reach it */
+    int fd;       /* device memory: its file (IPC handles name it), -1 once closed */
+    unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
 };
+static unsigned long long next_id;
 static struct alloc allocs[MAX_ALLOCS];
 static pthread_mutex_t allocs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int add_alloc(void *p, size_t bytes, int device, void *shadow) {
+static int add_alloc(void *p, size_t bytes, int device, void *shadow, int fd) {
     pthread_mutex_lock(&allocs_lock);
     int slot = -1;
     for (int i = 0; i < MAX_ALLOCS && slot < 0; i++)
         if (!allocs[i].base) slot = i;
-    if (slot >= 0) allocs[slot] = (struct alloc){p, bytes, device, shadow};
+    if (slot >= 0) allocs[slot] = (struct alloc){p, bytes, device, shadow, fd, ++next_id};
     pthread_mutex_unlock(&allocs_lock);
     return slot;
 }
@@ -90,13 +105,16 @@ static void drop_alloc(void *p) {
     if (a.device) {
         munmap(a.base, a.bytes);
         munmap(a.shadow, a.bytes);
+        if (a.fd >= 0) close(a.fd);
     } else {
         free(a.base);
     }
 }
 
 /* ---- streams ---- */
-enum op_kind { OP_COPY, OP_WAIT_GEQ, OP_WRITE, OP_HOST_FN, OP_RECORD, OP_WAIT_EVENT };
+enum op_kind { OP_COPY, OP_WAIT_GEQ, OP_WRITE, OP_HOST_FN, OP_RECORD, OP_WAIT_EVENT, OP_FOLD };
+struct fold; /* a launch of ccl_fold_* */
+static void run_fold(struct fold *f);
 struct event {
     _Atomic uint64_t recorded, completed;
 };
@@ -111,6 +129,7 @@ struct op {
     void *arg;
     struct event *ev;
     uint64_t seq;
+    struct fold *fold;
     struct op *next;
 };
 struct stream {
@@ -142,6 +161,10 @@ static void run_op(struct op *o) {
     case OP_WAIT_EVENT:
         while (atomic_load(&o->ev->completed) < o->seq) usleep(50);
         break;
+    case OP_FOLD:
+        usleep(300); /* a kernel takes a while too */
+        run_fold(o->fold);
+        break;
     }
 }
 
@@ -158,6 +181,7 @@ static void *stream_main(void *arg) {
         s->head = o->next;
         if (!s->head) s->tail = NULL;
         s->done++;
+        free(o->fold);
         free(o);
         pthread_cond_broadcast(&s->c);
     }
@@ -237,6 +261,15 @@ API(CUresult, cuPointerGetAttribute, (void *data, int attr, CUdeviceptr ptr)) {
     case ATTR_CONTEXT: *(void **)data = &the_context; return SUCCESS;
     case ATTR_IS_MANAGED: *(unsigned *)data = 0; return SUCCESS;
     case ATTR_DEVICE_ORDINAL: *(int *)data = 0; return SUCCESS;
+    case ATTR_BUFFER_ID: {
+        const char *c = (const char *)(uintptr_t)ptr;
+        pthread_mutex_lock(&allocs_lock);
+        for (int i = 0; i < MAX_ALLOCS; i++)
+            if (allocs[i].base && c >= allocs[i].base && c < allocs[i].base + allocs[i].bytes)
+                *(unsigned long long *)data = allocs[i].id;
+        pthread_mutex_unlock(&allocs_lock);
+        return SUCCESS;
+    }
     default: return INVALID_VALUE;
     }
 }
@@ -251,10 +284,10 @@ API(CUresult, cuMemAlloc_v2, (CUdeviceptr *d, size_t bytes)) {
     }
     void *p = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
     void *shadow = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED || shadow == MAP_FAILED || add_alloc(p, len, 1, shadow) < 0) {
+    if (p == MAP_FAILED || shadow == MAP_FAILED || add_alloc(p, len, 1, shadow, fd) < 0) {
         if (p != MAP_FAILED) munmap(p, len);
         if (shadow != MAP_FAILED) munmap(shadow, len);
+        close(fd);
         return UNKNOWN;
     }
     return *d = (CUdeviceptr)(uintptr_t)p, SUCCESS;
@@ -268,7 +301,7 @@ API(CUresult, cuMemFree_v2, (CUdeviceptr d)) {
 }
 API(CUresult, cuMemHostAlloc, (void **pp, size_t bytes, unsigned flags)) {
     void *p = calloc(1, bytes ? bytes : 1);
-    if (!p || add_alloc(p, bytes ? bytes : 1, 0, NULL) < 0) return free(p), UNKNOWN;
+    if (!p || add_alloc(p, bytes ? bytes : 1, 0, NULL, -1) < 0) return free(p), UNKNOWN;
     return *pp = p, SUCCESS;
 }
 API(CUresult, cuMemFreeHost, (void *p)) {
@@ -370,10 +403,178 @@ API(CUresult, cuLaunchHostFunc, (void *stream, void (*fn)(void *), void *arg)) {
     return SUCCESS;
 }
 
-/* No kernels here. */
-API(CUresult, cuModuleLoadData, (void **m, const void *image)) { return UNKNOWN; }
-API(CUresult, cuModuleGetFunction, (void **f, void *m, const char *name)) { return UNKNOWN; }
-API(CUresult, cuLaunchKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+API(CUresult, cuDeviceGetUuid_v2, (char uuid[16], int dev)) {
+    memcpy(uuid, "simulated-gpu-0", 16);
+    return dev ? INVALID_VALUE : SUCCESS;
+}
+API(CUresult, cuMemGetAddressRange_v2, (CUdeviceptr *base, size_t *bytes, CUdeviceptr p)) {
+    const char *c = (const char *)(uintptr_t)p;
+    CUresult r = INVALID_VALUE;
+    pthread_mutex_lock(&allocs_lock);
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base && allocs[i].device && c >= allocs[i].base && c < allocs[i].base + allocs[i].bytes) {
+            *base = (CUdeviceptr)(uintptr_t)allocs[i].base;
+            *bytes = allocs[i].bytes;
+            r = SUCCESS;
+        }
+    pthread_mutex_unlock(&allocs_lock);
+    return r;
+}
+
+/* An IPC handle: the owner's pid and the allocation's descriptor there. */
+struct ipc_handle {
+    char magic[8];
+    int pid, fd;
+    size_t bytes;
+    char pad[64 - 8 - 2 * sizeof(int) - sizeof(size_t)];
+};
+_Static_assert(sizeof(struct ipc_handle) == 64, "an IPC handle is 64 bytes");
+
+API(CUresult, cuIpcGetMemHandle, (struct ipc_handle *h, CUdeviceptr p)) {
+    CUresult r = INVALID_VALUE;
+    pthread_mutex_lock(&allocs_lock);
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base && allocs[i].device && allocs[i].fd >= 0 && (uintptr_t)allocs[i].base == p) {
+            memset(h, 0, sizeof(*h));
+            memcpy(h->magic, "simipc", 7);
+            h->pid = getpid(), h->fd = allocs[i].fd, h->bytes = allocs[i].bytes;
+            r = SUCCESS;
+        }
+    pthread_mutex_unlock(&allocs_lock);
+    return r;
+}
+API(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *p, struct ipc_handle h, unsigned flags)) {
+    if (memcmp(h.magic, "simipc", 7) != 0 || h.pid == getpid()) return INVALID_VALUE;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return INVALID_VALUE;
+    void *base = mmap(NULL, h.bytes, PROT_NONE, MAP_SHARED, fd, 0);
+    void *shadow = mmap(NULL, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED || shadow == MAP_FAILED || add_alloc(base, h.bytes, 1, shadow, -1) < 0) {
+        if (base != MAP_FAILED) munmap(base, h.bytes);
+        if (shadow != MAP_FAILED) munmap(shadow, h.bytes);
+        return UNKNOWN;
+    }
+    return *p = (CUdeviceptr)(uintptr_t)base, SUCCESS;
+}
+API(CUresult, cuIpcCloseMemHandle, (CUdeviceptr p)) {
+    drop_alloc((void *)(uintptr_t)p);
+    return SUCCESS;
+}
+
+/* ---- the GPU-resident path's kernel, on the CPU ---- */
+struct fold {
+    struct ccl_fold_args a;
+    unsigned groups;
+    char dtype[8], op[8];
+};
+
+/* dst <- x OP y for one element of each dtype, as cuda/kernels.cu does it. */
+#define INT_FOLD(T, U, DT)                                                           \
+    static T fold_##DT(const char *op, T x, T y) {                                  \
+        if (!strcmp(op, "sum")) return (T)((U)x + (U)y);                             \
+        if (!strcmp(op, "prod")) return (T)((U)x * (U)y);                            \
+        if (!strcmp(op, "max")) return x > y ? x : y;                                \
+        return x < y ? x : y;                                                        \
+    }
+INT_FOLD(int8_t, uint8_t, i8)
+INT_FOLD(uint8_t, uint8_t, u8)
+INT_FOLD(int32_t, uint32_t, i32)
+INT_FOLD(uint32_t, uint32_t, u32)
+INT_FOLD(int64_t, uint64_t, i64)
+INT_FOLD(uint64_t, uint64_t, u64)
+static float fold_f32(const char *op, float x, float y) {
+    if (!strcmp(op, "sum")) return pick_nan_f32(x, y, x + y);
+    if (!strcmp(op, "prod")) return pick_nan_f32(x, y, x * y);
+    return !strcmp(op, "max") ? max_f32(x, y) : min_f32(x, y);
+}
+static double fold_f64(const char *op, double x, double y) {
+    if (!strcmp(op, "sum")) return pick_nan_f64(x, y, x + y);
+    if (!strcmp(op, "prod")) return pick_nan_f64(x, y, x * y);
+    return !strcmp(op, "max") ? max_f64(x, y) : min_f64(x, y);
+}
+static uint16_t fold_f16(const char *op, uint16_t x, uint16_t y) {
+    return float_to_half_inline(fold_f32(op, half_to_float_inline(x), half_to_float_inline(y)));
+}
+static uint16_t fold_bf16(const char *op, uint16_t x, uint16_t y) {
+    return float_to_bf16_inline(fold_f32(op, bf16_to_float_inline(x), bf16_to_float_inline(y)));
+}
+#define INT_DIV(T, DT, DV) \
+    static T div_##DT(T x, int d) { return (T)(x / (DV)d); }
+INT_DIV(int8_t, i8, int)
+INT_DIV(uint8_t, u8, int)
+INT_DIV(int32_t, i32, int32_t)
+INT_DIV(uint32_t, u32, uint32_t)
+INT_DIV(int64_t, i64, int64_t)
+INT_DIV(uint64_t, u64, uint64_t)
+static float div_f32(float x, int d) { return pick_nan_f32(x, x, x / (float)d); }
+static double div_f64(double x, int d) { return pick_nan_f64(x, x, x / (double)d); }
+static uint16_t div_f16(uint16_t x, int d) { return float_to_half_inline(div_f32(half_to_float_inline(x), d)); }
+static uint16_t div_bf16(uint16_t x, int d) { return float_to_bf16_inline(div_f32(bf16_to_float_inline(x), d)); }
+
+/* The kernel's loops: group g folds its sources into its destinations. */
+#define FOLD_LOOP(T, DT)                                                                              \
+    if (!strcmp(f->dtype, #DT)) {                                                                     \
+        for (unsigned g = 0; g < f->groups; g++) {                                                    \
+            const T *src[CCL_FOLD_MAX];                                                               \
+            T *dst[CCL_FOLD_MAX];                                                                     \
+            int ns = a->src_one ? 1 : a->nsrc, nd = a->dst_one ? 1 : a->ndst;                         \
+            for (int k = 0; k < ns; k++)                                                              \
+                src[k] = (const T *)reach(a->src_one ? a->src[g] : (const T *)a->src[k] + g * a->src_step); \
+            for (int j = 0; j < nd; j++) dst[j] = reach(a->dst_one ? a->dst[g] : (T *)a->dst[j] + g * a->dst_step); \
+            for (size_t i = 0; i < a->n; i++) {                                                       \
+                T acc = src[0][i];                                                                    \
+                for (int k = 1; k < ns; k++) acc = fold_##DT(f->op, acc, src[k][i]);                  \
+                if (a->divisor) acc = div_##DT(acc, a->divisor);                                      \
+                for (int j = 0; j < nd; j++) dst[j][i] = acc;                                         \
+            }                                                                                         \
+        }                                                                                             \
+        return;                                                                                       \
+    }
+static void run_fold(struct fold *f) {
+    const struct ccl_fold_args *a = &f->a;
+    FOLD_LOOP(int8_t, i8)
+    FOLD_LOOP(uint8_t, u8)
+    FOLD_LOOP(int32_t, i32)
+    FOLD_LOOP(uint32_t, u32)
+    FOLD_LOOP(int64_t, i64)
+    FOLD_LOOP(uint64_t, u64)
+    FOLD_LOOP(uint16_t, f16)
+    FOLD_LOOP(uint16_t, bf16)
+    FOLD_LOOP(float, f32)
+    FOLD_LOOP(double, f64)
+    abort(); /* a kernel name this driver does not know */
+}
+
+static int the_module;
+struct function {
+    char dtype[8], op[8];
+};
+static struct function functions[64];
+static int nfunctions;
+API(CUresult, cuModuleLoadData, (void **m, const void *image)) { return *m = &the_module, SUCCESS; }
+/* Only ccl_fold_<dtype>_<op>: the GPU-resident path's kernel. */
+API(CUresult, cuModuleGetFunction, (void **out, void *m, const char *name)) {
+    struct function fn = {0};
+    if (sscanf(name, "ccl_fold_%7[a-z0-9]_%7[a-z]", fn.dtype, fn.op) != 2) return UNKNOWN;
+    pthread_mutex_lock(&driver_lock);
+    int k = 0;
+    while (k < nfunctions && memcmp(&functions[k], &fn, sizeof fn) != 0) k++;
+    if (k == nfunctions && nfunctions < 64) functions[nfunctions++] = fn;
+    pthread_mutex_unlock(&driver_lock);
+    return k < 64 ? (*out = &functions[k], SUCCESS) : UNKNOWN;
+}
+API(CUresult, cuLaunchKernel, (void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned shared, void *stream, void **params, void **extra)) {
-    return UNKNOWN;
+    const struct function *k = fn;
+    struct fold *f = malloc(sizeof(*f));
+    if (!f) return UNKNOWN;
+    memcpy(&f->a, params[0], sizeof(f->a));
+    f->groups = gy;
+    memcpy(f->dtype, k->dtype, sizeof f->dtype);
+    memcpy(f->op, k->op, sizeof f->op);
+    enqueue(stream_of(stream), (struct op){.kind = OP_FOLD, .fold = f});
+    return SUCCESS;
 }

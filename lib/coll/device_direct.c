@@ -1,0 +1,399 @@
+/*
+ * The GPU-resident path: collectives on device buffers of ranks that share
+ * one GPU, run by one kernel on that GPU instead of being staged through
+ * host memory (see device_direct.h).
+ *
+ * Ranks on one GPU take turns on it (their contexts are time-sliced), so
+ * splitting the work among them buys nothing: the leader (rank 0) reads
+ * every rank's input and writes every rank's output in one kernel, through
+ * CUDA IPC mappings of the peers' buffers.
+ *
+ * Every wait is on the host. A GPU waiting on another process's work (a
+ * stream waiting on a word another context's stream writes) waits until
+ * the waiting context's turn on the GPU ends: on an H200, a stream-ordered
+ * all-reduce of 64 MiB between two ranks took 2.3 ms a call that way and
+ * 0.15 ms this way. So a call runs in three steps:
+ *   1. every rank waits for the work before the call (its stream's, or the
+ *      legacy default stream's for a call without one), so its buffers are
+ *      ready;
+ *   2. the ranks trade one small record (an all-gather of the library's
+ *      own on host memory): each rank's buffers as IPC handles and
+ *      offsets, and whether they can go this way at all. The path is taken
+ *      only when every rank says yes, else every rank stages the call, so
+ *      the ranks always agree;
+ *   3. the leader runs the kernel, waits for it and stores the call's
+ *      number in each peer's go word, in shared memory (the control pages
+ *      of the direct path's windows); each peer waits for its word.
+ * A call returns with its results written, stream-ordered or not. Waits
+ * check every 100 ms that the peers are alive, and a failed communicator
+ * lets every waiter go (plain stores: safe from any thread).
+ */
+#include "coll/device_direct.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo/algo.h"
+#include "coll/device.h"
+#include "coll/device_state.h"
+#include "core/log.h"
+#include "cuda/kernels.h"
+#include "transports/transport.h"
+
+/* A rank's word in its window's control page (algo.h: CCL__WINDOW_GPU_WORDS). */
+struct gpu_words {
+    _Alignas(64) _Atomic uint32_t go; /* the leader has written this rank's output of call `go` */
+};
+#define RELEASED 0xffffffffu /* every wait passes */
+#define LEADER 0
+#define IPC_CACHE 64
+
+/* What a rank tells the others about one call. */
+struct call_record {
+    uint32_t ok; /* its buffers can go this way */
+    uint32_t pad;
+    CCL__CUipcMemHandle send, recv; /* the allocations holding its buffers */
+    uint64_t send_at, recv_at;      /* the buffers' offsets in them */
+    uint64_t send_base, recv_base;  /* the allocations' addresses in the rank's process: one allocation
+                                     * (in place) is opened once */
+    uint64_t send_id, recv_id;      /* their buffer ids there: the leader's key for what it opened (a
+                                     * handle's bytes might come back for a later allocation) */
+};
+
+/* One allocation this process exported (cuIpcGetMemHandle costs a call
+ * into the kernel driver): found again by its buffer id, which CUDA never
+ * gives to another allocation in the process. */
+struct exported {
+    unsigned long long id;
+    CCL__CUipcMemHandle h;
+};
+
+struct ccl__gpu_direct {
+    uint32_t seq; /* calls this way so far, the same on every rank */
+    struct {
+        int rank;
+        uint64_t id; /* the allocation's buffer id in rank's process */
+        CUdeviceptr base;
+    } opened[IPC_CACHE]; /* peers' allocations opened here (the leader) */
+    int nopened;
+    struct exported exported[IPC_CACHE]; /* this rank's, round robin */
+    int nexported;
+};
+
+static struct gpu_words *words_of(struct ccl_comm *comm, int rank) {
+    return (struct gpu_words *)(comm->windows[rank] + CCL__WINDOW_GPU_WORDS);
+}
+
+void ccl__gpu_identity(uint8_t uuid[16], uint8_t *usable) {
+    *usable = 0;
+    memset(uuid, 0, 16);
+    const struct ccl__cu *cu = ccl__cuda_in_process() ? ccl__cuda() : NULL;
+    CUcontext ctx = NULL;
+    CUdevice dev;
+    CCL__CUuuid id;
+    if (!cu || !cu->has_ipc || !ccl__cuda_have_kernels() || !ccl__params_get()->cuda_direct) return;
+    if (cu->CtxGetCurrent(&ctx) != CCL__CUDA_SUCCESS || !ctx || cu->CtxGetDevice(&dev) != CCL__CUDA_SUCCESS ||
+        cu->DeviceGetUuid(&id, dev) != CCL__CUDA_SUCCESS)
+        return;
+    memcpy(uuid, id.bytes, 16);
+    *usable = 1;
+}
+
+void ccl__gpu_direct_plan(struct ccl_comm *comm) {
+    comm->gpu_direct = 0;
+    if (!comm->windows || comm->nranks < 2 || comm->nranks > CCL_FOLD_MAX) return;
+    for (int p = 0; p < comm->nranks; p++)
+        if (!comm->peers[p].gpu_usable || memcmp(comm->peers[p].gpu_uuid, comm->peers[0].gpu_uuid, 16) != 0) return;
+    comm->gpu_direct = 1;
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "GPU-resident path: every rank on one GPU; device collectives run there");
+}
+
+void ccl__gpu_direct_release(struct ccl_comm *comm) {
+    if (!comm->gpu_direct || !comm->windows) return;
+    for (int r = 0; r < comm->nranks; r++) atomic_store_explicit(&words_of(comm, r)->go, RELEASED, memory_order_release);
+}
+
+/* Whether rank reads its send buffer and writes its receive buffer in
+ * the call (ccl__coll_extent, for any rank). */
+static void touches(const struct ccl__coll_args *x, int rank, int *send, int *recv) {
+    int root = x->id.root == rank;
+    *send = x->id.kind != CCL__K_BROADCAST || root;
+    *recv = x->id.kind != CCL__K_REDUCE || root;
+}
+
+/* Kinds this path runs. */
+static int kind_fits(int kind) {
+    return kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE || kind == CCL__K_REDUCE_SCATTER ||
+           kind == CCL__K_ALL_GATHER || kind == CCL__K_BROADCAST;
+}
+
+static ccl_status_t state(struct ccl_comm *comm, struct ccl__gpu_direct **out) {
+    struct ccl__device_state *d = ccl__device_state(comm);
+    *out = NULL;
+    if (!d || (!d->gpu && !(d->gpu = calloc(1, sizeof(*d->gpu)))))
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "GPU-resident path: out of memory");
+    *out = d->gpu;
+    return CCL_OK;
+}
+
+/* The allocation holding p as an IPC handle, p's offset in it and its
+ * address here; 0 when it cannot be shared (pool or virtual-memory
+ * allocations, say). */
+static int share(const struct ccl__cu *cu, struct ccl__gpu_direct *g, const void *p, CCL__CUipcMemHandle *h,
+                 uint64_t *at, uint64_t *base_out, uint64_t *id_out) {
+    CUdeviceptr base = 0, a = (CUdeviceptr)(uintptr_t)p;
+    size_t bytes = 0;
+    unsigned long long id = 0;
+    if (cu->MemGetAddressRange(&base, &bytes, a) != CCL__CUDA_SUCCESS ||
+        cu->PointerGetAttribute(&id, CCL__CU_POINTER_ATTRIBUTE_BUFFER_ID, a) != CCL__CUDA_SUCCESS || !id)
+        return 0;
+    *at = a - base;
+    *base_out = base;
+    *id_out = id;
+    for (int i = 0; i < IPC_CACHE; i++)
+        if (g->exported[i].id == id) {
+            *h = g->exported[i].h;
+            return 1;
+        }
+    if (cu->IpcGetMemHandle(h, base) != CCL__CUDA_SUCCESS) return 0;
+    struct exported *e = &g->exported[g->nexported++ % IPC_CACHE];
+    e->id = id;
+    e->h = *h;
+    return 1;
+}
+
+/* This rank's record: ok when every buffer the call touches here is
+ * device memory of comm's context that IPC can share (the leader's own
+ * need not be shared: it reads and writes them itself). */
+static void my_record(const struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__gpu_direct *g,
+                      const struct ccl__call *c, struct call_record *rec) {
+    memset(rec, 0, sizeof(*rec));
+    int need_send, need_recv, leader = comm->rank == LEADER;
+    touches(&c->coll, comm->rank, &need_send, &need_recv);
+    if ((need_send && !(c->device & CCL__DEV_SEND)) || (need_recv && !(c->device & CCL__DEV_RECV))) return;
+    if (!leader && need_send &&
+        !share(cu, g, c->coll.sendbuf, &rec->send, &rec->send_at, &rec->send_base, &rec->send_id))
+        return;
+    if (!leader && need_recv &&
+        !share(cu, g, c->coll.recvbuf, &rec->recv, &rec->recv_at, &rec->recv_base, &rec->recv_id))
+        return;
+    rec->ok = 1;
+}
+
+/* The leader's address of rank's buffer: the peer's allocation (buffer id
+ * id there) opened once (IPC) and kept. */
+static ccl_status_t peer_address(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__gpu_direct *g, int rank,
+                                 const CCL__CUipcMemHandle *h, uint64_t id, uint64_t at, void **out) {
+    for (int i = 0; i < g->nopened; i++)
+        if (g->opened[i].rank == rank && g->opened[i].id == id) {
+            *out = (void *)(uintptr_t)(g->opened[i].base + at);
+            return CCL_OK;
+        }
+    if (g->nopened == IPC_CACHE) {
+        /* Full: every kernel that read them has completed (each call waits
+         * for its own), so all are closed; a later call opens again. */
+        for (int i = 0; i < g->nopened; i++) cu->IpcCloseMemHandle(g->opened[i].base);
+        g->nopened = 0;
+    }
+    CUdeviceptr base;
+    CUresult r = cu->IpcOpenMemHandle(&base, *h, CCL__CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuIpcOpenMemHandle", "GPU-resident path");
+    g->opened[g->nopened].rank = rank;
+    g->opened[g->nopened].id = id;
+    g->opened[g->nopened++].base = base;
+    *out = (void *)(uintptr_t)(base + at);
+    return CCL_OK;
+}
+
+/* The leader's kernel arguments for the call, every rank's buffers
+ * mapped; *groups the kernel's groups. */
+static ccl_status_t fold_plan(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__gpu_direct *g,
+                              const struct ccl__call *c, const struct call_record *all, struct ccl_fold_args *a,
+                              unsigned *groups) {
+    const struct ccl__coll_args *x = &c->coll;
+    int n = comm->nranks, root = x->id.root;
+    void *send[CCL_FOLD_MAX] = {0}, *recv[CCL_FOLD_MAX] = {0};
+    for (int r = 0; r < n; r++) {
+        if (r == comm->rank) {
+            send[r] = (void *)x->sendbuf;
+            recv[r] = x->recvbuf;
+            continue;
+        }
+        int s, v;
+        touches(x, r, &s, &v);
+        if (s) CCL_CHECK(peer_address(comm, cu, g, r, &all[r].send, all[r].send_id, all[r].send_at, &send[r]));
+        if (v && s && all[r].recv_base == all[r].send_base) /* one allocation (in place): opened once */
+            recv[r] = (char *)send[r] - all[r].send_at + all[r].recv_at;
+        else if (v)
+            CCL_CHECK(peer_address(comm, cu, g, r, &all[r].recv, all[r].recv_id, all[r].recv_at, &recv[r]));
+    }
+    memset(a, 0, sizeof(*a));
+    a->n = x->id.count;
+    a->divisor = x->id.op == CCL_AVG ? n : 0;
+    *groups = 1;
+    switch (x->id.kind) {
+    case CCL__K_ALL_REDUCE: /* every input folded into every output */
+        for (int r = 0; r < n; r++) a->src[r] = send[r], a->dst[r] = recv[r];
+        a->nsrc = a->ndst = n;
+        break;
+    case CCL__K_REDUCE:
+        for (int r = 0; r < n; r++) a->src[r] = send[r];
+        a->dst[0] = recv[root];
+        a->nsrc = n, a->ndst = 1;
+        break;
+    case CCL__K_REDUCE_SCATTER: /* group g: block g of every input into rank g's output */
+        for (int r = 0; r < n; r++) a->src[r] = send[r], a->dst[r] = recv[r];
+        a->nsrc = a->ndst = n, a->src_step = x->id.count, a->dst_one = 1;
+        *groups = (unsigned)n;
+        break;
+    case CCL__K_ALL_GATHER: /* group g: rank g's input into block g of every output */
+        for (int r = 0; r < n; r++) a->src[r] = send[r], a->dst[r] = recv[r];
+        a->nsrc = a->ndst = n, a->src_one = 1, a->dst_step = x->id.count, a->divisor = 0;
+        *groups = (unsigned)n;
+        break;
+    default: /* CCL__K_BROADCAST: the root's input into every output */
+        a->src[0] = send[root];
+        for (int r = 0; r < n; r++) a->dst[r] = recv[r];
+        a->nsrc = 1, a->ndst = n, a->divisor = 0;
+        break;
+    }
+    size_t es = ccl_dtype_size(x->id.dtype);
+    int aligned = (a->src_step * es) % 16 == 0 && (a->dst_step * es) % 16 == 0;
+    for (int k = 0; k < CCL_FOLD_MAX; k++)
+        aligned &= ((uintptr_t)a->src[k] % 16 == 0) && ((uintptr_t)a->dst[k] % 16 == 0);
+    a->vector = aligned;
+    return CCL_OK;
+}
+
+/* What a host wait waits for. */
+struct host_wait {
+    const struct ccl__cu *cu;
+    CUstream s;           /* a stream to go idle, or */
+    _Atomic uint32_t *go; /* a go word to reach seq */
+    uint32_t seq;
+};
+
+/* 1 done, 0 not yet, or a failure. */
+static ccl_status_t host_wait_poll(struct ccl_comm *comm, const struct host_wait *w) {
+    if (w->go) return atomic_load_explicit(w->go, memory_order_acquire) >= w->seq;
+    CUresult r = w->cu->StreamQuery(w->s);
+    if (r == CCL__CUDA_SUCCESS) return 1;
+    return r == CCL__CUDA_ERROR_NOT_READY ? 0 : ccl__device_fail(comm, r, "cuStreamQuery", "GPU-resident path");
+}
+
+/* Polls w, checking every 100 ms that every peer is alive (a dead one
+ * fails the communicator). A stream is waited for even then: the kernel
+ * may still read and write the buffers, and it waits on nothing, so it
+ * ends. It spins for the first SPIN_S (a call of 64 MiB takes about a
+ * tenth of that on an H200; a sleep, however short, lasts some 60 us),
+ * then yields until YIELD_S, then sleeps. */
+#define SPIN_S 1e-3
+#define YIELD_S 10e-3
+static ccl_status_t host_wait(struct ccl_comm *comm, const struct host_wait *w) {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double next_check = 0.1;
+    ccl_status_t failed = CCL_OK;
+    for (;;) {
+        ccl_status_t st = host_wait_poll(comm, w);
+        if (st == 1) return failed < 0 ? failed : ccl__comm_health(comm);
+        if (st < 0) return st;
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double el = (double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (el < SPIN_S) continue;
+        if (el < YIELD_S) sched_yield();
+        else nanosleep(&(struct timespec){0, 10000}, NULL);
+        if (el < next_check || failed < 0) continue;
+        next_check = el + 0.1;
+        st = ccl__comm_health(comm);
+        for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
+            if (comm->conns[p] && (st = comm->conns[p]->t->check_peer(comm->conns[p])) < 0) ccl__comm_fail(comm, st);
+        if (st < 0 && w->go) return st;
+        failed = st;
+    }
+}
+
+/* Step 3: the leader runs the kernel on stream s and waits for it, then
+ * lets the peers go; a peer waits for that. */
+static ccl_status_t run(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__gpu_direct *g,
+                        const struct ccl__call *c, const struct call_record *all, CUstream s) {
+    uint32_t seq = ++g->seq;
+    int me = comm->rank, n = comm->nranks;
+    if (me != LEADER) return host_wait(comm, &(struct host_wait){.go = &words_of(comm, me)->go, .seq = seq});
+    struct ccl_fold_args a;
+    unsigned groups;
+    CCL_CHECK(fold_plan(comm, cu, g, c, all, &a, &groups));
+    char why[300];
+    if (ccl__cuda_fold(c->coll.id.dtype, c->coll.id.op, &a, groups, s, why, sizeof why) < 0)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "GPU-resident path: %s", why);
+    CCL_CHECK(host_wait(comm, &(struct host_wait){.cu = cu, .s = s}));
+    for (int p = 0; p < n; p++)
+        if (p != me) atomic_store_explicit(&words_of(comm, p)->go, seq, memory_order_release);
+    return CCL_OK;
+}
+
+ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *c, int ordered, void *stream,
+                                 int *done) {
+    *done = 0;
+    if (!comm->gpu_direct || c->is_p2p || !kind_fits(c->coll.id.kind) || c->coll.id.count == 0) return CCL_OK;
+    const struct ccl__cu *cu = ccl__cuda();
+    const char *what = ccl__op_kind_name(c->coll.id.kind);
+    /* A device buffer binds comm to its context (classify did), a stream
+     * must be of that context too. */
+    if (ordered) {
+        CUcontext sctx = NULL;
+        CUresult r = stream ? cu->StreamGetCtx(stream, &sctx) : cu->CtxGetCurrent(&sctx);
+        if (r == CCL__CUDA_SUCCESS && sctx) CCL_CHECK(ccl__device_bind(comm, sctx, what));
+    }
+    struct ccl__gpu_direct *g;
+    CCL_CHECK(state(comm, &g));
+    CUcontext prev = NULL, ctx = comm->device->ctx;
+    cu->CtxGetCurrent(&prev);
+    if (ctx && prev != ctx) cu->CtxSetCurrent(ctx);
+    /* Step 1 (a call without a stream followed the legacy default stream
+     * at issue already: classify). */
+    ccl_status_t st = CCL_OK;
+    if (ordered) st = host_wait(comm, &(struct host_wait){.cu = cu, .s = stream});
+    struct call_record mine, *all = calloc((size_t)comm->nranks, sizeof(*all));
+    if (!all && st == CCL_OK) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "GPU-resident path: out of memory");
+    if (ctx && st == CCL_OK) my_record(comm, cu, g, c, &mine);
+    else memset(&mine, 0, sizeof(mine)); /* (a failed rank still trades, saying no: nobody waits for it) */
+    /* Step 2. */
+    if (all) {
+        ccl_status_t ag = ccl__own_all_gather(&mine, all, sizeof(mine), comm, what);
+        if (st == CCL_OK) st = ag;
+    }
+    int every = st == CCL_OK;
+    for (int r = 0; r < comm->nranks && every; r++) every = all[r].ok;
+    if (every) {
+        CUstream s = stream;
+        st = ordered ? CCL_OK : ccl__device_stream(comm, &s);
+        if (st == CCL_OK) st = run(comm, cu, g, c, all, s);
+        /* Peers may wait on this rank: failing lets them go. */
+        if (st < 0) ccl__comm_fail(comm, st);
+        *done = 1;
+    }
+    if (ctx && prev != ctx) cu->CtxSetCurrent(prev);
+    free(all);
+    return st;
+}
+
+unsigned ccl__gpu_direct_calls(const struct ccl_comm *comm) {
+    return comm->device && comm->device->gpu ? comm->device->gpu->seq : 0;
+}
+
+void ccl__gpu_direct_free(struct ccl_comm *comm) {
+    struct ccl__device_state *d = comm->device;
+    struct ccl__gpu_direct *g = d ? d->gpu : NULL;
+    if (!g) return;
+    const struct ccl__cu *cu = ccl__cuda();
+    /* Every call waited for its kernel: nothing reads the mappings now. */
+    if (cu && d->ctx && cu->CtxSetCurrent(d->ctx) == CCL__CUDA_SUCCESS)
+        for (int i = 0; i < g->nopened; i++) cu->IpcCloseMemHandle(g->opened[i].base);
+    free(g);
+    d->gpu = NULL;
+}
