@@ -516,6 +516,52 @@ START_TEST(gpu_resident_path_on_a_simulated_gpu) {
 }
 END_TEST
 
+/* Under CCL_CHECK=1, ranks that disagree (one calls with count 0, which
+ * alone would not take the GPU-resident path) all get
+ * CCL_ERR_INVALID_USAGE before anything runs, and the communicator stays
+ * usable: the next call agrees and runs on the GPU. */
+static int body_gpu_disagree(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    ccl_comm_t *g = NULL;
+    if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    size_t n = 1001;
+    sim_ptr din, dout;
+    int32_t *h = malloc(n * 4), *got = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = val(rank, i);
+    EXPECT(&t, sim.MemAlloc(&din, n * 4) == 0 && sim.MemAlloc(&dout, n * 4) == 0, "cuMemAlloc");
+    EXPECT(&t, sim.MemcpyAsync(din, (sim_ptr)(uintptr_t)h, n * 4, NULL) == 0, "cuMemcpyAsync");
+    ccl_status_t st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, rank == 1 ? 0 : n, CCL_INT32,
+                                     CCL_SUM, g);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "a count of 0 on rank 1 only gave %s", ccl_status_string(st));
+    EXPECT_OK(&t, ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g));
+    EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)got, dout, n * 4, NULL) == 0, "cuMemcpyAsync");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t want = 0;
+        for (int r = 0; r < nranks; r++) want += (uint32_t)val(r, i);
+        if (got[i] != (int32_t)want) {
+            EXPECT(&t, 0, "element %zu is %d, expected %d", i, got[i], (int32_t)want);
+            break;
+        }
+    }
+    if (CCL_TEST_GPU_KERNELS) EXPECT(&t, gpu_resident_calls(g) == 1, "gpu_resident_calls %ld, expected 1", gpu_resident_calls(g));
+    sim.MemFree(din);
+    sim.MemFree(dout);
+    free(h);
+    free(got);
+    EXPECT_OK(&t, ccl_comm_destroy(g));
+    return t.fails;
+}
+
+START_TEST(gpu_resident_ranks_that_disagree) {
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_gpu_disagree, .deadline_s = 120,
+                              .env = "CCL_CHECK=1 CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+    util_run_clean(&run, 0, "ranks that disagree on the GPU-resident path");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("stream_host");
     util_add_loop_case(s, "stream_twins_on_default_stream", stream_twins_on_default_stream, 3, 120);
@@ -524,6 +570,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "stream_order_on_a_simulated_gpu", stream_order_on_a_simulated_gpu, 3, 150);
     util_add_loop_case(s, "device_buffers_on_a_simulated_gpu", device_buffers_on_a_simulated_gpu, 3, 150);
     util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 3, 280);
+    util_add_loop_case(s, "gpu_resident_ranks_that_disagree", gpu_resident_ranks_that_disagree, 1, 150);
     return s;
 }
 

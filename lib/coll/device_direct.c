@@ -339,7 +339,12 @@ static ccl_status_t run(struct ccl_comm *comm, const struct ccl__cu *cu, struct 
 ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *c, int ordered, void *stream,
                                  int *done) {
     *done = 0;
-    if (!comm->gpu_direct || c->is_p2p || !kind_fits(c->coll.id.kind) || c->coll.id.count == 0) return CCL_OK;
+    if (!comm->gpu_direct || c->is_p2p) return CCL_OK;
+    /* CCL_CHECK: before the ranks part ways on what they were called with
+     * (a count of 0 here, another kind there); the staged path checks
+     * again, alike on every rank. */
+    if (comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &c->coll));
+    if (!kind_fits(c->coll.id.kind) || c->coll.id.count == 0) return CCL_OK;
     const struct ccl__cu *cu = ccl__cuda();
     const char *what = ccl__op_kind_name(c->coll.id.kind);
     /* A device buffer binds comm to its context (classify did), a stream
