@@ -13,8 +13,13 @@
  */
 /* ctest: TIMEOUT 300 */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "coll_kinds.h"
@@ -562,6 +567,77 @@ START_TEST(gpu_resident_ranks_that_disagree) {
 }
 END_TEST
 
+/* kill -9 on the GPU-resident path: 3 ranks all-reduce device buffers in
+ * a loop, and the victim (the leader, or the last rank) dies a few
+ * milliseconds into its fifth call, wherever that is: trading records,
+ * launching the kernel, waiting for it or for its go word. Every survivor
+ * must see CCL_ERR_REMOTE (or a timeout) within CCL_TIMEOUT + 5 s, and its
+ * next call must fail at once. */
+#define GPU_KILL_TIMEOUT_S 10
+static volatile double *death_time; /* shared by the ranks: when the victim died */
+static void *die_soon(void *arg) {
+    usleep((useconds_t)(uintptr_t)arg);
+    *death_time = harness_now();
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int body_gpu_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    int victim = *(const int *)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    ccl_comm_t *g = NULL;
+    if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    size_t n = 70001;
+    sim_ptr din, dout;
+    EXPECT(&t, sim.MemAlloc(&din, n * 4) == 0 && sim.MemAlloc(&dout, n * 4) == 0, "cuMemAlloc");
+    ccl_status_t st = CCL_OK;
+    int calls = 0;
+    double seen = 0, end = harness_now() + 60;
+    while (st == CCL_OK && harness_now() < end) {
+        pthread_t th;
+        if (rank == victim && calls == 4 &&
+            pthread_create(&th, NULL, die_soon, (void *)(uintptr_t)(200 + getpid() % 7 * 400)) != 0)
+            raise(SIGKILL);
+        st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+        if (st != CCL_OK) seen = harness_now();
+        calls++;
+    }
+    EXPECT(&t, rank != victim, "the victim was not killed");
+    EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "after %d calls: %s, expected a remote failure", calls,
+           ccl_status_string(st));
+    EXPECT(&t, calls >= 5 && *death_time > 0, "a failure after %d calls, before the victim died", calls);
+    EXPECT(&t, seen - *death_time < GPU_KILL_TIMEOUT_S + 5, "the death was seen after %.1f s", seen - *death_time);
+    double t0 = harness_now();
+    ccl_status_t later = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+    EXPECT(&t, later < 0 && harness_now() - t0 < 5, "the next call returned %s after %.1f s", ccl_status_string(later),
+           harness_now() - t0);
+    fprintf(stderr, "[gpu kill] rank %d saw %s %.3f s after the death, in call %d: %s\n", rank, ccl_status_string(st),
+            seen - *death_time, calls, ccl_comm_last_error(g));
+    ccl_comm_destroy(g);
+    return t.fails;
+}
+
+START_TEST(gpu_resident_kill_9) {
+    static const int victims[] = {0, 2};
+    int victim = victims[_i];
+    death_time = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_msg(death_time != MAP_FAILED, "mmap");
+    *death_time = 0;
+    char timeout[8];
+    snprintf(timeout, sizeof timeout, "%d", GPU_KILL_TIMEOUT_S);
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_gpu_kill, .arg = &victim,
+                              .deadline_s = 120, .ccl_timeout = timeout, .lenient_destroy = 1,
+                              .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+    util_run_clean(&run, 1ull << victim, "kill -9 of rank %d on the GPU-resident path", victim);
+    int vs = run.status[victim];
+    ck_assert_msg(WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL, "the victim (rank %d) did not die of SIGKILL (0x%x)",
+                  victim, vs);
+    munmap((void *)death_time, sizeof(double));
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("stream_host");
     util_add_loop_case(s, "stream_twins_on_default_stream", stream_twins_on_default_stream, 3, 120);
@@ -571,6 +647,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "device_buffers_on_a_simulated_gpu", device_buffers_on_a_simulated_gpu, 3, 150);
     util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 3, 280);
     util_add_loop_case(s, "gpu_resident_ranks_that_disagree", gpu_resident_ranks_that_disagree, 1, 150);
+    util_add_loop_case(s, "gpu_resident_kill_9", gpu_resident_kill_9, 2, 150);
     return s;
 }
 
