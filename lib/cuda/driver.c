@@ -18,74 +18,71 @@ static _Atomic int ready;                 /* cu is filled and cuInit succeeded *
 static _Atomic unsigned long long adds_seen; /* objects the process had loaded when we last looked */
 static char load_error[600];
 
-/* The entry points only the GPU-resident path needs: a driver (or a
- * stand-in) without them still stages device buffers. */
-static void bind_optional(void *h) {
-    static const struct {
-        const char *name;
-        size_t offset;
-    } syms[] = {
+/* Driver entry points: cuda.h's versioned name and where it goes in cu. */
+struct sym {
+    const char *name;
+    size_t offset;
+};
 #define SYM(field, name) {name, offsetof(struct ccl__cu, field)}
-        SYM(DeviceGetUuid, "cuDeviceGetUuid_v2"),
-        SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
-        SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
-        SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
-        SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+static const struct sym required[] = {
+    SYM(GetErrorString, "cuGetErrorString"),
+    SYM(Init, "cuInit"),
+    SYM(DriverGetVersion, "cuDriverGetVersion"),
+    SYM(PointerGetAttribute, "cuPointerGetAttribute"),
+    SYM(CtxGetCurrent, "cuCtxGetCurrent"),
+    SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+    SYM(CtxGetDevice, "cuCtxGetDevice"),
+    SYM(StreamGetCtx, "cuStreamGetCtx"),
+    SYM(MemHostAlloc, "cuMemHostAlloc"),
+    SYM(MemFreeHost, "cuMemFreeHost"),
+    SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
+    SYM(MemcpyAsync, "cuMemcpyAsync"),
+    SYM(StreamCreate, "cuStreamCreate"),
+    SYM(StreamDestroy, "cuStreamDestroy_v2"),
+    SYM(StreamQuery, "cuStreamQuery"),
+    SYM(EventCreate, "cuEventCreate"),
+    SYM(EventRecord, "cuEventRecord"),
+    SYM(StreamWaitEvent, "cuStreamWaitEvent"),
+    SYM(EventDestroy, "cuEventDestroy_v2"),
+    SYM(StreamWaitValue32, "cuStreamWaitValue32_v2"),
+    SYM(StreamWriteValue32, "cuStreamWriteValue32_v2"),
+    SYM(LaunchHostFunc, "cuLaunchHostFunc"),
+    SYM(ModuleLoadData, "cuModuleLoadData"),
+    SYM(ModuleGetFunction, "cuModuleGetFunction"),
+    SYM(LaunchKernel, "cuLaunchKernel"),
+};
+/* Only the GPU-resident path needs these: a driver (or a stand-in)
+ * without them still stages device buffers. */
+static const struct sym optional[] = {
+    SYM(DeviceGetUuid, "cuDeviceGetUuid_v2"),
+    SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
+    SYM(IpcGetMemHandle, "cuIpcGetMemHandle"),
+    SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+    SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
+};
 #undef SYM
-    };
-    int all = 1;
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+
+/* Fills cu's entries of syms[0..n) from h (NULL where missing); the name
+ * of the first missing one, or NULL. */
+static const char *bind(void *h, const struct sym *syms, size_t n) {
+    const char *missing = NULL;
+    for (size_t i = 0; i < n; i++) {
         void *f = dlsym(h, syms[i].name);
-        all &= f != NULL;
+        if (!f && !missing) missing = syms[i].name;
         memcpy((char *)&cu + syms[i].offset, &f, sizeof f);
     }
-    cu.has_ipc = all;
+    return missing;
 }
 
 /* Binds every entry point from an open handle; 0 on success, else names
  * the missing one. */
 static int bind_all(void *h, char *why, size_t whylen) {
-    static const struct {
-        const char *name;
-        size_t offset;
-    } syms[] = {
-#define SYM(field, name) {name, offsetof(struct ccl__cu, field)}
-        SYM(GetErrorString, "cuGetErrorString"),
-        SYM(Init, "cuInit"),
-        SYM(DriverGetVersion, "cuDriverGetVersion"),
-        SYM(PointerGetAttribute, "cuPointerGetAttribute"),
-        SYM(CtxGetCurrent, "cuCtxGetCurrent"),
-        SYM(CtxSetCurrent, "cuCtxSetCurrent"),
-        SYM(CtxGetDevice, "cuCtxGetDevice"),
-        SYM(StreamGetCtx, "cuStreamGetCtx"),
-        SYM(MemHostAlloc, "cuMemHostAlloc"),
-        SYM(MemFreeHost, "cuMemFreeHost"),
-        SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
-        SYM(MemcpyAsync, "cuMemcpyAsync"),
-        SYM(StreamCreate, "cuStreamCreate"),
-        SYM(StreamDestroy, "cuStreamDestroy_v2"),
-        SYM(StreamQuery, "cuStreamQuery"),
-        SYM(EventCreate, "cuEventCreate"),
-        SYM(EventRecord, "cuEventRecord"),
-        SYM(StreamWaitEvent, "cuStreamWaitEvent"),
-        SYM(EventDestroy, "cuEventDestroy_v2"),
-        SYM(StreamWaitValue32, "cuStreamWaitValue32_v2"),
-        SYM(StreamWriteValue32, "cuStreamWriteValue32_v2"),
-        SYM(LaunchHostFunc, "cuLaunchHostFunc"),
-        SYM(ModuleLoadData, "cuModuleLoadData"),
-        SYM(ModuleGetFunction, "cuModuleGetFunction"),
-        SYM(LaunchKernel, "cuLaunchKernel"),
-#undef SYM
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *f = dlsym(h, syms[i].name);
-        if (!f) {
-            snprintf(why, whylen, "the CUDA driver has no %s (too old a driver?)", syms[i].name);
-            return -1;
-        }
-        memcpy((char *)&cu + syms[i].offset, &f, sizeof f);
+    const char *missing = bind(h, required, sizeof required / sizeof required[0]);
+    if (missing) {
+        snprintf(why, whylen, "the CUDA driver has no %s (too old a driver?)", missing);
+        return -1;
     }
-    bind_optional(h);
+    cu.has_ipc = bind(h, optional, sizeof optional / sizeof optional[0]) == NULL;
     return 0;
 }
 

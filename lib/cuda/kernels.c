@@ -81,43 +81,6 @@ static int function(const char *name, CUfunction *f, char *why, size_t whylen) {
     return 0;
 }
 
-static int launch(CUfunction f, size_t n, void **params, CUstream stream, char *why, size_t whylen) {
-    if (!n) return 0;
-    const unsigned threads = 256;
-    size_t blocks = (n + threads - 1) / threads;
-    if (blocks > 4096) blocks = 4096; /* the grid-stride loop does the rest */
-    CUresult r = ccl__cuda()->LaunchKernel(f, (unsigned)blocks, 1, 1, threads, 1, 1, 0, stream, params, NULL);
-    return r == CCL__CUDA_SUCCESS ? 0 : fail(r, "cuLaunchKernel", why, whylen);
-}
-
-int ccl__cuda_reduce(ccl_dtype_t dtype, ccl_op_t op, void *dst, const void *a, const void *b, size_t n,
-                     CUstream stream, char *why, size_t whylen) {
-    if ((unsigned)dtype >= CCL_NUM_DTYPES || (unsigned)op >= CCL_NUM_OPS) {
-        snprintf(why, whylen, "no GPU reduction for dtype %d op %d", (int)dtype, (int)op);
-        return -1;
-    }
-    char name[48];
-    snprintf(name, sizeof name, "ccl_reduce_%s_%s", dtype_tags[dtype], op_tags[op]);
-    CUfunction f;
-    if (function(name, &f, why, whylen) < 0) return -1;
-    void *params[] = {&dst, &a, &b, &n};
-    return launch(f, n, params, stream, why, whylen);
-}
-
-int ccl__cuda_divide(ccl_dtype_t dtype, void *buf, size_t n, int divisor, CUstream stream, char *why,
-                     size_t whylen) {
-    if ((unsigned)dtype >= CCL_NUM_DTYPES) {
-        snprintf(why, whylen, "no GPU division for dtype %d", (int)dtype);
-        return -1;
-    }
-    char name[48];
-    snprintf(name, sizeof name, "ccl_div_%s", dtype_tags[dtype]);
-    CUfunction f;
-    if (function(name, &f, why, whylen) < 0) return -1;
-    void *params[] = {&buf, &n, &divisor};
-    return launch(f, n, params, stream, why, whylen);
-}
-
 int ccl__cuda_fold(ccl_dtype_t dtype, ccl_op_t op, const struct ccl_fold_args *a, unsigned groups, CUstream stream,
                    char *why, size_t whylen) {
     if ((unsigned)dtype >= CCL_NUM_DTYPES || (unsigned)op >= CCL_NUM_OPS) {

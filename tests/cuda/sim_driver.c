@@ -472,19 +472,14 @@ struct fold {
 };
 
 /* dst <- x OP y for one element of each dtype, as cuda/kernels.cu does it. */
-#define INT_FOLD(T, U, DT)                                                           \
+#define INT_FOLD(DT, T, U)                                                           \
     static T fold_##DT(const char *op, T x, T y) {                                  \
         if (!strcmp(op, "sum")) return (T)((U)x + (U)y);                             \
         if (!strcmp(op, "prod")) return (T)((U)x * (U)y);                            \
         if (!strcmp(op, "max")) return x > y ? x : y;                                \
         return x < y ? x : y;                                                        \
     }
-INT_FOLD(int8_t, uint8_t, i8)
-INT_FOLD(uint8_t, uint8_t, u8)
-INT_FOLD(int32_t, uint32_t, i32)
-INT_FOLD(uint32_t, uint32_t, u32)
-INT_FOLD(int64_t, uint64_t, i64)
-INT_FOLD(uint64_t, uint64_t, u64)
+CCL_ELEM_INT_TYPES(INT_FOLD)
 static float fold_f32(const char *op, float x, float y) {
     if (!strcmp(op, "sum")) return pick_nan_f32(x, y, x + y);
     if (!strcmp(op, "prod")) return pick_nan_f32(x, y, x * y);
@@ -501,14 +496,11 @@ static uint16_t fold_f16(const char *op, uint16_t x, uint16_t y) {
 static uint16_t fold_bf16(const char *op, uint16_t x, uint16_t y) {
     return float_to_bf16_inline(fold_f32(op, bf16_to_float_inline(x), bf16_to_float_inline(y)));
 }
-#define INT_DIV(T, DT, DV) \
-    static T div_##DT(T x, int d) { return (T)(x / (DV)d); }
-INT_DIV(int8_t, i8, int)
-INT_DIV(uint8_t, u8, int)
-INT_DIV(int32_t, i32, int32_t)
-INT_DIV(uint32_t, u32, uint32_t)
-INT_DIV(int64_t, i64, int64_t)
-INT_DIV(uint64_t, u64, uint64_t)
+/* C's division in the element type (8-bit ones promote to int; d, a rank
+ * count, fits them all). */
+#define INT_DIV(DT, T, U) \
+    static T div_##DT(T x, int d) { return (T)(x / (T)d); }
+CCL_ELEM_INT_TYPES(INT_DIV)
 static float div_f32(float x, int d) { return pick_nan_f32(x, x, x / (float)d); }
 static double div_f64(double x, int d) { return pick_nan_f64(x, x, x / (double)d); }
 static uint16_t div_f16(uint16_t x, int d) { return float_to_half_inline(div_f32(half_to_float_inline(x), d)); }
