@@ -354,7 +354,7 @@ static int body_sim_device(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     } types[] = {{CCL_INT32, CCL_SUM}, {CCL_FLOAT32, CCL_MAX}};
     size_t maxb = 70001 * 4 * (size_t)nranks;
     unsigned char *hin = malloc(maxb), *hout = malloc(maxb), *got = malloc(maxb);
-    sim_ptr din, dout;
+    sim_ptr din = 0, dout = 0;
     EXPECT(&t, sim.MemAlloc(&din, maxb) == 0 && sim.MemAlloc(&dout, maxb) == 0, "cuMemAlloc");
     void *s = NULL; /* the legacy default stream: copies to and from pageable memory finish before they return */
 #define COPY(dst, src, b) EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)(dst), (sim_ptr)(uintptr_t)(src), b, s) == 0, "cuMemcpyAsync")
@@ -463,7 +463,7 @@ static int body_gpu_resident(ccl_comm_t *comm, int rank, int nranks, void *arg) 
     const size_t counts[] = {1, 1001, 4099};
     size_t maxb = 4099 * 8 * (size_t)nranks;
     unsigned char *hin = malloc(maxb), *hout = malloc(maxb), *got = malloc(maxb);
-    sim_ptr din, dout;
+    sim_ptr din = 0, dout = 0;
     EXPECT(&t, sim.MemAlloc(&din, maxb) == 0 && sim.MemAlloc(&dout, maxb) == 0, "cuMemAlloc");
     void *s = NULL;
 #define COPY(dst, src, b) EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)(dst), (sim_ptr)(uintptr_t)(src), b, s) == 0, "cuMemcpyAsync")
@@ -533,7 +533,7 @@ static int body_gpu_disagree(ccl_comm_t *comm, int rank, int nranks, void *arg) 
     if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
     if (t.fails) return t.fails;
     size_t n = 1001;
-    sim_ptr din, dout;
+    sim_ptr din = 0, dout = 0;
     int32_t *h = malloc(n * 4), *got = malloc(n * 4);
     for (size_t i = 0; i < n; i++) h[i] = val(rank, i);
     EXPECT(&t, sim.MemAlloc(&din, n * 4) == 0 && sim.MemAlloc(&dout, n * 4) == 0, "cuMemAlloc");
@@ -590,7 +590,7 @@ static int body_gpu_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
     if (t.fails) return t.fails;
     size_t n = 70001;
-    sim_ptr din, dout;
+    sim_ptr din = 0, dout = 0;
     EXPECT(&t, sim.MemAlloc(&din, n * 4) == 0 && sim.MemAlloc(&dout, n * 4) == 0, "cuMemAlloc");
     ccl_status_t st = CCL_OK;
     int calls = 0;
