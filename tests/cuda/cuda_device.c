@@ -17,7 +17,8 @@
  *
  * With "kill": every rank all-reduces 16 MiB device buffers in a loop and
  * the last one kills itself (SIGKILL) a few milliseconds into its third
- * call, wherever that call is (staging in, moving data, staging out); every
+ * call, wherever that call is (on the GPU-resident path: trading records,
+ * the leader's kernel, waiting for it); every
  * other rank must see a remote failure or a timeout within CCL_TIMEOUT
  * plus 5 s, fail its next call at once, and nothing may be left in
  * /dev/shm.
