@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "coll_kinds.h"
+#include "container.h"
 #include "harness.h"
 #include "ref.h"
 #include "util.h"
@@ -508,16 +509,21 @@ static int body_gpu_resident(ccl_comm_t *comm, int rank, int nranks, void *arg) 
 }
 
 START_TEST(gpu_resident_path_on_a_simulated_gpu) {
+    static const int own_pid_ns[] = {0, CONTAINER_PID_NS, 0};
     static const struct {
         int nranks;
         const char *transport;
-        int resident; /* one host with windows */
-    } cfg[] = {{2, "shm", 1}, {3, "shm", 1}, {3, "tcp", 0}};
+        int resident; /* one host with windows, one PID namespace */
+        const int *containers;
+        const char *what;
+    } cfg[] = {{2, "shm", 1, NULL, "shm"},
+               {3, "shm", 1, NULL, "shm"},
+               {3, "tcp", 0, NULL, "tcp"},
+               {3, "shm", 0, own_pid_ns, "shm, rank 1 in a PID namespace of its own"}};
     struct harness_run run = {.nranks = cfg[_i].nranks, .transport = cfg[_i].transport, .body = body_gpu_resident,
-                              .arg = (void *)&cfg[_i].resident, .deadline_s = 240,
+                              .arg = (void *)&cfg[_i].resident, .deadline_s = 240, .containers = cfg[_i].containers,
                               .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
-    util_run_clean(&run, 0, "the GPU-resident path on a simulated GPU, %d ranks over %s", cfg[_i].nranks,
-                   cfg[_i].transport);
+    util_run_clean(&run, 0, "the GPU-resident path on a simulated GPU, %d ranks over %s", cfg[_i].nranks, cfg[_i].what);
 }
 END_TEST
 
@@ -645,7 +651,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "stream_twins_with_a_driver_but_no_context", stream_twins_with_a_driver_but_no_context, 1, 120);
     util_add_loop_case(s, "stream_order_on_a_simulated_gpu", stream_order_on_a_simulated_gpu, 3, 150);
     util_add_loop_case(s, "device_buffers_on_a_simulated_gpu", device_buffers_on_a_simulated_gpu, 3, 150);
-    util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 3, 280);
+    util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 4, 280);
     util_add_loop_case(s, "gpu_resident_ranks_that_disagree", gpu_resident_ranks_that_disagree, 1, 150);
     util_add_loop_case(s, "gpu_resident_kill_9", gpu_resident_kill_9, 2, 150);
     return s;

@@ -105,8 +105,13 @@ void ccl__gpu_identity(uint8_t uuid[16], uint8_t *usable) {
 void ccl__gpu_direct_plan(struct ccl_comm *comm) {
     comm->gpu_direct = 0;
     if (!comm->windows || comm->nranks < 2 || comm->nranks > CCL_FOLD_MAX) return;
+    /* One GPU, and one PID namespace: a container's ranks may share the
+     * host's memory and GPU, but CUDA IPC between PID namespaces is not
+     * something to count on. */
     for (int p = 0; p < comm->nranks; p++)
-        if (!comm->peers[p].gpu_usable || memcmp(comm->peers[p].gpu_uuid, comm->peers[0].gpu_uuid, 16) != 0) return;
+        if (!comm->peers[p].gpu_usable || memcmp(comm->peers[p].gpu_uuid, comm->peers[0].gpu_uuid, 16) != 0 ||
+            !comm->peers[p].pid_ns || comm->peers[p].pid_ns != comm->peers[0].pid_ns)
+            return;
     comm->gpu_direct = 1;
     CCL_INFO(CCL__SUB_PLAN, comm->rank, "GPU-resident path: every rank on one GPU; device collectives run there");
 }
