@@ -439,7 +439,10 @@ END_TEST
  * and out, against the same call on host buffers with the direct
  * algorithm (the same fold in rank order: the same bits, NaN payloads and
  * all); then the stream-ordered rounds of body_simulated; the calls must
- * have run there. Over tcp (no windows) they are staged, and none may. */
+ * have run there. Over tcp (no windows), and with a rank in a PID namespace
+ * of its own, the path is off: they are staged. Where the leader cannot
+ * map its peers' buffers (the simulated driver refuses), the first call
+ * finds out and every call is staged, each rank alike, and correct. */
 #ifndef CCL_TEST_GPU_KERNELS
 #define CCL_TEST_GPU_KERNELS 0
 #endif
@@ -457,8 +460,11 @@ static int body_gpu_resident(ccl_comm_t *comm, int rank, int nranks, void *arg) 
     ccl_comm_t *g = NULL;
     if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
     if (t.fails) return t.fails;
-    int resident = *(const int *)arg; /* else staged: the host's own algorithms, on host copies */
-    if (resident)
+    /* 1: the calls run on the GPU; 0: the path is off, they are staged
+     * with the host's own algorithms; 2: the path is on, but the leader
+     * cannot map the peers' buffers: every call is staged. */
+    int expect = *(const int *)arg;
+    if (expect)
         EXPECT_OK(&t, ccl_comm_set_algo(g, "allreduce:direct,reducescatter:direct,allgather:direct,broadcast:direct,"
                                            "reduce:direct"));
     const size_t counts[] = {1, 1001, 4099};
@@ -501,8 +507,9 @@ static int body_gpu_resident(ccl_comm_t *comm, int rank, int nranks, void *arg) 
     free(got);
     if (!t.fails) t.fails += body_simulated(g, rank, nranks, arg);
     long ran = gpu_resident_calls(g);
-    int expect = resident && CCL_TEST_GPU_KERNELS;
-    if (expect) EXPECT(&t, ran > 0, "no call ran on the (simulated) GPU: gpu_resident_calls %ld", ran);
+    if (!CCL_TEST_GPU_KERNELS) expect = 0;
+    if (expect == 1) EXPECT(&t, ran > 0, "no call ran on the (simulated) GPU: gpu_resident_calls %ld", ran);
+    else if (expect == 2) EXPECT(&t, ran == 0, "the leader cannot map buffers, yet gpu_resident_calls is %ld", ran);
     else EXPECT(&t, ran == -1, "calls ran on the GPU where they cannot: gpu_resident_calls %ld", ran);
     EXPECT_OK(&t, ccl_comm_destroy(g));
     return t.fails;
@@ -513,16 +520,19 @@ START_TEST(gpu_resident_path_on_a_simulated_gpu) {
     static const struct {
         int nranks;
         const char *transport;
-        int resident; /* one host with windows, one PID namespace */
+        int expect; /* body_gpu_resident's */
         const int *containers;
-        const char *what;
-    } cfg[] = {{2, "shm", 1, NULL, "shm"},
-               {3, "shm", 1, NULL, "shm"},
-               {3, "tcp", 0, NULL, "tcp"},
-               {3, "shm", 0, own_pid_ns, "shm, rank 1 in a PID namespace of its own"}};
+        const char *env, *what;
+    } cfg[] = {{2, "shm", 1, NULL, "", "shm"},
+               {3, "shm", 1, NULL, "", "shm"},
+               {3, "tcp", 0, NULL, "", "tcp"},
+               {3, "shm", 0, own_pid_ns, "", "shm, rank 1 in a PID namespace of its own"},
+               {2, "shm", 2, NULL, "CCL_SIM_IPC_FAIL=1", "shm, no IPC mapping allowed"}};
+    char env[512];
+    snprintf(env, sizeof env, "%s CCL_CUDA_LIBRARY=%s", cfg[_i].env, CCL_TEST_SIM_DRIVER);
     struct harness_run run = {.nranks = cfg[_i].nranks, .transport = cfg[_i].transport, .body = body_gpu_resident,
-                              .arg = (void *)&cfg[_i].resident, .deadline_s = 240, .containers = cfg[_i].containers,
-                              .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+                              .arg = (void *)&cfg[_i].expect, .deadline_s = 240, .containers = cfg[_i].containers,
+                              .env = env};
     util_run_clean(&run, 0, "the GPU-resident path on a simulated GPU, %d ranks over %s", cfg[_i].nranks, cfg[_i].what);
 }
 END_TEST
@@ -651,7 +661,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "stream_twins_with_a_driver_but_no_context", stream_twins_with_a_driver_but_no_context, 1, 120);
     util_add_loop_case(s, "stream_order_on_a_simulated_gpu", stream_order_on_a_simulated_gpu, 3, 150);
     util_add_loop_case(s, "device_buffers_on_a_simulated_gpu", device_buffers_on_a_simulated_gpu, 3, 150);
-    util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 4, 280);
+    util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 5, 280);
     util_add_loop_case(s, "gpu_resident_ranks_that_disagree", gpu_resident_ranks_that_disagree, 1, 150);
     util_add_loop_case(s, "gpu_resident_kill_9", gpu_resident_kill_9, 2, 150);
     return s;

@@ -51,7 +51,7 @@ struct ctrl {
     _Alignas(64) _Atomic uint64_t done;    /* last round whose reads of peers' windows are over */
 };
 _Static_assert(sizeof(struct ctrl) <= CCL__WINDOW_GPU_WORDS, "the control block ends before the GPU words");
-_Static_assert(CCL__WINDOW_GPU_WORDS + 64 <= CTRL_BYTES, "the GPU words fit the control page");
+_Static_assert(CCL__WINDOW_GPU_WORDS + 128 <= CTRL_BYTES, "the GPU words fit the control page");
 /* A reader that sees `posted` move has the call's identity in the same
  * cache line: one transfer between cores per peer and round, not two. */
 _Static_assert(offsetof(struct ctrl, meta) + sizeof(((struct ctrl *)0)->meta) <= 64, "posted and meta share a line");

@@ -45,7 +45,8 @@
 
 /* A rank's word in its window's control page (algo.h: CCL__WINDOW_GPU_WORDS). */
 struct gpu_words {
-    _Alignas(64) _Atomic uint32_t go; /* the leader has written this rank's output of call `go` */
+    _Alignas(64) _Atomic uint32_t go;     /* the leader is done with call `go` */
+    _Alignas(64) _Atomic uint32_t staged; /* and did not run call `staged`: it is to be staged */
 };
 #define RELEASED 0xffffffffu /* every wait passes */
 #define LEADER 0
@@ -72,7 +73,9 @@ struct exported {
 };
 
 struct ccl__gpu_direct {
-    uint32_t seq; /* calls this way so far, the same on every rank */
+    uint32_t seq;       /* calls that tried this way so far, the same on every rank */
+    unsigned ran;       /* and ran on the GPU (ccl_comm_describe) */
+    int cannot_open;    /* the leader: an IPC open failed, it says no from now on */
     struct {
         int rank;
         uint64_t id; /* the allocation's buffer id in rank's process */
@@ -176,6 +179,7 @@ static int share(const struct ccl__cu *cu, struct ccl__gpu_direct *g, const void
 static void my_record(const struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__gpu_direct *g,
                       const struct ccl__call *c, struct call_record *rec) {
     memset(rec, 0, sizeof(*rec));
+    if (g->cannot_open) return;
     int need_send, need_recv, leader = comm->rank == LEADER;
     touches(&c->coll, comm->rank, &need_send, &need_recv);
     if ((need_send && !(c->device & CCL__DEV_SEND)) || (need_recv && !(c->device & CCL__DEV_RECV))) return;
@@ -322,22 +326,44 @@ static ccl_status_t host_wait(struct ccl_comm *comm, const struct host_wait *w) 
     }
 }
 
+/* The leader could not map a peer's buffer: every rank stages the call
+ * (the peers learn it with their go word), and the leader's records say
+ * no from now on, so later calls are staged at once. */
+static ccl_status_t cannot_open(struct ccl_comm *comm, struct ccl__gpu_direct *g, uint32_t seq) {
+    CCL_WARN(CCL__SUB_ALL, comm->rank, "GPU-resident path: %s; device buffers are staged from now on",
+             comm->last_error);
+    g->cannot_open = 1;
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank) {
+            atomic_store_explicit(&words_of(comm, p)->staged, seq, memory_order_relaxed);
+            atomic_store_explicit(&words_of(comm, p)->go, seq, memory_order_release);
+        }
+    return 1;
+}
+
 /* Step 3: the leader runs the kernel on stream s and waits for it, then
- * lets the peers go; a peer waits for that. */
+ * lets the peers go; a peer waits for that. 1: the call is to be staged. */
 static ccl_status_t run(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__gpu_direct *g,
                         const struct ccl__call *c, const struct call_record *all, CUstream s) {
     uint32_t seq = ++g->seq;
     int me = comm->rank, n = comm->nranks;
-    if (me != LEADER) return host_wait(comm, &(struct host_wait){.go = &words_of(comm, me)->go, .seq = seq});
+    if (me != LEADER) {
+        struct gpu_words *w = words_of(comm, me);
+        CCL_CHECK(host_wait(comm, &(struct host_wait){.go = &w->go, .seq = seq}));
+        if (atomic_load_explicit(&w->staged, memory_order_relaxed) == seq) return 1;
+        g->ran++;
+        return CCL_OK;
+    }
     struct ccl_fold_args a;
     unsigned groups;
-    CCL_CHECK(fold_plan(comm, cu, g, c, all, &a, &groups));
+    if (fold_plan(comm, cu, g, c, all, &a, &groups) < 0) return cannot_open(comm, g, seq);
     char why[300];
     if (ccl__cuda_fold(c->coll.id.dtype, c->coll.id.op, &a, groups, s, why, sizeof why) < 0)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "GPU-resident path: %s", why);
     CCL_CHECK(host_wait(comm, &(struct host_wait){.cu = cu, .s = s}));
     for (int p = 0; p < n; p++)
         if (p != me) atomic_store_explicit(&words_of(comm, p)->go, seq, memory_order_release);
+    g->ran++;
     return CCL_OK;
 }
 
@@ -385,7 +411,8 @@ ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *
         if (st == CCL_OK) st = run(comm, cu, g, c, all, s);
         /* Peers may wait on this rank: failing lets them go. */
         if (st < 0) ccl__comm_fail(comm, st);
-        *done = 1;
+        *done = st != 1;
+        if (st == 1) st = CCL_OK;
     }
     if (ctx && prev != ctx) cu->CtxSetCurrent(prev);
     free(all);
@@ -393,7 +420,7 @@ ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *
 }
 
 unsigned ccl__gpu_direct_calls(const struct ccl_comm *comm) {
-    return comm->device && comm->device->gpu ? comm->device->gpu->seq : 0;
+    return comm->device && comm->device->gpu ? comm->device->gpu->ran : 0;
 }
 
 void ccl__gpu_direct_free(struct ccl_comm *comm) {

@@ -443,8 +443,10 @@ API(CUresult, cuIpcGetMemHandle, (struct ipc_handle *h, CUdeviceptr p)) {
     pthread_mutex_unlock(&allocs_lock);
     return r;
 }
+/* CCL_SIM_IPC_FAIL set: every open fails, as between processes CUDA will
+ * not let share memory. */
 API(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *p, struct ipc_handle h, unsigned flags)) {
-    if (memcmp(h.magic, "simipc", 7) != 0 || h.pid == getpid()) return INVALID_VALUE;
+    if (memcmp(h.magic, "simipc", 7) != 0 || h.pid == getpid() || getenv("CCL_SIM_IPC_FAIL")) return INVALID_VALUE;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
     int fd = open(path, O_RDWR);
