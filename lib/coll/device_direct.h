@@ -1,6 +1,7 @@
 /*
  * The GPU-resident path (device_direct.c): when every rank of a
- * communicator runs on one GPU (and one host: the direct path's windows),
+ * communicator runs on one GPU (one host: the direct path's windows; one
+ * PID namespace),
  * all-reduce, reduce, reduce-scatter, all-gather and broadcast on device
  * buffers run as one kernel on that GPU, reading and writing every rank's
  * buffers through CUDA IPC, instead of being staged through host memory.
