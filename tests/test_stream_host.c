@@ -24,6 +24,7 @@
 
 #include "coll_kinds.h"
 #include "container.h"
+#include "gpu_resident_calls.h"
 #include "harness.h"
 #include "ref.h"
 #include "util.h"
@@ -446,13 +447,6 @@ END_TEST
 #ifndef CCL_TEST_GPU_KERNELS
 #define CCL_TEST_GPU_KERNELS 0
 #endif
-
-static long gpu_resident_calls(ccl_comm_t *comm) {
-    char d[2048];
-    if (ccl_comm_describe(comm, d, sizeof d) != CCL_OK) return -2;
-    const char *p = strstr(d, "gpu_resident_calls=");
-    return p ? strtol(p + strlen("gpu_resident_calls="), NULL, 10) : -1;
-}
 
 static int body_gpu_resident(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     struct harness_tally t = {.rank = rank};

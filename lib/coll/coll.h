@@ -16,6 +16,9 @@ ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what);
  * and writes to recvbuf (*rmult) on this rank; 0: the buffer is ignored
  * here (a broadcast's sendbuf off the root, a reduce's recvbuf). */
 void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult);
+/* The same for rank (the GPU-resident path's leader works for every rank). */
+void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
+                         size_t *rmult);
 /* Validates a collective call; sets the comm's last error on failure. */
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what);
 /* dtype is one of ccl_dtype_t; count * its size * mult (0: 1) fits in

@@ -166,9 +166,8 @@ static ccl_status_t grow_pinned(struct ccl_comm *comm, const struct ccl__cu *cu,
     return CCL_OK;
 }
 
-/* The staging stream and at least bytes of pinned memory, in comm's
- * context (made current on this thread). */
-static ccl_status_t stage_ready(struct ccl_comm *comm, const struct ccl__cu *cu, size_t bytes) {
+ccl_status_t ccl__device_stream(struct ccl_comm *comm, CUstream *s) {
+    const struct ccl__cu *cu = ccl__cuda();
     struct ccl__device_state *d = comm->device;
     CUresult r = cu->CtxSetCurrent(d->ctx);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuCtxSetCurrent", "staging device buffers");
@@ -177,13 +176,16 @@ static ccl_status_t stage_ready(struct ccl_comm *comm, const struct ccl__cu *cu,
      * blocking stream would wait for it in turn. */
     if (!d->stream && (r = cu->StreamCreate(&d->stream, CCL__CU_STREAM_NON_BLOCKING)) != CCL__CUDA_SUCCESS)
         return ccl__device_fail(comm, r, "cuStreamCreate", "staging device buffers");
-    return grow_pinned(comm, cu, &d->stage, &d->stage_bytes, bytes);
+    *s = d->stream;
+    return CCL_OK;
 }
 
-ccl_status_t ccl__device_stream(struct ccl_comm *comm, CUstream *s) {
-    CCL_CHECK(stage_ready(comm, ccl__cuda(), 64));
-    *s = comm->device->stream;
-    return CCL_OK;
+/* The staging stream and at least bytes of pinned memory, in comm's
+ * context (made current on this thread). */
+static ccl_status_t stage_ready(struct ccl_comm *comm, const struct ccl__cu *cu, size_t bytes) {
+    CUstream s;
+    CCL_CHECK(ccl__device_stream(comm, &s));
+    return grow_pinned(comm, cu, &comm->device->stage, &comm->device->stage_bytes, bytes);
 }
 
 /* Adds the device regions of one call: one when its send and receive

@@ -127,14 +127,6 @@ void ccl__gpu_direct_release(struct ccl_comm *comm) {
     for (int r = 0; r < comm->nranks; r++) atomic_store_explicit(&words_of(comm, r)->go, RELEASED, memory_order_release);
 }
 
-/* Whether rank reads its send buffer and writes its receive buffer in
- * the call (ccl__coll_extent, for any rank). */
-static void touches(const struct ccl__coll_args *x, int rank, int *send, int *recv) {
-    int root = x->id.root == rank;
-    *send = x->id.kind != CCL__K_BROADCAST || root;
-    *recv = x->id.kind != CCL__K_REDUCE || root;
-}
-
 /* Kinds this path runs. */
 static int kind_fits(int kind) {
     return kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE || kind == CCL__K_REDUCE_SCATTER ||
@@ -183,8 +175,9 @@ static void my_record(const struct ccl_comm *comm, const struct ccl__cu *cu, str
                       const struct ccl__call *c, struct call_record *rec) {
     memset(rec, 0, sizeof(*rec));
     if (g->cannot_open) return;
-    int need_send, need_recv, leader = comm->rank == LEADER;
-    touches(&c->coll, comm->rank, &need_send, &need_recv);
+    size_t need_send, need_recv;
+    int leader = comm->rank == LEADER;
+    ccl__coll_extent(comm, &c->coll, &need_send, &need_recv);
     if ((need_send && !(c->device & CCL__DEV_SEND)) || (need_recv && !(c->device & CCL__DEV_RECV))) return;
     if (!leader && need_send &&
         !share(cu, g, c->coll.sendbuf, &rec->send, &rec->send_at, &rec->send_base, &rec->send_id))
@@ -234,8 +227,8 @@ static ccl_status_t fold_plan(struct ccl_comm *comm, const struct ccl__cu *cu, s
             recv[r] = x->recvbuf;
             continue;
         }
-        int s, v;
-        touches(x, r, &s, &v);
+        size_t s, v;
+        ccl__coll_extent_of(comm, x, r, &s, &v);
         if (s) CCL_CHECK(peer_address(comm, cu, g, r, &all[r].send, all[r].send_id, all[r].send_at, &send[r]));
         if (v && s && all[r].recv_base == all[r].send_base) /* one allocation (in place): opened once */
             recv[r] = (char *)send[r] - all[r].send_at + all[r].recv_at;

@@ -33,8 +33,13 @@ ccl_status_t ccl__check_count(struct ccl_comm *comm, size_t count, size_t mult, 
 }
 
 void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult) {
+    ccl__coll_extent_of(comm, a, comm->rank, smult, rmult);
+}
+
+void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
+                         size_t *rmult) {
     size_t n = (size_t)comm->nranks;
-    int root = a->id.root == comm->rank;
+    int root = a->id.root == rank;
     switch (a->id.kind) {
     case CCL__K_REDUCE_SCATTER: *smult = n, *rmult = 1; break;
     case CCL__K_ALL_GATHER: *smult = 1, *rmult = n; break;

@@ -43,6 +43,7 @@
 
 #include "ccl.h"
 #include "coll_kinds.h"
+#include "gpu_resident_calls.h"
 #include "spawn_ranks.h"
 
 typedef int CUresult;
@@ -94,15 +95,6 @@ static int open_rank(int rank, int nranks, ccl_unique_id_t id, ccl_comm_t **comm
 }
 
 static int staged; /* CCL_CUDA_DIRECT=0 */
-
-/* How many calls ran on the GPU, from ccl_comm_describe; -1 when the
- * GPU-resident path is off. */
-static long gpu_calls(ccl_comm_t *comm) {
-    char d[2048];
-    if (ccl_comm_describe(comm, d, sizeof d) != CCL_OK) return -2;
-    const char *p = strstr(d, "gpu_resident_calls=");
-    return p ? strtol(p + strlen("gpu_resident_calls="), NULL, 10) : -1;
-}
 
 static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
     ccl_comm_t *comm;
@@ -159,7 +151,7 @@ static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
         CHECK(ccl_all_reduce(hin, hout, n, CCL_INT32, CCL_SUM, comm) == CCL_OK, "host all_reduce");
         CHECK(memcmp(dres, hout, n * 4) == 0, "stream-ordered all_reduce, round %d: differs", round);
     }
-    long ran = gpu_calls(comm);
+    long ran = gpu_resident_calls(comm);
     if (staged || nranks == 1)
         CHECK(ran == -1, "rank %d: %ld calls ran on the GPU, where none should", rank, ran);
     else
