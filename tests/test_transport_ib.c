@@ -186,6 +186,91 @@ START_TEST(credits_both_ways) {
 }
 END_TEST
 
+/* ---- slot lanes ---- */
+
+/* Rank r's element i of an integer all-reduce (also the zero-copy ring's). */
+static int32_t ring_input(int r, size_t i) { return (int32_t)((uint32_t)(r + 1) * 2654435761u ^ (uint32_t)i * 40503u); }
+
+#define LANES_CALLS 24
+#define LANES_COUNT 262147u /* int32: a MiB and a bit, 128 slots of 8 KiB */
+
+/* Slots spread over 4 queue pairs per direction (CCL_IB_QPS=4), 8 slots
+ * of 8 KiB, zero-copy off so that every byte travels in slots: the steady
+ * run of small calls, then all-reduces of a MiB whose slots land on the
+ * four lanes out of order with each other; every result exact, and every
+ * lane of every connection carried slots both ways. */
+static int body_lanes(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    struct harness_tally t = {rank, body_steady(comm, rank, nranks, arg)};
+    int32_t *v = malloc(sizeof(int32_t) * LANES_COUNT);
+    if (!v) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    for (int call = 0; call < LANES_CALLS && !t.fails; call++) {
+        for (size_t i = 0; i < LANES_COUNT; i++) v[i] = ring_input(rank + call, i);
+        if (EXPECT_OK(&t, ccl_all_reduce(v, v, LANES_COUNT, CCL_INT32, CCL_SUM, comm)) != CCL_OK) break;
+        for (size_t i = 0; i < LANES_COUNT; i++) {
+            uint32_t want = 0;
+            for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r + call, i);
+            if ((uint32_t)v[i] != want) {
+                EXPECT(&t, 0, "call %d element %zu is %d, expected %d", call, i, v[i], (int32_t)want);
+                break;
+            }
+        }
+    }
+    free(v);
+    /* The ring's calls write to the next rank and read from the one before. */
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+    const struct ccl__ib_conn *out = s ? s->conns[to] : NULL, *in = s ? s->conns[from] : NULL;
+    if (!out || !in) {
+        harness_fail(&t, __FILE__, __LINE__, "no ib connection to rank %d or %d", to, from);
+        return t.fails;
+    }
+    EXPECT(&t, out->lanes == 4 && in->lanes == 4, "the connections have %u and %u lanes, not 4", out->lanes,
+           in->lanes);
+    for (unsigned k = 0; k < out->lanes && k < in->lanes; k++) {
+        EXPECT(&t, out->lane_sent[k] >= LANES_CALLS && out->lane_done[k] <= out->lane_sent[k],
+               "lane %u to rank %d: %llu slots sent, %llu completed", k, to, (unsigned long long)out->lane_sent[k],
+               (unsigned long long)out->lane_done[k]);
+        EXPECT(&t, in->lane_arrived[k] >= LANES_CALLS, "lane %u from rank %d: %llu slots arrived", k, from,
+               (unsigned long long)in->lane_arrived[k]);
+    }
+    return t.fails;
+}
+
+START_TEST(slot_lanes) {
+    if (!need_device("slot_lanes")) return;
+    struct harness_run run = {.nranks = 3, .transport = "ib", .host_per_rank = 1, .body = body_lanes,
+                              .env = "CCL_SLOTS=8 CCL_IB_SLOT_BYTES=8192 CCL_IB_QPS=4 CCL_IB_ZCOPY_BYTES=0",
+                              .deadline_s = 240};
+    util_run_clean(&run, 0, "3 ranks ib, slots over 4 queue pairs");
+}
+END_TEST
+
+/* Ranks that spread slots over different numbers of queue pairs cannot
+ * talk: init fails on every rank with the same sentence, naming the
+ * ranks and the variable. */
+static int init_lanes_refused(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    const char *why = ccl_comm_last_error(NULL);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "init with CCL_IB_QPS=2 on rank 1 and 4 elsewhere returned %s: %s",
+           ccl_status_string(st), why);
+    EXPECT(&t, strstr(why, "rank 0 spreads slots over 4 queue pairs, rank 1 over 2 (CCL_IB_QPS") != NULL,
+           "the error does not name the ranks and CCL_IB_QPS: '%s'", why);
+    return t.fails;
+}
+
+START_TEST(slot_lanes_disagree) {
+    if (!need_device("slot_lanes_disagree")) return;
+    static const char *const rank_env[] = {NULL, "CCL_IB_QPS=2", NULL};
+    struct harness_run run = {.nranks = 3, .transport = "ib", .host_per_rank = 1, .init_check = init_lanes_refused,
+                              .env = "CCL_IB_QPS=4", .rank_env = rank_env, .deadline_s = 120};
+    util_run_clean(&run, 0, "3 ranks ib, rank 1 with other lanes");
+}
+END_TEST
+
 /* ---- zero-copy ---- */
 
 /* Sizes over the 1 MiB threshold, odd ones and one above 4 MiB, as
@@ -253,7 +338,6 @@ done:
  * ones checked to be made of registrations. */
 #define ZC_RING_COUNT 1000003u
 #define ZC_GATHER_COUNT 300007u
-static int32_t ring_input(int r, size_t i) { return (int32_t)((uint32_t)(r + 1) * 2654435761u ^ (uint32_t)i * 40503u); }
 /* Small integers: their float32 sums are exact in any order. */
 static float avg_input(int r, size_t i) { return (float)((r + 1) * (int)(i % 1000)); }
 
@@ -804,6 +888,8 @@ static Suite *ib_suite(void) {
     add_case(s, "forced_without_device", forced_without_device);
     add_case(s, "steady_many_calls", steady_many_calls);
     add_case(s, "credits_both_ways", credits_both_ways);
+    add_case(s, "slot_lanes", slot_lanes);
+    add_case(s, "slot_lanes_disagree", slot_lanes_disagree);
     add_case(s, "nearest_device", nearest_device);
     add_case(s, "software_adapter", software_adapter);
     add_case(s, "software_adapter_spin_given", software_adapter_spin_given);

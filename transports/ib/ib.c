@@ -47,11 +47,11 @@ ccl_status_t ccl__ib_conn_fail(struct ccl__ib_conn *c, ccl_status_t st, const ch
 
 /* ---- posting ---- */
 
-ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c) {
+ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c, unsigned lane) {
     /* No scatter list: a WRITE WITH IMMEDIATE places its bytes itself and
      * only takes the request for its completion. */
-    struct ibv_recv_wr wr = {.wr_id = CCL__IB_WR_ID(CCL__IB_WR_RECV, c->base.peer, 0)}, *bad = NULL;
-    int rc = ibv_post_recv(c->rqp, &wr, &bad);
+    struct ibv_recv_wr wr = {.wr_id = CCL__IB_WR_ID(CCL__IB_WR_RECV, c->base.peer, lane)}, *bad = NULL;
+    int rc = ibv_post_recv(c->lane_rqp[lane], &wr, &bad);
     if (rc)
         return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a receive for rank %d (%.64s): %s", c->base.peer, peer_host(c),
                          strerror(rc));
@@ -65,15 +65,18 @@ ccl_status_t ccl__ib_post_write(struct ccl__ib_conn *c, int kind, uint32_t imm, 
 
 /* The slot's first `bytes` from our copy of it, then (when from_bytes)
  * the rest from registered memory elsewhere: one write, landing whole in
- * the peer's slot. */
+ * the peer's slot. A slot write goes on its slot's lane, anything else on
+ * lane 0. */
 ccl_status_t ccl__ib_post_write_from(struct ccl__ib_conn *c, int kind, uint32_t imm, uint64_t slot, uint32_t bytes,
                                      const void *from, uint32_t from_bytes, const struct ibv_mr *from_mr) {
+    int data = kind == CCL__IB_WR_DATA || kind == CCL__IB_WR_DATA_FROM;
+    unsigned lane = data ? (unsigned)(slot % c->lanes) : 0;
     struct ibv_sge sge[2] = {
         {.addr = (uintptr_t)(c->send_fifo + slot * c->stride), .length = bytes, .lkey = c->send_mr->lkey},
         {.addr = (uintptr_t)from, .length = from_bytes, .lkey = from_mr ? from_mr->lkey : 0}};
     int nsge = (bytes ? 1 : 0) + (from_bytes ? 1 : 0);
     struct ibv_send_wr wr = {
-        .wr_id = CCL__IB_WR_ID(kind, c->base.peer, 0),
+        .wr_id = CCL__IB_WR_ID(kind, c->base.peer, lane),
         .sg_list = nsge ? (bytes ? sge : sge + 1) : NULL,
         .num_sge = nsge,
         .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -82,11 +85,12 @@ ccl_status_t ccl__ib_post_write_from(struct ccl__ib_conn *c, int kind, uint32_t 
         .wr.rdma = {.remote_addr = c->remote_addr + slot * c->stride, .rkey = c->remote_rkey},
     };
     struct ibv_send_wr *bad = NULL;
-    int rc = ibv_post_send(c->qp, &wr, &bad);
+    int rc = ibv_post_send(c->lane_qp[lane], &wr, &bad);
     if (rc)
         return ccl__ib_conn_fail(c, CCL_ERR_SYSTEM, "posting a write to rank %d (%.64s): %s", c->base.peer, peer_host(c),
                          strerror(rc));
     c->sq_busy++;
+    c->lane_sent[lane] += data;
     c->from_posted += kind == CCL__IB_WR_DATA_FROM;
     return CCL_OK;
 }
@@ -181,18 +185,36 @@ static ccl_status_t take_count(struct ccl__ib_conn *c, uint32_t n, uint32_t mask
     return CCL_OK;
 }
 
-/* The credits in the head of the slot that just arrived: cumulative,
- * never behind what we know (RC keeps them in order), never past the
- * slots we have sent. */
+/* The credits in the head of the slot taken next: cumulative, never past
+ * the slots we have sent. A count behind what we know is stale, not
+ * wrong: a credit write on lane 0 may overtake a slot on another lane. */
 static ccl_status_t take_slot_credits(struct ccl__ib_conn *c) {
     uint64_t r;
     memcpy(&r, c->recv_fifo + (c->arrived % c->nslots) * c->stride + offsetof(struct ccl__ib_slot_head, released),
            sizeof(r));
-    if (r < c->credits || r > c->sent)
+    if (r > c->sent)
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) returned credits for %llu slots (had %llu, sent %llu)",
                                  c->base.peer, peer_host(c), (unsigned long long)r, (unsigned long long)c->credits,
                                  (unsigned long long)c->sent);
-    c->credits = r;
+    if (r > c->credits) c->credits = r;
+    return CCL_OK;
+}
+
+/* Slot n (its low bits in the immediate) landed on `lane`: each lane
+ * delivers its own slots in order (n mod lanes == lane), and a slot is
+ * taken only once every slot before it has landed. */
+static ccl_status_t slot_landed(struct ccl__ib_conn *c, uint32_t n, unsigned lane) {
+    uint64_t expect = c->lane_arrived[lane] * c->lanes + lane;
+    if (lane >= c->lanes || n != (uint32_t)(expect & CCL__IB_COUNT_MASK) || expect - c->released >= c->nslots)
+        return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
+                                 c->base.peer, peer_host(c), n, (unsigned long long)expect);
+    c->lane_arrived[lane]++;
+    c->landed[expect % c->nslots] = 1;
+    while (c->landed[c->arrived % c->nslots]) {
+        c->landed[c->arrived % c->nslots] = 0;
+        CCL_CHECK(take_slot_credits(c));
+        c->arrived++;
+    }
     return CCL_OK;
 }
 
@@ -204,10 +226,12 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
         __atomic_add_fetch(&s->notices_done, 1, __ATOMIC_RELAXED);
         return CCL_OK;
     }
+    unsigned lane = (unsigned)(wc->wr_id >> 32); /* of a slot write or a receive */
     if (kind == CCL__IB_WR_RECV) c->rq_posted--;
     else c->sq_busy--;
     if (wc->status != IBV_WC_SUCCESS) return wc_failed(c, wc);
     if (kind == CCL__IB_WR_DATA || kind == CCL__IB_WR_DATA_FROM) {
+        c->lane_done[lane]++;
         c->send_done++;
         c->from_done += kind == CCL__IB_WR_DATA_FROM;
         return CCL_OK;
@@ -228,16 +252,16 @@ static ccl_status_t on_completion(struct ccl__ib_state *s, const struct ibv_wc *
         CCL_CHECK(take_count(c, n, CCL__IB_COUNT_MASK, &c->zc_pulled, c->zc_offered, "zero-copy pulls"));
         break;
     case CCL__IB_IMM_CREDIT:
+        /* A slot on another lane may have brought a later count already. */
+        if (((n - (uint32_t)c->credits) & CCL__IB_COUNT_MASK) > c->nslots &&
+            (((uint32_t)c->credits - n) & CCL__IB_COUNT_MASK) <= c->nslots)
+            break;
         CCL_CHECK(take_count(c, n, CCL__IB_COUNT_MASK, &c->credits, c->sent, "credits"));
         break;
     default:
-        if (n != (uint32_t)(c->arrived & CCL__IB_COUNT_MASK) || c->arrived - c->released >= c->nslots)
-            return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
-                             c->base.peer, peer_host(c), n, (unsigned long long)c->arrived);
-        CCL_CHECK(take_slot_credits(c));
-        c->arrived++;
+        CCL_CHECK(slot_landed(c, n, lane));
     }
-    return ccl__ib_post_recv(c);
+    return ccl__ib_post_recv(c, lane);
 }
 
 /* Takes every completion already queued; *moved when any. A failure of
@@ -311,10 +335,14 @@ ccl_status_t ccl__ib_progress_all(struct ccl__ib_conn *c, int *moved) {
 
 /* ---- the slot interface ---- */
 
-/* A slot is free on both sides and the send queue has room. */
-static int can_send(const struct ccl__ib_conn *c) {
-    return c->sent - c->credits < c->nslots && c->sent - c->send_done < c->nslots && c->sq_busy < c->sq_depth;
+/* A slot is free on both sides (its lane has completed the write that
+ * last carried our copy) and the send queue has room. */
+static int slot_free(const struct ccl__ib_conn *c) {
+    unsigned lane = (unsigned)(c->sent % c->lanes);
+    return c->sent - c->credits < c->nslots && c->lane_sent[lane] - c->lane_done[lane] < c->nslots / c->lanes;
 }
+
+static int can_send(const struct ccl__ib_conn *c) { return slot_free(c) && c->sq_busy < c->sq_depth; }
 
 static ccl_status_t ib_send_acquire(struct ccl__conn *base, size_t bytes, void **buf) {
     (void)bytes; /* fixed slots: a write moves only the payload it commits */
@@ -335,7 +363,7 @@ static ccl_status_t commit_slot(struct ccl__conn *base, const struct ccl__slot_m
                                 const struct ibv_mr *from_mr) {
     struct ccl__ib_conn *c = ib_conn(base);
     if (c->failed) return c->failed;
-    if (c->sent - c->credits >= c->nslots || c->sent - c->send_done >= c->nslots || m->bytes > base->slot_bytes)
+    if (!slot_free(c) || m->bytes > base->slot_bytes)
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: commit of %u bytes to rank %d without a free slot",
                               m->bytes, base->peer);
     uint64_t slot = c->sent % c->nslots;

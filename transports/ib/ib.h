@@ -1,7 +1,8 @@
 /*
  * The RDMA verbs transport (libibverbs): two reliable-connected queue
- * pairs per pair of ranks (below), for ranks on different hosts (or any ranks when
- * CCL_TRANSPORT=ib), on InfiniBand or RoCE adapters, soft-RoCE included.
+ * pairs per pair of ranks (below; more with slot lanes, CCL_IB_QPS), for
+ * ranks on different hosts (or any ranks when CCL_TRANSPORT=ib), on
+ * InfiniBand or RoCE adapters, soft-RoCE included.
  *
  * Each direction of a connection is a FIFO of `slots` slots in registered
  * memory on the receiver. A slot is a struct ccl__slot_meta followed by the
@@ -133,14 +134,39 @@ struct ccl__ib_blob {
     uint16_t lid;
     uint8_t gid[16];
     char dev[32];
+    uint32_t lanes; /* slot lanes of its connections (ccl__ib_lanes) */
 };
+
+/* Slot writes may be spread over several queue pairs per direction,
+ * `lanes` of them (CCL_IB_QPS): slot n goes on lane n mod lanes, lane 0
+ * being the asking queue pair, which alone carries credits, reads and
+ * notices. An adapter works a queue pair's requests one after another
+ * and holds it while its window of unacknowledged packets is full (128
+ * on soft-RoCE, 64 handed to the link at once): several queue pairs keep
+ * more of a large transfer moving, as NCCL's
+ * NCCL_IB_QPS_PER_CONNECTION does. Lanes complete out of order with
+ * each other, in order within one; the receiver takes slots in slot
+ * order (a slot that lands early waits, flagged in `landed`), and the
+ * sender reuses its copy of a slot only once its lane has completed the
+ * write that last carried it. */
+#define CCL__IB_MAX_LANES 8
+/* CCL_IB_QPS, lowered to divide the slots, so that each slot keeps one
+ * lane. Every rank publishes it; set-up fails on all of them when two
+ * differ. */
+static inline unsigned ccl__ib_lanes(const struct ccl__params *params) {
+    unsigned lanes = (unsigned)params->ib_qps;
+    while (lanes > 1 && params->slots % (int)lanes) lanes--;
+    return lanes;
+}
 
 /* What two ranks trade over the pair channel for their queue pairs. */
 #define CCL__IB_PAIR_TAG 0x49425150u /* "IBQP" */
 struct ccl__ib_qp_info {
-    uint32_t qpn, psn;   /* the queue pair this rank asks on */
-    uint32_t rqpn, rpsn; /* the one it answers on */
+    uint32_t qpn, psn;   /* the queue pair this rank asks on (lane 0) */
+    uint32_t rqpn, rpsn; /* the one it answers on (lane 0) */
     uint32_t rd_depth;   /* reads its rqp answers at once */
+    uint32_t lane_qpn[CCL__IB_MAX_LANES], lane_psn[CCL__IB_MAX_LANES]; /* lanes 1..: our slots to the peer */
+    uint32_t lane_rqpn[CCL__IB_MAX_LANES], lane_rpsn[CCL__IB_MAX_LANES]; /* the peer's slots to us */
     uint16_t lid;
     uint8_t port, mtu;
     uint8_t gid[16];
@@ -153,13 +179,21 @@ struct ccl__ib_qp_info {
 /* wr_id: the peer in the high bits, what the request was in the low byte. */
 enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_PULL = 4, CCL__IB_WR_PULLED = 5,
        CCL__IB_WR_NOTICE = 6, CCL__IB_WR_DATA_FROM = 7 /* a slot whose payload is read from the caller's memory */ };
-/* wr_id = length << 32 | peer << 8 | kind (a read's length counts on completion). */
+/* wr_id = length << 32 | peer << 8 | kind (a read's length counts on
+ * completion; a slot write's or a receive's "length" is its lane). */
 #define CCL__IB_WR_ID(kind, peer, len) (((uint64_t)(len) << 32) | ((uint64_t)(uint32_t)(peer) << 8) | (uint64_t)(kind))
 
 struct ccl__ib_conn {
     struct ccl__conn base;
     struct ibv_qp *qp;  /* our requests to the peer */
     struct ibv_qp *rqp; /* the peer's requests to us: receives, and answers to its reads */
+    /* Slot lanes: lane_qp[k] carries our slots n with n mod lanes == k,
+     * lane_rqp[k] receives the peer's; lane 0 is qp and rqp. */
+    unsigned lanes;
+    struct ibv_qp *lane_qp[CCL__IB_MAX_LANES], *lane_rqp[CCL__IB_MAX_LANES];
+    uint64_t lane_sent[CCL__IB_MAX_LANES], lane_done[CCL__IB_MAX_LANES]; /* slot writes posted, completed */
+    uint64_t lane_arrived[CCL__IB_MAX_LANES]; /* the peer's slots landed on each lane */
+    uint8_t *landed; /* [nslots]: slot n mod nslots landed, not yet taken in order */
     unsigned nslots;
     size_t stride; /* header + slot, rounded to a cache line */
     ccl_status_t failed;
@@ -247,8 +281,8 @@ ccl_status_t ccl__ib_setup_done(struct ccl_comm *comm);
 void ccl__ib_teardown(struct ccl_comm *comm);
 void ccl__ib_poison(struct ccl_comm *comm, int status);
 
-/* Data path (ib.c): posts one receive request on c. */
-ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c);
+/* Data path (ib.c): posts one receive request on c's lane. */
+ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c, unsigned lane);
 
 /* Memory registration and zero-copy (ib_zc.c). */
 ccl_status_t ccl__ib_reg(struct ccl_comm *comm, void *addr, size_t bytes, void **handle);

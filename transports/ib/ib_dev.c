@@ -147,7 +147,8 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
     if (fl < 0 || fcntl(s->chan->fd, F_SETFL, fl | O_NONBLOCK) < 0)
         return unavailable(comm, CCL_ERR_SYSTEM, "cannot make the completion channel non-blocking");
 
-    struct ccl__ib_blob b = {.magic = CCL__IB_BLOB_MAGIC, .port = s->port, .link_layer = s->link_layer, .lid = s->lid};
+    struct ccl__ib_blob b = {.magic = CCL__IB_BLOB_MAGIC, .port = s->port, .link_layer = s->link_layer, .lid = s->lid,
+                             .lanes = ccl__ib_lanes(&comm->params)};
     memcpy(b.gid, s->gid.raw, sizeof(b.gid));
     snprintf(b.dev, sizeof(b.dev), "%s", s->dev);
     memset(blob, 0, CCL__TRANSPORT_BLOB_BYTES);
@@ -169,8 +170,9 @@ ccl_status_t ccl__ib_open_cq(struct ccl_comm *comm, struct ccl__ib_state *s, int
     /* Every send and receive request a connection can have outstanding:
      * its asking queue pair's send queue and its answering one's receive
      * queue are each 2 * slots + 3 + CCL__IB_PULL_DEPTH deep and one more
-     * (see conn_new), the other two queues one each. */
-    long want = (long)nconns * (4L * comm->params.slots + 8 + 2L * CCL__IB_PULL_DEPTH + 4);
+     * (see conn_new), the other two queues one each; its slot lanes
+     * (lanes_new) add at most 2 * slots + 4 per lane. */
+    long want = (long)nconns * (6L * comm->params.slots + 8 + 2L * CCL__IB_PULL_DEPTH + 4 + 4L * CCL__IB_MAX_LANES);
     if (want > s->cq_size) want = s->cq_size;
     s->cq = ibv_create_cq(s->ctx, (int)want, NULL, s->chan, 0);
     if (!s->cq)

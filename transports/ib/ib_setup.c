@@ -55,13 +55,53 @@ static void *alloc_fifo(size_t bytes) {
 
 static void conn_free(struct ccl__ib_conn *c) {
     if (!c) return;
+    for (unsigned k = 1; k < CCL__IB_MAX_LANES; k++) {
+        if (c->lane_qp[k]) ibv_destroy_qp(c->lane_qp[k]);
+        if (c->lane_rqp[k]) ibv_destroy_qp(c->lane_rqp[k]);
+    }
     if (c->qp) ibv_destroy_qp(c->qp);
     if (c->rqp) ibv_destroy_qp(c->rqp);
+    free(c->landed);
     if (c->send_mr) ibv_dereg_mr(c->send_mr);
     if (c->recv_mr) ibv_dereg_mr(c->recv_mr);
     free(c->send_fifo);
     free(c->recv_fifo);
     free(c);
+}
+
+/* Lanes 1.. of a connection (ib.h): each carries nslots / lanes slot
+ * writes at most, and receives as many. */
+static ccl_status_t lanes_new(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c) {
+    unsigned per_lane = c->nslots / c->lanes;
+    struct ibv_qp_init_attr qa = {
+        .send_cq = s->cq,
+        .recv_cq = s->cq,
+        .cap = {.max_send_wr = per_lane + 1, .max_recv_wr = 1, .max_send_sge = 2, .max_recv_sge = 1,
+                .max_inline_data = c->max_inline},
+        .qp_type = IBV_QPT_RC,
+    };
+    struct ibv_qp_init_attr ra = {
+        .send_cq = s->cq,
+        .recv_cq = s->cq,
+        .cap = {.max_send_wr = 1, .max_recv_wr = per_lane + 1, .max_send_sge = 1, .max_recv_sge = 1},
+        .qp_type = IBV_QPT_RC,
+    };
+    struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
+                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
+    for (unsigned k = 1; k < c->lanes; k++) {
+        c->lane_qp[k] = ibv_create_qp(s->pd, &qa);
+        c->lane_rqp[k] = c->lane_qp[k] ? ibv_create_qp(s->pd, &ra) : NULL;
+        if (!c->lane_rqp[k])
+            return ccl__set_error(comm, CCL_ERR_SYSTEM,
+                                  "ib: cannot create the queue pairs of lane %u of %u for rank %d on %s: %s (fewer "
+                                  "lanes: CCL_IB_QPS)",
+                                  k, c->lanes, c->base.peer, s->dev, strerror(errno));
+        if (ibv_modify_qp(c->lane_qp[k], &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ||
+            ibv_modify_qp(c->lane_rqp[k], &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+            return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: lane %u to rank %d: INIT: %s", k, c->base.peer,
+                                  strerror(errno));
+    }
+    return CCL_OK;
 }
 
 static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int peer, struct ccl__ib_conn **out) {
@@ -73,6 +113,9 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot,
                                  .cpu_adapter = s->software};
     c->nslots = depth;
+    c->lanes = ccl__ib_lanes(&comm->params);
+    c->landed = calloc(depth, 1);
+    if (!c->landed) return CCL_ERR_NO_MEMORY;
     c->stride = (CCL__IB_HDR_BYTES + slot + 63) & ~(size_t)63;
     /* The slots' writes, as many credits, a pull's reads and the notice
      * that ends it. */
@@ -125,12 +168,36 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     if (ibv_modify_qp(c->rqp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: answering queue pair for rank %d: INIT: %s", peer,
                               strerror(errno));
+    c->lane_qp[0] = c->qp;
+    c->lane_rqp[0] = c->rqp;
+    return lanes_new(comm, s, c);
+}
+
+/* Every rank with an RDMA device published its lanes; where two differ,
+ * every rank fails with the same sentence. */
+static ccl_status_t lanes_agree(struct ccl_comm *comm) {
+    int first = -1;
+    struct ccl__ib_blob a, b;
+    for (int p = 0; p < comm->nranks; p++) {
+        memcpy(&b, ccl__peer_blob(comm, p, &ccl__transport_ib), sizeof(b));
+        if (b.magic != CCL__IB_BLOB_MAGIC) continue;
+        if (first < 0) {
+            first = p, a = b;
+            continue;
+        }
+        if (b.lanes != a.lanes)
+            return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                                  "ib: rank %d spreads slots over %u queue pairs, rank %d over %u (CCL_IB_QPS, and "
+                                  "CCL_SLOTS, which the lanes divide, must be the same on every rank)",
+                                  first, a.lanes, p, b.lanes);
+    }
     return CCL_OK;
 }
 
 ccl_status_t ccl__ib_setup(struct ccl_comm *comm, const uint8_t *use) {
     struct ccl__ib_state *s = ccl__ib_state(comm);
     if (!s || !s->ctx) return ccl__set_error(comm, CCL_ERR_INTERNAL, "ib: setup without a device (local_init failed?)");
+    CCL_CHECK(lanes_agree(comm));
     int n = 0;
     for (int p = 0; p < comm->nranks; p++) n += use[p] != 0;
     CCL_CHECK(ccl__ib_open_cq(comm, s, n));
@@ -199,6 +266,12 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
                                    .fifo_addr = (uintptr_t)c->recv_fifo, .fifo_rkey = c->recv_mr->rkey,
                                    .nslots = c->nslots, .stride = c->stride, .slot_bytes = c->base.slot_bytes};
     memcpy(mine.gid, s->gid.raw, 16);
+    for (unsigned k = 1; k < c->lanes; k++) {
+        mine.lane_qpn[k] = c->lane_qp[k]->qp_num;
+        mine.lane_psn[k] = random_psn((uint32_t)c->base.peer + 2 * k);
+        mine.lane_rqpn[k] = c->lane_rqp[k]->qp_num;
+        mine.lane_rpsn[k] = random_psn((uint32_t)c->base.peer + 2 * k + 1);
+    }
     struct ccl__ib_qp_info peer;
     CCL_CHECK(ccl__pair_exchange(comm, c->base.peer, CCL__IB_PAIR_TAG, &mine, &peer, sizeof(peer)));
     if (peer.nslots != mine.nslots || peer.stride != mine.stride || peer.slot_bytes != mine.slot_bytes)
@@ -214,18 +287,28 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
     c->remote_rkey = peer.fifo_rkey;
     /* Receives first: the peer may write as soon as both are past the
      * bootstrap round that closes connect. */
-    for (unsigned i = 0; i < c->sq_depth + 1; i++) CCL_CHECK(ccl__ib_post_recv(c));
+    for (unsigned i = 0; i < c->sq_depth + 1; i++) CCL_CHECK(ccl__ib_post_recv(c, 0));
+    for (unsigned k = 1; k < c->lanes; k++)
+        for (unsigned i = 0; i < c->nslots / c->lanes + 1; i++) CCL_CHECK(ccl__ib_post_recv(c, k));
     struct qp_link ask = {.qp = c->qp, .dest_qpn = peer.rqpn, .rq_psn = peer.rpsn, .sq_psn = mine.psn,
                           .rd_out = (uint8_t)c->rd_depth, .rd_in = 0, .what = "queue pair"};
     struct qp_link answer = {.qp = c->rqp, .dest_qpn = peer.qpn, .rq_psn = peer.psn, .sq_psn = mine.rpsn,
                              .rd_out = 0, .rd_in = (uint8_t)rd, .what = "answering queue pair"};
     CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer, &ask));
     CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer, &answer));
+    for (unsigned k = 1; k < c->lanes; k++) {
+        struct qp_link out = {.qp = c->lane_qp[k], .dest_qpn = peer.lane_rqpn[k], .rq_psn = peer.lane_rpsn[k],
+                              .sq_psn = mine.lane_psn[k], .what = "slot lane"};
+        struct qp_link in = {.qp = c->lane_rqp[k], .dest_qpn = peer.lane_qpn[k], .rq_psn = peer.lane_psn[k],
+                             .sq_psn = mine.lane_rpsn[k], .what = "receiving slot lane"};
+        CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer, &out));
+        CCL_CHECK(to_rtr_rts(comm, s, c, &mine, &peer, &in));
+    }
     uint8_t t = ack_timeout_exponent(comm);
     CCL_INFO(CCL__SUB_NET, comm->rank,
-             "ib: connected to rank %d (qp %u -> %u, answering %u <- %u, %u reads in flight; an unacknowledged "
-             "request is tried %d times, %.0f ms apart)",
-             c->base.peer, mine.qpn, peer.rqpn, mine.rqpn, peer.qpn, c->rd_depth, RETRY_COUNT + 1,
+             "ib: connected to rank %d (qp %u -> %u, answering %u <- %u, slots over %u queue pairs, %u reads in "
+             "flight; an unacknowledged request is tried %d times, %.0f ms apart)",
+             c->base.peer, mine.qpn, peer.rqpn, mine.rqpn, peer.qpn, c->lanes, c->rd_depth, RETRY_COUNT + 1,
              4.096e-3 * (double)(1u << t));
     return CCL_OK;
 }
