@@ -108,7 +108,8 @@ static void check_params_took_effect(const struct harness_run *run, int rank, st
     char host[64] = "";
     int per_host = run->host_per_rank ? 1 : run->ranks_per_host;
     if (per_host > 0) snprintf(host, sizeof host, "host%d", rank / per_host);
-    double timeout = atof(run->ccl_timeout ? run->ccl_timeout : DEFAULT_CCL_TIMEOUT);
+    const char *set = getenv("CCL_TIMEOUT"); /* the run's, or this rank's own (rank_env) */
+    double timeout = atof(set ? set : DEFAULT_CCL_TIMEOUT);
     if ((run->transport && strcmp(p->transport, run->transport) != 0) || (host[0] && strcmp(p->host_id, host) != 0) ||
         strcmp(p->shm_prefix, run->shm_prefix) != 0 || p->timeout_s != timeout)
         harness_fail(t, __FILE__, __LINE__,

@@ -648,6 +648,72 @@ START_TEST(gpu_resident_kill_9) {
 }
 END_TEST
 
+/* A kernel that hangs meets CCL_TIMEOUT, not a wait without end: the
+ * simulated driver stalls the leader's kernel for STALL_S. Where the
+ * peers' CCL_TIMEOUT is 2 s, they fail with CCL_ERR_TIMEOUT saying that no
+ * word came from rank 0, and the leader, told of their failure, still
+ * waits for its kernel (it reads and writes their buffers) and fails when
+ * it ends. Where the leader's is 2 s, it fails naming its kernel, and the
+ * peers learn of it at once. Every rank's call returns; nothing hangs. */
+#define STALL_S 6.0
+static int body_gpu_stall(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks;
+    int leader_times_out = *(const int *)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    ccl_comm_t *g = NULL;
+    if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    EXPECT(&t, gpu_resident_calls(g) == 0, "the GPU-resident path is off: gpu_resident_calls %ld", gpu_resident_calls(g));
+    size_t n = 1001;
+    sim_ptr din = 0, dout = 0;
+    EXPECT(&t, sim.MemAlloc(&din, n * 4) == 0 && sim.MemAlloc(&dout, n * 4) == 0, "cuMemAlloc");
+    double t0 = harness_now();
+    ccl_status_t st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+    double took = harness_now() - t0;
+    const char *why = ccl_comm_last_error(g);
+    fprintf(stderr, "[gpu stall] rank %d: %s after %.1f s: %s\n", rank, ccl_status_string(st), took, why);
+    if (leader_times_out ? rank == 0 : rank != 0) {
+        /* A peer may hear of the other peer's timeout first, an instant
+         * before its own. */
+        int own = st == CCL_ERR_TIMEOUT && strstr(why, rank == 0 ? "the call's kernel" : "no word from rank 0") &&
+                  strstr(why, "CCL_TIMEOUT=2");
+        int other = rank != 0 && st == CCL_ERR_REMOTE && strstr(why, "failed (operation timed out)");
+        EXPECT(&t, own || other, "the call returned %s, without saying what did not finish, or the timeout: '%s'",
+               ccl_status_string(st), why);
+        EXPECT(&t, took > 1.5 && took < 5, "the timeout came after %.1f s (CCL_TIMEOUT=2)", took);
+    } else {
+        EXPECT(&t, st < 0, "the call returned %s on a communicator whose %s timed out", ccl_status_string(st),
+               rank == 0 ? "peers" : "leader");
+        if (rank == 0) /* its kernel held the peers' buffers: it waited for it */
+            EXPECT(&t, took > STALL_S - 1 && took < STALL_S + 4, "the leader returned after %.1f s, its kernel took %.0f",
+                   took, STALL_S);
+        else EXPECT(&t, took < 5 && strstr(why, "rank 0 failed (operation timed out)"),
+                    "the peer learnt of the leader's timeout after %.1f s: '%s'", took, why);
+    }
+    sim.MemFree(din);
+    sim.MemFree(dout);
+    ccl_comm_destroy(g);
+    return t.fails;
+}
+
+START_TEST(gpu_resident_stalled_kernel) {
+    if (!CCL_TEST_GPU_KERNELS) {
+        fprintf(stderr, "SKIP gpu_resident_stalled_kernel: the library was built without its GPU kernels (no nvcc), "
+                        "so the GPU-resident path is off\n");
+        return;
+    }
+    static const int leader_times_out[] = {0, 1};
+    static const char *const peers_time_out[] = {"CCL_SIM_FOLD_STALL=6", "CCL_TIMEOUT=2", "CCL_TIMEOUT=2"};
+    static const char *const leader_times_out_env[] = {"CCL_SIM_FOLD_STALL=6 CCL_TIMEOUT=2", NULL, NULL};
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_gpu_stall, .arg = (void *)&leader_times_out[_i],
+                              .deadline_s = 90, .ccl_timeout = "30", .lenient_destroy = 1,
+                              .rank_env = _i ? leader_times_out_env : peers_time_out,
+                              .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+    util_run_clean(&run, 0, "a kernel that stalls, the %s timing out", _i ? "leader" : "peers");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("stream_host");
     util_add_loop_case(s, "stream_twins_on_default_stream", stream_twins_on_default_stream, 3, 120);
@@ -658,6 +724,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 5, 280);
     util_add_loop_case(s, "gpu_resident_ranks_that_disagree", gpu_resident_ranks_that_disagree, 1, 150);
     util_add_loop_case(s, "gpu_resident_kill_9", gpu_resident_kill_9, 2, 150);
+    util_add_loop_case(s, "gpu_resident_stalled_kernel", gpu_resident_stalled_kernel, 2, 120);
     return s;
 }
 

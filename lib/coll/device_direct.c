@@ -38,12 +38,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "algo/algo.h"
 #include "coll/device.h"
 #include "coll/device_state.h"
 #include "core/log.h"
+#include "core/socket.h"
 #include "cuda/kernels.h"
+#include "prims/wait.h"
 #include "transports/transport.h"
 
 /* A rank's word in its window's control page (algo.h: CCL__WINDOW_GPU_WORDS). */
@@ -279,7 +282,20 @@ struct host_wait {
     CUstream s;           /* a stream to go idle, or */
     _Atomic uint32_t *go; /* a go word to reach seq */
     uint32_t seq;
+    const char *what;     /* a stream's work, for the timeout's message */
 };
+
+/* A wait that lasted CCL_TIMEOUT: the communicator fails, naming it. */
+static ccl_status_t host_wait_timeout(struct ccl_comm *comm, const struct host_wait *w, double waited) {
+    if (w->go)
+        ccl__set_error(comm, CCL_ERR_TIMEOUT,
+                       "GPU-resident path: no word from rank %d, which runs the call's kernel, for %.1f s "
+                       "(CCL_TIMEOUT=%g; is it stopped, or stuck outside the library?)",
+                       LEADER, waited, comm->params.timeout_s);
+    else ccl__set_error(comm, CCL_ERR_TIMEOUT, "GPU-resident path: %s did not finish within %.1f s (CCL_TIMEOUT=%g)",
+                        w->what, waited, comm->params.timeout_s);
+    return ccl__comm_fail(comm, CCL_ERR_TIMEOUT);
+}
 
 /* 1 done, 0 not yet, or a failure. */
 static ccl_status_t host_wait_poll(struct ccl_comm *comm, const struct host_wait *w) {
@@ -289,10 +305,34 @@ static ccl_status_t host_wait_poll(struct ccl_comm *comm, const struct host_wait
     return r == CCL__CUDA_ERROR_NOT_READY ? 0 : ccl__device_fail(comm, r, "cuStreamQuery", "GPU-resident path");
 }
 
+/* Every peer's liveness and failures, as seen from here: the first
+ * failure found fails the communicator. */
+static ccl_status_t check_peers(struct ccl_comm *comm) {
+    ccl_status_t st = ccl__check_failures(comm, "GPU-resident path");
+    for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
+        if (comm->conns[p] && (st = comm->conns[p]->t->check_peer(comm->conns[p])) < 0) ccl__comm_fail(comm, st);
+    return st;
+}
+
+/* A go word released (ccl__gpu_direct_release): some rank's communicator
+ * failed, and the call did not run. Its reason comes by its transport,
+ * which may trail the word a moment; the call fails either way. */
+static ccl_status_t released_by_failure(struct ccl_comm *comm) {
+    double until = ccl__now() + 1.0;
+    ccl_status_t st;
+    while ((st = check_peers(comm)) == CCL_OK && ccl__now() < until) usleep(1000);
+    if (st < 0) return st;
+    ccl__set_error(comm, CCL_ERR_REMOTE, "GPU-resident path: another rank's communicator failed during the call (its "
+                                         "reason did not reach this rank)");
+    return ccl__comm_fail(comm, CCL_ERR_REMOTE);
+}
+
 /* Polls w, checking every 100 ms that every peer is alive (a dead one
  * fails the communicator). A stream is waited for even then: the kernel
  * may still read and write the buffers, and it waits on nothing, so it
- * ends. It spins for the first SPIN_S (a call of 64 MiB takes about a
+ * ends; but no wait outlasts CCL_TIMEOUT (a kernel that long is a GPU
+ * gone wrong, a peer that long without a word is stopped or stuck). It
+ * spins for the first SPIN_S (a call of 64 MiB takes about a
  * tenth of that on an H200; a sleep, however short, lasts some 60 us),
  * then yields until YIELD_S, then sleeps. */
 #define SPIN_S 1e-3
@@ -304,7 +344,12 @@ static ccl_status_t host_wait(struct ccl_comm *comm, const struct host_wait *w) 
     ccl_status_t failed = CCL_OK;
     for (;;) {
         ccl_status_t st = host_wait_poll(comm, w);
-        if (st == 1) return failed < 0 ? failed : ccl__comm_health(comm);
+        if (st == 1) {
+            if (failed < 0) return failed;
+            st = ccl__comm_health(comm);
+            if (st < 0 || !w->go || atomic_load_explicit(w->go, memory_order_acquire) != RELEASED) return st;
+            return released_by_failure(comm);
+        }
         if (st < 0) return st;
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
@@ -312,11 +357,10 @@ static ccl_status_t host_wait(struct ccl_comm *comm, const struct host_wait *w) 
         if (el < SPIN_S) continue;
         if (el < YIELD_S) sched_yield();
         else nanosleep(&(struct timespec){0, 10000}, NULL);
+        if (el > comm->params.timeout_s) return failed < 0 ? failed : host_wait_timeout(comm, w, el);
         if (el < next_check || failed < 0) continue;
         next_check = el + 0.1;
-        st = ccl__comm_health(comm);
-        for (int p = 0; p < comm->nranks && st == CCL_OK; p++)
-            if (comm->conns[p] && (st = comm->conns[p]->t->check_peer(comm->conns[p])) < 0) ccl__comm_fail(comm, st);
+        st = check_peers(comm);
         if (st < 0 && w->go) return st;
         failed = st;
     }
@@ -356,7 +400,8 @@ static ccl_status_t run(struct ccl_comm *comm, const struct ccl__cu *cu, struct 
     char why[300];
     if (ccl__cuda_fold(c->coll.id.dtype, c->coll.id.op, &a, groups, s, why, sizeof why) < 0)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "GPU-resident path: %s", why);
-    CCL_CHECK(host_wait(comm, &(struct host_wait){.cu = cu, .s = s}));
+    CCL_CHECK(host_wait(comm, &(struct host_wait){
+        .cu = cu, .s = s, .what = "the call's kernel (it may still read and write every rank's buffers)"}));
     for (int p = 0; p < n; p++)
         if (p != me) atomic_store_explicit(&words_of(comm, p)->go, seq, memory_order_release);
     g->ran++;
@@ -389,7 +434,8 @@ ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *
     /* Step 1 (a call without a stream followed the legacy default stream
      * at issue already: classify). */
     ccl_status_t st = CCL_OK;
-    if (ordered) st = host_wait(comm, &(struct host_wait){.cu = cu, .s = stream});
+    if (ordered)
+        st = host_wait(comm, &(struct host_wait){.cu = cu, .s = stream, .what = "the work queued before the call on its stream"});
     struct call_record mine, *all = calloc((size_t)comm->nranks, sizeof(*all));
     if (!all && st == CCL_OK) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "GPU-resident path: out of memory");
     if (ctx && st == CCL_OK) my_record(comm, cu, g, c, &mine);

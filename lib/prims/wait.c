@@ -185,19 +185,20 @@ static ccl_status_t timeout_error(struct ccl__waiter *w, double idle) {
     return ccl__comm_fail(w->comm, CCL_ERR_TIMEOUT);
 }
 
-static ccl_status_t check_failures(struct ccl__waiter *w) {
-    struct ccl_comm *comm = w->comm;
+ccl_status_t ccl__check_failures(struct ccl_comm *comm, const char *what) {
     ccl_status_t st = ccl__comm_health(comm);
     if (st < 0) return st;
     int32_t who = atomic_load(&comm->wake->fail_rank);
     if (who) {
         int32_t why = atomic_load(&comm->wake->fail_status);
-        ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", w->what, who - 1,
+        ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", what, who - 1,
                        ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE));
         return ccl__comm_fail(comm, CCL_ERR_REMOTE);
     }
     return CCL_OK;
 }
+
+static ccl_status_t check_failures(struct ccl__waiter *w) { return ccl__check_failures(w->comm, w->what); }
 
 static int waited_on(const struct ccl__waiter *w, const struct ccl__conn *c) {
     for (int i = 0; i < *w->nconns; i++)

@@ -44,6 +44,12 @@ void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c);
  * little, so that one slow wake does not keep a rank yielding for long. */
 double ccl__wait_next_yield(double yield_s, double base_s, double max_s, int slept, double stretch_s);
 
+/* This communicator's failure, or a peer's that reached it (a failing
+ * rank writes its rank and status into its peers' wake words): the
+ * communicator fails naming that rank, in an error that starts with
+ * `what`. */
+ccl_status_t ccl__check_failures(struct ccl_comm *comm, const char *what);
+
 /* Rings every peer's bell (the transport's wake): after publishing
  * something peers may wait on outside any FIFO (a direct-path window). */
 void ccl__wake_peers(struct ccl_comm *comm);

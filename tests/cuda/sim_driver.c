@@ -19,7 +19,8 @@
  * by its owner's pid and descriptor, which another process opens through
  * /proc; the one kernel that path launches (ccl_fold_*, cuda/fold_args.h)
  * runs on the stream's thread, built from the same element functions as
- * the real one (reduce/elem.h). Not simulated: other kernels, blocking
+ * the real one (reduce/elem.h). CCL_SIM_FOLD_STALL=S makes that kernel
+ * take S seconds more, a GPU that hangs for a while. Not simulated: other kernels, blocking
  * streams' order with the legacy default stream, several devices.
  */
 #define _GNU_SOURCE
@@ -163,6 +164,7 @@ static void run_op(struct op *o) {
         break;
     case OP_FOLD:
         usleep(300); /* a kernel takes a while too */
+        if (getenv("CCL_SIM_FOLD_STALL")) usleep((useconds_t)(atof(getenv("CCL_SIM_FOLD_STALL")) * 1e6));
         run_fold(o->fold);
         break;
     }
