@@ -13,6 +13,10 @@
 # Inside, a veth pair v0 <-> v1 (192.0.2.1 and 192.0.2.2) carries the two
 # devices, rxe0 on v0 and rxe1 on v1; give ranks on different simulated
 # hosts different devices (CCL_IB_HCA) and RDMA traffic crosses the pair.
+# The pair's MTU is CCL_RDMA_VM_MTU (default 9000): jumbo frames, as RoCE
+# fabrics are set up, so the devices' path MTU is 4096 (at 1500 it is
+# 1024, and soft-RoCE under emulation spends most of its time per packet:
+# both libccl and Open MPI over UCX ran about three times slower there).
 # netem is loaded, so a test can make a link drop packets (tc qdisc).
 # The pair is lossless but may reorder a queue pair's packets (each is
 # queued on the vCPU that sends it); tests/rdma_suite.sh turns on RPS for
@@ -22,7 +26,8 @@
 # package: the reason is printed); 125 when the guest did not finish.
 # Needs root the first time, to install packages; later runs reuse the
 # kernel and initramfs kept in $CCL_RDMA_VM_CACHE (default
-# /var/tmp/ccl-rdma-vm). CCL_RDMA_VM_TIMEOUT bounds a run (seconds, 1800).
+# /var/tmp/ccl-rdma-vm). CCL_RDMA_VM_TIMEOUT bounds a run (seconds, 1800);
+# CCL_RDMA_VM_MTU sets the link's MTU (above).
 set -eu
 
 skip() { echo "rdma-vm: SKIP: $*" >&2; exit 77; }
@@ -77,7 +82,7 @@ if [ ! -f "$cache/vmlinuz" ]; then
   kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
   depmod -b "$kernel_tree" "$kver"
   cp "$kernel_tree/boot/vmlinuz-$kver" "$cache/vmlinuz.part" && mv "$cache/vmlinuz.part" "$cache/vmlinuz"
-  rm -f "$cache/initrd-3.gz"
+  rm -f "$cache/initrd-4.gz"
 fi
 kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
 moddir="$kernel_tree/lib/modules/$kver"
@@ -93,7 +98,7 @@ modules_in_order() {
   done | awk '!seen[$0]++'
 }
 
-if [ ! -f "$cache/initrd-3.gz" ]; then
+if [ ! -f "$cache/initrd-4.gz" ]; then
   root=$(mktemp -d)
   mkdir -p "$root/bin" "$root/lib/modules" "$root/host" "$root/proc" "$root/sys" "$root/dev"
   cp /bin/busybox "$root/bin/busybox"
@@ -117,9 +122,11 @@ if [ -n "$share" ]; then
   $bb mkdir -p "/host$share"
   $bb mount -t 9p -o trans=virtio,version=9p2000.L share "/host$share" || echo "rdma-vm: cannot mount $share"
 fi
+mtu=$(param mtu)
 $bb chroot /host /bin/sh -c '
   ip link set lo up
   ip link add v0 type veth peer name v1
+  ip link set v0 mtu "$0" && ip link set v1 mtu "$0"
   ip addr add 192.0.2.1/24 dev v0 && ip addr add 192.0.2.2/24 dev v1
   ip link set v0 up && ip link set v1 up
   # Soft-RoCE sends through the network stack: with the default backlog
@@ -128,7 +135,7 @@ $bb chroot /host /bin/sh -c '
   # pair. A real RoCE fabric is lossless (PFC); so is this, now.
   echo 100000 >/proc/sys/net/core/netdev_max_backlog
   sleep 1
-  rdma link add rxe0 type rxe netdev v0 && rdma link add rxe1 type rxe netdev v1 || echo "rdma-vm: no soft-RoCE devices"'
+  rdma link add rxe0 type rxe netdev v0 && rdma link add rxe1 type rxe netdev v1 || echo "rdma-vm: no soft-RoCE devices"' "${mtu:-1500}"
 echo "rdma-vm: command starts"
 $bb chroot /host /bin/sh -c "cd \"\${0}\" && eval \"\$1\"" "$(param dir)" "$(param cmd)"
 echo "rdma-vm: command exit $?"
@@ -136,7 +143,7 @@ $bb sync
 $bb poweroff -f
 EOF
   chmod 755 "$root/init"
-  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd-3.gz"
+  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd-4.gz"
   rm -rf "$root"
 fi
 
@@ -150,8 +157,8 @@ set -- -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 timeout "${CCL_RDMA_VM_TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg -smp 2 -m "${CCL_RDMA_VM_MEM:-3072}" \
-  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd-3.gz" "$@" \
-  -append "console=ttyS0 quiet loglevel=3 panic=-1 clocksource=tsc tsc=reliable cmd=$(b64 "$command") dir=$(b64 "$(pwd)") share=$(b64 "$share")" \
+  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd-4.gz" "$@" \
+  -append "console=ttyS0 quiet loglevel=3 panic=-1 clocksource=tsc tsc=reliable cmd=$(b64 "$command") dir=$(b64 "$(pwd)") share=$(b64 "$share") mtu=$(b64 "${CCL_RDMA_VM_MTU:-9000}")" \
   </dev/null >"$log" 2>&1 || true
 # The console interleaves kernel messages: find the markers anywhere.
 tr -d '\r' <"$log" | awk '/rdma-vm: command exit [0-9]/{exit} on{print} /rdma-vm: command starts/{on=1}'
