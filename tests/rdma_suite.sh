@@ -43,6 +43,10 @@ run() { # name, then the command
 # ranks are in their loop, and restores after.
 cable=v1
 run test_transport_ib env CCL_TEST_CABLE="$cable" "$build/tests/test_transport_ib"
+# Zero-copy reads cut in pieces of 12 KiB: many reads, the last of each
+# transfer short.
+run "test_transport_ib (zero_copy_exact, 12 KiB reads)" env CCL_IB_PULL_BYTES=12288 CK_RUN_CASE=zero_copy_exact \
+  "$build/tests/test_transport_ib"
 run "test_faults (kill -9)" env CK_RUN_CASE=kill_during_all_reduce "$build/tests/test_faults"
 run "test_faults_boot (wrong secret)" env CK_RUN_CASE=wrong_secret "$build/tests/test_faults_boot"
 # The correctness matrix of every collective (its "matrix" loops only: the

@@ -1,7 +1,7 @@
 /* The RDMA transport's memory registration and zero-copy transfers (the
  * protocol is described in ib.h): the sender offers its registered buffer
  * in a slot, the receiver reads it into its own in pieces of
- * CCL__IB_PULL_BYTES and tells the sender when every read is in. Nothing
+ * the connection's pull_piece and tells the sender when every read is in. Nothing
  * here blocks. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -68,9 +68,9 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
  * flight count them). */
 static ccl_status_t post_reads(struct ccl__ib_conn *c) {
     while (c->pull_posted < c->pull_bytes && c->sq_busy < c->sq_depth &&
-           c->pull_posted - c->pull_done < (size_t)c->rd_depth * CCL__IB_PULL_BYTES) {
+           c->pull_posted - c->pull_done < (size_t)c->rd_depth * c->pull_piece) {
         size_t left = c->pull_bytes - c->pull_posted;
-        uint32_t len = left < CCL__IB_PULL_BYTES ? (uint32_t)left : CCL__IB_PULL_BYTES;
+        uint32_t len = left < c->pull_piece ? (uint32_t)left : c->pull_piece;
         struct ibv_sge sge = {.addr = c->pull_local + c->pull_posted, .length = len, .lkey = c->pull_lkey};
         struct ibv_send_wr wr = {
             .wr_id = CCL__IB_WR_ID(CCL__IB_WR_PULL, c->base.peer, len),
