@@ -204,7 +204,7 @@ static ccl_status_t take_slot_credits(struct ccl__ib_conn *c) {
  * delivers its own slots in order (n mod lanes == lane), and a slot is
  * taken only once every slot before it has landed. */
 static ccl_status_t slot_landed(struct ccl__ib_conn *c, uint32_t n, unsigned lane) {
-    uint64_t expect = c->lane_arrived[lane] * c->lanes + lane;
+    uint64_t expect = lane < c->lanes ? c->lane_arrived[lane] * c->lanes + lane : c->arrived;
     if (lane >= c->lanes || n != (uint32_t)(expect & CCL__IB_COUNT_MASK) || expect - c->released >= c->nslots)
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) wrote slot %u out of turn (expected %llu)",
                                  c->base.peer, peer_host(c), n, (unsigned long long)expect);
