@@ -283,11 +283,7 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
     /* Our reads go no deeper than the peer answers. A device that answers
      * none cannot take zero-copy: a first offer to it fails, saying so. */
     c->rd_depth = peer.rd_depth < rd ? peer.rd_depth : rd;
-    /* Pieces of a pull in packets, not bytes: what soft-RoCE bounds is
-     * the packets a queue pair has unacknowledged (ib.h). */
-    uint8_t mtu = peer.mtu < mine.mtu ? peer.mtu : mine.mtu;
-    size_t piece = comm->params.ib_pull_bytes ? comm->params.ib_pull_bytes
-                                              : (size_t)CCL__IB_PULL_PACKETS * (128u << mtu);
+    size_t piece = comm->params.ib_pull_bytes ? comm->params.ib_pull_bytes : CCL__IB_PULL_BYTES;
     c->pull_piece = (uint32_t)(piece < 4096 ? 4096 : piece);
     c->remote_addr = peer.fifo_addr;
     c->remote_rkey = peer.fifo_rkey;

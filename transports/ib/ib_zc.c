@@ -1,7 +1,7 @@
 /* The RDMA transport's memory registration and zero-copy transfers (the
  * protocol is described in ib.h): the sender offers its registered buffer
  * in a slot, the receiver reads it into its own in pieces of
- * the connection's pull_piece and tells the sender when every read is in. Nothing
+ * the connection's pull_piece (CCL__IB_PULL_BYTES) and tells the sender when every read is in. Nothing
  * here blocks. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
