@@ -25,7 +25,7 @@ struct ccl__params {
     char ib_hca[64];          /* CCL_IB_HCA: RDMA device ("mlx5_0" or "mlx5_0:1"; "" the first active) */
     int ib_gid_index;         /* CCL_IB_GID_INDEX */
     int ib_qps;               /* CCL_IB_QPS: queue pairs a connection's slots are spread over */
-    size_t ib_pull_bytes;     /* CCL_IB_PULL_BYTES: a zero-copy read's piece (0: by the path MTU) */
+    size_t ib_pull_bytes;     /* CCL_IB_PULL_BYTES: a zero-copy read's piece, at least 4096 */
     size_t ib_zcopy_bytes;    /* CCL_IB_ZCOPY_BYTES: smallest zero-copy message (0: registered buffers only) */
     int reg_cache;            /* CCL_REG_CACHE: keep automatic registrations between calls */
     size_t shm_window_bytes;  /* CCL_SHM_WINDOW_BYTES: the direct path's window per rank, 0 none */

@@ -24,7 +24,7 @@
  *      its registered buffer;
  *   2. the receiver, once its call reaches the offer, RDMA READs the
  *      message straight into its own registered buffer, in pieces of
- *      CCL__IB_PULL_BYTES, at most CCL__IB_PULL_DEPTH in flight;
+ *      CCL_IB_PULL_BYTES (256 KiB), at most CCL__IB_PULL_DEPTH in flight;
  *   3. when every read has completed it tells the sender, with a
  *      zero-length WRITE WITH IMMEDIATE, that the buffer is free.
  * The offer travels in order with the slots, so a receiver that expects
@@ -107,18 +107,17 @@ struct ccl__ib_zc_offer {
  * registered memory, one step less on the small-message path. */
 #define CCL__IB_INLINE_BYTES 256u
 
-/* A pull is cut in reads of this size (CCL_IB_PULL_BYTES sets another),
- * at most CCL__IB_PULL_DEPTH in flight. The send queue processes its
+/* A pull is cut in reads of CCL_IB_PULL_BYTES, 256 KiB unless set, at
+ * most CCL__IB_PULL_DEPTH in flight. The send queue processes its
  * requests in order, so slots and credits for other calls get through
  * between the pieces; and at a 1 KiB MTU a read of 1 MiB (1024 packets)
  * is eight times the 128 unacknowledged packets soft-RoCE lets a queue
  * pair have outstanding: send/recv of 4 MiB took 153 ms pulled in 1 MiB
- * pieces, 78 ms in these (bench/README.md). At a 4 KiB MTU, pieces of
+ * pieces, 78 ms in 256 KiB ones (bench/README.md). At a 4 KiB MTU, pieces of
  * 256 packets (1 MiB) made send/recv of 8 MiB faster but of 1 and 4 MiB
  * slower, so the size stays in bytes. The peer's queue pair must answer
  * this many reads at once (max_dest_rd_atomic); a device that allows
  * fewer gets fewer. */
-#define CCL__IB_PULL_BYTES (256u << 10)
 #define CCL__IB_PULL_DEPTH 4u
 /* An offered buffer stays registered this long after its last use: a
  * duplicate of the receiver's last read request (sent when its
@@ -232,7 +231,6 @@ struct ccl__ib_conn {
     uint64_t zc_taken, zc_told, told_done;
     uint64_t pull_remote, pull_local;
     uint32_t pull_rkey, pull_lkey;
-    uint32_t pull_piece; /* bytes a read asks for at most (CCL_IB_PULL_BYTES, or CCL__IB_PULL_BYTES) */
     size_t pull_bytes, pull_posted, pull_done;
 };
 

@@ -69,6 +69,13 @@ static void conn_free(struct ccl__ib_conn *c) {
     free(c);
 }
 
+/* A new queue pair to INIT, on our port, with the remote access given. */
+static int to_init(const struct ccl__ib_state *s, struct ibv_qp *qp, int access) {
+    struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
+                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | access};
+    return ibv_modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
 /* Lanes 1.. of a connection (ib.h): each carries nslots / lanes slot
  * writes at most, and receives as many. */
 static ccl_status_t lanes_new(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c) {
@@ -86,8 +93,6 @@ static ccl_status_t lanes_new(struct ccl_comm *comm, struct ccl__ib_state *s, st
         .cap = {.max_send_wr = 1, .max_recv_wr = per_lane + 1, .max_send_sge = 1, .max_recv_sge = 1},
         .qp_type = IBV_QPT_RC,
     };
-    struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
-                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
     for (unsigned k = 1; k < c->lanes; k++) {
         c->lane_qp[k] = ibv_create_qp(s->pd, &qa);
         c->lane_rqp[k] = c->lane_qp[k] ? ibv_create_qp(s->pd, &ra) : NULL;
@@ -96,8 +101,7 @@ static ccl_status_t lanes_new(struct ccl_comm *comm, struct ccl__ib_state *s, st
                                   "ib: cannot create the queue pairs of lane %u of %u for rank %d on %s: %s (fewer "
                                   "lanes: CCL_IB_QPS)",
                                   k, c->lanes, c->base.peer, s->dev, strerror(errno));
-        if (ibv_modify_qp(c->lane_qp[k], &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ||
-            ibv_modify_qp(c->lane_rqp[k], &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+        if (to_init(s, c->lane_qp[k], 0) || to_init(s, c->lane_rqp[k], IBV_ACCESS_REMOTE_WRITE))
             return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: lane %u to rank %d: INIT: %s", k, c->base.peer,
                                   strerror(errno));
     }
@@ -160,12 +164,9 @@ static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int
     if (!c->qp || !c->rqp)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: cannot create queue pairs for rank %d on %s: %s", peer,
                               s->dev, strerror(errno));
-    struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = s->port,
-                               .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
-    if (ibv_modify_qp(c->qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    if (to_init(s, c->qp, 0))
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: queue pair for rank %d: INIT: %s", peer, strerror(errno));
-    init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (ibv_modify_qp(c->rqp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    if (to_init(s, c->rqp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ib: answering queue pair for rank %d: INIT: %s", peer,
                               strerror(errno));
     c->lane_qp[0] = c->qp;
@@ -283,8 +284,6 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
     /* Our reads go no deeper than the peer answers. A device that answers
      * none cannot take zero-copy: a first offer to it fails, saying so. */
     c->rd_depth = peer.rd_depth < rd ? peer.rd_depth : rd;
-    size_t piece = comm->params.ib_pull_bytes ? comm->params.ib_pull_bytes : CCL__IB_PULL_BYTES;
-    c->pull_piece = (uint32_t)(piece < 4096 ? 4096 : piece);
     c->remote_addr = peer.fifo_addr;
     c->remote_rkey = peer.fifo_rkey;
     /* Receives first: the peer may write as soon as both are past the

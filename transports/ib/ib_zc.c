@@ -1,7 +1,7 @@
 /* The RDMA transport's memory registration and zero-copy transfers (the
  * protocol is described in ib.h): the sender offers its registered buffer
  * in a slot, the receiver reads it into its own in pieces of
- * the connection's pull_piece (CCL__IB_PULL_BYTES) and tells the sender when every read is in. Nothing
+ * CCL_IB_PULL_BYTES and tells the sender when every read is in. Nothing
  * here blocks. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -67,10 +67,11 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
  * rd_depth in flight (all pieces but the last are whole, so bytes in
  * flight count them). */
 static ccl_status_t post_reads(struct ccl__ib_conn *c) {
+    size_t piece = c->base.comm->params.ib_pull_bytes;
     while (c->pull_posted < c->pull_bytes && c->sq_busy < c->sq_depth &&
-           c->pull_posted - c->pull_done < (size_t)c->rd_depth * c->pull_piece) {
+           c->pull_posted - c->pull_done < (size_t)c->rd_depth * piece) {
         size_t left = c->pull_bytes - c->pull_posted;
-        uint32_t len = left < c->pull_piece ? (uint32_t)left : c->pull_piece;
+        uint32_t len = left < piece ? (uint32_t)left : (uint32_t)piece;
         struct ibv_sge sge = {.addr = c->pull_local + c->pull_posted, .length = len, .lkey = c->pull_lkey};
         struct ibv_send_wr wr = {
             .wr_id = CCL__IB_WR_ID(CCL__IB_WR_PULL, c->base.peer, len),
