@@ -462,6 +462,14 @@ static int ib_wait_fd(struct ccl__conn *base, short *events) {
     return s->chan->fd;
 }
 
+/* Requests of this rank's that the adapters are still working on: slot
+ * writes not yet completed, a pull's reads, an offered buffer the peer
+ * has not finished reading. */
+static int ib_in_flight(const struct ccl__conn *base) {
+    const struct ccl__ib_conn *c = (const struct ccl__ib_conn *)base;
+    return !c->failed && (c->send_done != c->sent || c->pull_done < c->pull_bytes || c->zc_offered != c->zc_pulled);
+}
+
 /* Called while a waiter is idle: what has arrived counts first (a peer
  * that wrote its last slot and exited is not a failure until that slot
  * is read), then whether the peer's process still holds its pair
@@ -521,6 +529,7 @@ const struct ccl__transport ccl__transport_ib = {
     .progress = ib_progress,
     .flushed = ib_flushed,
     .wait_fd = ib_wait_fd,
+    .in_flight = ib_in_flight,
     .check_peer = ib_check_peer,
     .poison = ccl__ib_poison,
     .slot_bytes = ib_slot_bytes,
