@@ -3,7 +3,8 @@
  * that ended soon lengthens the yield past that stretch, a long one
  * shortens it, stretches that end awake bring it back towards its base,
  * and it never leaves [base, max]; a communicator whose yield may not
- * adapt keeps its yield.
+ * adapt keeps its yield. And how long one sleep may last
+ * (ccl__wait_sleep_cap): shorter while an adapter works for the rank.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -75,6 +76,18 @@ START_TEST(ceiling_follows_slow_links) {
 }
 END_TEST
 
+START_TEST(naps_while_in_flight) {
+    /* nothing in flight: 50 ms at a time, never past the deadline */
+    ck_assert_double_eq(ccl__wait_sleep_cap(300.0, 0), 0.05);
+    ck_assert_double_eq(ccl__wait_sleep_cap(0.01, 0), 0.01);
+    ck_assert_double_eq(ccl__wait_sleep_cap(-1.0, 0), 0.0);
+    /* an adapter working for the rank: a millisecond at a time */
+    ck_assert_double_eq(ccl__wait_sleep_cap(300.0, 1), 1e-3);
+    ck_assert_double_eq(ccl__wait_sleep_cap(0.5e-3, 1), 0.5e-3);
+    ck_assert_double_eq(ccl__wait_sleep_cap(0.0, 1), 0.0);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("wait");
     TCase *tc = tcase_create("yield");
@@ -83,6 +96,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, awake_stretches_decay_to_base);
     tcase_add_test(tc, fixed_when_it_may_not_adapt);
     tcase_add_test(tc, ceiling_follows_slow_links);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sleep");
+    tcase_add_test(tc, naps_while_in_flight);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -23,15 +23,8 @@
 #define SPIN_LOOK_EVERY 8  /* a pure spin reads the clock and failure words once in this many rounds */
 #define WHERE_ANSWER_S 1.0 /* how long a timed-out wait gives a peer to say where it is */
 #define WHERE_HOPS 8       /* how far it follows "waiting on" from rank to rank */
-/* The longest sleep while an adapter works on this rank's requests (a
- * transport's in_flight). Soft-RoCE in the test VM moved a 16 MiB
- * zero-copy exchange 3-5x slower when both ranks slept until the
- * completion's event: after 50 ms sleeps the reads were still not done,
- * while ranks that looked every millisecond, or spun, saw them through at
- * once (bench/README.md). An adapter's work is due within moments, so
- * looking often costs little; a rank with nothing in flight still sleeps
- * until something arrives. */
-#define IN_FLIGHT_NAP_S 1e-3
+#define SLEEP_MAX_S 0.05  /* the longest sleep of a wait with nothing in flight */
+#define IN_FLIGHT_NAP_S 1e-3 /* and with an adapter working for it (ccl__wait_sleep_cap) */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -247,8 +240,7 @@ static void sleep_once(struct ccl__waiter *w, double left) {
         int fd = c->t->wait_fd(c, &ev);
         if (fd >= 0 && (ev & POLLOUT)) fds[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
     }
-    double cap = left < 0.05 ? (left > 0 ? left : 0) : 0.05;
-    if (in_flight && cap > IN_FLIGHT_NAP_S) cap = IN_FLIGHT_NAP_S;
+    double cap = ccl__wait_sleep_cap(left, in_flight);
     if (n == 0) {
         futex_sleep(w, cap);
         return;
@@ -260,6 +252,11 @@ static void sleep_once(struct ccl__waiter *w, double left) {
         return;
     }
     poll(fds, (nfds_t)n, (int)ceil(cap * 1000));
+}
+
+double ccl__wait_sleep_cap(double left_s, int in_flight) {
+    double cap = in_flight ? IN_FLIGHT_NAP_S : SLEEP_MAX_S;
+    return left_s < cap ? (left_s > 0 ? left_s : 0) : cap;
 }
 
 static ccl_status_t waiter_idle(struct ccl__waiter *w) {

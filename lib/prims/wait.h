@@ -31,6 +31,18 @@ ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn
  * ranks would never move again. */
 void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c);
 
+/* The longest one sleep of a wait with left_s to go before its deadline:
+ * 50 ms, or 1 ms while an adapter is working on this rank's requests (a
+ * transport's in_flight). Soft-RoCE in the test VM moved a 16 MiB
+ * zero-copy exchange 3-5x slower when both ranks slept until the
+ * completion's event: after a 50 ms sleep the reads were still not done
+ * (the emulated adapter's work stalls while the hypervisor halts the
+ * idle vCPUs), while ranks that looked every millisecond, or spun, saw
+ * them through at once (bench/README.md). Such work is due within
+ * moments, so looking often costs little; a rank with nothing in flight
+ * still sleeps until something arrives. */
+double ccl__wait_sleep_cap(double left_s, int in_flight);
+
 /* How long waits yield before sleeping, after an idle stretch of
  * stretch_s that did or did not sleep; it stays within [base_s, max_s].
  * Waking a sleeping rank can take far longer than the yield (measured on a
