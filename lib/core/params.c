@@ -24,7 +24,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_TCP_SOCKET_BYTES", "4194304",
      "send and receive buffer of every TCP connection, when net.core.rmem_max and wmem_max allow it (0: the "
      "kernel's autotuning)"},
-    {"CCL_IB_SLOT_BYTES", "131072", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
+    {"CCL_IB_SLOT_BYTES", "262144", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
     {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the active device nearest to the rank by hwloc)"},
     {"CCL_IB_GID_INDEX", "0", "GID table index of the RDMA port (RoCE: which address and RoCE version)"},
     {"CCL_IB_ZCOPY_BYTES", "524288",
@@ -150,7 +150,7 @@ static void params_load(void) {
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_socket_bytes = (size_t)env_long("CCL_TCP_SOCKET_BYTES", 4 << 20, 0, 1L << 30);
-    params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
+    params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 256 << 10, 4096, 64 << 20) & ~(size_t)63;
     copy_str(params.ib_hca, sizeof(params.ib_hca), env_or("CCL_IB_HCA", ""));
     params.ib_gid_index = (int)env_long("CCL_IB_GID_INDEX", 0, 0, 255);
     params.ib_qps = (int)env_long("CCL_IB_QPS", 1, 1, 8);
