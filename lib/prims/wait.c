@@ -227,9 +227,10 @@ static void sleep_once(struct ccl__waiter *w, double left) {
     for (int i = 0; i < *w->nconns; i++) {
         struct ccl__conn *c = w->conns[i];
         if (!c) continue;
-        if (c->t->in_flight && c->t->in_flight(c)) in_flight = 1;
         short ev = 0;
         int fd = c->t->wait_fd(c, &ev);
+        /* after wait_fd, which may have taken the completions that end it */
+        if (c->t->in_flight && c->t->in_flight(c)) in_flight = 1;
         if (fd < 0) fdless = 1;
         else if (ev && n < MAX_POLLFDS - 1) fds[n++] = (struct pollfd){.fd = fd, .events = ev};
     }
