@@ -5,6 +5,7 @@
  * and it never leaves [base, max]; a communicator whose yield may not
  * adapt keeps its yield. And how long one sleep may last
  * (ccl__wait_sleep_cap): shorter while an adapter works for the rank.
+ * And whether waits spin at all (ccl__plan_spin_rule).
  */
 #include <check.h>
 #include <stdlib.h>
@@ -88,6 +89,28 @@ START_TEST(naps_while_in_flight) {
 }
 END_TEST
 
+START_TEST(spin_follows_crowding) {
+    /* a CPU for every rank, hardware adapters: spin */
+    ck_assert_int_eq(ccl__plan_spin_rule(2, 2, 0, 0), CCL__SPIN_ALWAYS);
+    ck_assert_int_eq(ccl__plan_spin_rule(1, 16, 1, 0), CCL__SPIN_ALWAYS);
+    /* a software adapter's work too, and CPUs for all of it: spin */
+    ck_assert_int_eq(ccl__plan_spin_rule(2, 4, 1, 0), CCL__SPIN_ALWAYS);
+    /* CPUs for the ranks but not their adapters' work: spin only while
+     * no adapter works for the wait */
+    ck_assert_int_eq(ccl__plan_spin_rule(2, 2, 1, 0), CCL__SPIN_UNLESS_IN_FLIGHT);
+    ck_assert_int_eq(ccl__plan_spin_rule(3, 4, 1, 0), CCL__SPIN_UNLESS_IN_FLIGHT);
+    /* more ranks than CPUs: never, with or without such adapters */
+    ck_assert_int_eq(ccl__plan_spin_rule(3, 2, 0, 0), CCL__SPIN_NEVER);
+    ck_assert_int_eq(ccl__plan_spin_rule(3, 2, 1, 0), CCL__SPIN_NEVER);
+    ck_assert_int_eq(ccl__plan_spin_rule(8, 2, 0, 0), CCL__SPIN_NEVER);
+    /* CCL_SPIN_US set: the user's choice, whatever the crowding */
+    ck_assert_int_eq(ccl__plan_spin_rule(8, 2, 1, 1), CCL__SPIN_ALWAYS);
+    ck_assert_int_eq(ccl__plan_spin_rule(2, 2, 1, 1), CCL__SPIN_ALWAYS);
+    /* CPUs unknown: not crowded */
+    ck_assert_int_eq(ccl__plan_spin_rule(4, 0, 1, 0), CCL__SPIN_ALWAYS);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("wait");
     TCase *tc = tcase_create("yield");
@@ -99,6 +122,9 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("sleep");
     tcase_add_test(tc, naps_while_in_flight);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("spin");
+    tcase_add_test(tc, spin_follows_crowding);
     suite_add_tcase(s, tc);
     return s;
 }

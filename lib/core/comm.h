@@ -75,6 +75,7 @@ struct ccl_comm {
     int *identity;                      /* [nranks]: 0, 1, 2, ... (rings whose blocks are their positions) */
     size_t chunk_bytes;                 /* the same for any pair: smallest slot of every link */
     double spin_s, yield_s;             /* how long a wait spins, then yields, before sleeping */
+    int spin_unless_in_flight;          /* a wait spins only while no adapter works for it (prims/wait.c) */
     double yield_base_s, yield_max_s;   /* yield_s adapts between these (prims/wait.c); equal: it does not */
     int machine_ranks, machine_cpus;    /* ranks of this communicator on this machine, CPUs this rank may use */
     int own_core;                       /* own_core_thread runs on a core no other local rank runs on */

@@ -246,12 +246,9 @@ int ccl__plan_pin_slot(int index, int nlocal, int ncores, int npus, int *slot, i
     return *pu ? *slot / (npus / ncores) : *slot;
 }
 
-void ccl__plan_waiting(struct ccl_comm *comm) {
-    int index, local = ccl__plan_machine_ranks(comm, &index);
-    /* The machine's CPUs, not this rank's: ranks a launcher bound to a CPU
-     * each may each use one, and are not crowded for it. */
-    long threads = ccl__plan_machine_cpus(comm->nranks, comm->peers, comm->rank);
-    if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
+enum ccl__spin_rule ccl__plan_spin_rule(long local, long threads, int cpu_adapter, int spin_set) {
+    if (spin_set || threads <= 0) return CCL__SPIN_ALWAYS;
+    if (local > threads) return CCL__SPIN_NEVER;
     /* A link over a software RDMA device (soft-RoCE, siw) has this
      * machine's CPUs do its adapter's packets, checksums and copies: each
      * rank's traffic wants a CPU beside the rank's own, and a rank that
@@ -259,9 +256,25 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
      * it waits for. Measured in the soft-RoCE VM (2 ranks, 2 vCPUs,
      * rounds in turn, against the default's spin and growing yield): 4 MiB
      * all-reduce 1.07x as fast (6 rounds), 0.98x (5) and 1.08x (5) in
-     * three boots, 1 MiB 0.95x and 1.00x, 8-byte latency even. */
+     * three boots, 1 MiB 0.95x and 1.00x, 8-byte latency even. A wait
+     * whose adapter has nothing of its to do still spins: what it waits
+     * for is the peer's work, and a spin sees it land where a yield loop
+     * sees it a system call late (bench/README.md: 8-byte latency 1.04x
+     * and 1.07x as fast in two boots, all-reduce and send/recv even). */
+    if (local * (1 + (cpu_adapter != 0)) > threads) return CCL__SPIN_UNLESS_IN_FLIGHT;
+    return CCL__SPIN_ALWAYS;
+}
+
+void ccl__plan_waiting(struct ccl_comm *comm) {
+    int index, local = ccl__plan_machine_ranks(comm, &index);
+    /* The machine's CPUs, not this rank's: ranks a launcher bound to a CPU
+     * each may each use one, and are not crowded for it. */
+    long threads = ccl__plan_machine_cpus(comm->nranks, comm->peers, comm->rank);
+    if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
     int crowded = threads > 0 && (long)local * (1 + comm->cpu_adapter) > threads;
-    comm->spin_s = comm->params.spin_us * 1e-6;
+    enum ccl__spin_rule rule = ccl__plan_spin_rule(local, threads, comm->cpu_adapter, comm->params.spin_us_set);
+    comm->spin_s = rule == CCL__SPIN_NEVER ? 0 : comm->params.spin_us * 1e-6;
+    comm->spin_unless_in_flight = rule == CCL__SPIN_UNLESS_IN_FLIGHT;
     comm->yield_s = comm->yield_base_s = 200e-6;
     /* A wait that slept and was woken soon after would have done better
      * yielding a little longer: it lengthens the yield, up to 2 ms (the
@@ -276,13 +289,13 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
     /* Yielding stays: it hands the core to the rank we wait for without the
      * cost of a sleep and wake-up (measured: 4 ranks on 2 threads, 8 B
      * all-reduce 7 us with yield, 80 us sleeping at once). */
-    if (crowded && !comm->params.spin_us_set) comm->spin_s = 0;
     comm->machine_ranks = local;
     comm->machine_cpus = (int)threads;
     CCL_INFO(CCL__SUB_PLAN, comm->rank,
-             "%d ranks on this machine%s, %ld CPUs to use: waits spin %.0f us, yield %.0f us (up to %.0f as waits "
+             "%d ranks on this machine%s, %ld CPUs to use: waits spin %.0f us%s, yield %.0f us (up to %.0f as waits "
              "teach)", local, comm->cpu_adapter ? " and as many software RDMA adapters' work" : "", threads,
-             comm->spin_s * 1e6, comm->yield_s * 1e6, comm->yield_max_s * 1e6);
+             comm->spin_s * 1e6, comm->spin_unless_in_flight ? " (none while an adapter works for them)" : "",
+             comm->yield_s * 1e6, comm->yield_max_s * 1e6);
 }
 
 #define YIELD_CEILING_CHUNKS 4   /* chunks of the slowest link a learnt yield may cover */

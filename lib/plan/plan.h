@@ -92,6 +92,15 @@ int ccl__plan_pin_slot(int index, int nlocal, int ncores, int npus, int *slot, i
  * steals the time of the rank it waits for, so waits yield at once. */
 void ccl__plan_waiting(struct ccl_comm *comm);
 
+/* Whether waits spin, for `local` ranks of the communicator on a machine
+ * with `threads` CPUs to use, `cpu_adapter` when some link's adapter is
+ * software on those CPUs (its ranks count twice), unless the user chose
+ * (spin_set: CCL_SPIN_US). Crowded by ranks, never; crowded by the
+ * adapters' work alone, only while no adapter works for the wait (its
+ * work would run on our CPUs); otherwise always. */
+enum ccl__spin_rule { CCL__SPIN_ALWAYS, CCL__SPIN_UNLESS_IN_FLIGHT, CCL__SPIN_NEVER };
+enum ccl__spin_rule ccl__plan_spin_rule(long local, long threads, int cpu_adapter, int spin_set);
+
 /* How far the yield may learn to grow, given the time one chunk takes over
  * the communicator's slowest link (chunk_us): max_s, or four such chunks
  * where that is longer (at most 50 ms). Over a slow link a wait for one

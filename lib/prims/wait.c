@@ -43,6 +43,7 @@ struct ccl__waiter {
     int slept;         /* this idle stretch went to sleep */
     int spinning;      /* a pure spin under way: most rounds only poll */
     int pure_spin;     /* alone on its core: spinning needs no yield */
+    int no_spin;       /* this idle stretch skips the spin (an adapter works for it on our CPUs) */
     double idle_since; /* ccl__now() of the last progress */
     double next_check; /* next liveness check of the peers */
     ccl_status_t gone; /* a waited-on peer's liveness check failed: look once more before failing */
@@ -58,6 +59,7 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
     w->idle_rounds = 0;
     w->slept = 0;
     w->spinning = 0;
+    w->no_spin = 0;
     w->pure_spin = comm->own_core && pthread_equal(pthread_self(), comm->own_core_thread);
     w->idle_since = ccl__now();
     w->next_check = w->idle_since + LIVENESS_PERIOD_S;
@@ -88,6 +90,7 @@ static void waiter_progress(struct ccl__waiter *w) {
         w->idle_rounds = 0;
         w->slept = 0;
         w->spinning = 0;
+        w->no_spin = 0;
         w->idle_since = now;
     }
 }
@@ -260,6 +263,16 @@ double ccl__wait_sleep_cap(double left_s, int in_flight) {
     return left_s < cap ? (left_s > 0 ? left_s : 0) : cap;
 }
 
+/* Whether an adapter works on this wait's requests right now (a
+ * transport's in_flight): a software adapter does that work on our CPUs. */
+static int waiter_in_flight(const struct ccl__waiter *w) {
+    for (int i = 0; i < *w->nconns; i++) {
+        const struct ccl__conn *c = w->conns[i];
+        if (c && c->t->in_flight && c->t->in_flight(c)) return 1;
+    }
+    return 0;
+}
+
 static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     /* What arrives during a round's pause and bookkeeping waits for them:
      * a pure spin pauses once a round (a pause is ~140 cycles on current
@@ -276,11 +289,14 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
         now = ccl__now();
     } else {
         now = ccl__now();
-        if (w->idle_rounds++ == 0) w->idle_since = now;
+        if (w->idle_rounds++ == 0) {
+            w->idle_since = now;
+            w->no_spin = w->comm->spin_unless_in_flight && waiter_in_flight(w);
+        }
     }
     ccl_status_t st = check_failures(w);
     if (st < 0) return st;
-    double spin_s = w->comm->spin_s, idle = now - w->idle_since;
+    double spin_s = w->no_spin ? 0 : w->comm->spin_s, idle = now - w->idle_since;
     if (idle < spin_s) {
         /* Past the first microseconds, a spinning rank also yields: when the
          * scheduler has put the peer it waits for on the same core, a pure
