@@ -31,7 +31,7 @@ struct ccl__boot_table_hdr {
     int32_t nranks;
     uint64_t comm_id;
     char msg[256];
-    char root_host_id[64]; /* ranks on the root's host share its clock exactly */
+    char root_clock_id[96]; /* ranks with the root's clock id read its clock (ccl__boot_clock_id) */
 };
 
 /* Rank -> root and root -> rank in each set-up round. */

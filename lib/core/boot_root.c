@@ -281,7 +281,7 @@ static void tell_latecomers(struct root *r) {
 
 static void send_tables(struct root *r) {
     struct ccl__boot_table_hdr h = {.status = CCL_OK, .nranks = r->nranks};
-    snprintf(h.root_host_id, sizeof(h.root_host_id), "%s", ccl__params_get()->host_id);
+    ccl__boot_clock_id(h.root_clock_id, sizeof(h.root_clock_id));
     if (getrandom(&h.comm_id, sizeof(h.comm_id), 0) != sizeof(h.comm_id)) h.comm_id = (uint64_t)getpid() << 32;
     double dl = ccl__now() + r->timeout_s;
     for (int k = 0; k < r->nranks; k++) {

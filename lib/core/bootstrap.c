@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/boot_proto.h"
 #include "core/log.h"
+#include "core/params.h"
 
 ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s,
                                size_t record_bytes) {
@@ -84,9 +86,17 @@ ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const void *
     }
     *table = all;
     comm->comm_id = h.comm_id;
-    h.root_host_id[sizeof(h.root_host_id) - 1] = 0;
-    comm->clock_shared_with_root = strcmp(h.root_host_id, comm->params.host_id) == 0;
+    h.root_clock_id[sizeof(h.root_clock_id) - 1] = 0;
+    char clock_id[sizeof(h.root_clock_id)];
+    ccl__boot_clock_id(clock_id, sizeof(clock_id));
+    comm->clock_shared_with_root = strcmp(h.root_clock_id, clock_id) == 0;
     return CCL_OK;
+}
+
+void ccl__boot_clock_id(char *dst, size_t n) {
+    struct stat sb;
+    unsigned long long ns = stat("/proc/self/ns/time", &sb) == 0 ? (unsigned long long)sb.st_ino : 0;
+    snprintf(dst, n, "%s/timens:%llx", ccl__params_get()->machine_id, ns);
 }
 
 ccl_status_t ccl__boot_told(struct ccl_comm *comm) {

@@ -56,6 +56,11 @@ ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const void *
  * its status; all get CCL_OK only if every rank sent CCL_OK, otherwise the
  * first failure (and which rank) comes back to all. */
 ccl_status_t ccl__boot_round(struct ccl_comm *comm, int root_fd, ccl_status_t mine);
+/* Which monotonic clock this process reads: its kernel's boot (the same in
+ * every container of a machine, whatever CCL_HOST_ID says) and its time
+ * namespace, which may shift that clock. Ranks with equal ids need no
+ * estimated offset between their trace clocks. */
+void ccl__boot_clock_id(char *dst, size_t n);
 /* For set-up steps that wait on peers: CCL_ERR_REMOTE once the root has
  * answered the current round early, i.e. some rank failed or died (the
  * round that follows names it); CCL_OK otherwise. Never blocks. */

@@ -119,7 +119,7 @@ struct ccl_comm {
     char boot_addr[64];                 /* address peers can reach us at */
     char rdma_near[128];                /* RDMA devices, nearest to this rank's CPUs first (plan/topo.c) */
     double clock_offset;                /* root's clock minus ours, seconds (set-up rounds) */
-    int clock_shared_with_root;         /* same host as the root: offset is exactly 0 */
+    int clock_shared_with_root;         /* reads the root's clock (same kernel and time namespace): offset 0 */
     double clock_rtt;                   /* last set-up round's round trip (0 before the first) */
     struct ccl__pair_chan *pairs;       /* pair messages after set-up (core/boot_pair.h) */
 

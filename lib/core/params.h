@@ -16,7 +16,7 @@ struct ccl__params {
     double link_timeout_s;    /* CCL_LINK_TIMEOUT: longest silence of a peer's host or adapter */
     char transport[16];       /* CCL_TRANSPORT: "" (auto), "shm", "tcp", "ib" */
     char host_id[64];         /* CCL_HOST_ID or hostname + boot id */
-    char machine_id[64];      /* hostname + boot id, whatever CCL_HOST_ID says */
+    char machine_id[64];      /* the kernel's boot id (hostname where unreadable), whatever CCL_HOST_ID says */
     char ifname[32];          /* CCL_SOCKET_IFNAME: interface for sockets */
     size_t shm_slot_bytes;    /* CCL_SHM_SLOT_BYTES */
     size_t tcp_slot_bytes;    /* CCL_TCP_SLOT_BYTES */

@@ -56,6 +56,16 @@ class RingAllReduce(TracerTest):
     def test_4_ranks_tcp(self):
         self.check(4, transport="tcp")
 
+    def test_simulated_hosts_share_one_clock(self):
+        # A host per rank (CCL_HOST_ID) on one kernel, talking tcp: they read
+        # one monotonic clock, so the trace applies no estimated offsets,
+        # and every receive ends after its send began.
+        run = self.run_coll("all_reduce", 3, 12, transport="tcp", ranks_per_host=1)
+        self.assertEqual(run.trace.other.get("clock_offsets_us"), [0, 0, 0])
+        self.assertTrue(run.coll.transfers)
+        for t in run.coll.transfers:
+            self.assertGreaterEqual(t.recv.ts + t.recv.dur, t.send.ts, f"{t}")
+
     def test_uneven_blocks(self):
         # 10 elements on 3 ranks: chunks of 4, 3 and 3 elements
         run = self.run_coll("all_reduce", 3, 10)
