@@ -29,6 +29,7 @@
 
 #include "ccl.h"
 #include "core/comm.h"
+#include "core/trace.h"
 #include "harness.h"
 #include "plan/plan.h"
 #include "transports/ib/ib.h"
@@ -415,6 +416,64 @@ START_TEST(zero_copy_ring) {
     struct harness_run run = {.nranks = 3, .transport = "ib", .host_per_rank = 1, .body = body_zero_copy_ring,
                               .env = "CCL_ALGO=allreduce:ring,allgather:ring", .deadline_s = 240};
     util_run_clean(&run, 0, "3 ranks ib, the ring's all-gather half zero-copy");
+}
+END_TEST
+
+/* The same all-gather half, traced: its whole blocks show as the rounds
+ * would show them, under the call's own number (not as point-to-point
+ * calls of their own), in all-gather steps N-1 .. 2N-3, a send and a
+ * receive in each on every rank; nothing of the call is filed as
+ * point-to-point. CCL_TRACE=/dev/null: the events are read here. */
+static int body_zero_copy_ring_traced(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t *v = malloc(sizeof(int32_t) * ZC_RING_COUNT);
+    if (!v || !comm->trace) {
+        harness_fail(&t, __FILE__, __LINE__, v ? "CCL_TRACE is set but the communicator does not trace" : "out of memory");
+        free(v);
+        return t.fails;
+    }
+    for (size_t i = 0; i < ZC_RING_COUNT; i++) v[i] = ring_input(rank, i);
+    size_t first = comm->trace->n;
+    ccl_status_t st = ccl_all_reduce(v, v, ZC_RING_COUNT, CCL_INT32, CCL_SUM, comm);
+    EXPECT(&t, st == CCL_OK, "all_reduce: %s: %s", ccl_status_string(st), ccl_comm_last_error(comm));
+    for (size_t i = 0; i < ZC_RING_COUNT && st == CCL_OK; i++) {
+        uint32_t want = 0;
+        for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r, i);
+        if ((uint32_t)v[i] != want) {
+            EXPECT(&t, 0, "element %zu is %d, expected %d", i, v[i], (int32_t)want);
+            break;
+        }
+    }
+    int sends[2 * 8] = {0}, recvs[2 * 8] = {0};
+    const struct ccl__trace_event *ev = comm->trace->ev;
+    for (size_t e = first; e < comm->trace->n; e++) {
+        EXPECT(&t, ev[e].seq == ev[first].seq && ev[e].coll == ev[first].coll,
+               "event %zu: call %u of kind %u, the call's first event says call %u of kind %u", e, ev[e].seq,
+               ev[e].coll, ev[first].seq, ev[first].coll);
+        EXPECT(&t, ev[e].phase != CCL__TR_P2P, "event %zu (step %d, %llu bytes) is filed as point-to-point", e,
+               ev[e].step, (unsigned long long)ev[e].bytes);
+        if (ev[e].phase != CCL__TR_ALL_GATHER) continue;
+        int step = ev[e].step;
+        if (step < nranks - 1 || step > 2 * nranks - 3 || step >= 2 * 8) {
+            EXPECT(&t, 0, "event %zu: all-gather step %d, outside %d .. %d", e, step, nranks - 1, 2 * nranks - 3);
+            continue;
+        }
+        if (ev[e].kind == CCL__TR_SEND) sends[step]++;
+        if (ev[e].kind == CCL__TR_RECV) recvs[step]++;
+    }
+    for (int step = nranks - 1; step <= 2 * nranks - 3; step++)
+        EXPECT(&t, sends[step] >= 1 && recvs[step] >= 1, "all-gather step %d: %d sends and %d receives traced", step,
+               sends[step], recvs[step]);
+    free(v);
+    return t.fails;
+}
+
+START_TEST(zero_copy_ring_traced) {
+    if (!need_device("zero_copy_ring_traced")) return;
+    struct harness_run run = {.nranks = 3, .transport = "ib", .host_per_rank = 1, .body = body_zero_copy_ring_traced,
+                              .env = "CCL_ALGO=allreduce:ring CCL_TRACE=/dev/null", .deadline_s = 240};
+    util_run_clean(&run, 0, "3 ranks ib, the ring's zero-copy all-gather half traced");
 }
 END_TEST
 
@@ -843,9 +902,11 @@ END_TEST
 /* The VM's adapters are soft-RoCE: the transport knows them for software
  * (sysfs keeps them in its virtual tree), and the planner counts their
  * work as a CPU's worth beside each rank's own: where that leaves too few
- * CPUs, the machine is crowded, so waits neither spin (unless CCL_SPIN_US
- * says how long: `arg`, -1 when unset) nor let their yield grow past its
- * first 200 us. Either way a call still runs exact. */
+ * CPUs, the machine is crowded, so waits do not let their yield grow past
+ * its first 200 us, and spin only while the adapter has no work of theirs
+ * (unless CCL_SPIN_US says how long: `arg`, -1 when unset). With more
+ * ranks than CPUs they would not spin at all. Either way a call still
+ * runs exact. */
 static int body_software_adapter(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     int spin_us = *(const int *)arg;
     struct harness_tally t = {rank, 0};
@@ -855,10 +916,16 @@ static int body_software_adapter(ccl_comm_t *comm, int rank, int nranks, void *a
     EXPECT(&t, comm->conns[peer] && comm->conns[peer]->cpu_adapter, "the link to rank %d is not marked as "
            "running on this machine's CPUs", peer);
     int crowded = 2 * comm->machine_ranks > comm->machine_cpus;
-    double want = spin_us >= 0 ? spin_us : crowded ? 0 : 50;
+    int by_ranks = comm->machine_ranks > comm->machine_cpus;
+    double want = spin_us >= 0 ? spin_us : by_ranks ? 0 : 50;
+    int want_unless = spin_us < 0 && crowded && !by_ranks;
     EXPECT(&t, fabs(comm->spin_s * 1e6 - want) < 0.5,
            "%d ranks and their software adapters on %d CPUs: waits spin %.0f us, expected %.0f", comm->machine_ranks,
            comm->machine_cpus, comm->spin_s * 1e6, want);
+    EXPECT(&t, comm->spin_unless_in_flight == want_unless,
+           "%d ranks and their software adapters on %d CPUs: waits %s while the adapter works for them, expected "
+           "the opposite", comm->machine_ranks, comm->machine_cpus,
+           comm->spin_unless_in_flight ? "skip the spin" : "spin");
     if (crowded || spin_us >= 0)
         EXPECT(&t, comm->yield_max_s == comm->yield_base_s, "waits may yield up to %.0f us before they sleep, not "
                "%.0f", comm->yield_max_s * 1e6, comm->yield_base_s * 1e6);
@@ -895,6 +962,7 @@ static Suite *ib_suite(void) {
     add_case(s, "software_adapter_spin_given", software_adapter_spin_given);
     add_case(s, "zero_copy_exact", zero_copy_exact);
     add_case(s, "zero_copy_ring", zero_copy_ring);
+    add_case(s, "zero_copy_ring_traced", zero_copy_ring_traced);
     add_case(s, "register_reuse", register_reuse);
     add_case(s, "zero_copy_size_mismatch", zero_copy_size_mismatch);
     add_case(s, "revoked_after_failure", revoked_after_failure);

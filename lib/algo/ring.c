@@ -139,7 +139,7 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
  * straight out of the sender's buffer), where the rounds copy every slice
  * into a slot and out of one. With `own_from_sendbuf`, this rank's block
  * comes from sendbuf first. */
-static ccl_status_t gather_blocks(struct ring *R, int own_from_sendbuf) {
+static ccl_status_t gather_blocks(struct ring *R, int own_from_sendbuf, int base) {
     int P = R->pos, N = R->n;
     const struct ccl__coll_args *a = R->a;
     char *own = rblk(R, P, 0);
@@ -147,11 +147,20 @@ static ccl_status_t gather_blocks(struct ring *R, int own_from_sendbuf) {
         memcpy(own, a->sendbuf, block_len(&R->B, R->blk[P]) * R->p.esize);
     for (int k = 0; k < N - 1; k++) {
         int q = ccl__mod(P - k, N), r = ccl__mod(P - k - 1, N);
+        /* In the trace, step base + k of the all-gather, as the rounds
+         * label theirs: block q goes out in it, block r comes in. */
+        struct ccl__p2p_label sent = {.seq = R->p.trace_seq}, got = sent;
+        if (R->comm->trace) {
+            at(R, q, 0, AG, -1, AG, base + k);
+            sent.tr = R->p.tr;
+            at(R, r, 0, AG, base + k, AG, -1);
+            got.tr = R->p.tr;
+        }
         struct ccl__p2p_xfer x[2] = {
             {.peer = R->next, .is_send = 1, .buf = rblk(R, q, 0), .count = block_len(&R->B, R->blk[q]),
-             .dtype = a->id.dtype},
+             .dtype = a->id.dtype, .label = &sent},
             {.peer = R->prev, .is_send = 0, .buf = rblk(R, r, 0), .count = block_len(&R->B, R->blk[r]),
-             .dtype = a->id.dtype},
+             .dtype = a->id.dtype, .label = &got},
         };
         CCL_CHECK(ccl__p2p_run(R->comm, x, 2, a->id.kind, ccl__prims_what(&R->p)));
     }
@@ -178,7 +187,7 @@ static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, 
             CCL_CHECK(round_rs(R, j, ph == RS_THEN_AG && !whole, ph == RS_THEN_AG || R->in_recvbuf));
         if (ph != RS_ONLY && !whole) CCL_CHECK(round_ag(R, j, ph == RS_THEN_AG));
     }
-    if (whole) CCL_CHECK(gather_blocks(R, ph == AG_ONLY && !R->in_recvbuf));
+    if (whole) CCL_CHECK(gather_blocks(R, ph == AG_ONLY && !R->in_recvbuf, ph == RS_THEN_AG ? R->n - 1 : 0));
     return ccl__prims_flush(comm, ccl__prims_what(&R->p));
 }
 

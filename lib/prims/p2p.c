@@ -77,6 +77,19 @@ static ccl_status_t match_self(struct ccl_comm *comm, struct ccl__p2p_xfer *x, i
     return CCL_OK;
 }
 
+/* The trace labels of a lane's piece `round`, `done` bytes into its
+ * transfer: the collective's it was made for, or a point-to-point call's. */
+static void label_piece(struct lane *l, uint32_t round, size_t done) {
+    const struct ccl__p2p_label *lab = l->x->label;
+    if (!lab) {
+        ccl__prims_at(&l->p, CCL__TR_DIRECT, CCL__TR_P2P, 0, CCL__TR_P2P, 0, 0, round, done);
+        return;
+    }
+    const struct ccl__prims_trace *t = &lab->tr;
+    ccl__prims_at(&l->p, t->algo, t->recv_phase, t->recv_step, t->send_phase, t->send_step, t->chunk, t->round + round,
+                  t->offset + done);
+}
+
 /* The next chunk of a lane's transfer as a step. */
 static void next_step(struct lane *l) {
     struct ccl__p2p_xfer *x = l->x;
@@ -88,7 +101,7 @@ static void next_step(struct lane *l) {
     l->st.started = 0; /* the rest of the state is written before it is read */
     if (__builtin_expect(l->p.comm->trace != NULL, 0)) {
         uint32_t round = (uint32_t)(x->done_bytes / (l->p.chunk_elems * es));
-        ccl__prims_at(&l->p, CCL__TR_DIRECT, CCL__TR_P2P, 0, CCL__TR_P2P, 0, 0, round, x->done_bytes);
+        label_piece(l, round, x->done_bytes);
         l->st.t0 = ccl__now();
     }
     l->busy = 1;
@@ -134,7 +147,7 @@ static ccl_status_t zc_start(struct lane *l, int *moved) {
     }
     l->zc = 1;
     if (__builtin_expect(comm->trace != NULL, 0)) {
-        ccl__prims_at(&l->p, CCL__TR_DIRECT, CCL__TR_P2P, 0, CCL__TR_P2P, 0, 0, 0, 0);
+        label_piece(l, 0, 0);
         l->zc_t0 = ccl__now();
     }
     return CCL_OK;
@@ -304,6 +317,7 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
                                   .root = -1};
         st = ccl__prims_init(&l->p, comm, &id, comm->conns[x[i].peer]->slot_bytes, CCL__MEM_HOST);
         l->p.trace_kind = kind;
+        if (x[i].label) l->p.trace_seq = x[i].label->seq;
         ccl__prims_name(&l->p, what, -1);
     }
     if (st == CCL_OK) {

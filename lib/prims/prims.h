@@ -81,6 +81,7 @@ struct ccl__prims {
     char what[48];
     int what_ready;
     int trace_kind;             /* the collective the trace files it under (id.kind unless told) */
+    uint32_t trace_seq;         /* and its call number there (id.seq unless told) */
     struct ccl__prims_trace tr; /* meaningful only while tracing */
 };
 
@@ -204,12 +205,21 @@ ccl_status_t ccl__prims_flush(struct ccl_comm *comm, const char *what);
 ccl_status_t ccl__prims_flush_peers(struct ccl_comm *comm, const int *peers, int n, const char *what);
 
 /* Point-to-point transfers that progress together (groups, all-to-all). */
+/* Where a transfer made for a collective shows in the trace: that call's
+ * number, and the labels ccl__prims_at gives its first piece (round and
+ * offset grow with each piece after it). */
+struct ccl__p2p_label {
+    uint32_t seq;
+    struct ccl__prims_trace tr;
+};
+
 struct ccl__p2p_xfer {
     int peer;
     int is_send;
     void *buf;            /* const for sends */
     size_t count;
     ccl_dtype_t dtype;
+    const struct ccl__p2p_label *label; /* NULL: a point-to-point call of its own */
     /* filled by the engine */
     size_t bytes;         /* count times the size of dtype */
     size_t done_bytes;

@@ -47,6 +47,7 @@ ccl_status_t ccl__prims_init(struct ccl__prims *p, struct ccl_comm *comm, const 
     p->mem = mem;
     p->caller_mem = mem == CCL__MEM_HOST && comm->caller_mem;
     p->trace_kind = id->kind;
+    p->trace_seq = id->seq;
     ccl__prims_name(p, ccl__op_kind_name(id->kind), (long)id->seq);
     p->compute = ccl__compute_for(mem, comm->slot_kinds);
     if (p->compute) return CCL_OK;
@@ -118,7 +119,7 @@ void ccl__prims_trace(struct ccl__prims *p, int kind, int peer, double t0, doubl
     struct ccl__trace_event e = {
         .t0 = t0, .t1 = t1, .kind = (uint8_t)kind, .coll = (uint8_t)p->trace_kind, .algo = p->tr.algo,
         .phase = recv_side ? p->tr.recv_phase : p->tr.send_phase,
-        .transport = kind == CCL__TR_REDUCE ? CCL__TR_LOCAL : (uint8_t)ccl__transport_index(c->t), .peer = peer, .seq = p->id.seq,
+        .transport = kind == CCL__TR_REDUCE ? CCL__TR_LOCAL : (uint8_t)ccl__transport_index(c->t), .peer = peer, .seq = p->trace_seq,
         .step = recv_side ? p->tr.recv_step : p->tr.send_step, .chunk = p->tr.chunk, .round = p->tr.round,
         .offset = p->tr.offset, .bytes = bytes};
     if (kind == CCL__TR_SEND) e.link_seq = t->sent[peer]++;
