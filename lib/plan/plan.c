@@ -248,6 +248,10 @@ int ccl__plan_pin_slot(int index, int nlocal, int ncores, int npus, int *slot, i
 
 enum ccl__spin_rule ccl__plan_spin_rule(long local, long threads, int cpu_adapter, int spin_set) {
     if (spin_set || threads <= 0) return CCL__SPIN_ALWAYS;
+    /* More ranks than CPUs: a spinning rank holds the core of the rank it
+     * waits for. Yielding stays: it hands the core over without the cost
+     * of a sleep and wake-up (measured: 4 ranks on 2 threads, 8 B
+     * all-reduce 7 us with yield, 80 us sleeping at once). */
     if (local > threads) return CCL__SPIN_NEVER;
     /* A link over a software RDMA device (soft-RoCE, siw) has this
      * machine's CPUs do its adapter's packets, checksums and copies: each
@@ -286,9 +290,6 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
      * 1221 us adapting, 283 us not; adapting did end the runs where the
      * smallest sizes sat at 350 us, a slow state this leaves open). */
     comm->yield_max_s = comm->params.spin_us_set || crowded ? comm->yield_s : 2e-3;
-    /* Yielding stays: it hands the core to the rank we wait for without the
-     * cost of a sleep and wake-up (measured: 4 ranks on 2 threads, 8 B
-     * all-reduce 7 us with yield, 80 us sleeping at once). */
     comm->machine_ranks = local;
     comm->machine_cpus = (int)threads;
     CCL_INFO(CCL__SUB_PLAN, comm->rank,
