@@ -342,6 +342,19 @@ done:
 /* Small integers: their float32 sums are exact in any order. */
 static float avg_input(int r, size_t i) { return (float)((r + 1) * (int)(i % 1000)); }
 
+/* v, after all_reduce #call summed every rank's ring_input(rank + call, i):
+ * each element checked, the first wrong one reported. */
+static void expect_ring_sum(struct harness_tally *t, const int32_t *v, int nranks, int call) {
+    for (size_t i = 0; i < ZC_RING_COUNT; i++) {
+        uint32_t want = 0; /* two's complement wraps alike in any order */
+        for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r + call, i);
+        if ((uint32_t)v[i] != want) {
+            EXPECT(t, 0, "all_reduce #%d element %zu is %d, expected %d", call, i, v[i], (int32_t)want);
+            return;
+        }
+    }
+}
+
 static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
@@ -359,14 +372,7 @@ static int body_zero_copy_ring(ccl_comm_t *comm, int rank, int nranks, void *arg
         st = ccl_all_reduce(v, v, ZC_RING_COUNT, CCL_INT32, CCL_SUM, comm);
         EXPECT(&t, st == CCL_OK, "all_reduce #%d of %u int32: %s: %s", call, ZC_RING_COUNT, ccl_status_string(st),
                ccl_comm_last_error(comm));
-        for (size_t i = 0; i < ZC_RING_COUNT && st == CCL_OK; i++) {
-            uint32_t want = 0; /* two's complement wraps alike in any order */
-            for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r + call, i);
-            if ((uint32_t)v[i] != want) {
-                EXPECT(&t, 0, "all_reduce #%d element %zu is %d, expected %d", call, i, v[i], (int32_t)want);
-                break;
-            }
-        }
+        if (st == CCL_OK) expect_ring_sum(&t, v, nranks, call);
         /* Each zero-copy block looks up a registration on both sides (2
          * blocks each way here); without them a call makes one lookup at
          * most: its buffer's, for the slot writes that read it in place. */
@@ -437,14 +443,7 @@ static int body_zero_copy_ring_traced(ccl_comm_t *comm, int rank, int nranks, vo
     size_t first = comm->trace->n;
     ccl_status_t st = ccl_all_reduce(v, v, ZC_RING_COUNT, CCL_INT32, CCL_SUM, comm);
     EXPECT(&t, st == CCL_OK, "all_reduce: %s: %s", ccl_status_string(st), ccl_comm_last_error(comm));
-    for (size_t i = 0; i < ZC_RING_COUNT && st == CCL_OK; i++) {
-        uint32_t want = 0;
-        for (int r = 0; r < nranks; r++) want += (uint32_t)ring_input(r, i);
-        if ((uint32_t)v[i] != want) {
-            EXPECT(&t, 0, "element %zu is %d, expected %d", i, v[i], (int32_t)want);
-            break;
-        }
-    }
+    if (st == CCL_OK) expect_ring_sum(&t, v, nranks, 0);
     int sends[2 * 8] = {0}, recvs[2 * 8] = {0};
     const struct ccl__trace_event *ev = comm->trace->ev;
     for (size_t e = first; e < comm->trace->n; e++) {

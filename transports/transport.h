@@ -113,7 +113,9 @@ struct ccl__transport {
     int (*wait_fd)(struct ccl__conn *c, short *events);
     /* Optional: 1 while an adapter is working on this rank's requests on c
      * (zero-copy reads, an offered buffer not yet read), asked after
-     * wait_fd. A waiter then sleeps in short naps (prims/wait.h says why). */
+     * wait_fd. A waiter then sleeps in short naps (prims/wait.h says why)
+     * and, where software adapters crowd the CPUs, does not spin
+     * (ccl__plan_spin_rule). */
     int (*in_flight)(const struct ccl__conn *c);
     /* CCL_OK, or CCL_ERR_REMOTE with the error set when the peer is gone. */
     ccl_status_t (*check_peer)(struct ccl__conn *c);

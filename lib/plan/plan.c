@@ -275,7 +275,8 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
      * each may each use one, and are not crowded for it. */
     long threads = ccl__plan_machine_cpus(comm->nranks, comm->peers, comm->rank);
     if (threads <= 0) threads = sysconf(_SC_NPROCESSORS_ONLN);
-    int crowded = threads > 0 && (long)local * (1 + comm->cpu_adapter) > threads;
+    /* crowded: too few CPUs for the ranks, or for their adapters' work too */
+    int crowded = ccl__plan_spin_rule(local, threads, comm->cpu_adapter, 0) != CCL__SPIN_ALWAYS;
     enum ccl__spin_rule rule = ccl__plan_spin_rule(local, threads, comm->cpu_adapter, comm->params.spin_us_set);
     comm->spin_s = rule == CCL__SPIN_NEVER ? 0 : comm->params.spin_us * 1e-6;
     comm->spin_unless_in_flight = rule == CCL__SPIN_UNLESS_IN_FLIGHT;

@@ -221,19 +221,27 @@ static void futex_sleep(struct ccl__waiter *w, double max_s) {
     atomic_store(&wk->sleeping, 0);
 }
 
+/* Whether an adapter works on this wait's requests right now (a
+ * transport's in_flight): a software adapter does that work on our CPUs. */
+static int waiter_in_flight(const struct ccl__waiter *w) {
+    for (int i = 0; i < *w->nconns; i++) {
+        const struct ccl__conn *c = w->conns[i];
+        if (c && c->t->in_flight && c->t->in_flight(c)) return 1;
+    }
+    return 0;
+}
+
 /* Sleep until a connection's descriptor, the bell or the abort event fires.
  * Shared-memory connections have no descriptor: when any takes part, sleep
  * on the bell and poll sockets only briefly in between. */
 static void sleep_once(struct ccl__waiter *w, double left) {
     struct pollfd fds[MAX_POLLFDS];
-    int n = 0, fdless = 0, in_flight = 0;
+    int n = 0, fdless = 0;
     for (int i = 0; i < *w->nconns; i++) {
         struct ccl__conn *c = w->conns[i];
         if (!c) continue;
         short ev = 0;
         int fd = c->t->wait_fd(c, &ev);
-        /* after wait_fd, which may have taken the completions that end it */
-        if (c->t->in_flight && c->t->in_flight(c)) in_flight = 1;
         if (fd < 0) fdless = 1;
         else if (ev && n < MAX_POLLFDS - 1) fds[n++] = (struct pollfd){.fd = fd, .events = ev};
     }
@@ -244,7 +252,8 @@ static void sleep_once(struct ccl__waiter *w, double left) {
         int fd = c->t->wait_fd(c, &ev);
         if (fd >= 0 && (ev & POLLOUT)) fds[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
     }
-    double cap = ccl__wait_sleep_cap(left, in_flight);
+    /* after wait_fd, which may have taken the completions that end the work */
+    double cap = ccl__wait_sleep_cap(left, waiter_in_flight(w));
     if (n == 0) {
         futex_sleep(w, cap);
         return;
@@ -261,16 +270,6 @@ static void sleep_once(struct ccl__waiter *w, double left) {
 double ccl__wait_sleep_cap(double left_s, int in_flight) {
     double cap = in_flight ? IN_FLIGHT_NAP_S : SLEEP_MAX_S;
     return left_s < cap ? (left_s > 0 ? left_s : 0) : cap;
-}
-
-/* Whether an adapter works on this wait's requests right now (a
- * transport's in_flight): a software adapter does that work on our CPUs. */
-static int waiter_in_flight(const struct ccl__waiter *w) {
-    for (int i = 0; i < *w->nconns; i++) {
-        const struct ccl__conn *c = w->conns[i];
-        if (c && c->t->in_flight && c->t->in_flight(c)) return 1;
-    }
-    return 0;
 }
 
 static ccl_status_t waiter_idle(struct ccl__waiter *w) {
