@@ -4,8 +4,8 @@
 #
 #   bench/compare-mpi.sh [-B BUILD_DIR] [-r "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP] [-s] OUT_DIR
 #
-# For each rank count, over shared memory (libccl -t shm; Open MPI --mca btl
-# self,vader) and over TCP on the loopback (libccl -t tcp with one
+# For each rank count, over shared memory (libccl --transport shm; Open MPI --mca btl
+# self,vader) and over TCP on the loopback (libccl --transport tcp with one
 # CCL_HOST_ID per rank; Open MPI --mca btl self,tcp), it runs both programs
 # one after the other and writes OUT_DIR/{libccl,mpi}-{shm,tcp}-N.csv (the
 # benchmarks' CSV format) and .txt (their text output), then
@@ -46,10 +46,10 @@ for n in $ranks; do
   for t in shm tcp; do
     echo "== $n ranks, $t" >&2
     if [ $t = shm ]; then
-      ccl_flags="-t shm"
+      ccl_flags="--transport shm"
       btl="self,vader"
     else
-      ccl_flags="-t tcp --host-per-rank"
+      ccl_flags="--transport tcp --host-per-rank"
       btl="self,tcp --mca btl_tcp_if_include lo"
     fi
     # shellcheck disable=SC2086 # word splitting of the flag lists is intended

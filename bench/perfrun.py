@@ -19,7 +19,7 @@ def parse_size(s):
 def perf_cmd(build, coll, transport, ranks, b, e, f, iters, warmup, *extra):
     """The command line of one sweep of build/bench/<coll>_perf on `ranks`
     local ranks over `transport` (tcp: each rank its own host)."""
-    cmd = [os.path.join(build, "bench", f"{coll}_perf"), "--ranks", str(ranks), "-t", transport,
+    cmd = [os.path.join(build, "bench", f"{coll}_perf"), "--ranks", str(ranks), "--transport", transport,
            "-b", str(b), "-e", str(e), "-f", str(f), "-n", str(iters), "-w", str(warmup), *extra]
     return cmd + (["--host-per-rank"] if transport == "tcp" else [])
 

@@ -64,6 +64,7 @@ struct launcher {
     int user_signals;     /* how many: the second one means SIGKILL */
     int output_broken[3]; /* stdout/stderr closed by the reader */
     char *scratch;        /* "[r] " + one line + "\n" */
+    int master_port;      /* MASTER_PORT for torch's store: not the root's */
 };
 
 static double now_s(void) {
@@ -239,6 +240,15 @@ static void run_child(const struct launcher *l, int rank, int out_fd, int err_fd
     setenv_int("CCL_LOCAL_RANK", rank);
     setenv("CCL_ROOT_ADDR", root_addr, 1);
     setenv("CCL_SECRET", secret, 1);
+    /* What torch.distributed (env://) and programs written for torchrun
+     * read; MASTER_PORT is a port of its own, for torch's store, since
+     * libccl's root listens on CCL_ROOT_ADDR. */
+    setenv_int("RANK", rank);
+    setenv_int("WORLD_SIZE", l->opt.nranks);
+    setenv_int("LOCAL_RANK", rank);
+    setenv_int("LOCAL_WORLD_SIZE", l->opt.nranks);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv_int("MASTER_PORT", l->master_port);
     setenv("CCL_BIND", "core", 0); /* one core per rank, as MPI launchers do; the user's CCL_BIND wins */
     if (l->opt.host_per_rank) {
         char host[32];
@@ -366,8 +376,11 @@ int main(int argc, char **argv) {
     ensure_std_fds_open();
 
     int port = cclrun_pick_free_port();
+    /* two different ports, though each was free when picked */
+    for (int tries = 0; tries < 16 && port >= 0 && (l.master_port = cclrun_pick_free_port()) == port; tries++) {
+    }
     char secret[65], root_addr[32];
-    if (port < 0) {
+    if (port < 0 || l.master_port < 0 || l.master_port == port) {
         fprintf(stderr, "cclrun: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
         return 1;
     }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/colls.h"
 #include "common/device_mem.h"
 #include "launch.h"
 
@@ -139,6 +140,10 @@ static void ccl_describe(struct bench_comm *c, struct bench_wiring *w) {
     if (ccl_comm_describe(c->comm, w->detail, sizeof w->detail) != CCL_OK) snprintf(w->detail, sizeof w->detail, "?");
     field(w->detail, "hosts", hosts, sizeof hosts);
     w->nhosts = atoi(hosts);
+    field(w->detail, "local", hosts, sizeof hosts);
+    w->machine_ranks = atoi(hosts);
+    field(w->detail, "cpus", hosts, sizeof hosts);
+    w->machine_cpus = atoi(hosts);
     field(w->detail, "algo", w->algo, sizeof w->algo);
     size_t n = 0;
     for (int i = 0; i < c->nalgos && n < sizeof w->algo; i++) /* -A's list: "auto,ring,tree" */
@@ -150,6 +155,21 @@ static void ccl_describe(struct bench_comm *c, struct bench_wiring *w) {
     for (char *t = strtok_r(transports, ",", &save); t && o < sizeof w->transport; t = strtok_r(NULL, ",", &save))
         o += (size_t)snprintf(w->transport + o, sizeof w->transport - o, "%s%.*s", o ? "+" : "", (int)strcspn(t, ":"), t);
     if (!o) snprintf(w->transport, sizeof w->transport, "none");
+}
+
+/* From ccl_comm_describe's "last: all_reduce:ring (why), ..." */
+static void ccl_ran_algo(struct bench_comm *c, enum bench_coll coll, char *out, size_t n) {
+    char desc[1024], key[40];
+    out[0] = '\0';
+    if (ccl_comm_describe(c->active, desc, sizeof desc) != CCL_OK) return;
+    const char *last = strstr(desc, " last: ");
+    snprintf(key, sizeof key, "%s:", bench_coll_info(coll)->name);
+    for (const char *p = last; p && (p = strstr(p + 1, key)) != NULL;) {
+        if (p[-1] != ' ') continue;
+        p += strlen(key);
+        snprintf(out, n, "%.*s", (int)strcspn(p, " ,"), p);
+        return;
+    }
 }
 
 static const char *ccl_unsupported(const struct bench_comm *c, enum bench_coll coll, ccl_dtype_t dtype,
@@ -245,6 +265,7 @@ const struct bench_backend bench_ccl_backend = {
     .describe = ccl_describe,
     .use_algo = ccl_use_algo,
     .unsupported = ccl_unsupported,
+    .ran_algo = ccl_ran_algo,
     .run = ccl_run,
     .barrier = ccl_barrier_all,
     .combine = ccl_combine,

@@ -79,6 +79,8 @@ struct bench_wiring {
     char transport[64]; /* "shm", "shm+tcp", "none" */
     char algo[160];
     char detail[512];   /* rank 0's own description, for the header */
+    int machine_ranks;  /* ranks on rank 0's machine and the CPUs they may use; */
+    int machine_cpus;   /* 0 where the library does not say */
 };
 
 /* One call as the backend issues it: the arguments of the library's own
@@ -109,6 +111,10 @@ struct bench_backend {
     /* With -A's list: the calls, barriers and waits that follow run on the
      * communicator of o->algos[i]. 0 or -1. */
     int (*use_algo)(struct bench_comm *c, int i);
+    /* The algorithm the library's planner ran for the last call of coll on
+     * the active communicator ("ring"), in out; "" when it does not say.
+     * May be NULL. */
+    void (*ran_algo)(struct bench_comm *c, enum bench_coll coll, char *out, size_t n);
     /* NULL when the library can run this combination, else why not. */
     const char *(*unsupported)(const struct bench_comm *c, enum bench_coll coll, ccl_dtype_t dtype, ccl_op_t redop);
     /* Issues n calls as one aggregate (a group) and waits for them; with

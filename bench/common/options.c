@@ -1,4 +1,5 @@
-/* Flags as nccl-tests spells them, plus the launching and output flags. */
+/* Flags as nccl-tests spells them, meaning what they mean there, plus
+ * libccl's own launching and output flags under names nccl-tests does not use. */
 #define _GNU_SOURCE
 #include "options.h"
 
@@ -14,7 +15,8 @@
 #include "steady.h"
 #include "values.h"
 
-enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY, OPT_DEVICE };
+enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY, OPT_DEVICE, OPT_TRANSPORT,
+       OPT_NONBLOCKING };
 
 static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
     fprintf(f,
@@ -37,7 +39,13 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             "  -r, --root R            root rank, or all (default 0)\n"
             "  -a, --average 0..3      combine times across ranks: 0 rank 0, 1 average,\n"
             "                          2 min, 3 max (default 3)\n"
-            "  -z, --nonblocking 0|1   1: non-blocking calls and a wait (default 0)\n"
+            "  -z, --blocking 0|1      as nccl-tests: 1 waits for each call (blocking calls, the\n"
+            "                          default here); 0 issues each iteration's calls with the\n"
+            "                          non-blocking twins and waits for them together\n"
+            "      --nonblocking 0|1   the same as -z, inverted\n"
+            "  -t, --nthreads 1        threads per process, as nccl-tests: libccl's benchmarks\n"
+            "                          run one thread per rank (more ranks: --ranks N)\n"
+            "  -g, --ngpus 1           GPUs per thread, as nccl-tests: one per rank (--device)\n"
             "  -N, --run_cycles N      repeat the whole sweep N times, 0 forever (default 1)\n"
             "  -I, --stats             time every iteration alone (after a barrier) and add\n"
             "                          min, median, p99 and max over iterations\n"
@@ -49,7 +57,7 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             prog);
     if (be->launch_flags)
         fprintf(f,
-                "  -t, --transport T       force a transport: shm, tcp or ib (sets CCL_TRANSPORT)\n"
+                "      --transport T       force a transport: shm, tcp or ib (sets CCL_TRANSPORT)\n"
                 "  -A, --algo NAME         force an algorithm: ring tree rd rhd bruck pairwise direct\n"
                 "                          hier, or per collective (allreduce:tree); sets CCL_ALGO\n"
                 "  -A auto,ring,tree,...   several names: each size is measured with each algorithm\n"
@@ -160,8 +168,10 @@ static const struct option long_opts[] = {
     {"agg_iters", required_argument, 0, 'm'}, {"check", required_argument, 0, 'c'},
     {"datatype", required_argument, 0, 'd'},  {"op", required_argument, 0, 'o'},
     {"root", required_argument, 0, 'r'},      {"average", required_argument, 0, 'a'},
-    {"nonblocking", required_argument, 0, 'z'}, {"run_cycles", required_argument, 0, 'N'},
-    {"stats", no_argument, 0, 'I'},           {"transport", required_argument, 0, 't'},
+    {"blocking", required_argument, 0, 'z'},  {"nonblocking", required_argument, 0, OPT_NONBLOCKING},
+    {"run_cycles", required_argument, 0, 'N'}, {"nthreads", required_argument, 0, 't'},
+    {"ngpus", required_argument, 0, 'g'},
+    {"stats", no_argument, 0, 'I'},           {"transport", required_argument, 0, OPT_TRANSPORT},
     {"algo", required_argument, 0, 'A'},      {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV},   {"ranks", required_argument, 0, OPT_RANKS},
     {"host-per-rank", no_argument, 0, OPT_HOST_PER_RANK}, {"help", no_argument, 0, 'h'},
@@ -187,7 +197,9 @@ static int parse_algo_list(const char *p, const char *v, struct bench_options *o
         o->algos[o->nalgos++] = tok;
     }
     if (o->nalgos == 0) return usage_error(p, "-A: no algorithm named");
-    if (o->nalgos == 1) { /* one name: the whole run's, through CCL_ALGO */
+    /* one name: the whole run's, through CCL_ALGO; but auto alone is measured
+     * as a list of one, so that its rows say what the planner ran */
+    if (o->nalgos == 1 && strcmp(o->algos[0], "auto") != 0) {
         o->algo = o->algos[0];
         o->nalgos = 0;
     }
@@ -198,8 +210,9 @@ static int parse_algo_list(const char *p, const char *v, struct bench_options *o
 static int apply_flag(int c, const char *v, const struct bench_backend *be, struct bench_options *o, int *factor_set,
                       int *step_set) {
     const char *p = o->prog;
-    int launch = c == 't' || c == 'A' || c == OPT_RANKS || c == OPT_HOST_PER_RANK;
-    if (launch && !be->launch_flags) return usage_error(p, "this program does not take -t, -A, --ranks or --host-per-rank");
+    int launch = c == OPT_TRANSPORT || c == 'A' || c == OPT_RANKS || c == OPT_HOST_PER_RANK;
+    if (launch && !be->launch_flags)
+        return usage_error(p, "this program does not take --transport, -A, --ranks or --host-per-rank");
     switch (c) {
     case 'b':
     case 'e':
@@ -223,7 +236,22 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
     case 'm': return parse_int(v, 1, 1 << 16, &o->agg) ? usage_error(p, "-m: '%s' is not a count >= 1", v) : 0;
     case 'N': return parse_int(v, 0, 1 << 30, &o->cycles) ? usage_error(p, "-N: '%s' is not a count >= 0", v) : 0;
     case 'c': return parse_int(v, 0, 1, &o->check) ? usage_error(p, "-c: '%s' is not 0 or 1", v) : 0;
-    case 'z': return parse_int(v, 0, 1, &o->nonblocking) ? usage_error(p, "-z: '%s' is not 0 or 1", v) : 0;
+    case 'z':
+    case OPT_NONBLOCKING: {
+        int b;
+        if (parse_int(v, 0, 1, &b)) return usage_error(p, "%s: '%s' is not 0 or 1", c == 'z' ? "-z" : "--nonblocking", v);
+        o->nonblocking = c == 'z' ? !b : b;
+        return 0;
+    }
+    case 't':
+    case 'g': {
+        int one;
+        if (parse_int(v, 1, 1, &one) == 0) return 0;
+        if (c == 't' && (!strcmp(v, "shm") || !strcmp(v, "tcp") || !strcmp(v, "ib")))
+            return usage_error(p, "-t is nccl-tests' threads per process; to choose the transport, --transport %s", v);
+        return usage_error(p, "%s: libccl's benchmarks run one thread and one device per rank; for more ranks, "
+                              "--ranks N or a launcher", c == 't' ? "-t (threads per process)" : "-g (GPUs per thread)");
+    }
     case 'a': {
         int a;
         if (parse_int(v, 0, 3, &a)) return usage_error(p, "-a: '%s' is not 0 (rank 0), 1 (avg), 2 (min) or 3 (max)", v);
@@ -246,9 +274,9 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
         }
         return parse_int(v, 0, 1 << 30, &o->root) ? usage_error(p, "-r: '%s' is not a rank or all", v) : 0;
     case 'I': o->stats = 1; return 0;
-    case 't':
+    case OPT_TRANSPORT:
         if (strcmp(v, "shm") && strcmp(v, "tcp") && strcmp(v, "ib"))
-            return usage_error(p, "-t: '%s' is not shm, tcp or ib", v);
+            return usage_error(p, "--transport: '%s' is not shm, tcp or ib", v);
         o->transport = v;
         return 0;
     case 'A':
@@ -285,7 +313,7 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     int factor_set = 0, step_set = 0, c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:d:o:r:a:z:N:It:A:h", long_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:d:o:r:a:z:N:It:g:A:h", long_opts, NULL)) != -1) {
         if (c == 'h') {
             usage(stdout, o->prog, be);
             return 1;
@@ -303,7 +331,7 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     if (o->host_per_rank && !o->ranks) return usage_error(o->prog, "--host-per-rank needs --ranks");
     if (o->nalgos && o->stats) return usage_error(o->prog, "-I and several -A algorithms exclude each other");
     if (bench_coll_info(coll)->legs > 1 && (o->agg > 1 || o->nonblocking))
-        return usage_error(o->prog, "-m and -z 1 would overlap what a %s times one after the other",
+        return usage_error(o->prog, "-m and -z 0 would overlap what a %s times one after the other",
                            bench_coll_info(coll)->name);
     return 0;
 }

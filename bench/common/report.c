@@ -36,6 +36,10 @@ static void text_header(const struct bench_report *r) {
     printf("# %s: %s %s, %d rank%s, %d host%s, transport %s, algo %s\n", o->prog, w->library, w->version, r->nranks,
            r->nranks == 1 ? "" : "s", w->nhosts, w->nhosts == 1 ? "" : "s", w->transport, w->algo);
     printf("# rank 0: %s\n", w->detail);
+    if (w->machine_cpus > 0 && w->machine_ranks > w->machine_cpus)
+        printf("# oversubscribed: %d ranks on this machine share %d CPUs, so ranks wait for a core (waits yield "
+               "instead of spinning); times are slower than with a core per rank (--ranks %d)\n",
+               w->machine_ranks, w->machine_cpus, w->machine_cpus);
     printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: %d validation: %d "
            "nonblocking: %d run cycles: %d\n",
            o->min_bytes, o->max_bytes, step, o->warmup, o->iters, o->agg, o->check, o->nonblocking, o->cycles);
@@ -62,8 +66,8 @@ static void text_header(const struct bench_report *r) {
     printf("\n# %10s %14s %9s %7s %6s  %10s %8s %8s %6s  %10s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
            "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
     if (o->nalgos)
-        printf("# algorithms in turn: each time is the median of %d timed blocks, the algorithms' blocks interleaved\n",
-               o->rounds);
+        printf("# algorithms in turn: each time is the median of %d timed blocks, the algorithms' blocks interleaved; "
+               "auto:X is the planner's choice, which ran X\n", o->rounds);
 }
 
 static void csv_header(const struct bench_report *r) {
@@ -139,7 +143,8 @@ static void text_row(const struct bench_report *r, const struct bench_row *row) 
             printf("  %10.2f %10.2f %10.2f %10.2f", pl->min_us, pl->median_us, pl->p99_us, pl->max_us);
         else printf("  %10s %10s %10s %10s", "N/A", "N/A", "N/A", "N/A");
     }
-    if (row->algo) printf("  %-8s", row->algo);
+    if (row->algo && row->auto_ran[0]) printf("  %s:%-8s", row->algo, row->auto_ran);
+    else if (row->algo) printf("  %-8s", row->algo);
     printf("\n");
 }
 

@@ -25,6 +25,7 @@ struct bench_row {
     size_t bytes, count;
     int dtype, redop, root; /* -1: not applicable */
     const char *algo;       /* -A's list: this row's algorithm; NULL: the run's */
+    char auto_ran[24];      /* algo "auto": what the planner ran for its last timed call */
     struct bench_place_result place[BENCH_NUM_PLACEMENTS];
 };
 

@@ -197,6 +197,8 @@ static int timed_rounds(struct sweep *sw, const struct bench_call *call, size_t 
             int a = (k + r) % n;
             bad = use_algo(sw, a) || guarded_pass(sw, call, bytes, a, &rows[a].place[p]);
             times[a * rounds + r] = rows[a].place[p].time_us;
+            if (!bad && sw->be->ran_algo && strcmp(sw->o->algos[a], "auto") == 0)
+                sw->be->ran_algo(sw->c, sw->coll, rows[a].auto_ran, sizeof rows[a].auto_ran);
         }
     for (int a = 0; a < n && !bad; a++)
         set_time(sw, &rows[a].place[p], bytes, bench_stats_of(times + a * rounds, rounds).median);
@@ -216,7 +218,7 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
     for (int a = 0; a < nalgos; a++)
         rows[a] = (struct bench_row){l.bytes, l.count, sw->coll == BENCH_BARRIER ? -1 : (int)dtype,
                                      sw->info->has_redop ? (int)redop : -1, sw->info->has_root ? root : -1,
-                                     sw->o->nalgos ? sw->o->algos[a] : NULL, {{0}}};
+                                     sw->o->nalgos ? sw->o->algos[a] : NULL, "", {{0}}};
     struct bench_call call = {sw->coll, sw->send, sw->recv, l.count, dtype, redop, root};
     for (int p = 0; p < BENCH_NUM_PLACEMENTS; p++) {
         struct placement pl = {sw->send, sw->recv, sw->recv, l.recv_elems};

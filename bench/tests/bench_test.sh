@@ -52,7 +52,7 @@ split_launcher() {
 case $case_name in
 sweep) # TRANSPORT: 1 to 4 ranks forked by --ranks
   for n in 1 2 3 4; do
-    run "$tmp/out" "$bin/$prog" $short --ranks "$n" -t "$1"
+    run "$tmp/out" "$bin/$prog" $short --ranks "$n" --transport "$1"
     [ $rc -eq 0 ] || die "exit status $rc with $n ranks"
     expect_header "$tmp/out" "$n" "$1"
     if [ "$prog" = barrier_perf ]; then
@@ -150,11 +150,16 @@ algos) # N ALGO,ALGO,...: every algorithm measured in turn in one run, on one co
   grep -q "^# $prog: .*, algo $list\$" "$tmp/out" || die "the header does not list $list"
   # one row per algorithm and size, in the order given
   want=$(for s in 8 64 512 4096 32768; do echo "$list" | tr , '\n' | sed "s/^/$s /"; done)
-  got=$(rows "$tmp/out" | awk '{ print $1, $NF }')
+  got=$(rows "$tmp/out" | awk '{ a = $NF; sub(/:.*/, "", a); print $1, a }')
   [ "$got" = "$want" ] || die "rows are not one per algorithm and size: $got"
   for a in $(echo "$list" | tr , ' '); do
     [ "$a" = auto ] && pat="all_reduce #.*: [a-z]* (cheapest" || pat="all_reduce #.*: $a (ccl_comm_set_algo)"
     grep -q "$pat" "$tmp/out.err" || die "no call ran $a"
+  done
+  # each auto row names what the planner ran, an algorithm rank 0's log shows it choosing
+  for ran in $(rows "$tmp/out" | awk '$NF ~ /^auto/ { print $NF }'); do
+    case $ran in auto:[a-z]*) ;; *) die "an auto row does not say what ran: $ran" ;; esac
+    grep -q "^[^ ]*:0 .*all_reduce #.*: ${ran#auto:} (cheapest" "$tmp/out.err" || die "$ran: rank 0 never chose ${ran#auto:}"
   done ;;
 warm) # N: before the sweep, each algorithm's communicator runs the largest call until 8 MiB have passed (64 calls at most)
   n=$1
@@ -171,19 +176,22 @@ warm) # N: before the sweep, each algorithm's communicator runs the largest call
   esac ;;
 usage) # bad flags: a message naming the program, status 2; -h: status 0
   for bad in "-b" "-b x" "-e 1Q" "-f 1" "-n 0" "-w -1" "-m 0" "-c 2" "-z 7" "-a 4" "-d float8" "-o mean" \
-             "-r x" "-t udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "--rounds 0" "--ranks 0" "--device x" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
+             "-r x" "-t udp" "-t 2" "-g 2" "--transport udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "--rounds 0" "--ranks 0" "--device x" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
     run "$tmp/out" "$bin/$prog" $bad
     [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
     grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"
   done
+  run "$tmp/out" "$bin/$prog" -t shm
+  [ $rc -eq 2 ] && grep -q "threads per process; to choose the transport, --transport shm" "$tmp/out.err" ||
+    die "-t shm must say that -t is nccl-tests' threads per process"
   run "$tmp/out" "$bin/$prog" -r 5 --ranks 2 $short
   [ $rc -eq 2 ] && grep -q 'only 2 ranks' "$tmp/out.err" || die "-r 5 with 2 ranks: status $rc"
   run "$tmp/out" "$bin/$prog" -h
   [ $rc -eq 0 ] && grep -q "^Usage: $prog " "$tmp/out" && grep -q CCL_BENCH_CORRUPT "$tmp/out" || die "-h" ;;
 legs) # a program whose call is messages one after the other refuses to overlap them
-  for bad in "-m 2" "-z 1"; do
+  for bad in "-m 2" "-z 0" "--nonblocking 1"; do
     run "$tmp/out" "$bin/$prog" --ranks 2 $short $bad
-    [ $rc -eq 2 ] && grep -q "^$prog: -m and -z 1 would overlap" "$tmp/out.err" || die "'$bad': status $rc"
+    [ $rc -eq 2 ] && grep -q "^$prog: -m and -z 0 would overlap" "$tmp/out.err" || die "'$bad': status $rc"
   done ;;
 mpi) # MPIRUN...: the MPI twin under mpirun, 2 ranks
   run "$tmp/out" "$@" "$bin/$prog" $short -d all -o sum,max

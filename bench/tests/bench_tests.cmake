@@ -32,7 +32,7 @@ endif()
 foreach(coll ${bench_moving})
   bench_add_test(types_${coll} types ${coll}_perf 3)
 endforeach()
-bench_add_test(types_all_reduce_tcp types all_reduce_perf 4 -t tcp -z 1 -m 2)
+bench_add_test(types_all_reduce_tcp types all_reduce_perf 4 --transport tcp -z 0 -m 2)
 
 # The checker's self-test: one flipped element must be found, every time.
 foreach(coll ${bench_moving})
@@ -46,12 +46,13 @@ endif()
 # several types and ops, non-blocking aggregated calls, repeated cycles,
 # a collective without an in-place form, and the barrier.
 bench_add_test(files_all_reduce files all_reduce_perf -- --ranks 3 -b 8 -e 64K -f 8 -n 4 -w 1 -I -d float32,int8 -o sum,min)
-bench_add_test(files_reduce files reduce_perf -- --ranks 2 -t tcp -b 1K -e 64K -f 8 -n 3 -r all -z 1 -m 3 -a 1 -N 2)
+bench_add_test(files_reduce files reduce_perf -- --ranks 2 --transport tcp -b 1K -e 64K -f 8 -n 3 -r all -z 0 -m 3 -a 1 -N 2)
 bench_add_test(files_broadcast files broadcast_perf -- --ranks 3 -b 4 -e 4K -f 4 -n 3 -r all -c 0 -a 2)
 bench_add_test(files_all_to_all files all_to_all_perf -- --ranks 4 -b 64 -e 64K -f 16 -n 3 -I -a 0)
 bench_add_test(files_barrier files barrier_perf -- --ranks 2 -n 5 -I)
 bench_add_test(files_algos files all_reduce_perf -- --ranks 3 -b 8 -e 64K -f 8 -n 3 -w 1 -A auto,ring,tree --rounds 3)
 bench_add_test(algos algos all_reduce_perf 3 auto,ring,tree,rd,rhd,direct)
+bench_add_test(algos_auto algos all_reduce_perf 4 auto)
 bench_add_test(steady steady all_reduce_perf 3)
 # GPU buffers (--device); skipped, saying why, without a GPU.
 foreach(coll all_reduce reduce_scatter all_gather sendrecv)
@@ -73,7 +74,7 @@ if(BENCH_MPI_LIBRARY STREQUAL "mpi-openmpi" AND BENCH_MPIRUN_OPENMPI)
   endforeach()
   add_test(NAME bench_mpi_corrupt COMMAND ${bench_test} corrupt ${bench_bin}/mpi all_reduce_perf_mpi ${mpirun} --)
   add_test(NAME bench_mpi_files COMMAND ${bench_test} files ${bench_bin}/mpi reduce_scatter_perf_mpi ${mpirun} --
-           -b 64 -e 64K -f 8 -n 3 -I -d int32,float64 -o sum,max -z 1 -m 2)
+           -b 64 -e 64K -f 8 -n 3 -I -d int32,float64 -o sum,max -z 0 -m 2)
   list(APPEND mpi_tests bench_mpi_corrupt bench_mpi_files)
   # Open MPI leaks by design at exit: LeakSanitizer would fail every run.
   # Two mpirun starting at once can race creating Open MPI's session

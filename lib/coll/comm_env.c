@@ -135,31 +135,77 @@ static ccl_status_t job_secret(const char *root, int rank, uint8_t out[CCL__SECR
     return CCL_OK;
 }
 
+/* No launcher at all: a communicator of this process alone, as an MPI
+ * singleton is, so that a program started by hand runs as one rank. */
+static ccl_status_t init_singleton(ccl_comm_t **comm) {
+    CCL_INFO(CCL__SUB_INIT, 0,
+             "init from environment: no launcher variables (CCL_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
+             "PMI_RANK), so this process runs as a communicator of 1 rank; start it with cclrun -n N (or torchrun, "
+             "srun, mpirun) for more");
+    ccl_unique_id_t id;
+    ccl_status_t st = ccl_get_unique_id(&id);
+    return st != CCL_OK ? st : ccl_comm_init_rank(comm, 1, id, 0);
+}
+
+/* The root address: CCL_ROOT_ADDR, else MASTER_ADDR:MASTER_PORT. torchrun's
+ * agent already listens on MASTER_PORT (its store, which the workers' torch
+ * reaches), so under torchrun (TORCHELASTIC_RUN_ID set) the root takes the
+ * port after it (*shifted set). 0, or -1 with why[] said. */
+static int root_address(char *root, size_t n, int *shifted, char *why, size_t why_n) {
+    const char *ra = getenv("CCL_ROOT_ADDR"), *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
+    *shifted = 0;
+    if (ra && *ra) {
+        snprintf(root, n, "%s", ra);
+        return 0;
+    }
+    int port;
+    if (!ma || !*ma || !mp || !*mp) {
+        snprintf(why, why_n, "set CCL_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)");
+        return -1;
+    }
+    if (parse_int(mp, &port) || port < 1 || port > 65535) {
+        snprintf(why, why_n, "MASTER_PORT=%s is not a port (1 to 65535)", mp);
+        return -1;
+    }
+    const char *run = getenv("TORCHELASTIC_RUN_ID");
+    if (run && *run) {
+        if (port == 65535) {
+            snprintf(why, why_n, "under torchrun the root listens on MASTER_PORT + 1, and MASTER_PORT is 65535; "
+                                 "set CCL_ROOT_ADDR=host:port");
+            return -1;
+        }
+        port++;
+        *shifted = 1;
+    }
+    snprintf(root, n, strchr(ma, ':') ? "[%s]:%d" : "%s:%d", ma, port);
+    return 0;
+}
+
 CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
     if (!comm) return CCL_ERR_INVALID_ARGUMENT;
     *comm = NULL;
+    ccl__log_init(); /* CCL_DEBUG's level holds for the lines below, said before any communicator exists */
     static const char *const rank_vars[] = {"CCL_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", NULL};
     static const char *const size_vars[] = {"CCL_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
                                             "PMI_SIZE", NULL};
     const char *rv_name = "", *sv_name = "";
     const char *rv = env_first(rank_vars, &rv_name), *sv = env_first(size_vars, &sv_name);
+    if (!rv && !sv) return init_singleton(comm);
     int rank, size;
     if (!rv || !sv || parse_int(rv, &rank) || parse_int(sv, &size) || size < 1 || rank >= size)
         return refuse_env(-1,
                           "no usable rank/size in the environment (%s=%s, %s=%s); set CCL_RANK and CCL_WORLD_SIZE, "
                           "or run under torchrun, Slurm, mpirun or cclrun",
                           rv ? rv_name : "rank", rv ? rv : "unset", sv ? sv_name : "size", sv ? sv : "unset");
-    char root[256];
-    const char *ra = getenv("CCL_ROOT_ADDR"), *ma = getenv("MASTER_ADDR"), *mp = getenv("MASTER_PORT");
-    if (ra && *ra) snprintf(root, sizeof(root), "%s", ra);
-    else if (ma && *ma && mp && *mp) snprintf(root, sizeof(root), strchr(ma, ':') ? "[%s]:%s" : "%s:%s", ma, mp);
-    else return refuse_env(rank, "set CCL_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)");
+    char root[256], why[160];
+    int torchrun;
+    if (root_address(root, sizeof root, &torchrun, why, sizeof why) != 0) return refuse_env(rank, "%s", why);
     struct ccl__unique_id uid = {.magic = CCL__UID_MAGIC};
     if (ccl__sa_parse(root, &uid.root) != CCL_OK) return refuse_env(rank, "cannot resolve the root address '%s'", root);
     ccl_status_t sst = job_secret(root, rank, uid.secret);
     if (sst != CCL_OK) return sst;
-    CCL_INFO(CCL__SUB_INIT, rank, "init from environment: rank %d of %d (%s, %s), root %s", rank, size, rv_name,
-             sv_name, root);
+    CCL_INFO(CCL__SUB_INIT, rank, "init from environment: rank %d of %d (%s, %s), root %s%s", rank, size, rv_name,
+             sv_name, root, torchrun ? " (MASTER_PORT + 1: torchrun's store holds MASTER_PORT)" : "");
     if (rank == 0) {
         const struct ccl__params *prm = ccl__params_get();
         union ccl__sa bind_addr = uid.root;
@@ -173,7 +219,10 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
             st = ccl__boot_root_start(&any, uid.secret, prm->timeout_s, ccl__conns_record_bytes());
         }
         if (st != CCL_OK) {
-            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: cannot listen on %s (%s)", root, ccl_status_string(st));
+            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: cannot listen on %s (%s)%s", root, ccl_status_string(st),
+                     torchrun ? "; under torchrun the root takes MASTER_PORT + 1: set CCL_ROOT_ADDR=host:port to "
+                                "choose another"
+                              : "");
             return st;
         }
     }

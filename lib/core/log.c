@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 int ccl__log_level_cached = CCL__LOG_WARN;
@@ -76,6 +77,7 @@ void ccl__log_init(void) { pthread_once(&log_once, log_setup); }
 
 void ccl__log(int level, unsigned subsys, int rank, const char *fmt, ...) {
     static const char *const level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
+    ccl__log_init(); /* a line before any init still names the host and goes to CCL_DEBUG_FILE */
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -86,9 +88,13 @@ void ccl__log(int level, unsigned subsys, int rank, const char *fmt, ...) {
     else snprintf(who, sizeof(who), "-");
     struct timeval tv;
     gettimeofday(&tv, NULL);
+    struct tm tm;
+    char when[32] = "?";
+    time_t sec = tv.tv_sec;
+    if (localtime_r(&sec, &tm)) strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
     /* One fprintf per line so lines from threads do not interleave. */
-    fprintf(log_file ? log_file : stderr, "%s:%d:%s [%ld.%06ld] CCL %s %s: %s\n", log_host, (int)getpid(), who,
-            (long)tv.tv_sec, (long)tv.tv_usec, level_names[level], subsys_name(subsys), msg);
+    fprintf(log_file ? log_file : stderr, "%s:%d:%s [%s.%06ld] CCL %s %s: %s\n", log_host, (int)getpid(), who, when,
+            (long)tv.tv_usec, level_names[level], subsys_name(subsys), msg);
 }
 
 void ccl__log_drops_total(unsigned subsys, int rank, const char *listener, int count) {

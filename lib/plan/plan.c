@@ -298,6 +298,10 @@ void ccl__plan_waiting(struct ccl_comm *comm) {
              "teach)", local, comm->cpu_adapter ? " and as many software RDMA adapters' work" : "", threads,
              comm->spin_s * 1e6, comm->spin_unless_in_flight ? " (none while an adapter works for them)" : "",
              comm->yield_s * 1e6, comm->yield_max_s * 1e6);
+    if (local > threads && index == 0)
+        CCL_INFO(CCL__SUB_INIT, comm->rank,
+                 "oversubscribed: %d ranks of this communicator on this machine share %ld CPUs, so they take turns "
+                 "on the cores: expect calls slower than with a CPU per rank", local, threads);
 }
 
 #define YIELD_CEILING_CHUNKS 4   /* chunks of the slowest link a learnt yield may cover */
