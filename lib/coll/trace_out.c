@@ -5,6 +5,7 @@
  * the communicator itself, and rank 0 writes one Chrome trace event file
  * (docs/trace-format.md).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,46 @@ static void expand_path(const struct ccl_comm *comm, const char *pattern, char *
         else out[o++] = *p;
     }
     out[o] = 0;
+}
+
+/* The trace files this process has written. A pattern without %c names
+ * one file for every communicator of the process, and the last one
+ * destroyed would silently replace the others' traces: a second
+ * communicator writes beside the first, under its own id, and says so.
+ * Process-wide by nature (the file system is), so a lock and a small
+ * table, the one mutable static of this file. */
+#define WRITTEN_MAX 256
+static pthread_mutex_t written_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t written[WRITTEN_MAX];
+static int nwritten;
+
+static uint64_t path_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* 1 if this process already wrote path (then it is not claimed again). */
+static int claim_path(const char *path) {
+    uint64_t h = path_hash(path);
+    int seen = 0;
+    pthread_mutex_lock(&written_lock);
+    for (int i = 0; i < nwritten && !seen; i++) seen = written[i] == h;
+    if (!seen && nwritten < WRITTEN_MAX) written[nwritten++] = h;
+    pthread_mutex_unlock(&written_lock);
+    return seen;
+}
+
+/* path taken: "dir/t.json" -> "dir/t.<comm id>.json" */
+static void beside_taken(const struct ccl_comm *comm, char *path, size_t n) {
+    char taken[512];
+    snprintf(taken, sizeof taken, "%s", path);
+    const char *slash = strrchr(taken, '/'), *dot = strrchr(taken, '.');
+    size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - taken) : strlen(taken);
+    snprintf(path, n, "%.*s.%016llx%s", (int)stem, taken, (unsigned long long)comm->comm_id, taken + stem);
+    CCL_WARN(CCL__SUB_INIT, comm->rank,
+             "trace: %s already holds another communicator's trace from this process; this one's goes to %s "
+             "(put %%c in CCL_TRACE to name each communicator's file)", taken, path);
 }
 
 static void set_trace(struct ccl_comm *comm, void *arg) { comm->trace = arg; }
@@ -182,6 +223,8 @@ ccl_status_t ccl__trace_end(struct ccl_comm *comm, const char *pattern) {
     ccl__exec_call(comm, set_trace, NULL); /* stops recording after what was issued */
     char path[512];
     expand_path(comm, pattern && *pattern ? pattern : "ccl-trace.json", path, sizeof(path));
+    /* CCL_TRACE names one file for the whole process; rank 0 writes it */
+    if (pattern == comm->params.trace && comm->rank == 0 && claim_path(path)) beside_taken(comm, path, sizeof path);
     ccl_status_t st = ccl__comm_health(comm);
     if (st == CCL_OK) st = gather_and_write(comm, t, path);
     ccl__trace_destroy(t);
