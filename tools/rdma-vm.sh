@@ -3,12 +3,15 @@
 # two soft-RoCE RDMA devices, so that the ib transport is tested for real on
 # a machine whose own kernel has no RDMA.
 #
-#   tools/rdma-vm.sh [-w DIR] 'COMMAND'
+#   tools/rdma-vm.sh [-w DIR] [-k DIR]... 'COMMAND'
 #
 # The guest is Debian's own kernel (with the rdma_rxe module) booted by qemu
 # under software emulation, with a busybox initramfs. It mounts this
 # machine's root file system read-only over 9p, so the binaries of the build
-# tree run there as they are; /tmp, /dev/shm and /run are its own. With -w,
+# tree run there as they are; /tmp, /var/tmp, /dev/shm and /run are its own,
+# except for the folders it keeps: the current one, this script's source
+# tree and each -k DIR stay visible (read-only) at their own paths, so a
+# clone or a build under /tmp runs in the VM as anywhere else. With -w,
 # DIR (on this machine) is mounted read-write at the same path, for results.
 # Inside, a veth pair v0 <-> v1 (192.0.2.1 and 192.0.2.2) carries the two
 # devices, rxe0 on v0 and rxe1 on v1; give ranks on different simulated
@@ -33,11 +36,20 @@ set -eu
 skip() { echo "rdma-vm: SKIP: $*" >&2; exit 77; }
 
 share=""
-if [ "${1:-}" = "-w" ]; then
-  share=$(cd "$2" && pwd)
+# The folders the guest keeps from under its own /tmp, /run, /var/tmp and
+# /dev/shm: the current one and this script's tree, and each -k DIR.
+keep="$(pwd)
+$(cd "$(dirname "$0")/.." && pwd)"
+while [ $# -gt 1 ]; do
+  case $1 in
+  -w) share=$(cd "$2" && pwd) ;;
+  -k) keep="$keep
+$(cd "$2" && pwd)" || exit 2 ;;
+  *) break ;;
+  esac
   shift 2
-fi
-[ $# -eq 1 ] || { echo "usage: $0 [-w DIR] 'COMMAND'" >&2; exit 2; }
+done
+[ $# -eq 1 ] || { echo "usage: $0 [-w DIR] [-k DIR]... 'COMMAND'" >&2; exit 2; }
 command=$1
 cache=${CCL_RDMA_VM_CACHE:-/var/tmp/ccl-rdma-vm}
 mkdir -p "$cache"
@@ -82,7 +94,7 @@ if [ ! -f "$cache/vmlinuz" ]; then
   kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
   depmod -b "$kernel_tree" "$kver"
   cp "$kernel_tree/boot/vmlinuz-$kver" "$cache/vmlinuz.part" && mv "$cache/vmlinuz.part" "$cache/vmlinuz"
-  rm -f "$cache/initrd-4.gz"
+  rm -f "$cache/initrd-5.gz"
 fi
 kver=$(ls "$kernel_tree/lib/modules" | head -n 1)
 moddir="$kernel_tree/lib/modules/$kver"
@@ -98,7 +110,7 @@ modules_in_order() {
   done | awk '!seen[$0]++'
 }
 
-if [ ! -f "$cache/initrd-4.gz" ]; then
+if [ ! -f "$cache/initrd-5.gz" ]; then
   root=$(mktemp -d)
   mkdir -p "$root/bin" "$root/lib/modules" "$root/host" "$root/proc" "$root/sys" "$root/dev"
   cp /bin/busybox "$root/bin/busybox"
@@ -115,8 +127,27 @@ while read -r m; do $bb insmod "/lib/modules/${m##*/}" || echo "rdma-vm: insmod 
 $bb mount -t 9p -o trans=virtio,version=9p2000.L,ro hostroot /host || echo "rdma-vm: cannot mount the host"
 $bb mkdir -p /dev/shm
 for d in proc sys dev; do $bb mount --bind /$d /host/$d; done
-for d in tmp run var/tmp dev/shm; do $bb mount -t tmpfs "$d" "/host/$d"; done
 param() { $bb tr ' ' '\n' </proc/cmdline | $bb sed -n "s/^$1=//p" | $bb base64 -d; }
+# Folders to keep from under the guest's own /tmp, /run, /var/tmp and
+# /dev/shm: held aside, then bound again on top of the fresh tmpfs.
+nl='
+'
+IFS=$nl
+n=0
+$bb mkdir -p /keep
+for k in $(param keep); do
+  case $k in /tmp/*|/run/*|/var/tmp/*|/dev/shm/*) ;; *) continue ;; esac
+  n=$((n + 1))
+  $bb mkdir -p "/keep/$n" && $bb mount -o bind "/host$k" "/keep/$n" && echo "$k" >"/keep/$n.path" ||
+    echo "rdma-vm: cannot keep $k"
+done
+unset IFS
+for d in tmp run var/tmp dev/shm; do $bb mount -t tmpfs "$d" "/host/$d"; done
+for f in /keep/*.path; do
+  [ -f "$f" ] || continue
+  k=$($bb cat "$f")
+  $bb mkdir -p "/host$k" && $bb mount -o bind "${f%.path}" "/host$k" || echo "rdma-vm: cannot keep $k"
+done
 share=$(param share)
 if [ -n "$share" ]; then
   $bb mkdir -p "/host$share"
@@ -143,7 +174,7 @@ $bb sync
 $bb poweroff -f
 EOF
   chmod 755 "$root/init"
-  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd-4.gz"
+  (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1 >"$cache/initrd.part") && mv "$cache/initrd.part" "$cache/initrd-5.gz"
   rm -rf "$root"
 fi
 
@@ -157,8 +188,8 @@ set -- -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 timeout "${CCL_RDMA_VM_TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg -smp 2 -m "${CCL_RDMA_VM_MEM:-3072}" \
-  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd-4.gz" "$@" \
-  -append "console=ttyS0 quiet loglevel=3 panic=-1 clocksource=tsc tsc=reliable cmd=$(b64 "$command") dir=$(b64 "$(pwd)") share=$(b64 "$share") mtu=$(b64 "${CCL_RDMA_VM_MTU:-9000}")" \
+  -nographic -no-reboot -nic none -kernel "$cache/vmlinuz" -initrd "$cache/initrd-5.gz" "$@" \
+  -append "console=ttyS0 quiet loglevel=3 panic=-1 clocksource=tsc tsc=reliable cmd=$(b64 "$command") dir=$(b64 "$(pwd)") share=$(b64 "$share") keep=$(b64 "$keep") mtu=$(b64 "${CCL_RDMA_VM_MTU:-9000}")" \
   </dev/null >"$log" 2>&1 || true
 # The console interleaves kernel messages: find the markers anywhere.
 tr -d '\r' <"$log" | awk '/rdma-vm: command exit [0-9]/{exit} on{print} /rdma-vm: command starts/{on=1}'
