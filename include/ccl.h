@@ -6,8 +6,10 @@
  * negative value on failure. ccl_comm_last_error() says what failed and why.
  *
  * Argument order follows NCCL (buffers, count, dtype, op, root, comm), with
- * snake_case names and no CUDA stream: a blocking call returns when the
- * buffers may be reused; an _async twin returns a request at once.
+ * snake_case names: a blocking call returns when the buffers may be reused;
+ * an _async twin returns a request at once; a _stream twin (CUDA, at the
+ * end of this header) takes NCCL's stream argument and orders the call on
+ * that stream.
  */
 #ifndef CCL_H
 #define CCL_H

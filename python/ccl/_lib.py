@@ -15,7 +15,7 @@ def _candidates():
     if env:
         yield env
         return
-    # A copy installed next to the package (pip install with CCL_LIBRARY set).
+    # The copy inside the package (pip install ./python builds it into the wheel).
     yield os.path.join(_here, "libccl.so.0")
     # The build tree, when running in place from a checkout (python/ccl).
     for build in ("build", "build-py"):
@@ -26,11 +26,30 @@ def _candidates():
         yield found
 
 
+def _loaded_file(name):
+    """The file the loader mapped for name: a bare "libccl.so.0" is found
+    through LD_LIBRARY_PATH, the loader's cache or an rpath, and whoever links
+    against this library (ccl.torch's extension) needs the real path."""
+    base = os.path.basename(name)
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                f = line.split(None, 5)
+                if len(f) == 6 and os.path.basename(f[5].strip()).startswith(base.split(".so")[0] + ".so"):
+                    real = f[5].strip()
+                    if os.path.exists(real):
+                        return real
+    except OSError:
+        pass
+    return name
+
+
 def _load():
     tried = []
     for path in _candidates():
         try:
-            return ctypes.CDLL(path), path
+            lib = ctypes.CDLL(path)
+            return lib, _loaded_file(path) if os.sep not in path else os.path.abspath(path)
         except OSError as e:
             tried.append(f"{path}: {e}")
     raise ImportError("ccl: cannot load libccl (set CCL_LIBRARY to the path of libccl.so, or install it "

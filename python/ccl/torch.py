@@ -7,9 +7,10 @@ Works under torchrun and with an explicit store; rank 0 makes libccl's
 unique id and shares it through the store. The process group's timeout is
 the communicator's (ccl_comm_init_rank_config). CPU tensors only.
 
-The C++ part (torch_backend.cpp) is built against the installed PyTorch
-the first time it is needed and cached: in CCL_TORCH_BUILD_DIR, else under
-~/.cache/ccl. `pip install` builds it ahead of time when torch is there.
+The C++ part (torch_backend.cpp) is compiled against the installed
+PyTorch and the libccl that `import ccl` loaded the first time it is
+needed (a line on stderr says so), and cached: in CCL_TORCH_BUILD_DIR,
+else under ~/.cache/ccl/torch-<version>.
 """
 import os
 
@@ -30,21 +31,35 @@ def _include_dir():
 
 def _load_extension():
     try:
-        from . import _torch_backend  # built by pip install
+        from . import _torch_backend  # built ahead of time, where a build did
         return _torch_backend
     except ImportError:
         pass
+    import sys
+    import time
     from torch.utils import cpp_extension
-    libdir = os.path.dirname(os.path.abspath(_lib.path)) if os.path.dirname(_lib.path) else None
-    ldflags = ["-lccl"] if libdir is None else [f"-L{libdir}", f"-Wl,-rpath,{libdir}", "-l:" + os.path.basename(
-        _lib.path)]
+    # Link against the very file `import ccl` loaded (_lib.path is always a
+    # real path), wherever it came from: the wheel, a build tree,
+    # LD_LIBRARY_PATH or an installed prefix.
+    libdir, libname = os.path.split(os.path.abspath(_lib.path))
+    ldflags = [f"-L{libdir}", f"-Wl,-rpath,{libdir}", "-l:" + libname]
     build = os.environ.get("CCL_TORCH_BUILD_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "ccl", f"torch-{torch.__version__}")
     os.makedirs(build, exist_ok=True)
-    return cpp_extension.load(name="ccl_torch_backend", sources=[os.path.join(_here, "torch_backend.cpp")],
-                              extra_include_paths=[_include_dir()], extra_ldflags=ldflags,
-                              extra_cflags=["-O2"], build_directory=build,
-                              verbose=os.environ.get("CCL_TORCH_BUILD_VERBOSE") == "1")
+    # A built extension is reused (ninja finds nothing to do); a first
+    # build takes about half a minute, so say so instead of sitting silent.
+    built = any(f.startswith("ccl_torch_backend") and f.endswith(".so") for f in os.listdir(build))
+    if not built:
+        print(f"ccl.torch: compiling the torch backend against torch {torch.__version__} and {_lib.path} "
+              f"(once, about half a minute; cached in {build})", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    ext = cpp_extension.load(name="ccl_torch_backend", sources=[os.path.join(_here, "torch_backend.cpp")],
+                             extra_include_paths=[_include_dir()], extra_ldflags=ldflags,
+                             extra_cflags=["-O2"], build_directory=build,
+                             verbose=os.environ.get("CCL_TORCH_BUILD_VERBOSE") == "1")
+    if not built:
+        print(f"ccl.torch: compiled in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return ext
 
 
 _ext = _load_extension()

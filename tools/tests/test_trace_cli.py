@@ -32,6 +32,16 @@ class Cli(TracerTest):
         self.assertEqual(out.count("MISMATCH"), 0)
         self.assertEqual(out.count(" sends c"), 4 * 6)
 
+    def test_ring_page_quotes_explain_verbatim(self):
+        """docs/ring-allreduce.md says its text block is explain's output, verbatim."""
+        doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "ring-allreduce.md")
+        with open(doc) as f:
+            text = f.read()
+        block = text.split("```text\n", 1)[1].split("```", 1)[0]
+        p = tool("explain", "--ranks", "4")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(block, p.stdout)
+
     def test_explain_others_and_keep(self):
         keep = os.path.join(self.tmp, "kept")
         for args in (["reduce_scatter", "--ranks", "3", "--transport", "tcp"], ["all_gather", "--ranks", "5"],
