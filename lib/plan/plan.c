@@ -263,7 +263,7 @@ enum ccl__spin_rule ccl__plan_spin_rule(long local, long threads, int cpu_adapte
      * three boots, 1 MiB 0.95x and 1.00x, 8-byte latency even. A wait
      * whose adapter has nothing of its to do still spins: what it waits
      * for is the peer's work, and a spin sees it land where a yield loop
-     * sees it a system call late (bench/README.md: 8-byte latency 1.04x
+     * sees it a system call late (bench/NOTES.md: 8-byte latency 1.04x
      * and 1.07x as fast in two boots, all-reduce and send/recv even). */
     if (local * (1 + (cpu_adapter != 0)) > threads) return CCL__SPIN_UNLESS_IN_FLIGHT;
     return CCL__SPIN_ALWAYS;

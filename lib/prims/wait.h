@@ -38,7 +38,7 @@ void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c);
  * completion's event: after a 50 ms sleep the reads were still not done
  * (the emulated adapter's work stalls while the hypervisor halts the
  * idle vCPUs), while ranks that looked every millisecond, or spun, saw
- * them through at once (bench/README.md). Such work is due within
+ * them through at once (bench/NOTES.md). Such work is due within
  * moments, so looking often costs little; a rank with nothing in flight
  * still sleeps until something arrives. */
 double ccl__wait_sleep_cap(double left_s, int in_flight);

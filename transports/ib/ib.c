@@ -465,7 +465,7 @@ static int ib_wait_fd(struct ccl__conn *base, short *events) {
 /* Zero-copy work the adapters are still doing for this rank: a pull's
  * reads, or an offered buffer the peer has not finished reading. Slot
  * writes are left out: counting them too made 2-rank all-reduce in the
- * soft-RoCE VM no faster at 16 MiB and slower at 1 MiB (bench/README.md). */
+ * soft-RoCE VM no faster at 16 MiB and slower at 1 MiB (bench/NOTES.md). */
 static int ib_in_flight(const struct ccl__conn *base) {
     const struct ccl__ib_conn *c = (const struct ccl__ib_conn *)base;
     return !c->failed && (c->pull_done < c->pull_bytes || c->zc_offered != c->zc_pulled);

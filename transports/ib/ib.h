@@ -33,7 +33,7 @@
  * grant goes back before the data moves), and soft-RoCE, the adapter the
  * test suite runs on, answers a read from its softirq work, where packets
  * go out in batches, while a write's packets each leave inside the
- * sender's ibv_post_send; bench/README.md has the trials.
+ * sender's ibv_post_send; bench/NOTES.md has the trials.
  *
  * Each connection is two queue pairs, one per direction of requests, as
  * NCCL's one-way connections are: a rank posts everything it asks of the
@@ -113,7 +113,7 @@ struct ccl__ib_zc_offer {
  * between the pieces; and at a 1 KiB MTU a read of 1 MiB (1024 packets)
  * is eight times the 128 unacknowledged packets soft-RoCE lets a queue
  * pair have outstanding: send/recv of 4 MiB took 153 ms pulled in 1 MiB
- * pieces, 78 ms in 256 KiB ones (bench/README.md). At a 4 KiB MTU, pieces of
+ * pieces, 78 ms in 256 KiB ones (bench/NOTES.md). At a 4 KiB MTU, pieces of
  * 256 packets (1 MiB) made send/recv of 8 MiB faster but of 1 and 4 MiB
  * slower, so the size stays in bytes. The peer's queue pair must answer
  * this many reads at once (max_dest_rd_atomic); a device that allows
