@@ -89,7 +89,9 @@ START_TEST(automatic) {
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     ccl__tune_machine_key(key, sizeof key);
-    dprintf(fd, "libccl-tuning 1\nmachine %s\ncopy 8000\nreduce 5000\nlink numa 0.6 4400\nlink tcp 7.5 1550\n", key);
+    /* figures given by hand ("check no"): taken as they are, never found stale */
+    dprintf(fd, "libccl-tuning 1\nmachine %s\ncheck no\ncopy 8000\nreduce 5000\nlink numa 0.6 4400\nlink tcp 7.5 1550\n",
+            key);
     close(fd);
     snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
     struct harness_run run = {.nranks = 4, .transport = ac->transport, .body = body_automatic, .arg = (void *)ac,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -697,6 +698,120 @@ START_TEST(bad_file_in_a_job) {
 }
 END_TEST
 
+/* ---- a stale file: the machine is not what it was when it was measured ---- */
+
+/* "measured ... libccl <this version> kernel <this one>" */
+static void conditions_line(char *out, size_t n, const char *version) {
+    struct utsname u;
+    ck_assert_int_eq(uname(&u), 0);
+    snprintf(out, n, "measured 1700000000 libccl %s kernel %s\n", version, u.release);
+}
+
+/* Each file is read as sound; whether it is stale, and a word of the reason. */
+START_TEST(file_stale) {
+    char path[] = "/tmp/ccl-tune-XXXXXX", key[160], why[300] = "", now[200], old_version[200], text[1024];
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ccl__tune_machine_key(key, sizeof key);
+    double copy, reduce;
+    ccl__tune_measure_local(&copy, &reduce);
+    char version[32];
+    snprintf(version, sizeof version, "%d.%d.%d", CCL_VERSION_MAJOR, CCL_VERSION_MINOR, CCL_VERSION_PATCH);
+    conditions_line(now, sizeof now, version);
+    conditions_line(old_version, sizeof old_version, "0.0.1");
+    const struct {
+        const char *conditions;
+        double copy_factor; /* the file's copy and reduce speeds over this core's now */
+        int stale;
+        const char *why;
+    } cases[] = {
+        {"", 1, 1, "older libccl"},                       /* no conditions at all */
+        {old_version, 1, 1, "libccl 0.0.1 measured it"},  /* another library */
+        {"measured 1700000000 libccl %V kernel 0.0-other\n", 1, 1, "under kernel 0.0-other"},
+        {now, 10, 1, "state has changed"},                /* a core ten times as fast */
+        {now, 0.2, 1, "state has changed"},               /* five times as slow */
+        {now, 1, 0, ""},                                  /* fresh */
+        {now, 1.4, 0, ""},                                /* within the machine's noise */
+        {"check no\n", 50, 0, ""},                        /* figures given by hand */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cond[300];
+        const char *v = strstr(cases[i].conditions, "%V");
+        if (v) snprintf(cond, sizeof cond, "%.*s%s%s", (int)(v - cases[i].conditions), cases[i].conditions, version, v + 2);
+        else snprintf(cond, sizeof cond, "%s", cases[i].conditions);
+        snprintf(text, sizeof text, "libccl-tuning 1\nmachine %s\n%scopy %.1f\nreduce %.1f\nlink numa 0.5 4000\n", key,
+                 cond, copy * cases[i].copy_factor, reduce * cases[i].copy_factor);
+        write_text(path, text);
+        struct ccl__figures f;
+        ccl__cost_defaults(&f);
+        ck_assert_msg(ccl__tune_file_read(path, key, &f, why, sizeof why) == 1, "case %zu unread: %s", i, why);
+        why[0] = 0;
+        int stale = ccl__tune_file_stale(path, &f, copy, reduce, why, sizeof why);
+        ck_assert_msg(stale == cases[i].stale, "case %zu: stale %d, want %d (%s)", i, stale, cases[i].stale, why);
+        ck_assert_msg(strstr(why, cases[i].why), "case %zu: reason \"%s\", want \"%s\"", i, why, cases[i].why);
+    }
+    /* What libccl writes is fresh when read back at once. */
+    struct ccl__figures f, g;
+    ccl__cost_defaults(&f);
+    f.copy_bytes_per_us = copy, f.reduce_bytes_per_us = reduce, f.measured = CCL__FIG_LOCAL;
+    ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
+    ccl__cost_defaults(&g);
+    ck_assert_int_eq(ccl__tune_file_read(path, key, &g, why, sizeof why), 1);
+    ck_assert_msg(!ccl__tune_file_stale(path, &g, copy, reduce, why, sizeof why), "a file just written is stale: %s", why);
+    unlink(path);
+}
+END_TEST
+
+/* In a real job of 2 ranks on cores of their own: a file whose conditions
+ * match but whose ring figures are far from what the link does now (as
+ * an earlier run under load leaves them) is found out by init's quick
+ * probe, named in a warning, and rewritten with this job's figures. */
+START_TEST(stale_link_in_a_job) {
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
+        fprintf(stderr, "[plan] one CPU here: ranks share it, and a crowded probe checks nothing\n");
+        return;
+    }
+    char path[] = "/tmp/ccl-tune-XXXXXX", key[160], env[400], text[1024], cond[200], version[32], why[300];
+    char log[] = "/tmp/ccl-tune-log-XXXXXX";
+    int fd = mkstemp(path), lfd = mkstemp(log);
+    ck_assert(fd >= 0 && lfd >= 0);
+    close(fd);
+    ccl__tune_machine_key(key, sizeof key);
+    double copy, reduce;
+    ccl__tune_measure_local(&copy, &reduce);
+    snprintf(version, sizeof version, "%d.%d.%d", CCL_VERSION_MAJOR, CCL_VERSION_MINOR, CCL_VERSION_PATCH);
+    conditions_line(cond, sizeof cond, version);
+    snprintf(text, sizeof text, "libccl-tuning 1\nmachine %s\n%scopy %.1f\nreduce %.1f\nlink numa 900 3.5\n", key, cond,
+             copy, reduce);
+    write_text(path, text);
+    snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(lfd, 2); /* the ranks' warnings */
+    struct harness_run run = {.nranks = 2, .env = env, .body = body_sum};
+    util_run_clean(&run, 0, "a stale tuning file");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char got[4096] = "";
+    ssize_t len = pread(lfd, got, sizeof got - 1, 0);
+    got[len > 0 ? len : 0] = 0;
+    close(lfd);
+    unlink(log);
+    ck_assert_msg(strstr(got, "is stale: it says the ring's numa links take 900.00 us") && strstr(got, path),
+                  "no warning naming %s and its figures: \"%s\"", path, got);
+    struct ccl__figures f;
+    ck_assert_msg(read_back(path, &f, why, sizeof why) == 1, "the file was not rewritten: %s", why);
+    ck_assert_msg(f.measured >> CCL__LINK_NUMA & 1u, "the rewritten file has no numa figure");
+    ck_assert_msg(f.link[CCL__LINK_NUMA].alpha_us < 300 && f.link[CCL__LINK_NUMA].bytes_per_us > 10,
+                  "the stale figures were kept: %.2f us %.1f bytes/us", f.link[CCL__LINK_NUMA].alpha_us,
+                  f.link[CCL__LINK_NUMA].bytes_per_us);
+    unlink(path);
+}
+END_TEST
+
 /* A job of ranks on TCP, each its own host, probes the link's large
  * point at the 512 KiB slot and keeps it (shared memory's probe has none:
  * bad_file_in_a_job). Two ranks, on CPUs of their own where there are
@@ -769,7 +884,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, file_round_trip);
     tcase_add_loop_test(tc, file_rejected, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
     tcase_add_test(tc, file_rejected_odd);
+    tcase_add_test(tc, file_stale);
     suite_add_tcase(s, tc);
+    util_add_loop_case(s, "stale_link_in_a_job", stale_link_in_a_job, 1, 60);
     util_add_loop_case(s, "bad_file_in_a_job", bad_file_in_a_job, (int)(sizeof job_files / sizeof job_files[0]), 60);
     tc = tcase_create("crowded_probe");
     tcase_set_timeout(tc, 60);

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "algo/algo.h"
@@ -41,6 +43,18 @@ void ccl__tune_machine_key(char *key, size_t n) {
     snprintf(key, n, "%.63s/%.39s/%ldcpu", host, id[0] ? id : "-", sysconf(_SC_NPROCESSORS_CONF));
 }
 
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define LIBCCL_VERSION_TEXT STR(CCL_VERSION_MAJOR) "." STR(CCL_VERSION_MINOR) "." STR(CCL_VERSION_PATCH)
+
+/* The kernel release: figures measured under another kernel (or by
+ * another libccl) describe another machine, as far as timing goes. */
+static void conditions_now(char *kernel, size_t n) {
+    struct utsname u;
+    snprintf(kernel, n, "%s", uname(&u) == 0 ? u.release : "unknown");
+    kernel[strcspn(kernel, " \t\n")] = 0;
+}
+
 static int alpha_ok(double a) { return isfinite(a) && a >= ALPHA_MIN && a <= ALPHA_MAX; }
 static int speed_ok(double s) { return isfinite(s) && s >= SPEED_MIN && s <= SPEED_MAX; }
 static int large_ok(double bytes, double s) {
@@ -65,6 +79,7 @@ static int parse_line(const char *line, const char *key, struct ccl__figures *f,
         *saw_key = 1;
         return 1;
     }
+    if (strcmp(word, "measured") == 0 || strcmp(word, "check") == 0) return 1; /* conditions: tune_file_stale */
     if (strcmp(word, "copy") == 0 || strcmp(word, "reduce") == 0) {
         char end[2];
         if (sscanf(line, "%*s %lf %1s", &x, end) != 1 || !speed_ok(x)) goto bad;
@@ -127,6 +142,58 @@ int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *
     return 1;
 }
 
+/* Speeds further apart than this factor are another machine's state. */
+#define STALE_FACTOR 2.0
+
+static int far_apart(double a, double b, double factor) { return a > b * factor || b > a * factor; }
+
+/* The file's conditions: "check no" (figures given by hand) and its
+ * "measured" line. 0 when the file cannot be read. */
+struct conditions {
+    int trusted, measured;
+    long long when;
+    char version[32], kernel[80];
+};
+
+static int read_conditions(const char *path, struct conditions *c) {
+    memset(c, 0, sizeof *c);
+    FILE *fp = fopen(path, "r");
+    if (!fp) return 0;
+    char line[256];
+    while (fgets(line, sizeof line, fp)) {
+        char word[16], value[16];
+        if (sscanf(line, "check %15s", value) == 1 && strcmp(value, "no") == 0) c->trusted = 1;
+        if (sscanf(line, "%15s %lld libccl %31s kernel %79s", word, &c->when, c->version, c->kernel) == 4 &&
+            strcmp(word, "measured") == 0)
+            c->measured = 1;
+    }
+    fclose(fp);
+    return 1;
+}
+
+int ccl__tune_file_stale(const char *path, const struct ccl__figures *file, double copy_now, double reduce_now,
+                         char *why, size_t whylen) {
+    struct conditions c;
+    char now_kernel[80];
+    if (!read_conditions(path, &c)) return 0;
+    if (c.trusted) return 0; /* figures given by hand, for a machine described on purpose */
+    conditions_now(now_kernel, sizeof now_kernel);
+    if (!c.measured)
+        snprintf(why, whylen, "it does not say when or under what conditions it was measured (an older libccl wrote it)");
+    else if (strcmp(c.version, LIBCCL_VERSION_TEXT) != 0)
+        snprintf(why, whylen, "libccl %s measured it; this is %s", c.version, LIBCCL_VERSION_TEXT);
+    else if (strcmp(c.kernel, now_kernel) != 0)
+        snprintf(why, whylen, "it was measured under kernel %s; this is %s", c.kernel, now_kernel);
+    else if ((file->measured & CCL__FIG_LOCAL) && (far_apart(file->copy_bytes_per_us, copy_now, STALE_FACTOR) ||
+                                                 far_apart(file->reduce_bytes_per_us, reduce_now, STALE_FACTOR)))
+        snprintf(why, whylen,
+                 "it says this core copies %.2f GB/s and sums %.2f GB/s; it does %.2f and %.2f now, so the machine's "
+                 "state has changed since it was measured",
+                 file->copy_bytes_per_us / 1e3, file->reduce_bytes_per_us / 1e3, copy_now / 1e3, reduce_now / 1e3);
+    else return 0;
+    return 1;
+}
+
 static int make_parent(const char *path) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s", path);
@@ -150,6 +217,11 @@ int ccl__tune_file_write(const char *path, const char *key, const struct ccl__fi
     fprintf(fp, "%s\n# cost-model figures of one machine, written by libccl (ccl-tune measures on purpose)\n",
             FILE_MAGIC);
     fprintf(fp, "machine %s\n", key);
+    char kernel[80];
+    conditions_now(kernel, sizeof kernel);
+    fprintf(fp, "# measured <unix time> libccl <version> kernel <release>: init checks them, and copy and reduce, "
+                "against this machine now\nmeasured %lld libccl %s kernel %s\n",
+            (long long)time(NULL), LIBCCL_VERSION_TEXT, kernel);
     /* Only figures the reader takes back: a probe's reading out of range
      * (a job's crowding can time a link at nothing) stays out of the file
      * rather than make all of it corrupt. */
@@ -334,16 +406,27 @@ void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
     static int warned; /* once per process, not once per communicator */
     struct ccl__figures f;
     ccl__cost_defaults(&f);
+    /* Measured every time (a fraction of a millisecond): the check of the
+     * file against this machine as it is now, and the figures without one. */
+    double copy_now, reduce_now;
+    ccl__tune_measure_local(&copy_now, &reduce_now);
     const char *path = comm->params.tuning_file;
     if (strcmp(path, "none") != 0) {
-        char key[160], why[200];
+        char key[160], why[300];
         ccl__tune_machine_key(key, sizeof key);
         int read = ccl__tune_file_read(path, key, &f, why, sizeof why);
         if (read < 0 && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             CCL_WARN(CCL__SUB_PLAN, comm->rank, "ignoring the tuning file %s: %s; measuring afresh", path, why);
+        if (read > 0 && ccl__tune_file_stale(path, &f, copy_now, reduce_now, why, sizeof why)) {
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                CCL_WARN(CCL__SUB_PLAN, comm->rank,
+                         "the tuning file %s is stale: %s; measuring afresh and rewriting it (ccl-tune measures "
+                         "with care)", path, why);
+            ccl__cost_defaults(&f);
+        }
     }
     if (!(f.measured & CCL__FIG_LOCAL)) {
-        ccl__tune_measure_local(&f.copy_bytes_per_us, &f.reduce_bytes_per_us);
+        f.copy_bytes_per_us = copy_now, f.reduce_bytes_per_us = reduce_now;
         f.measured |= CCL__FIG_LOCAL;
     }
     record_from(&self->tuned, &f);
@@ -421,20 +504,56 @@ static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int 
     if (strcmp(path, "none") == 0 || comm->params.topo_file[0] || index != 0) return;
     char key[160], why[200];
     ccl__tune_machine_key(key, sizeof key);
-    /* Nothing learnt, and the file is this machine's and sound: keep it.
-     * A file absent, corrupt or another machine's is replaced with what
-     * this job can vouch for, even if that is only copy and reduce. */
+    /* Nothing learnt, and the file is this machine's, sound and fresh:
+     * keep it. A file absent, corrupt, stale or another machine's is
+     * replaced with what this job can vouch for, even if that is only
+     * copy and reduce. */
     struct ccl__figures file;
-    if (!probed && (f->measured & ~had) == 0 && ccl__tune_file_read(path, key, &file, why, sizeof why) == 1) return;
+    const struct ccl__tuned_record *mine = &comm->peers[comm->rank].tuned;
+    if (!probed && (f->measured & ~had) == 0 && ccl__tune_file_read(path, key, &file, why, sizeof why) == 1 &&
+        !ccl__tune_file_stale(path, &file, mine->copy_bytes_per_us, mine->reduce_bytes_per_us, why, sizeof why))
+        return;
     if (ccl__tune_file_write(path, key, f, why, sizeof why) != 0)
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "cannot write the tuning file %s: %s", path, why);
     else CCL_INFO(CCL__SUB_PLAN, comm->rank, "wrote the tuning file %s", path);
+}
+
+/* The ring's figures from the tuning files, checked against a quick probe
+ * (a millisecond or two) where ranks have cores of their own: a crowded
+ * probe times the crowding, not the link, and there the file is what the
+ * job has to go by. 1 when they disagree (every rank finds the same: the
+ * probe's figures are the ranks' medians), with a warning naming the file. */
+static int stale_link(struct ccl_comm *comm, const struct ccl__job_shape *shape, int c, const struct ccl__figures *f,
+                      ccl_status_t *st) {
+    struct conditions cond;
+    if (shape->oversub > 1 || comm->params.topo_file[0] ||
+        (read_conditions(comm->params.tuning_file, &cond) && cond.trusted))
+        return 0;
+    struct ccl__link_figure now;
+    *st = ccl__tune_probe_ring(comm, shape, f, 0, &now);
+    if (*st != CCL_OK) return 0;
+    const struct ccl__link_figure *l = &f->link[c];
+    if (!far_apart(now.alpha_us, l->alpha_us, 3.0) && !far_apart(now.bytes_per_us, l->bytes_per_us, STALE_FACTOR))
+        return 0;
+    if (comm->rank == 0)
+        CCL_WARN(CCL__SUB_PLAN, comm->rank,
+                 "the tuning file %s is stale: it says the ring's %s links take %.2f us and %.2f GB/s a step; this "
+                 "init measured %.2f us and %.2f GB/s, so it was measured under other conditions; measuring afresh "
+                 "and rewriting it (ccl-tune measures with care)",
+                 comm->params.tuning_file, ccl__link_names[c], l->alpha_us, l->bytes_per_us / 1e3, now.alpha_us,
+                 now.bytes_per_us / 1e3);
+    return 1;
 }
 
 ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shape *shape, struct ccl__figures *out) {
     combine(comm, out);
     int c = comm->nranks > 1 ? slowest_class(shape->ring_links) : -1;
     int probed = 0;
+    ccl_status_t st = CCL_OK;
+    if (c >= 0 && (out->measured >> c & 1u) && strcmp(comm->params.tuning_file, "none") != 0 &&
+        stale_link(comm, shape, c, out, &st))
+        out->measured &= ~(1u << c);
+    CCL_CHECK(st);
     if (c >= 0 && !(out->measured >> c & 1u)) {
         double t0 = ccl__now();
         /* A network link's large point, at the ring's slot (cost.h says

@@ -36,6 +36,14 @@ void ccl__tune_machine_key(char *key, size_t n);
  * (corrupt, another machine's, unreadable), with the reason in why. A NULL
  * key takes any machine's file (planning for that machine). */
 int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *f, char *why, size_t whylen);
+/* 1 when the file at path (read into file) no longer describes this
+ * machine as it is: measured by another libccl or under another kernel,
+ * without its conditions (an older libccl's), or with copy or reduce
+ * speeds more than twice or half of what this core does now (copy_now,
+ * reduce_now); the reason in why. A file that says "check no" (figures
+ * given by hand) is never stale. */
+int ccl__tune_file_stale(const char *path, const struct ccl__figures *file, double copy_now, double reduce_now,
+                         char *why, size_t whylen);
 /* Writes f's measured figures to path atomically (a temporary file, then
  * rename), creating its directory. 0, or -1 with the reason in why. */
 int ccl__tune_file_write(const char *path, const char *key, const struct ccl__figures *f, char *why, size_t whylen);
