@@ -698,6 +698,15 @@ START_TEST(bad_file_in_a_job) {
 }
 END_TEST
 
+/* 1 when this process may use two CPUs or more (a job of 2 ranks then has
+ * a core per rank); else says why the caller checks nothing, and 0. */
+static int two_cpus_or_say(const char *what) {
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2) return 1;
+    fprintf(stderr, "[plan] one CPU here: %s\n", what);
+    return 0;
+}
+
 /* ---- a stale file: the machine is not what it was when it was measured ---- */
 
 /* "measured ... libccl <this version> kernel <this one>" */
@@ -768,11 +777,7 @@ END_TEST
  * an earlier run under load leaves them) is found out by init's quick
  * probe, named in a warning, and rewritten with this job's figures. */
 START_TEST(stale_link_in_a_job) {
-    cpu_set_t cpus;
-    if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
-        fprintf(stderr, "[plan] one CPU here: ranks share it, and a crowded probe checks nothing\n");
-        return;
-    }
+    if (!two_cpus_or_say("ranks share it, and a crowded probe checks nothing")) return;
     char path[] = "/tmp/ccl-tune-XXXXXX", key[160], env[400], text[1024], cond[200], version[32], why[300];
     char log[] = "/tmp/ccl-tune-log-XXXXXX";
     int fd = mkstemp(path), lfd = mkstemp(log);
@@ -817,11 +822,7 @@ END_TEST
  * bad_file_in_a_job). Two ranks, on CPUs of their own where there are
  * two: where they share one, the file keeps no link figure. */
 START_TEST(large_point_probed) {
-    cpu_set_t cpus;
-    if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
-        fprintf(stderr, "[plan] one CPU here: the ranks share it, and the file keeps no link figure\n");
-        return;
-    }
+    if (!two_cpus_or_say("the ranks share it, and the file keeps no link figure")) return;
     char dir[] = "/tmp/ccl-tune-XXXXXX", path[64], env[128], why[200];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tuning", dir);
