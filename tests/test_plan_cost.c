@@ -616,6 +616,37 @@ START_TEST(file_rejected_odd) {
 }
 END_TEST
 
+/* What fn(arg) writes to stderr (this process's and its children's), in
+ * got. */
+static void capture_stderr(void (*fn)(void *), void *arg, char *got, size_t n) {
+    char log[] = "/tmp/ccl-tune-log-XXXXXX";
+    int lfd = mkstemp(log);
+    ck_assert_int_ge(lfd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(lfd, 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t len = pread(lfd, got, n - 1, 0);
+    got[len > 0 ? len : 0] = 0;
+    close(lfd);
+    unlink(log);
+}
+
+struct tune_local_args {
+    struct ccl_comm *comm;
+    struct ccl__peer_info *self;
+};
+
+static void run_tune_local(void *arg) {
+    struct tune_local_args *a = arg;
+    ccl__tune_local(a->comm, a->self);
+}
+
+static void run_job(void *arg) { util_run_clean(arg, 0, "a job with this tuning file"); }
+
 /* What a job left in the tuning file at path, over the default figures
  * (ccl__tune_file_read's result). After the job only: it loads the
  * library's parameters, which the harness wants unread before it forks. */
@@ -645,9 +676,9 @@ static const char *const job_files[] = {
 };
 
 START_TEST(bad_file_in_a_job) {
-    char path[] = "/tmp/ccl-tune-XXXXXX", text[512], env[320], log[] = "/tmp/ccl-tune-log-XXXXXX";
-    int fd = mkstemp(path), lfd = mkstemp(log);
-    ck_assert(fd >= 0 && lfd >= 0);
+    char path[] = "/tmp/ccl-tune-XXXXXX", text[512], env[320];
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
     close(fd);
     expand_key(job_files[_i], text, sizeof text);
     /* The job: it runs, and the lowest rank replaces the file. Two ranks,
@@ -678,18 +709,9 @@ START_TEST(bad_file_in_a_job) {
     snprintf(comm.params.tuning_file, sizeof comm.params.tuning_file, "%s", path);
     struct ccl__peer_info self;
     memset(&self, 0, sizeof self);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(lfd, 2);
-    ccl__tune_local(&comm, &self);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    struct tune_local_args a = {&comm, &self};
     char got[1024] = "";
-    ssize_t len = pread(lfd, got, sizeof got - 1, 0);
-    got[len > 0 ? len : 0] = 0;
-    close(lfd);
-    unlink(log);
+    capture_stderr(run_tune_local, &a, got, sizeof got);
     ck_assert_msg(strstr(got, "ignoring the tuning file") && strstr(got, path), "no warning naming %s: \"%s\"", path,
                   got);
     ck_assert_msg((self.tuned.measured & 0xffffu) == 0, "links taken from a bad file: %#x", self.tuned.measured);
@@ -779,9 +801,8 @@ END_TEST
 START_TEST(stale_link_in_a_job) {
     if (!two_cpus_or_say("ranks share it, and a crowded probe checks nothing")) return;
     char path[] = "/tmp/ccl-tune-XXXXXX", key[160], env[400], text[1024], cond[200], version[32], why[300];
-    char log[] = "/tmp/ccl-tune-log-XXXXXX";
-    int fd = mkstemp(path), lfd = mkstemp(log);
-    ck_assert(fd >= 0 && lfd >= 0);
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
     close(fd);
     ccl__tune_machine_key(key, sizeof key);
     double copy, reduce;
@@ -792,19 +813,9 @@ START_TEST(stale_link_in_a_job) {
              copy, reduce);
     write_text(path, text);
     snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(lfd, 2); /* the ranks' warnings */
     struct harness_run run = {.nranks = 2, .env = env, .body = body_sum};
-    util_run_clean(&run, 0, "a stale tuning file");
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
     char got[4096] = "";
-    ssize_t len = pread(lfd, got, sizeof got - 1, 0);
-    got[len > 0 ? len : 0] = 0;
-    close(lfd);
-    unlink(log);
+    capture_stderr(run_job, &run, got, sizeof got); /* the ranks' warnings */
     ck_assert_msg(strstr(got, "is stale: it says the ring's numa links take 900.00 us") && strstr(got, path),
                   "no warning naming %s and its figures: \"%s\"", path, got);
     struct ccl__figures f;
