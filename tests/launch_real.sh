@@ -28,7 +28,13 @@ none)
   "$bench" -b 8 -e 1K >"$out/bench" 2>&1 || fail "the benchmark alone"
   grep -q '1 rank, 1 host' "$out/bench" || fail "the benchmark did not run as one rank"
   grep -q 'Out of bounds values : 0 OK' "$out/bench" || fail "the benchmark's results were wrong"
-  echo "none: the trainer and the benchmark ran as one rank"
+  # more ranks than CPUs: the header says so; one rank: it does not
+  over=$(($(nproc) + 1))
+  "$bench" --ranks "$over" -b 8 -e 8 -n 1 -w 0 >"$out/over" 2>&1 || fail "the benchmark on $over ranks"
+  grep -q "^# oversubscribed: $over ranks on this machine share $(nproc) CPUs" "$out/over" ||
+    fail "the header of $over ranks on $(nproc) CPUs does not say they are oversubscribed"
+  grep -q "oversubscribed" "$out/bench" && fail "one rank's header says it is oversubscribed"
+  echo "none: the trainer and the benchmark ran as one rank; $over ranks on $(nproc) CPUs were said to be oversubscribed"
   ;;
 torchrun)
   # torch 2.x's torchrun where the first python3 has it, else Debian's torch
