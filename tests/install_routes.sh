@@ -1,6 +1,6 @@
 #!/bin/sh
 # Every documented way to use an installed libccl, from a prefix of its own:
-#   install_routes.sh SOURCE_DIR BUILD_DIR
+#   install_routes.sh SOURCE_DIR BUILD_DIR [SANITIZER]
 # cmake --install BUILD --prefix P, then programs built and run against P
 # with pkg-config (shared, and --static against a prefix holding only
 # libccl.a), with CMake's find_package (ccl::ccl, ccl::ccl_static,
@@ -9,6 +9,10 @@
 # under the installed cclrun (or forks them) and checks an all-reduce.
 set -u
 src=$1 build=$2
+if [ -n "${3:-}" ]; then
+  echo "SKIP: a $3-sanitized libccl needs its sanitizer's runtime loaded first, which programs built as users build theirs do not have"
+  exit 77
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 P=$tmp/prefix
