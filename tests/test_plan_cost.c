@@ -794,12 +794,23 @@ START_TEST(file_stale) {
 }
 END_TEST
 
-/* In a real job of 2 ranks on cores of their own: a file whose conditions
- * match but whose ring figures are far from what the link does now (as
- * an earlier run under load leaves them) is found out by init's quick
- * probe, named in a warning, and rewritten with this job's figures. */
+/* In a real job: a file whose conditions match but whose ring figures are
+ * far slower than the link (as an earlier run under load leaves them) is
+ * found out by init's quick probe, named in a warning, and rewritten.
+ * _i 0: 2 ranks on cores of their own, whose file keeps this job's
+ * figures; _i 1: one rank more than the CPUs, whose crowded probe can
+ * still tell a file that is slower than it, and whose file then keeps no
+ * link figure (crowded_probe_not_kept). */
 START_TEST(stale_link_in_a_job) {
-    if (!two_cpus_or_say("ranks share it, and a crowded probe checks nothing")) return;
+    cpu_set_t cpus;
+    int ncpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    int crowded = _i == 1, nranks = crowded ? ncpus + 1 : 2;
+    if (!crowded && !two_cpus_or_say("ranks share it: the crowded case checks this")) return;
+    if (nranks > 8) {
+        fprintf(stderr, "[plan] %d CPUs: a crowded job would take %d ranks, more than this test starts\n", ncpus,
+                nranks);
+        return;
+    }
     char path[] = "/tmp/ccl-tune-XXXXXX", key[160], env[400], text[1024], cond[200], version[32], why[300];
     int fd = mkstemp(path);
     ck_assert(fd >= 0);
@@ -813,13 +824,19 @@ START_TEST(stale_link_in_a_job) {
              copy, reduce);
     write_text(path, text);
     snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
-    struct harness_run run = {.nranks = 2, .env = env, .body = body_sum};
+    struct harness_run run = {.nranks = nranks, .env = env, .body = body_sum};
     char got[4096] = "";
     capture_stderr(run_job, &run, got, sizeof got); /* the ranks' warnings */
     ck_assert_msg(strstr(got, "is stale: it says the ring's numa links take 900.00 us") && strstr(got, path),
                   "no warning naming %s and its figures: \"%s\"", path, got);
+    ck_assert_msg(!crowded || strstr(got, "with ranks sharing cores"), "the warning does not say the ranks share cores");
     struct ccl__figures f;
     ck_assert_msg(read_back(path, &f, why, sizeof why) == 1, "the file was not rewritten: %s", why);
+    if (crowded) {
+        ck_assert_msg(!(f.measured >> CCL__LINK_NUMA & 1u), "the stale numa figure stayed in the file");
+        unlink(path);
+        return;
+    }
     ck_assert_msg(f.measured >> CCL__LINK_NUMA & 1u, "the rewritten file has no numa figure");
     ck_assert_msg(f.link[CCL__LINK_NUMA].alpha_us < 300 && f.link[CCL__LINK_NUMA].bytes_per_us > 10,
                   "the stale figures were kept: %.2f us %.1f bytes/us", f.link[CCL__LINK_NUMA].alpha_us,
@@ -898,7 +915,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, file_rejected_odd);
     tcase_add_test(tc, file_stale);
     suite_add_tcase(s, tc);
-    util_add_loop_case(s, "stale_link_in_a_job", stale_link_in_a_job, 1, 60);
+    util_add_loop_case(s, "stale_link_in_a_job", stale_link_in_a_job, 2, 60);
     util_add_loop_case(s, "bad_file_in_a_job", bad_file_in_a_job, (int)(sizeof job_files / sizeof job_files[0]), 60);
     tc = tcase_create("crowded_probe");
     tcase_set_timeout(tc, 60);

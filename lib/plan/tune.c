@@ -519,29 +519,31 @@ static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int 
 }
 
 /* The ring's figures from the tuning files, checked against a quick probe
- * (a millisecond or two) where ranks have cores of their own: a crowded
- * probe times the crowding, not the link, and there the file is what the
- * job has to go by. 1 when they disagree (every rank finds the same: the
- * probe's figures are the ranks' medians), with a warning naming the file. */
+ * (a few milliseconds). Where ranks have cores of their own the two must
+ * agree (3x for alpha, 2x for bandwidth). Where they share cores the
+ * probe times the crowding as well as the link, so it can only be slower
+ * than the link: a file that says the link is slower still than that is
+ * wrong, and one that says it is faster may be right. 1 when the file
+ * fails (every rank finds the same: the probe's figures are the ranks'
+ * medians), with a warning naming the file. */
 static int stale_link(struct ccl_comm *comm, const struct ccl__job_shape *shape, int c, const struct ccl__figures *f,
                       ccl_status_t *st) {
     struct conditions cond;
-    if (shape->oversub > 1 || comm->params.topo_file[0] ||
-        (read_conditions(comm->params.tuning_file, &cond) && cond.trusted))
-        return 0;
+    if (comm->params.topo_file[0] || (read_conditions(comm->params.tuning_file, &cond) && cond.trusted)) return 0;
     struct ccl__link_figure now;
     *st = ccl__tune_probe_ring(comm, shape, f, 0, &now);
     if (*st != CCL_OK) return 0;
     const struct ccl__link_figure *l = &f->link[c];
-    if (!far_apart(now.alpha_us, l->alpha_us, 3.0) && !far_apart(now.bytes_per_us, l->bytes_per_us, STALE_FACTOR))
-        return 0;
+    int file_slower = l->alpha_us > 3.0 * now.alpha_us || l->bytes_per_us * STALE_FACTOR < now.bytes_per_us;
+    int file_faster = now.alpha_us > 3.0 * l->alpha_us || now.bytes_per_us * STALE_FACTOR < l->bytes_per_us;
+    if (!file_slower && (shape->oversub > 1 || !file_faster)) return 0;
     if (comm->rank == 0)
         CCL_WARN(CCL__SUB_PLAN, comm->rank,
                  "the tuning file %s is stale: it says the ring's %s links take %.2f us and %.2f GB/s a step; this "
-                 "init measured %.2f us and %.2f GB/s, so it was measured under other conditions; measuring afresh "
+                 "init measured %.2f us and %.2f GB/s%s, so it was measured under other conditions; measuring afresh "
                  "and rewriting it (ccl-tune measures with care)",
                  comm->params.tuning_file, ccl__link_names[c], l->alpha_us, l->bytes_per_us / 1e3, now.alpha_us,
-                 now.bytes_per_us / 1e3);
+                 now.bytes_per_us / 1e3, shape->oversub > 1 ? " with ranks sharing cores, which only slows a probe" : "");
     return 1;
 }
 
@@ -550,9 +552,9 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
     int c = comm->nranks > 1 ? slowest_class(shape->ring_links) : -1;
     int probed = 0;
     ccl_status_t st = CCL_OK;
-    if (c >= 0 && (out->measured >> c & 1u) && strcmp(comm->params.tuning_file, "none") != 0 &&
-        stale_link(comm, shape, c, out, &st))
-        out->measured &= ~(1u << c);
+    int stale = c >= 0 && (out->measured >> c & 1u) && strcmp(comm->params.tuning_file, "none") != 0 &&
+                stale_link(comm, shape, c, out, &st);
+    if (stale) out->measured &= ~(1u << c);
     CCL_CHECK(st);
     if (c >= 0 && !(out->measured >> c & 1u)) {
         double t0 = ccl__now();
@@ -581,7 +583,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
      * machine's file keeps what uncrowded jobs and ccl-tune measure. */
     struct ccl__figures keep = *out;
     if (probed && shape->oversub > 1) keep.measured &= ~(1u << c), probed = 0;
-    save(comm, &keep, probed);
+    save(comm, &keep, probed || stale); /* a stale link's figure leaves the file, measured or not */
     return CCL_OK;
 }
 
