@@ -140,6 +140,12 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     if (comm->gpu_direct) comm->on_fail_gpu = ccl__gpu_direct_release;
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK) st = ccl__plan_model(comm);
+    /* The model's probe (the tuning file's check, or the figures it lacks)
+     * is a collective, and ranks leave a collective one after another: a
+     * rank that left it first and failed, or exited, at once would fail the
+     * others' probe. A last round through the root, carrying each rank's
+     * status, ends init on every rank together, and with one verdict. */
+    if (comm->set_up) st = ccl__boot_round(comm, root_fd, st);
     if (st == CCL_OK && CCL__LOG_ON(CCL__LOG_INFO, CCL__SUB_INIT)) {
         char links[160];
         ccl__conns_summary(comm, links, sizeof(links));

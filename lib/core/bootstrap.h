@@ -27,7 +27,7 @@ struct ccl__unique_id {
 };
 
 /* How many set-up rounds the root serves after the peer-info exchange. */
-#define CCL__BOOT_ROUNDS 3
+#define CCL__BOOT_ROUNDS 4
 
 /* Start a root listening on *addr (port 0 picks one) with this secret; it
  * serves one communicator and exits (on success, failure or timeout).
