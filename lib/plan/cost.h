@@ -61,6 +61,9 @@ struct ccl__figures {
                                  * and reduce */
 };
 #define CCL__FIG_LOCAL (1u << 16)
+/* A rank's tuning file holds figures given by hand ("check no"): taken as
+ * they are, never checked against a probe. */
+#define CCL__FIG_GIVEN (1u << 17)
 
 /* Figures of a 2-core x86 machine of 2024, for link classes nothing has
  * measured yet. */

@@ -61,9 +61,18 @@ static int large_ok(double bytes, double s) {
     return bytes == 0 || (isfinite(bytes) && bytes > CCL__PROBE_BYTES && bytes <= LARGE_MAX && speed_ok(s));
 }
 
-/* One line of the file into f; 0 when it is not a line of the format. */
-static int parse_line(const char *line, const char *key, struct ccl__figures *f, int *saw_key, char *why,
-                      size_t whylen) {
+/* What a file says about itself: "check no" (figures given by hand) and
+ * the conditions it was measured under ("measured <time> libccl <version>
+ * kernel <release>"). */
+struct conditions {
+    int given, measured;
+    long long when;
+    char version[32], kernel[80];
+};
+
+/* One line of the file into f and cond; 0 when it is not a line of the format. */
+static int parse_line(const char *line, const char *key, struct ccl__figures *f, struct conditions *cond,
+                      int *saw_key, char *why, size_t whylen) {
     char word[32], name[32];
     double x, y;
     if (sscanf(line, "%31s", word) != 1) return 1; /* blank */
@@ -79,7 +88,15 @@ static int parse_line(const char *line, const char *key, struct ccl__figures *f,
         *saw_key = 1;
         return 1;
     }
-    if (strcmp(word, "measured") == 0 || strcmp(word, "check") == 0) return 1; /* conditions: tune_file_stale */
+    if (strcmp(word, "check") == 0) {
+        char value[16];
+        cond->given |= sscanf(line, "%*s %15s", value) == 1 && strcmp(value, "no") == 0;
+        return 1;
+    }
+    if (strcmp(word, "measured") == 0) {
+        cond->measured = sscanf(line, "%*s %lld libccl %31s kernel %79s", &cond->when, cond->version, cond->kernel) == 3;
+        return 1;
+    }
     if (strcmp(word, "copy") == 0 || strcmp(word, "reduce") == 0) {
         char end[2];
         if (sscanf(line, "%*s %lf %1s", &x, end) != 1 || !speed_ok(x)) goto bad;
@@ -110,7 +127,10 @@ bad:;
     return 0;
 }
 
-int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *f, char *why, size_t whylen) {
+/* ccl__tune_file_read, and the file's conditions in *c (zeroed first). */
+static int read_file(const char *path, const char *key, struct ccl__figures *f, struct conditions *c, char *why,
+                     size_t whylen) {
+    memset(c, 0, sizeof *c);
     FILE *fp = fopen(path, "r");
     if (!fp) {
         if (errno == ENOENT) return 0;
@@ -132,7 +152,7 @@ int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *
             snprintf(why, whylen, "it is corrupt (a line longer than %zu bytes)", sizeof line);
             ok = 0;
         } else {
-            ok = parse_line(line, key, &read, &saw_key, why, whylen);
+            ok = parse_line(line, key, &read, c, &saw_key, why, whylen);
         }
     }
     fclose(fp);
@@ -142,48 +162,29 @@ int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *
     return 1;
 }
 
+int ccl__tune_file_read(const char *path, const char *key, struct ccl__figures *f, char *why, size_t whylen) {
+    struct conditions c;
+    return read_file(path, key, f, &c, why, whylen);
+}
+
 /* Speeds further apart than this factor are another machine's state. */
 #define STALE_FACTOR 2.0
 
 static int far_apart(double a, double b, double factor) { return a > b * factor || b > a * factor; }
 
-/* The file's conditions: "check no" (figures given by hand) and its
- * "measured" line. 0 when the file cannot be read. */
-struct conditions {
-    int trusted, measured;
-    long long when;
-    char version[32], kernel[80];
-};
-
-static int read_conditions(const char *path, struct conditions *c) {
-    memset(c, 0, sizeof *c);
-    FILE *fp = fopen(path, "r");
-    if (!fp) return 0;
-    char line[256];
-    while (fgets(line, sizeof line, fp)) {
-        char word[16], value[16];
-        if (sscanf(line, "check %15s", value) == 1 && strcmp(value, "no") == 0) c->trusted = 1;
-        if (sscanf(line, "%15s %lld libccl %31s kernel %79s", word, &c->when, c->version, c->kernel) == 4 &&
-            strcmp(word, "measured") == 0)
-            c->measured = 1;
-    }
-    fclose(fp);
-    return 1;
-}
-
-int ccl__tune_file_stale(const char *path, const struct ccl__figures *file, double copy_now, double reduce_now,
-                         char *why, size_t whylen) {
-    struct conditions c;
+/* Whether a file read with conditions c (and figures file) still
+ * describes this machine as it is now; tune.h says when it does not. */
+static int stale_for(const struct conditions *c, const struct ccl__figures *file, double copy_now, double reduce_now,
+                     char *why, size_t whylen) {
     char now_kernel[80];
-    if (!read_conditions(path, &c)) return 0;
-    if (c.trusted) return 0; /* figures given by hand, for a machine described on purpose */
+    if (c->given) return 0; /* figures given by hand, for a machine described on purpose */
     conditions_now(now_kernel, sizeof now_kernel);
-    if (!c.measured)
+    if (!c->measured)
         snprintf(why, whylen, "it does not say when or under what conditions it was measured (an older libccl wrote it)");
-    else if (strcmp(c.version, LIBCCL_VERSION_TEXT) != 0)
-        snprintf(why, whylen, "libccl %s measured it; this is %s", c.version, LIBCCL_VERSION_TEXT);
-    else if (strcmp(c.kernel, now_kernel) != 0)
-        snprintf(why, whylen, "it was measured under kernel %s; this is %s", c.kernel, now_kernel);
+    else if (strcmp(c->version, LIBCCL_VERSION_TEXT) != 0)
+        snprintf(why, whylen, "libccl %s measured it; this is %s", c->version, LIBCCL_VERSION_TEXT);
+    else if (strcmp(c->kernel, now_kernel) != 0)
+        snprintf(why, whylen, "it was measured under kernel %s; this is %s", c->kernel, now_kernel);
     else if ((file->measured & CCL__FIG_LOCAL) && (far_apart(file->copy_bytes_per_us, copy_now, STALE_FACTOR) ||
                                                  far_apart(file->reduce_bytes_per_us, reduce_now, STALE_FACTOR)))
         snprintf(why, whylen,
@@ -192,6 +193,16 @@ int ccl__tune_file_stale(const char *path, const struct ccl__figures *file, doub
                  file->copy_bytes_per_us / 1e3, file->reduce_bytes_per_us / 1e3, copy_now / 1e3, reduce_now / 1e3);
     else return 0;
     return 1;
+}
+
+int ccl__tune_file_stale(const char *path, const struct ccl__figures *file, double copy_now, double reduce_now,
+                         char *why, size_t whylen) {
+    struct ccl__figures scratch;
+    struct conditions c;
+    char ignored[200];
+    ccl__cost_defaults(&scratch);
+    if (read_file(path, NULL, &scratch, &c, ignored, sizeof ignored) != 1) return 0;
+    return stale_for(&c, file, copy_now, reduce_now, why, whylen);
 }
 
 static int make_parent(const char *path) {
@@ -414,10 +425,12 @@ void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
     if (strcmp(path, "none") != 0) {
         char key[160], why[300];
         ccl__tune_machine_key(key, sizeof key);
-        int read = ccl__tune_file_read(path, key, &f, why, sizeof why);
+        struct conditions c;
+        int read = read_file(path, key, &f, &c, why, sizeof why);
         if (read < 0 && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             CCL_WARN(CCL__SUB_PLAN, comm->rank, "ignoring the tuning file %s: %s; measuring afresh", path, why);
-        if (read > 0 && ccl__tune_file_stale(path, &f, copy_now, reduce_now, why, sizeof why)) {
+        if (read > 0 && c.given) f.measured |= CCL__FIG_GIVEN; /* in the record: every rank sees it */
+        if (read > 0 && stale_for(&c, &f, copy_now, reduce_now, why, sizeof why)) {
             if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
                 CCL_WARN(CCL__SUB_PLAN, comm->rank,
                          "the tuning file %s is stale: %s; measuring afresh and rewriting it (ccl-tune measures "
@@ -456,6 +469,7 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
                 l->large_bytes = lb, l->large_bytes_per_us = ls;
             f->measured |= 1u << c;
         }
+        f->measured |= t->measured & CCL__FIG_GIVEN;
         if ((t->measured & CCL__FIG_LOCAL) && speed_ok(t->copy_bytes_per_us) && speed_ok(t->reduce_bytes_per_us) &&
             copy && red)
             copy[nlocal] = t->copy_bytes_per_us, red[nlocal++] = t->reduce_bytes_per_us;
@@ -494,7 +508,7 @@ static int slowest_class(unsigned links) {
 }
 
 /* The lowest rank of each machine keeps what this init learnt. */
-static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int probed) {
+static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int rewrite) {
     const char *path = comm->params.tuning_file;
     int index;
     ccl__plan_machine_ranks(comm, &index);
@@ -509,9 +523,11 @@ static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int 
      * replaced with what this job can vouch for, even if that is only
      * copy and reduce. */
     struct ccl__figures file;
+    struct conditions c;
     const struct ccl__tuned_record *mine = &comm->peers[comm->rank].tuned;
-    if (!probed && (f->measured & ~had) == 0 && ccl__tune_file_read(path, key, &file, why, sizeof why) == 1 &&
-        !ccl__tune_file_stale(path, &file, mine->copy_bytes_per_us, mine->reduce_bytes_per_us, why, sizeof why))
+    ccl__cost_defaults(&file);
+    if (!rewrite && (f->measured & ~had & ~CCL__FIG_GIVEN) == 0 && read_file(path, key, &file, &c, why, sizeof why) == 1 &&
+        !stale_for(&c, &file, mine->copy_bytes_per_us, mine->reduce_bytes_per_us, why, sizeof why))
         return;
     if (ccl__tune_file_write(path, key, f, why, sizeof why) != 0)
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "cannot write the tuning file %s: %s", path, why);
@@ -528,8 +544,9 @@ static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int 
  * medians), with a warning naming the file. */
 static int stale_link(struct ccl_comm *comm, const struct ccl__job_shape *shape, int c, const struct ccl__figures *f,
                       ccl_status_t *st) {
-    struct conditions cond;
-    if (comm->params.topo_file[0] || (read_conditions(comm->params.tuning_file, &cond) && cond.trusted)) return 0;
+    /* Decided from what every rank holds alike (the combined records), so
+     * that all of them enter the probe or none does. */
+    if (comm->params.topo_file[0] || (f->measured & CCL__FIG_GIVEN)) return 0;
     struct ccl__link_figure now;
     *st = ccl__tune_probe_ring(comm, shape, f, 0, &now);
     if (*st != CCL_OK) return 0;
@@ -552,8 +569,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
     int c = comm->nranks > 1 ? slowest_class(shape->ring_links) : -1;
     int probed = 0;
     ccl_status_t st = CCL_OK;
-    int stale = c >= 0 && (out->measured >> c & 1u) && strcmp(comm->params.tuning_file, "none") != 0 &&
-                stale_link(comm, shape, c, out, &st);
+    int stale = c >= 0 && (out->measured >> c & 1u) && stale_link(comm, shape, c, out, &st);
     if (stale) out->measured &= ~(1u << c);
     CCL_CHECK(st);
     if (c >= 0 && !(out->measured >> c & 1u)) {
