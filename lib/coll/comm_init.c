@@ -167,6 +167,12 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
         snprintf(comm->params.algo_source, sizeof comm->params.algo_source, "%s", opt->algo_source);
     }
     ccl_status_t st = comm_setup(comm, uid);
+    /* A root in this process (this rank's, or a split's lowest rank's)
+     * answers the last round to one rank after another: had this rank
+     * heard first and its process exited, the root would have gone before
+     * the others heard. A failed init waits a moment only: a root still
+     * telling latecomers waits for them up to its timeout. */
+    ccl__boot_root_wait(uid->secret, ccl__now() + (st == CCL_OK ? comm->params.timeout_s : 1.0));
     if (st == CCL_OK) st = ccl__registry_add(comm);
     if (st == CCL_OK && comm->params.trace[0]) st = ccl__trace_begin(comm);
     if (st != CCL_OK) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/boot_proto.h"
@@ -37,7 +38,21 @@ struct pending {
     char addr[64];
 };
 
+/* The roots this process runs, so that a rank of this process does not
+ * return from init, and perhaps exit, while its root still owes the other
+ * ranks their last answer (ccl__boot_root_wait). An entry outlives its
+ * root: the waiter, or the next root started, frees it. */
+struct root_entry {
+    uint8_t secret[CCL__SECRET_BYTES];
+    int done;
+    struct root_entry *next;
+};
+static pthread_mutex_t roots_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t roots_done = PTHREAD_COND_INITIALIZER;
+static struct root_entry *roots;
+
 struct root {
+    struct root_entry *entry;
     int lfd;
     uint8_t secret[CCL__SECRET_BYTES];
     double timeout_s;
@@ -371,6 +386,10 @@ static void *root_main(void *arg) {
         free(r->pend[i].record);
     }
     close(r->lfd);
+    pthread_mutex_lock(&roots_lock);
+    r->entry->done = 1;
+    pthread_cond_broadcast(&roots_done);
+    pthread_mutex_unlock(&roots_lock);
     free(r->fds);
     free(r->addrs);
     free(r->told);
@@ -381,13 +400,56 @@ static void *root_main(void *arg) {
     return NULL;
 }
 
+/* Entries of roots that ended and that nobody waited for (a process that
+ * made an id and was no rank of it) go when the next root starts. */
+static void sweep_done_roots(void) {
+    for (struct root_entry **e = &roots; *e;) {
+        struct root_entry *x = *e;
+        if (x->done) *e = x->next, free(x);
+        else e = &x->next;
+    }
+}
+
+static void forget_root(struct root_entry *entry) {
+    for (struct root_entry **e = &roots; *e; e = &(*e)->next)
+        if (*e == entry) {
+            *e = entry->next;
+            break;
+        }
+    free(entry);
+}
+
+void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadline) {
+    pthread_mutex_lock(&roots_lock);
+    struct root_entry *e = roots;
+    while (e && !ccl__secret_equal(e->secret, secret, CCL__SECRET_BYTES)) e = e->next;
+    while (e && !e->done) {
+        double left = deadline - ccl__now();
+        if (left <= 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double at = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 1 ? left : 1);
+        ts.tv_sec = (time_t)at;
+        ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&roots_done, &roots_lock, &ts);
+    }
+    if (e && e->done) forget_root(e);
+    pthread_mutex_unlock(&roots_lock);
+}
+
 ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
                                   size_t record_bytes) {
     if (record_bytes == 0 || record_bytes > CCL__BOOT_MAX_RECORD) return CCL_ERR_INTERNAL;
     struct root *r = calloc(1, sizeof(*r));
     if (!r) return CCL_ERR_NO_MEMORY;
+    if (!(r->entry = calloc(1, sizeof(*r->entry)))) {
+        free(r);
+        return CCL_ERR_NO_MEMORY;
+    }
+    memcpy(r->entry->secret, secret, CCL__SECRET_BYTES);
     ccl_status_t st = ccl__sock_listen(addr, &r->lfd);
     if (st != CCL_OK) {
+        free(r->entry);
         free(r);
         return st;
     }
@@ -400,9 +462,17 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&roots_lock);
+    sweep_done_roots();
+    r->entry->next = roots;
+    roots = r->entry;
+    pthread_mutex_unlock(&roots_lock);
     int rc = pthread_create(&t, &attr, root_main, r);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
+        pthread_mutex_lock(&roots_lock);
+        forget_root(r->entry);
+        pthread_mutex_unlock(&roots_lock);
         close(r->lfd);
         free(r);
         return CCL_ERR_SYSTEM;

@@ -36,6 +36,13 @@ struct ccl__unique_id {
 ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
                                   size_t record_bytes);
 
+/* Returns once the root this process runs for the id with this secret
+ * has given every rank its last answer and ended, or at the deadline;
+ * at once when this process runs no such root. A rank calls it before
+ * it leaves init: its process may exit right after, and the root with
+ * it, while other ranks still wait for their answer. */
+void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadline);
+
 /* Fill a unique id: secret from getrandom, root on this host. */
 ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s,
                                size_t record_bytes);

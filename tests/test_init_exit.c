@@ -1,0 +1,131 @@
+/*
+ * The first program a user writes: every rank joins, leaves and exits at
+ * once, with no collective in between. Rank 0's process holds the
+ * bootstrap root (ccl_comm_init_env under a launcher's variables), and a
+ * split's lowest rank of each colour holds that split's root: a rank that
+ * returns from init (or split) and exits must never take a root away
+ * while the others still wait for its last answer. Each job is repeated:
+ * the race this guards against failed most runs, not every one.
+ */
+/* ctest: TIMEOUT 300 LABELS boot */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ccl.h"
+
+enum { MAX_RANKS = 16, JOB_DEADLINE_S = 60 };
+
+/* A port nothing listens on now (the root's, taken by rank 0). */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* One rank's whole life; its exit status: 0, or which step failed. */
+static int rank_main(int rank, int nranks, int port, int split) {
+    char v[48];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("OMPI_COMM_WORLD_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", nranks);
+    setenv("OMPI_COMM_WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "127.0.0.1:%d", port);
+    setenv("CCL_ROOT_ADDR", v, 1);
+    setenv("CCL_TIMEOUT", "30", 1);
+    snprintf(v, sizeof v, "%08x%08x%016x", (unsigned)port, (unsigned)getppid(), 0x5eed);
+    setenv("CCL_SECRET", v, 1); /* as a launcher gives one (without, init warns that it is insecure) */
+    alarm(JOB_DEADLINE_S); /* never hang the suite */
+    ccl_comm_t *comm = NULL, *sub = NULL;
+    if (ccl_comm_init_env(&comm) != CCL_OK) {
+        fprintf(stderr, "rank %d: init: %s\n", rank, ccl_comm_last_error(NULL));
+        return 10;
+    }
+    int st = 0;
+    if (split) {
+        /* Two colours whose lowest ranks (0 and 1) each hold a root; every
+         * rank leaves as soon as its split returns. */
+        if (ccl_comm_split(comm, rank % 2, rank, &sub) != CCL_OK) {
+            fprintf(stderr, "rank %d: split: %s\n", rank, ccl_comm_last_error(comm));
+            st = 11;
+        } else if (ccl_comm_destroy(sub) != CCL_OK) {
+            st = 12;
+        }
+    }
+    if (ccl_comm_destroy(comm) != CCL_OK) st = st ? st : 13;
+    return st;
+}
+
+/* Runs nranks processes that join and leave; returns how many failed. */
+static int run_job(int nranks, int split) {
+    int port = free_port();
+    pid_t pid[MAX_RANKS];
+    for (int r = 0; r < nranks; r++) {
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] == 0) _exit(rank_main(r, nranks, port, split));
+    }
+    int failed = 0;
+    for (int r = 0; r < nranks; r++) {
+        int status = 0;
+        waitpid(pid[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "%d ranks%s: rank %d ended with status 0x%x\n", nranks, split ? " (split)" : "", r,
+                    status);
+            failed++;
+        }
+    }
+    return failed;
+}
+
+static void repeat(int runs, int nranks, int split) {
+    int bad_runs = 0;
+    for (int i = 0; i < runs; i++) bad_runs += run_job(nranks, split) > 0;
+    ck_assert_msg(bad_runs == 0, "%d of %d runs of %d ranks%s had a rank fail", bad_runs, runs, nranks,
+                  split ? " splitting" : "");
+}
+
+START_TEST(init_then_exit_4_ranks) { repeat(20, 4, 0); }
+END_TEST
+
+START_TEST(init_then_exit_8_ranks) { repeat(10, 8, 0); }
+END_TEST
+
+START_TEST(init_then_exit_3_ranks) { repeat(10, 3, 0); }
+END_TEST
+
+START_TEST(split_then_exit_4_ranks) { repeat(16, 4, 1); }
+END_TEST
+
+START_TEST(split_then_exit_5_ranks) { repeat(8, 5, 1); }
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("init_exit");
+    TCase *tc = tcase_create("init_exit");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, init_then_exit_4_ranks);
+    tcase_add_test(tc, init_then_exit_8_ranks);
+    tcase_add_test(tc, init_then_exit_3_ranks);
+    tcase_add_test(tc, split_then_exit_4_ranks);
+    tcase_add_test(tc, split_then_exit_5_ranks);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
