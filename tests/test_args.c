@@ -151,6 +151,17 @@ static void bad_counts(struct harness_tally *t, struct state *s) {
     REJECT(t, s, ccl_reduce_scatter(in, out, per_rank, CCL_INT8, CCL_SUM, c));
     REJECT(t, s, ccl_all_to_all(in, out, per_rank, CCL_INT8, c));
     REJECT(t, s, ccl_all_gather(in, out, SIZE_MAX / 4 / n + 1, CCL_FLOAT32, c));
+    /* all_to_all_v: a displacement whose byte offset does not fit, alone
+     * (count 1) or with a count that takes the block's end past it, on
+     * either side; every rank refuses alike, before anything moves. */
+    size_t ones[HARNESS_MAX_RANKS], packed[HARNESS_MAX_RANKS], huge[HARNESS_MAX_RANKS], edge[HARNESS_MAX_RANKS];
+    const size_t most = (size_t)INT64_MAX / sizeof(float);
+    for (size_t p = 0; p < n; p++) ones[p] = 1, packed[p] = p, huge[p] = most + 1 + p, edge[p] = most;
+    REJECT(t, s, ccl_all_to_all_v(in, ones, huge, out, ones, packed, CCL_FLOAT32, c));
+    REJECT(t, s, ccl_all_to_all_v(in, ones, packed, out, ones, huge, CCL_FLOAT32, c));
+    REJECT(t, s, ccl_all_to_all_v(in, ones, edge, out, ones, packed, CCL_FLOAT32, c));
+    for (size_t p = 0; p < n; p++) huge[p] = SIZE_MAX - p;
+    REJECT(t, s, ccl_all_to_all_v(in, ones, huge, out, ones, packed, CCL_FLOAT32, c));
     expect_still_works(t, s, "overflowing counts");
 }
 

@@ -99,8 +99,10 @@ static ccl_status_t check_side(ccl_comm_t *comm, const void *buf, const size_t *
     *moves = 0;
     for (int p = 0; p < comm->nranks; p++) {
         CCL_CHECK(ccl__check_count(comm, counts[p], 1, dtype, what));
-        if (counts[p] > (size_t)INT64_MAX / ccl_dtype_size(dtype) - displs[p] ||
-            displs[p] > SIZE_MAX / ccl_dtype_size(dtype) - counts[p])
+        /* The block's end, in bytes, fits in a signed 64-bit offset; the
+         * displacement is bounded first, so the subtraction cannot wrap. */
+        size_t most = (size_t)INT64_MAX / ccl_dtype_size(dtype);
+        if (displs[p] > most || counts[p] > most - displs[p])
             return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT,
                                   "%s: %sdispls[%d] = %zu plus %scounts[%d] = %zu overflows the byte size", what, side,
                                   p, displs[p], side, p, counts[p]);
