@@ -20,10 +20,13 @@ static ccl_status_t replace_algo(struct ccl_comm *comm, const char *algo) {
     memcpy(old_last, comm->algo_last, sizeof old_last);
     snprintf(comm->params.algo, sizeof comm->params.algo, "%s", algo);
     snprintf(comm->params.algo_source, sizeof comm->params.algo_source, "ccl_comm_set_algo");
+    size_t old_too_long = comm->params.algo_too_long;
+    comm->params.algo_too_long = 0;
     ccl_status_t st = ccl__plan_parse_algo(comm, "set_algo");
     if (st != CCL_OK) { /* the message names the bad spec; the old one stands */
         memcpy(comm->params.algo, old_algo, sizeof old_algo);
         memcpy(comm->params.algo_source, old_source, sizeof old_source);
+        comm->params.algo_too_long = old_too_long;
         memcpy(comm->algo_forced, old_forced, sizeof old_forced);
         memcpy(comm->algo_last, old_last, sizeof old_last);
     }

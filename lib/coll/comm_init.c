@@ -164,6 +164,7 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
     if (opt && opt->timeout_s > 0) comm->params.timeout_s = opt->timeout_s;
     if (opt && opt->algo) {
         snprintf(comm->params.algo, sizeof comm->params.algo, "%s", opt->algo);
+        comm->params.algo_too_long = 0;
         snprintf(comm->params.algo_source, sizeof comm->params.algo_source, "%s", opt->algo_source);
     }
     ccl_status_t st = comm_setup(comm, uid);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "core/pattern.h"
 #include "core/trace.h"
 #include "transports/transport.h"
 
@@ -21,15 +22,18 @@ static const char *const algo_names[] = {"ring", "chain", "direct", "tree", "rd"
 static const char *const kind_names[] = {"send", "recv", "reduce"};
 
 /* "%p" -> pid, "%c" -> communicator id: several traced communicators (or
- * jobs) then write different files. */
-static void expand_path(const struct ccl_comm *comm, const char *pattern, char *out, size_t n) {
-    size_t o = 0;
-    for (const char *p = pattern; *p && o + 24 < n; p++) {
-        if (p[0] == '%' && p[1] == 'p') o += (size_t)snprintf(out + o, n - o, "%d", (int)getpid()), p++;
-        else if (p[0] == '%' && p[1] == 'c') o += (size_t)snprintf(out + o, n - o, "%016llx", (unsigned long long)comm->comm_id), p++;
-        else out[o++] = *p;
-    }
-    out[o] = 0;
+ * jobs) then write different files. A path too long is refused, never
+ * cut; the check uses the widest pid, so every rank of a job decides alike
+ * before the trace's collective. */
+static ccl_status_t expand_path(struct ccl_comm *comm, const char *pattern, int pid, char *out, size_t n) {
+    char p[16], c[24];
+    snprintf(p, sizeof p, "%d", pid);
+    snprintf(c, sizeof c, "%016llx", (unsigned long long)comm->comm_id);
+    const char *values[] = {p, c};
+    if (ccl__pattern_expand(pattern, "pc", values, out, n) != 0)
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "trace: the file name %.64s... would be longer than %zu "
+                              "bytes", pattern, n - 1);
+    return CCL_OK;
 }
 
 /* The trace files this process has written. A pattern without %c names
@@ -62,7 +66,7 @@ static int claim_path(const char *path) {
 
 /* path taken: "dir/t.json" -> "dir/t.<comm id>.json" */
 static void beside_taken(const struct ccl_comm *comm, char *path, size_t n) {
-    char taken[512];
+    char taken[CCL__PATTERN_MAX];
     snprintf(taken, sizeof taken, "%s", path);
     const char *slash = strrchr(taken, '/'), *dot = strrchr(taken, '.');
     size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - taken) : strlen(taken);
@@ -221,11 +225,19 @@ ccl_status_t ccl__trace_end(struct ccl_comm *comm, const char *pattern) {
     struct ccl__trace *t = comm->trace;
     if (!t) return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "trace_stop: tracing is not on");
     ccl__exec_call(comm, set_trace, NULL); /* stops recording after what was issued */
-    char path[512];
-    expand_path(comm, pattern && *pattern ? pattern : "ccl-trace.json", path, sizeof(path));
+    char path[CCL__PATTERN_MAX];
+    const char *pat = pattern && *pattern ? pattern : "ccl-trace.json";
+    /* The widest pid and the communicator id beside a taken name (below):
+     * if those fit, this rank's name fits, and every rank finds the same. */
+    ccl_status_t st = expand_path(comm, pat, INT32_MIN, path, sizeof path - 17);
+    if (st == CCL_OK) st = expand_path(comm, pat, (int)getpid(), path, sizeof path);
+    if (st != CCL_OK) {
+        ccl__trace_destroy(t);
+        return st;
+    }
     /* CCL_TRACE names one file for the whole process; rank 0 writes it */
     if (pattern == comm->params.trace && comm->rank == 0 && claim_path(path)) beside_taken(comm, path, sizeof path);
-    ccl_status_t st = ccl__comm_health(comm);
+    st = ccl__comm_health(comm);
     if (st == CCL_OK) st = gather_and_write(comm, t, path);
     ccl__trace_destroy(t);
     return st;

@@ -1,6 +1,8 @@
 /* Logging with a one-compare fast path; configured once from CCL_DEBUG*. */
 #include "core/log.h"
+#include "core/pattern.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,18 +46,22 @@ static const char *subsys_name(unsigned bit) {
     return "ALL";
 }
 
-/* "%h" -> host, "%p" -> pid, so each process of a job gets its own file. */
+/* "%h" -> host, "%p" -> pid, so each process of a job gets its own file.
+ * A path too long for the system is refused, never cut: logging stays on
+ * stderr, and its first line says why. */
 static void open_log_file(const char *pattern) {
-    char path[512];
-    size_t o = 0;
-    for (const char *p = pattern; *p && o + 32 < sizeof(path); p++) {
-        if (p[0] == '%' && p[1] == 'h') o += (size_t)snprintf(path + o, sizeof(path) - o, "%s", log_host), p++;
-        else if (p[0] == '%' && p[1] == 'p') o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)getpid()), p++;
-        else path[o++] = *p;
+    char path[CCL__PATTERN_MAX], pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    const char *values[] = {log_host, pid};
+    if (ccl__pattern_expand(pattern, "hp", values, path, sizeof path) != 0) {
+        fprintf(stderr, "%s:%d CCL WARN INIT: CCL_DEBUG_FILE=%.64s...: its path would be longer than %d bytes; "
+                        "logging to stderr instead\n", log_host, (int)getpid(), pattern, CCL__PATTERN_MAX - 1);
+        return;
     }
-    path[o] = 0;
     log_file = fopen(path, "a");
     if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+    else fprintf(stderr, "%s:%d CCL WARN INIT: CCL_DEBUG_FILE: cannot open %s (%s); logging to stderr instead\n",
+                 log_host, (int)getpid(), path, strerror(errno));
 }
 
 static void log_setup(void) {

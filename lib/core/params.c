@@ -1,6 +1,8 @@
 /* Every environment knob in one table, read once per process. */
 #include "core/params.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,20 +62,37 @@ const struct ccl__param_doc *ccl__params_docs(size_t *n) {
 static struct ccl__params params;
 static pthread_once_t params_once = PTHREAD_ONCE_INIT;
 
-static const char *env_or(const char *name, const char *def) {
-    const char *v = getenv(name);
-    return v && *v ? v : def;
-}
-
+/* One rule for every knob: a value is taken whole or not at all. A number
+ * with anything after it (but a k or M suffix where sizes take one), out of
+ * range or too large to hold, and a string too long for its field, is
+ * refused with a warning that names the variable and says what is used
+ * instead. */
 static long env_long(const char *name, long def, long lo, long hi) {
     const char *v = getenv(name);
     if (!v || !*v) return def;
     char *end;
+    errno = 0;
     long x = strtol(v, &end, 0);
-    if (*end == 'k' || *end == 'K') x <<= 10, end++;
-    else if (*end == 'm' || *end == 'M') x <<= 20, end++;
-    if (*end || x < lo || x > hi) {
-        CCL_WARN(CCL__SUB_ENV, -1, "ignoring %s=%s (want %ld..%ld); using %ld", name, v, lo, hi, def);
+    int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'm' || *end == 'M' ? 20 : 0;
+    if (shift) end++;
+    int fits = errno == 0 && end != v && x >= LONG_MIN >> shift && x <= LONG_MAX >> shift;
+    if (fits) x = (long)((unsigned long)x << shift);
+    if (!fits || *end || x < lo || x > hi) {
+        CCL_WARN(CCL__SUB_ENV, -1, "ignoring %s=%s (want a whole number %ld..%ld); using %ld", name, v, lo, hi, def);
+        return def;
+    }
+    return x;
+}
+
+/* Seconds: a finite number above 0 and at most a billion (ccl_config_t's
+ * bound); nothing after it. */
+static double env_seconds(const char *name, double def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0) || !(x <= 1e9)) {
+        CCL_WARN(CCL__SUB_ENV, -1, "ignoring %s=%s (want seconds above 0, at most 1e9); using %g", name, v, def);
         return def;
     }
     return x;
@@ -81,6 +100,19 @@ static long env_long(const char *name, long def, long lo, long hi) {
 
 static void copy_str(char *dst, size_t n, const char *src) {
     snprintf(dst, n, "%s", src);
+}
+
+/* A string knob: 0, or -1 when it is too long for its field (then def). */
+static int env_str(const char *name, const char *def, char *dst, size_t n) {
+    const char *v = getenv(name);
+    if (v && *v && strlen(v) >= n) {
+        CCL_WARN(CCL__SUB_ENV, -1, "ignoring %s='%.40s...' (%zu characters, at most %zu); using '%s'", name, v,
+                 strlen(v), n - 1, def);
+        copy_str(dst, n, def);
+        return -1;
+    }
+    copy_str(dst, n, v && *v ? v : def);
+    return 0;
 }
 
 /* The machine is the kernel: its boot id is the same in every container
@@ -120,7 +152,8 @@ static void default_host_id(const char *machine, char *dst, size_t n) {
 void ccl__params_tuning_file(char *dst, size_t n) {
     const char *set = getenv("CCL_TUNING_FILE");
     if (set && *set) {
-        copy_str(dst, n, set);
+        /* A name cut short would be another file: none is read or written. */
+        env_str("CCL_TUNING_FILE", "none", dst, n);
         return;
     }
     char host[64] = "unknown";
@@ -133,25 +166,19 @@ void ccl__params_tuning_file(char *dst, size_t n) {
 
 static void params_load(void) {
     ccl__log_init();
-    const char *t = getenv("CCL_TIMEOUT");
-    double timeout = t && *t ? strtod(t, NULL) : 300.0;
-    if (!(timeout > 0)) {
-        CCL_WARN(CCL__SUB_ENV, -1, "ignoring CCL_TIMEOUT=%s (want seconds > 0); using 300", t);
-        timeout = 300.0;
-    }
-    params.timeout_s = timeout;
+    params.timeout_s = env_seconds("CCL_TIMEOUT", 300.0);
     params.link_timeout_s = (double)env_long("CCL_LINK_TIMEOUT", 10, 0, 86400);
-    copy_str(params.transport, sizeof(params.transport), env_or("CCL_TRANSPORT", ""));
+    env_str("CCL_TRANSPORT", "", params.transport, sizeof params.transport);
     default_machine_id(params.machine_id, sizeof(params.machine_id));
     const char *hid = getenv("CCL_HOST_ID");
-    if (hid && *hid) copy_str(params.host_id, sizeof(params.host_id), hid);
-    else default_host_id(params.machine_id, params.host_id, sizeof(params.host_id));
-    copy_str(params.ifname, sizeof(params.ifname), env_or("CCL_SOCKET_IFNAME", ""));
+    if (!(hid && *hid) || env_str("CCL_HOST_ID", "", params.host_id, sizeof params.host_id) != 0)
+        default_host_id(params.machine_id, params.host_id, sizeof(params.host_id));
+    env_str("CCL_SOCKET_IFNAME", "", params.ifname, sizeof params.ifname);
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_socket_bytes = (size_t)env_long("CCL_TCP_SOCKET_BYTES", 4 << 20, 0, 1L << 30);
     params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 256 << 10, 4096, 64 << 20) & ~(size_t)63;
-    copy_str(params.ib_hca, sizeof(params.ib_hca), env_or("CCL_IB_HCA", ""));
+    env_str("CCL_IB_HCA", "", params.ib_hca, sizeof params.ib_hca);
     params.ib_gid_index = (int)env_long("CCL_IB_GID_INDEX", 0, 0, 255);
     params.ib_qps = (int)env_long("CCL_IB_QPS", 1, 1, 8);
     /* 0: 256 KiB, the pieces soft-RoCE pulled fastest at 1 and 4 MiB (transports/ib/ib.h) */
@@ -161,22 +188,34 @@ static void params_load(void) {
     params.reg_cache = (int)env_long("CCL_REG_CACHE", 0, 0, 1);
     /* 0, or at least 64 KiB (the window holds four staging areas); whole pages */
     params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;
-    if (params.shm_window_bytes && params.shm_window_bytes < (64 << 10)) params.shm_window_bytes = 64 << 10;
+    if (params.shm_window_bytes < (64 << 10) && getenv("CCL_SHM_WINDOW_BYTES") && atol(getenv("CCL_SHM_WINDOW_BYTES"))) {
+        CCL_WARN(CCL__SUB_ENV, -1, "CCL_SHM_WINDOW_BYTES=%s is below the window's least, 65536 (0 turns it off); "
+                 "using 65536", getenv("CCL_SHM_WINDOW_BYTES"));
+        params.shm_window_bytes = 64 << 10;
+    }
     params.slots = (int)env_long("CCL_SLOTS", 8, 2, 64);
     params.chunk_bytes = ((size_t)env_long("CCL_CHUNK_BYTES", 0, 0, 64 << 20) + 63) & ~(size_t)63;
     params.check = (int)env_long("CCL_CHECK", 0, 0, 1);
     params.spin_us = (int)env_long("CCL_SPIN_US", 50, 0, 1000000);
     params.spin_us_set = getenv("CCL_SPIN_US") && *getenv("CCL_SPIN_US");
-    copy_str(params.bind, sizeof(params.bind), env_or("CCL_BIND", "none"));
-    copy_str(params.topo_file, sizeof(params.topo_file), env_or("CCL_TOPO_FILE", ""));
-    copy_str(params.algo, sizeof(params.algo), env_or("CCL_ALGO", ""));
+    env_str("CCL_BIND", "none", params.bind, sizeof params.bind);
+    env_str("CCL_TOPO_FILE", "", params.topo_file, sizeof params.topo_file);
+    /* A forced algorithm is never dropped in silence: init refuses it as
+     * ccl_comm_set_algo would (plan/choose.c). */
+    const char *algo = getenv("CCL_ALGO");
+    if (algo && strlen(algo) >= sizeof params.algo) {
+        params.algo_too_long = strlen(algo);
+        snprintf(params.algo, sizeof params.algo, "%.40s", algo);
+    } else {
+        env_str("CCL_ALGO", "", params.algo, sizeof params.algo);
+    }
     copy_str(params.algo_source, sizeof(params.algo_source), "CCL_ALGO");
     ccl__params_tuning_file(params.tuning_file, sizeof(params.tuning_file));
-    copy_str(params.shm_prefix, sizeof(params.shm_prefix), env_or("CCL_SHM_PREFIX", "ccl"));
-    copy_str(params.trace, sizeof(params.trace), env_or("CCL_TRACE", ""));
-    copy_str(params.test_kill_at, sizeof(params.test_kill_at), env_or("CCL_TEST_KILL_AT", ""));
-    copy_str(params.test_stall_at, sizeof(params.test_stall_at), env_or("CCL_TEST_STALL_AT", ""));
-    copy_str(params.cuda_library, sizeof(params.cuda_library), env_or("CCL_CUDA_LIBRARY", "libcuda.so.1"));
+    env_str("CCL_SHM_PREFIX", "ccl", params.shm_prefix, sizeof params.shm_prefix);
+    env_str("CCL_TRACE", "", params.trace, sizeof params.trace);
+    env_str("CCL_TEST_KILL_AT", "", params.test_kill_at, sizeof params.test_kill_at);
+    env_str("CCL_TEST_STALL_AT", "", params.test_stall_at, sizeof params.test_stall_at);
+    env_str("CCL_CUDA_LIBRARY", "libcuda.so.1", params.cuda_library, sizeof params.cuda_library);
     params.cuda_direct = (int)env_long("CCL_CUDA_DIRECT", 1, 0, 1);
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
 }

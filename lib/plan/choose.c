@@ -40,6 +40,9 @@ static int names_auto(const char *s, size_t len) { return len == 4 && memcmp(s, 
 ccl_status_t ccl__plan_parse_algo(struct ccl_comm *comm, const char *what) {
     memset(comm->algo_forced, -1, sizeof comm->algo_forced);
     memset(comm->algo_last, -1, sizeof comm->algo_last);
+    if (comm->params.algo_too_long)
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: %s='%s...' is longer than %zu characters", what,
+                              comm->params.algo_source, comm->params.algo, sizeof comm->params.algo - 1);
     const char *s = comm->params.algo;
     while (*s) {
         size_t len = strcspn(s, ",");

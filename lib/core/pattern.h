@@ -1,0 +1,18 @@
+/* File names from patterns ("trace-%p.json"): the logs' CCL_DEBUG_FILE and
+ * the traces' CCL_TRACE expand a few %-letters the same way, bounded. */
+#ifndef CCL_CORE_PATTERN_H
+#define CCL_CORE_PATTERN_H
+
+#include <stddef.h>
+
+/* The longest path a pattern may expand to, with its NUL. */
+#define CCL__PATTERN_MAX 4096
+
+/* Copies pattern into out (n bytes), each "%x" whose letter is letters[i]
+ * replaced by values[i]; any other character, "%" included, is copied.
+ * Returns 0, or -1 when the result does not fit in n bytes: out is then
+ * the empty string, never a truncated name, and nothing is written past
+ * it. */
+int ccl__pattern_expand(const char *pattern, const char *letters, const char *const *values, char *out, size_t n);
+
+#endif
