@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -216,6 +217,102 @@ START_TEST(long_algo_is_refused_not_cut) {
 }
 END_TEST
 
+/* A one-rank job on the tuning file path; returns init's status. */
+static ccl_status_t one_rank_job(void) {
+    ccl_unique_id_t id;
+    ccl_comm_t *c = NULL;
+    ck_assert_int_eq(ccl_get_unique_id(&id), CCL_OK);
+    ccl_status_t st = ccl_comm_init_rank(&c, 1, id, 0);
+    if (st == CCL_OK) ck_assert_int_eq(ccl_comm_destroy(c), CCL_OK);
+    return st;
+}
+
+static void job_on_named_tuning_file(void) {
+    alarm(30); /* a blocked open would hang here: fail instead */
+    ck_assert_int_eq(one_rank_job(), CCL_OK);
+    alarm(0);
+}
+
+/* A FIFO as the tuning file: init neither blocks on it nor replaces it. */
+START_TEST(tuning_file_fifo_neither_blocks_nor_is_replaced) {
+    make_dir();
+    char path[128];
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    setenv("CCL_TUNING_FILE", path, 1);
+    const char *err = captured_stderr(job_on_named_tuning_file);
+    ck_assert_msg(strstr(err, "a FIFO"), "no warning saying it is a FIFO: %.400s", err);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_msg(S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+    remove_dir();
+}
+END_TEST
+
+/* Someone's file, or a device node, named as the tuning file by mistake:
+ * left as it was, and the warning says why. */
+START_TEST(tuning_file_that_is_not_one_is_never_replaced) {
+    make_dir();
+    char path[128];
+    snprintf(path, sizeof path, "%s/notes.txt", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("my notes\n", f);
+    fclose(f);
+    setenv("CCL_TUNING_FILE", path, 1);
+    const char *err = captured_stderr(job_on_named_tuning_file);
+    ck_assert_msg(strstr(err, "not a libccl tuning file") && strstr(err, "left as it is"), "no warning: %.400s", err);
+    char text[64] = {0};
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(text, sizeof text, f));
+    fclose(f);
+    ck_assert_str_eq(text, "my notes\n");
+    remove_dir();
+}
+END_TEST
+
+START_TEST(tuning_file_device_node_is_never_replaced) {
+    make_dir();
+    char path[128];
+    snprintf(path, sizeof path, "%s/null", dir);
+    if (mknod(path, S_IFCHR | 0600, makedev(1, 3)) != 0) {
+        /* Not root: a device node cannot be made, but /dev/null can be named. */
+        snprintf(path, sizeof path, "/dev/null");
+    }
+    setenv("CCL_TUNING_FILE", path, 1);
+    const char *err = captured_stderr(job_on_named_tuning_file);
+    ck_assert_msg(strstr(err, "a character device"), "no warning naming the device: %.400s", err);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_msg(S_ISCHR(sb.st_mode), "%s is no longer a device node", path);
+    remove_dir();
+}
+END_TEST
+
+static void init_env_with_secret_fifo(void) {
+    alarm(30);
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+    setenv("CCL_ROOT_ADDR", "127.0.0.1:0", 1);
+    ccl_comm_t *c = NULL;
+    ck_assert_int_eq(ccl_comm_init_env(&c), CCL_ERR_INVALID_ARGUMENT);
+    alarm(0);
+}
+
+/* A FIFO as the secret file: refused at once, in a sentence. */
+START_TEST(secret_file_fifo_is_refused) {
+    make_dir();
+    char path[128];
+    snprintf(path, sizeof path, "%s/secret", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    setenv("CCL_SECRET_FILE", path, 1);
+    const char *err = captured_stderr(init_env_with_secret_fifo);
+    ck_assert_msg(strstr(err, "CCL_SECRET_FILE") && strstr(err, "FIFO"), "no sentence: %.400s", err);
+    remove_dir();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("env_files");
     TCase *tc = tcase_create("env_files");
@@ -225,6 +322,10 @@ int main(void) {
     tcase_add_test(tc, trace_file_too_long_is_refused);
     tcase_add_test(tc, knobs_refuse_what_they_cannot_take_whole);
     tcase_add_test(tc, long_algo_is_refused_not_cut);
+    tcase_add_test(tc, tuning_file_fifo_neither_blocks_nor_is_replaced);
+    tcase_add_test(tc, tuning_file_that_is_not_one_is_never_replaced);
+    tcase_add_test(tc, tuning_file_device_node_is_never_replaced);
+    tcase_add_test(tc, secret_file_fifo_is_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -81,14 +81,16 @@ static int parse_secret(const char *hex, uint8_t out[CCL__SECRET_BYTES]) {
 }
 
 static ccl_status_t secret_from_file(const char *path, int rank, uint8_t out[CCL__SECRET_BYTES]) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC); /* a link is fine: the file it leads to is checked */
+    /* A link is fine: the file it leads to is checked. Non-blocking: a FIFO
+     * would hold the open until someone wrote to it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return refuse_env(rank, "cannot open CCL_SECRET_FILE %s: %s", path, strerror(errno));
     struct stat st = {0};
     char buf[4 * CCL__SECRET_BYTES + 1];
     ssize_t got = -1;
     const char *why = NULL;
     if (fstat(fd, &st) != 0) why = "cannot stat it";
-    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (!S_ISREG(st.st_mode)) why = S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file" : "not a regular file";
     else if (st.st_uid != geteuid()) why = "owned by another user";
     else if (st.st_mode & 077) why = "readable or writable by others (chmod 600 it)";
     else if ((got = read(fd, buf, sizeof(buf) - 1)) < 0) why = "cannot read it";

@@ -4,6 +4,7 @@
 #include "plan/tune.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "reduce/reduce.h"
 
 #define FILE_MAGIC "libccl-tuning 1"
+#define CCL__TUNE_PATH_MAX 4096 /* as CCL_TUNING_FILE's field */
 /* Sane ranges: a figure outside them is a corrupt file, not a machine. */
 #define ALPHA_MIN 0.005
 #define ALPHA_MAX 1e5
@@ -127,14 +129,31 @@ bad:;
     return 0;
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : S_ISDIR(m) ? "a directory" : S_ISSOCK(m) ? "a socket" : "not a plain file";
+}
+
 /* ccl__tune_file_read, and the file's conditions in *c (zeroed first). */
 static int read_file(const char *path, const char *key, struct ccl__figures *f, struct conditions *c, char *why,
                      size_t whylen) {
     memset(c, 0, sizeof *c);
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
+    /* Non-blocking: opening a FIFO for reading would wait for a writer. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0) {
         if (errno == ENOENT) return 0;
         snprintf(why, whylen, "it cannot be read (%s)", strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(why, whylen, "it is not a regular file (%s)", file_kind(sb.st_mode));
+        close(fd);
+        return -1;
+    }
+    FILE *fp = fdopen(fd, "r");
+    if (!fp) {
+        snprintf(why, whylen, "it cannot be read (%s)", strerror(errno));
+        close(fd);
         return -1;
     }
     struct ccl__figures read = *f;
@@ -206,7 +225,7 @@ int ccl__tune_file_stale(const char *path, const struct ccl__figures *file, doub
 }
 
 static int make_parent(const char *path) {
-    char dir[512];
+    char dir[CCL__TUNE_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
     for (char *s = dir + 1; *s; s++) {
         if (*s != '/') continue;
@@ -217,11 +236,39 @@ static int make_parent(const char *path) {
     return 0;
 }
 
+/* Whether path may be replaced: nothing is there, or a tuning file is (a
+ * regular file that starts as libccl writes one). A device node, a FIFO,
+ * or anyone's other file named by mistake is never replaced. */
+static int replaceable(const char *path, char *why, size_t whylen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 1;
+        snprintf(why, whylen, "%s is there and cannot be read (%s), so it is left as it is", path, strerror(errno));
+        return 0;
+    }
+    struct stat sb;
+    char head[sizeof FILE_MAGIC] = {0};
+    int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+    if (!ok) snprintf(why, whylen, "%s is %s, not a tuning file: it is left as it is", path, file_kind(sb.st_mode));
+    else if (sb.st_size > 0 && (read(fd, head, sizeof head - 1) != (ssize_t)sizeof head - 1 ||
+                                memcmp(head, FILE_MAGIC, sizeof head - 1) != 0)) {
+        snprintf(why, whylen, "%s is not a libccl tuning file (it does not start with \"%s\"): it is left as it is",
+                 path, FILE_MAGIC);
+        ok = 0;
+    }
+    close(fd);
+    return ok;
+}
+
 int ccl__tune_file_write(const char *path, const char *key, const struct ccl__figures *f, char *why, size_t whylen) {
-    char tmp[600];
+    if (!replaceable(path, why, whylen)) return -1;
+    char tmp[CCL__TUNE_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    FILE *fp = make_parent(path) == 0 ? fopen(tmp, "w") : NULL;
+    /* A name of its own, made here (never a link or file planted there). */
+    int fd = make_parent(path) == 0 ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
+    FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!fp) {
+        if (fd >= 0) close(fd), unlink(tmp);
         snprintf(why, whylen, "%s", strerror(errno));
         return -1;
     }
