@@ -7,10 +7,12 @@
  * order; and overlap: a large async all_reduce while the caller computes.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "matrix.h"
@@ -313,12 +315,58 @@ out:
 START_TEST(overlap) { matrix_run_short(_i, body_overlap, "overlap", NULL); }
 END_TEST
 
+/* ---- two threads waiting on one request ---- */
+
+struct waiter {
+    ccl_request_t *req;
+    ccl_status_t st;
+};
+
+static void *wait_in_thread(void *arg) {
+    struct waiter *w = arg;
+    w->st = ccl_wait(w->req);
+    return NULL;
+}
+
+/* Rank 0's request is still in flight (the others join 0.3 s late) when two
+ * of its threads wait on it: one gets the request's status, the other
+ * CCL_ERR_INVALID_USAGE (the header's promise for a request already being
+ * waited on, or already released), and neither waits forever. */
+static int body_two_waiters(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t in[ASYNC_COUNT], out[ASYNC_COUNT];
+    fill_inputs(in, rank, 0, ASYNC_COUNT);
+    if (rank != 0) {
+        usleep(300000);
+        EXPECT_OK(&t, ccl_all_reduce(in, out, ASYNC_COUNT, CCL_INT32, CCL_SUM, comm));
+    } else {
+        ccl_request_t *req = NULL;
+        if (EXPECT_OK(&t, ccl_all_reduce_async(in, out, ASYNC_COUNT, CCL_INT32, CCL_SUM, comm, &req)) != CCL_OK)
+            return t.fails;
+        struct waiter w[2] = {{req, CCL_INPROGRESS}, {req, CCL_INPROGRESS}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) EXPECT(&t, pthread_create(&th[i], NULL, wait_in_thread, &w[i]) == 0, "thread %d", i);
+        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL); /* the harness's deadline catches a hang */
+        int ok = (w[0].st == CCL_OK) + (w[1].st == CCL_OK);
+        int refused = (w[0].st == CCL_ERR_INVALID_USAGE) + (w[1].st == CCL_ERR_INVALID_USAGE);
+        EXPECT(&t, ok == 1 && refused == 1, "two waiters got %s and %s: want one CCL_OK and one invalid usage",
+               ccl_status_string(w[0].st), ccl_status_string(w[1].st));
+    }
+    EXPECT(&t, count_wrong_sums(out, nranks, 0, ASYNC_COUNT) == 0, "all_reduce under two waiters: wrong sums");
+    return t.fails;
+}
+
+START_TEST(two_waiters) { matrix_run_short(_i, body_two_waiters, "two waiters", NULL); }
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("async");
     matrix_add_short_loop(s, "each_twin", each_twin, 300);
     matrix_add_short_loop(s, "polling", polling, 300);
     matrix_add_short_loop(s, "outstanding_in_order", outstanding_in_order, 300);
     matrix_add_short_loop(s, "overlap", overlap, 300);
+    matrix_add_short_loop(s, "two_waiters", two_waiters, 300);
     return s;
 }
 

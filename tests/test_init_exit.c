@@ -98,6 +98,36 @@ static void repeat(int runs, int nranks, int split) {
                   split ? " splitting" : "");
 }
 
+/* The id made first, then the ranks forked (as Python's multiprocessing
+ * and many launchers do): each child holds a copy of the parent's root
+ * registry but not its thread, and must not wait for a root it does not
+ * run. Its init takes well under a second; alarm(10), with CCL_TIMEOUT
+ * at 60, catches a wait for a root that is not there. */
+START_TEST(ranks_forked_after_the_id) {
+    enum { N = 3 };
+    setenv("CCL_TIMEOUT", "60", 1);
+    ccl_unique_id_t id;
+    ck_assert_int_eq(ccl_get_unique_id(&id), CCL_OK);
+    pid_t pid[N];
+    for (int r = 0; r < N; r++) {
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] == 0) {
+            alarm(10);
+            ccl_comm_t *c = NULL;
+            if (ccl_comm_init_rank(&c, N, id, r) != CCL_OK) _exit(10);
+            _exit(ccl_comm_destroy(c) == CCL_OK ? 0 : 11);
+        }
+    }
+    for (int r = 0; r < N; r++) {
+        int status = 0;
+        waitpid(pid[r], &status, 0);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %d ended with status 0x%x%s", r, status,
+                      WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? " (still in init after 10 s)" : "");
+    }
+}
+END_TEST
+
 START_TEST(init_then_exit_4_ranks) { repeat(20, 4, 0); }
 END_TEST
 
@@ -117,6 +147,7 @@ int main(void) {
     Suite *s = suite_create("init_exit");
     TCase *tc = tcase_create("init_exit");
     tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, ranks_forked_after_the_id);
     tcase_add_test(tc, init_then_exit_4_ranks);
     tcase_add_test(tc, init_then_exit_8_ranks);
     tcase_add_test(tc, init_then_exit_3_ranks);

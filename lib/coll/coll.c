@@ -141,14 +141,16 @@ CCL_API ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_dtype_t dt, int
 
 CCL_API ccl_status_t ccl_test(ccl_request_t *req, int *done) {
     if (!req || !done) return CCL_ERR_INVALID_ARGUMENT;
-    if (!ccl__request_live(req)) return CCL_ERR_INVALID_USAGE; /* already waited */
+    if (!ccl__request_live(req)) return CCL_ERR_INVALID_USAGE; /* waited, or being waited on */
     *done = atomic_load_explicit(&req->done, memory_order_acquire);
     return *done ? req->status : CCL_INPROGRESS;
 }
 
 CCL_API ccl_status_t ccl_wait(ccl_request_t *req) {
     if (!req) return CCL_ERR_INVALID_ARGUMENT;
-    if (!ccl__request_live(req)) return CCL_ERR_INVALID_USAGE; /* already waited */
+    /* One waiter: a second thread would wait on a request the first one
+     * retires under it. */
+    if (!ccl__request_claim(req)) return CCL_ERR_INVALID_USAGE; /* waited, or being waited on */
     ccl_status_t st = ccl__request_wait(req);
     ccl__request_retire(req);
     return st;

@@ -44,6 +44,8 @@ struct pending {
  * root: the waiter, or the next root started, frees it. */
 struct root_entry {
     uint8_t secret[CCL__SECRET_BYTES];
+    pid_t pid; /* the process whose thread serves it: a child forked after the id was made has the entry, not
+                * the thread */
     int done;
     struct root_entry *next;
 };
@@ -405,7 +407,7 @@ static void *root_main(void *arg) {
 static void sweep_done_roots(void) {
     for (struct root_entry **e = &roots; *e;) {
         struct root_entry *x = *e;
-        if (x->done) *e = x->next, free(x);
+        if (x->done || x->pid != getpid()) *e = x->next, free(x); /* ended, or inherited without its thread */
         else e = &x->next;
     }
 }
@@ -422,7 +424,7 @@ static void forget_root(struct root_entry *entry) {
 void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadline) {
     pthread_mutex_lock(&roots_lock);
     struct root_entry *e = roots;
-    while (e && !ccl__secret_equal(e->secret, secret, CCL__SECRET_BYTES)) e = e->next;
+    while (e && (e->pid != getpid() || !ccl__secret_equal(e->secret, secret, CCL__SECRET_BYTES))) e = e->next;
     while (e && !e->done) {
         double left = deadline - ccl__now();
         if (left <= 0) break;
@@ -447,6 +449,7 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
         return CCL_ERR_NO_MEMORY;
     }
     memcpy(r->entry->secret, secret, CCL__SECRET_BYTES);
+    r->entry->pid = getpid();
     ccl_status_t st = ccl__sock_listen(addr, &r->lfd);
     if (st != CCL_OK) {
         free(r->entry);

@@ -31,7 +31,7 @@ void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm) {
     atomic_init(&req->done, 0);
     req->status = CCL_OK;
     req->exec = comm->exec;
-    req->magic = 0;
+    atomic_init(&req->magic, 0);
 }
 
 /* Retired user requests, oldest first (see ccl__request_new). */
@@ -55,11 +55,16 @@ struct ccl_request *ccl__request_new(struct ccl_comm *comm) {
     pthread_mutex_unlock(&retired_lock);
     if (!req && !(req = malloc(sizeof(*req)))) return NULL;
     ccl__request_init(req, comm);
-    req->magic = CCL__REQUEST_LIVE;
+    atomic_store(&req->magic, CCL__REQUEST_LIVE);
     return req;
 }
 
-int ccl__request_live(const struct ccl_request *req) { return req->magic == CCL__REQUEST_LIVE; }
+int ccl__request_live(const struct ccl_request *req) { return atomic_load(&req->magic) == CCL__REQUEST_LIVE; }
+
+int ccl__request_claim(struct ccl_request *req) {
+    uint32_t live = CCL__REQUEST_LIVE;
+    return atomic_compare_exchange_strong(&req->magic, &live, CCL__REQUEST_CLAIMED);
+}
 
 void ccl__request_retire(struct ccl_request *req) {
     /* The link overlays the request's first bytes; the magic stays cleared. */

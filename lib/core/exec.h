@@ -22,9 +22,11 @@ struct ccl_request {
     _Atomic int done;
     ccl_status_t status;
     struct ccl__exec *exec;
-    uint32_t magic; /* CCL__REQUEST_LIVE: handed to the user (ccl__request_new), not yet waited */
+    _Atomic uint32_t magic; /* CCL__REQUEST_LIVE: handed to the user (ccl__request_new), not yet waited;
+                             * CCL__REQUEST_CLAIMED: a thread is waiting on it, and retires it next */
 };
 #define CCL__REQUEST_LIVE 0x52455131u
+#define CCL__REQUEST_CLAIMED 0x52455132u
 
 /* An operation; the layer above defines what it carries (it embeds this as
  * the first member and provides run and release). */
@@ -51,6 +53,9 @@ void ccl__request_init(struct ccl_request *req, struct ccl_comm *comm);
 struct ccl_request *ccl__request_new(struct ccl_comm *comm);
 void ccl__request_retire(struct ccl_request *req);
 int ccl__request_live(const struct ccl_request *req);
+/* Makes the calling thread the request's one waiter: 1, or 0 when it is
+ * not live (waited already, or another thread is waiting on it). */
+int ccl__request_claim(struct ccl_request *req);
 /* Queue op (its reqs complete when it finishes). With inline_ok, an idle
  * communicator runs it right here. Takes ownership of op. */
 void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok);

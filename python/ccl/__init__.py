@@ -110,25 +110,35 @@ class Request:
     def __init__(self, comm, handle, buffers, what):
         self._comm, self._h, self._bufs, self.what = comm, handle, buffers, what
         self._status = None
+        # One thread waits in libccl; others wait here for its answer, so
+        # every waiter returns the request's own status.
+        self._lock = threading.Lock()
 
     def test(self):
         """True once done (raising its error if it failed)."""
         if self._status is not None:
             return self._finish()
-        done = ctypes.c_int(0)
-        _c.ccl_test(self._h, ctypes.byref(done))  # its status comes back from wait()
-        if not done.value:
-            return False
+        if not self._lock.acquire(blocking=False):
+            return False  # another thread is waiting on it: not done yet
+        try:
+            if self._status is None:
+                done = ctypes.c_int(0)
+                _c.ccl_test(self._h, ctypes.byref(done))  # its status comes back from wait()
+                if not done.value:
+                    return False
+        finally:
+            self._lock.release()
         return self.wait()
 
     def wait(self):
         """Blocks (without the GIL) until done; raises its error. Returns True."""
-        if self._status is None:
-            self._status = _c.ccl_wait(self._h)
-            self._h = None
-            for b in self._bufs:
-                b.release()
-            self._bufs = []
+        with self._lock:
+            if self._status is None:
+                self._status = _c.ccl_wait(self._h)
+                self._h = None
+                for b in self._bufs:
+                    b.release()
+                self._bufs = []
         return self._finish()
 
     def _finish(self):

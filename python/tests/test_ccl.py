@@ -167,6 +167,28 @@ def test_async_requests_and_groups():
     run(3, body)
 
 
+def test_two_threads_wait_on_one_request():
+    """Both waiters return the request's own result: one waits in libccl,
+    the other for its answer (libccl alone would refuse the second)."""
+    def body(comm):
+        x = np.full(1000, comm.rank, np.float32)
+        if comm.rank != 0:
+            time.sleep(0.3)  # rank 0's request is still in flight when its threads wait
+            comm.all_reduce(x)
+        else:
+            r = comm.all_reduce_async(x)
+            got = []
+            threads = [threading.Thread(target=lambda: got.append(r.wait())) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert not any(t.is_alive() for t in threads), "a waiter is still waiting"
+            assert got == [True, True] and r.test()
+        assert (x == sum(range(comm.size))).all()
+    run(3, body)
+
+
 def test_split_describe_and_register():
     def body(comm):
         sub = comm.split(comm.rank % 2, key=-comm.rank)
