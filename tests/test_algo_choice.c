@@ -101,42 +101,58 @@ START_TEST(automatic) {
 }
 END_TEST
 
-/* rd gathers only on a power-of-two rank count: forced on 3 ranks, the call
- * fails with a message that says why, on every rank. */
+/* A refused call leaves the communicator as it was, as CCL_CHECK's
+ * refusals do: a barrier and an all_reduce (with forced, the algorithm
+ * still forced; else the planner's) give the right sums after it. */
+static void still_usable(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, int forced) {
+    if (!forced) EXPECT_OK(t, ccl_comm_set_algo(comm, "auto"));
+    EXPECT_OK(t, ccl_barrier(comm));
+    int32_t in[37], out[37];
+    for (int i = 0; i < 37; i++) in[i] = i + rank;
+    EXPECT_OK(t, ccl_all_reduce(in, out, 37, CCL_INT32, CCL_SUM, comm));
+    int wrong = 0;
+    for (int i = 0; i < 37; i++) wrong += out[i] != i * nranks + nranks * (nranks - 1) / 2;
+    EXPECT(t, wrong == 0, "after the refusal, an all_reduce has %d wrong elements", wrong);
+}
+
+/* rd gathers only on a power-of-two rank count: forced on 3 and 5 ranks,
+ * the call fails with a message that says why, on every rank, and the
+ * communicator goes on. */
 static int body_cannot_run(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
-    float x[4] = {0}, y[12];
+    float x[4] = {0}, y[20];
     ccl_status_t st = ccl_all_gather(x, y, 4, CCL_FLOAT32, comm);
     EXPECT(&t, st == CCL_ERR_UNSUPPORTED, "all_gather with CCL_ALGO=rd on %d ranks returned %s", nranks,
            ccl_status_string(st));
     const char *msg = ccl_comm_last_error(comm);
     EXPECT(&t, msg && strstr(msg, "power-of-two"), "message \"%s\" does not say why rd cannot run", msg ? msg : "");
+    still_usable(&t, comm, rank, nranks, 1);
     return t.fails;
 }
 
 START_TEST(forced_cannot_run) {
-    struct harness_run run = {.nranks = 3, .body = body_cannot_run, .env = "CCL_ALGO=rd", .lenient_destroy = 1};
-    util_run_clean(&run, 0, "CCL_ALGO=rd all_gather on 3 ranks");
+    struct harness_run run = {.nranks = 3 + 2 * _i, .body = body_cannot_run, .env = "CCL_ALGO=rd"};
+    util_run_clean(&run, 0, "CCL_ALGO=rd all_gather on %d ranks", 3 + 2 * _i);
 }
 END_TEST
 
 /* A forced algorithm that does not run a collective at all. */
 static int body_not_applicable(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
-    (void)nranks;
     struct harness_tally t = {rank, 0};
     float x[4] = {0};
     ccl_status_t st = ccl_broadcast(x, x, 4, CCL_FLOAT32, 0, comm);
     EXPECT(&t, st == CCL_ERR_UNSUPPORTED, "broadcast with CCL_ALGO=broadcast:bruck returned %s", ccl_status_string(st));
     const char *msg = ccl_comm_last_error(comm);
     EXPECT(&t, msg && strstr(msg, "bruck does not run broadcast"), "message \"%s\"", msg ? msg : "");
+    still_usable(&t, comm, rank, nranks, 1);
     return t.fails;
 }
 
 START_TEST(forced_not_applicable) {
     struct harness_run run = {
-        .nranks = 2, .body = body_not_applicable, .env = "CCL_ALGO=broadcast:bruck", .lenient_destroy = 1};
+        .nranks = 2, .body = body_not_applicable, .env = "CCL_ALGO=broadcast:bruck"};
     util_run_clean(&run, 0, "CCL_ALGO=broadcast:bruck");
 }
 END_TEST
@@ -146,7 +162,6 @@ END_TEST
  * and runs anywhere: test_coll_exchange runs it on tcp and mixed hosts). */
 static int body_direct_needs_one_host(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
-    (void)nranks;
     struct harness_tally t = {rank, 0};
     float x[8] = {0}, y[8];
     ccl_status_t st = ccl_all_reduce(x, y, 8, CCL_FLOAT32, CCL_SUM, comm);
@@ -154,6 +169,7 @@ static int body_direct_needs_one_host(ccl_comm_t *comm, int rank, int nranks, vo
     const char *msg = ccl_comm_last_error(comm);
     EXPECT(&t, msg && strstr(msg, "one host with a shared window"), "message \"%s\" does not say why",
            msg ? msg : "");
+    still_usable(&t, comm, rank, nranks, 0);
     return t.fails;
 }
 
@@ -172,8 +188,7 @@ START_TEST(direct_needs_one_host) {
                               .body = body_direct_needs_one_host,
                               .transport = direct_refusals[_i].transport,
                               .ranks_per_host = direct_refusals[_i].ranks_per_host,
-                              .env = direct_refusals[_i].env,
-                              .lenient_destroy = 1};
+                              .env = direct_refusals[_i].env};
     util_run_clean(&run, 0, "CCL_ALGO=direct, %s", direct_refusals[_i].name);
 }
 END_TEST
@@ -181,7 +196,6 @@ END_TEST
 /* hier pairs the places of equal hosts: on hosts of 2 and 1 ranks it says why not. */
 static int body_hier_needs_equal_hosts(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
-    (void)nranks;
     struct harness_tally t = {rank, 0};
     float x[8] = {0}, y[8];
     ccl_status_t st = ccl_all_reduce(x, y, 8, CCL_FLOAT32, CCL_SUM, comm);
@@ -189,12 +203,13 @@ static int body_hier_needs_equal_hosts(ccl_comm_t *comm, int rank, int nranks, v
     const char *msg = ccl_comm_last_error(comm);
     EXPECT(&t, msg && strstr(msg, "as many ranks on every host (host of rank 0 has 2, host of rank 2 has 1)"),
            "message \"%s\" does not say why", msg ? msg : "");
+    still_usable(&t, comm, rank, nranks, 0);
     return t.fails;
 }
 
 START_TEST(hier_needs_equal_hosts) {
     struct harness_run run = {
-        .nranks = 3, .ranks_per_host = 2, .body = body_hier_needs_equal_hosts, .env = "CCL_ALGO=hier", .lenient_destroy = 1};
+        .nranks = 3, .ranks_per_host = 2, .body = body_hier_needs_equal_hosts, .env = "CCL_ALGO=hier"};
     util_run_clean(&run, 0, "CCL_ALGO=hier on hosts of 2 and 1");
 }
 END_TEST
@@ -383,7 +398,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, set_algo);
     tcase_add_test(tc, set_algo_disagree);
     tcase_add_loop_test(tc, automatic, 0, (int)(sizeof auto_cases / sizeof auto_cases[0]));
-    tcase_add_test(tc, forced_cannot_run);
+    tcase_add_loop_test(tc, forced_cannot_run, 0, 2);
     tcase_add_test(tc, forced_not_applicable);
     tcase_add_test(tc, hier_needs_equal_hosts);
     tcase_add_loop_test(tc, direct_needs_one_host, 0, (int)(sizeof direct_refusals / sizeof direct_refusals[0]));

@@ -47,7 +47,10 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
     if (comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &a));
     if (a.id.count == 0 && kind != CCL__K_BARRIER) return CCL_OK;
     ccl__algo_fn fn = ccl__plan_call(comm, &a);
-    if (!fn) return ccl__comm_fail(comm, CCL_ERR_UNSUPPORTED);
+    /* A forced algorithm that cannot run this call is refused before
+     * anything is sent, on every rank alike (what it needs is the same
+     * everywhere): the call fails, the communicator stays usable. */
+    if (!fn) return CCL_ERR_UNSUPPORTED;
     if (!CCL__LOG_ON(CCL__LOG_TRACE, CCL__SUB_PLAN)) return run_algo(comm, fn, &a);
     /* CCL_DEBUG=TRACE: the model's prediction against this rank's time
      * (predicted only here: untraced calls never ask for it). */
