@@ -14,6 +14,7 @@ ccl.Timeout, ...) carrying the library's sentence; bad arguments are
 caught before anything is sent.
 """
 import ctypes
+import operator
 import threading
 
 from . import _lib
@@ -50,6 +51,26 @@ def _check(st, comm=None, what=""):
     if not msg:
         msg = f"{what}: {_status_text(st)}" if what else _status_text(st)
     raise from_status(st, msg)
+
+
+_INT_MIN, _INT_MAX, _SIZE_MAX = -(1 << 31), (1 << 31) - 1, (1 << 64) - 1
+
+
+def _whole(v, what, lo, hi):
+    """v as a Python int if it is an integer (numpy's included) within
+    [lo, hi]; InvalidArgument otherwise, before anything is sent (ctypes
+    would wrap 2**32 + 1 to 1)."""
+    try:
+        x = operator.index(v)
+    except TypeError:
+        raise InvalidArgument(f"{what} must be an integer, not {v!r}") from None
+    if not lo <= x <= hi:
+        raise InvalidArgument(f"{what} = {x} does not fit ({lo}..{hi})")
+    return x
+
+
+def _c_int(v, what):
+    return _whole(v, what, _INT_MIN, _INT_MAX)
 
 
 def _op(op):
@@ -176,7 +197,8 @@ class Comm:
         cfg = _lib.ConfigStruct(ctypes.sizeof(_lib.ConfigStruct), float(timeout or 0),
                                 None if algo is None else algo.encode())
         ptr = ctypes.c_void_p()
-        _check(_c.ccl_comm_init_rank_config(ctypes.byref(ptr), int(nranks), cid, int(rank), ctypes.byref(cfg)),
+        nranks, rank = _c_int(nranks, "nranks"), _c_int(rank, "rank")
+        _check(_c.ccl_comm_init_rank_config(ctypes.byref(ptr), nranks, cid, rank, ctypes.byref(cfg)),
                what=f"init of rank {rank} of {nranks} (the library's WARN line says why)")
         self._adopt(ptr)
 
@@ -253,7 +275,8 @@ class Comm:
         """Collective: ranks with the same color form a new Comm, ordered by
         key then rank; color None or < 0 gives None."""
         ptr = ctypes.c_void_p()
-        _check(_c.ccl_comm_split(self._p(), -1 if color is None else int(color), int(key), ctypes.byref(ptr)),
+        color = -1 if color is None else _c_int(color, "split: color")
+        _check(_c.ccl_comm_split(self._p(), color, _c_int(key, "split: key"), ctypes.byref(ptr)),
                self._ptr, "split")
         if not ptr.value:
             return None
@@ -356,6 +379,7 @@ class Comm:
                          "all_gather")
 
     def _broadcast(self, buf, root, recv, dtype, is_async):
+        root = _c_int(root, "broadcast: root")
         s, r, bufs = self._pair(buf, recv, dtype, send_writable=False)
         self._need(s.count == r.count, bufs, f"broadcast: sendbuf has {s.count} elements, recvbuf {r.count}")
         fn = _c.ccl_broadcast_async if is_async else _c.ccl_broadcast
@@ -363,6 +387,7 @@ class Comm:
                          "broadcast")
 
     def _reduce(self, send, recv, root, op, dtype, is_async):
+        root = _c_int(root, "reduce: root")
         if recv is None or recv is send:
             s, r, bufs = self._pair(send, None, dtype)
         elif self.rank != root:
@@ -391,8 +416,10 @@ class Comm:
         vals = list(values) if values is not None else None
         self._need(vals is not None and len(vals) == self.size, bufs,
                    f"all_to_all_v: {name} needs {self.size} entries (one per rank)")
-        self._need(all(isinstance(v, int) and v >= 0 for v in vals), bufs,
-                   f"all_to_all_v: {name} must be counts >= 0")
+        try:
+            vals = [_whole(v, f"all_to_all_v: {name}[{i}]", 0, _SIZE_MAX) for i, v in enumerate(vals)]
+        except InvalidArgument as e:
+            self._need(False, bufs, str(e))
         return (ctypes.c_size_t * self.size)(*vals)
 
     def _all_to_all_v(self, send, sendcounts, recv, recvcounts, sdispls, rdispls, dtype, is_async):
@@ -412,6 +439,7 @@ class Comm:
                          "all_to_all_v")
 
     def _gather(self, send, recv, root, dtype, is_async):
+        root = _c_int(root, "gather: root")
         me_root = self.rank == root
         in_place = me_root and recv is not None and send is None
         if in_place:
@@ -435,6 +463,7 @@ class Comm:
                          bufs, is_async, "gather")
 
     def _scatter(self, send, recv, root, dtype, is_async):
+        root = _c_int(root, "scatter: root")
         me_root = self.rank == root
         if me_root and send is not None and recv is None:  # in place: the root keeps its block in sendbuf
             s = Buffer(send, "sendbuf", True, dtype)
@@ -456,6 +485,7 @@ class Comm:
                          bufs, is_async, "scatter")
 
     def _p2p(self, is_send, buf, peer, dtype, is_async):
+        peer = _c_int(peer, ("send" if is_send else "recv") + ": peer")
         b = Buffer(buf, "buf", not is_send, dtype)
         if is_send:
             fn = _c.ccl_send_async if is_async else _c.ccl_send

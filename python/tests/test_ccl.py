@@ -228,6 +228,19 @@ def test_bad_arguments_are_caught_before_sending():
             (lambda: comm.send(x, 3), "peer 3"),
             (lambda: comm.broadcast(x, root=-1), "root -1"),
             (lambda: comm.all_reduce(object()), "not a buffer"),
+            # integers that do not fit the C argument (ctypes would wrap them to a valid rank)
+            (lambda: comm.broadcast(x, root=2**32 + 1), "root = 4294967297 does not fit"),
+            (lambda: comm.send(x, 2**32 + 1), "peer = 4294967297 does not fit"),
+            (lambda: comm.recv(x, -2**40), "does not fit"),
+            (lambda: comm.reduce(x, root=2**31), "does not fit"),
+            (lambda: comm.gather(x, np.zeros(24, np.float32), root=2**33), "does not fit"),
+            (lambda: comm.scatter(np.zeros(24, np.float32), x, root=2**33), "does not fit"),
+            (lambda: comm.all_to_all_v(x, [2**64 + 4, 0, 0], np.zeros(8, np.float32), [1, 1, 1]),
+             "sendcounts[0] = 18446744073709551620 does not fit"),
+            (lambda: comm.all_to_all_v(x, [1.0, 1, 1], np.zeros(8, np.float32), [1, 1, 1]), "must be an integer"),
+            (lambda: comm.broadcast(x, root=0.0), "must be an integer"),
+            (lambda: comm.split(2**32), "does not fit"),
+            (lambda: ccl.Comm(2**32 + 1, 0, ccl.get_unique_id()), "nranks = 4294967297 does not fit"),
         ]
         for call, words in bad:
             with pytest.raises(ccl.InvalidArgument) as e:
@@ -237,6 +250,14 @@ def test_bad_arguments_are_caught_before_sending():
         y = np.full(4, comm.rank, np.int64)
         comm.all_reduce(y)
         assert (y == 3).all()
+        # numpy integers are taken where Python ints are
+        z = np.full(3, comm.rank, np.int32)
+        comm.broadcast(z, root=np.int64(2))
+        assert (z == 2).all()
+        counts = np.ones(3, np.uint64)
+        out = np.zeros(3, np.int32)
+        comm.all_to_all_v(np.full(3, comm.rank, np.int32), counts, out, counts, np.arange(3), np.arange(3))
+        assert out.tolist() == [0, 1, 2]
     run(3, body)
 
 
