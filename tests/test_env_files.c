@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ccl.h"
+#include "harness.h"
 
 static char dir[64];
 
@@ -233,12 +233,17 @@ static void job_on_named_tuning_file(void) {
     alarm(0);
 }
 
+/* A FIFO named name in the test's folder; its path in path. */
+static void make_fifo(char *path, size_t n, const char *name) {
+    snprintf(path, n, "%s/%s", dir, name);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+}
+
 /* A FIFO as the tuning file: init neither blocks on it nor replaces it. */
 START_TEST(tuning_file_fifo_neither_blocks_nor_is_replaced) {
     make_dir();
     char path[128];
-    snprintf(path, sizeof path, "%s/fifo", dir);
-    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    make_fifo(path, sizeof path, "fifo");
     setenv("CCL_TUNING_FILE", path, 1);
     const char *err = captured_stderr(job_on_named_tuning_file);
     ck_assert_msg(strstr(err, "a FIFO"), "no warning saying it is a FIFO: %.400s", err);
@@ -304,8 +309,7 @@ static void init_env_with_secret_fifo(void) {
 START_TEST(secret_file_fifo_is_refused) {
     make_dir();
     char path[128];
-    snprintf(path, sizeof path, "%s/secret", dir);
-    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    make_fifo(path, sizeof path, "secret");
     setenv("CCL_SECRET_FILE", path, 1);
     const char *err = captured_stderr(init_env_with_secret_fifo);
     ck_assert_msg(strstr(err, "CCL_SECRET_FILE") && strstr(err, "FIFO"), "no sentence: %.400s", err);
@@ -327,9 +331,5 @@ int main(void) {
     tcase_add_test(tc, tuning_file_device_node_is_never_replaced);
     tcase_add_test(tc, secret_file_fifo_is_refused);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return harness_main(s);
 }

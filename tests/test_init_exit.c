@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ccl.h"
+#include "harness.h"
 
 enum { MAX_RANKS = 16, JOB_DEADLINE_S = 60 };
 
@@ -154,9 +154,5 @@ int main(void) {
     tcase_add_test(tc, split_then_exit_4_ranks);
     tcase_add_test(tc, split_then_exit_5_ranks);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return harness_main(s);
 }

@@ -5,6 +5,7 @@
  * the communicator itself, and rank 0 writes one Chrome trace event file
  * (docs/trace-format.md).
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +67,7 @@ static int claim_path(const char *path) {
 
 /* path taken: "dir/t.json" -> "dir/t.<comm id>.json" */
 static void beside_taken(const struct ccl_comm *comm, char *path, size_t n) {
-    char taken[CCL__PATTERN_MAX];
+    char taken[PATH_MAX];
     snprintf(taken, sizeof taken, "%s", path);
     const char *slash = strrchr(taken, '/'), *dot = strrchr(taken, '.');
     size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - taken) : strlen(taken);
@@ -225,7 +226,7 @@ ccl_status_t ccl__trace_end(struct ccl_comm *comm, const char *pattern) {
     struct ccl__trace *t = comm->trace;
     if (!t) return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "trace_stop: tracing is not on");
     ccl__exec_call(comm, set_trace, NULL); /* stops recording after what was issued */
-    char path[CCL__PATTERN_MAX];
+    char path[PATH_MAX];
     const char *pat = pattern && *pattern ? pattern : "ccl-trace.json";
     /* The widest pid and the communicator id beside a taken name (below):
      * if those fit, this rank's name fits, and every rank finds the same. */

@@ -3,7 +3,9 @@
 #include "core/pattern.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,22 +48,31 @@ static const char *subsys_name(unsigned bit) {
     return "ALL";
 }
 
+/* A warning while the log is being set up (CCL_WARN would wait for that
+ * very set-up): straight to stderr, where the log then stays. */
+static void setup_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void setup_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s:%d CCL WARN INIT: ", log_host, (int)getpid());
+    vfprintf(stderr, fmt, ap);
+    fputs("; logging to stderr instead\n", stderr);
+    va_end(ap);
+}
+
 /* "%h" -> host, "%p" -> pid, so each process of a job gets its own file.
- * A path too long for the system is refused, never cut: logging stays on
- * stderr, and its first line says why. */
+ * A path too long for the system is refused, never cut. */
 static void open_log_file(const char *pattern) {
-    char path[CCL__PATTERN_MAX], pid[16];
+    char path[PATH_MAX], pid[16];
     snprintf(pid, sizeof pid, "%d", (int)getpid());
     const char *values[] = {log_host, pid};
     if (ccl__pattern_expand(pattern, "hp", values, path, sizeof path) != 0) {
-        fprintf(stderr, "%s:%d CCL WARN INIT: CCL_DEBUG_FILE=%.64s...: its path would be longer than %d bytes; "
-                        "logging to stderr instead\n", log_host, (int)getpid(), pattern, CCL__PATTERN_MAX - 1);
+        setup_warn("CCL_DEBUG_FILE=%.64s...: its path would be longer than %d bytes", pattern, PATH_MAX - 1);
         return;
     }
     log_file = fopen(path, "a");
     if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
-    else fprintf(stderr, "%s:%d CCL WARN INIT: CCL_DEBUG_FILE: cannot open %s (%s); logging to stderr instead\n",
-                 log_host, (int)getpid(), path, strerror(errno));
+    else setup_warn("CCL_DEBUG_FILE: cannot open %s (%s)", path, strerror(errno));
 }
 
 static void log_setup(void) {

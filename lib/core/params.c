@@ -187,12 +187,13 @@ static void params_load(void) {
     params.ib_zcopy_bytes = (size_t)env_long("CCL_IB_ZCOPY_BYTES", 512 << 10, 0, 1L << 40);
     params.reg_cache = (int)env_long("CCL_REG_CACHE", 0, 0, 1);
     /* 0, or at least 64 KiB (the window holds four staging areas); whole pages */
-    params.shm_window_bytes = (size_t)env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30) & ~(size_t)4095;
-    if (params.shm_window_bytes < (64 << 10) && getenv("CCL_SHM_WINDOW_BYTES") && atol(getenv("CCL_SHM_WINDOW_BYTES"))) {
+    long window = env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30);
+    if (window > 0 && window < (64 << 10)) {
         CCL_WARN(CCL__SUB_ENV, -1, "CCL_SHM_WINDOW_BYTES=%s is below the window's least, 65536 (0 turns it off); "
                  "using 65536", getenv("CCL_SHM_WINDOW_BYTES"));
-        params.shm_window_bytes = 64 << 10;
+        window = 64 << 10;
     }
+    params.shm_window_bytes = (size_t)window & ~(size_t)4095;
     params.slots = (int)env_long("CCL_SLOTS", 8, 2, 64);
     params.chunk_bytes = ((size_t)env_long("CCL_CHUNK_BYTES", 0, 0, 64 << 20) + 63) & ~(size_t)63;
     params.check = (int)env_long("CCL_CHECK", 0, 0, 1);

@@ -6,6 +6,7 @@
 #ifndef CCL_PARAMS_H
 #define CCL_PARAMS_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,14 +35,14 @@ struct ccl__params {
     int spin_us;              /* CCL_SPIN_US: busy-wait before yielding */
     int spin_us_set;          /* CCL_SPIN_US was given (else the planner may lower it) */
     char bind[16];            /* CCL_BIND: "none" or "core" */
-    char topo_file[4096];      /* CCL_TOPO_FILE: an hwloc XML file or a synthetic description ("" = this machine) */
-    char tuning_file[4096];    /* CCL_TUNING_FILE: cost-model figures of this machine ("none": no file) */
+    char topo_file[PATH_MAX];      /* CCL_TOPO_FILE: an hwloc XML file or a synthetic description ("" = this machine) */
+    char tuning_file[PATH_MAX];    /* CCL_TUNING_FILE: cost-model figures of this machine ("none": no file) */
     int check;                /* CCL_CHECK: compare every collective's arguments across ranks first */
     char algo[160];           /* CCL_ALGO: "" (planner's choice), "tree", or "allreduce:tree,broadcast:ring" */
     size_t algo_too_long;     /* CCL_ALGO's length when it did not fit (algo then holds its start); else 0 */
     char algo_source[24];     /* what set algo, for messages: "CCL_ALGO", "config.algo" or "ccl_comm_set_algo" */
     char shm_prefix[32];      /* CCL_SHM_PREFIX: start of /dev/shm segment names */
-    char trace[4096];         /* CCL_TRACE: trace file written at destroy ("" = off) */
+    char trace[PATH_MAX];         /* CCL_TRACE: trace file written at destroy ("" = off) */
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
     int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (coll/device_direct.h) */
     size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */

@@ -5,10 +5,7 @@
 
 #include <stddef.h>
 
-/* The longest path a pattern may expand to, with its NUL. */
-#define CCL__PATTERN_MAX 4096
-
-/* Copies pattern into out (n bytes), each "%x" whose letter is letters[i]
+/* Copies pattern into out (n bytes: PATH_MAX for a path), each "%x" whose letter is letters[i]
  * replaced by values[i]; any other character, "%" included, is copied.
  * Returns 0, or -1 when the result does not fit in n bytes: out is then
  * the empty string, never a truncated name, and nothing is written past

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,6 @@
 #include "reduce/reduce.h"
 
 #define FILE_MAGIC "libccl-tuning 1"
-#define CCL__TUNE_PATH_MAX 4096 /* as CCL_TUNING_FILE's field */
 /* Sane ranges: a figure outside them is a corrupt file, not a machine. */
 #define ALPHA_MIN 0.005
 #define ALPHA_MAX 1e5
@@ -130,26 +130,46 @@ bad:;
 }
 
 static const char *file_kind(mode_t m) {
-    return S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : S_ISDIR(m) ? "a directory" : S_ISSOCK(m) ? "a socket" : "not a plain file";
+    return S_ISFIFO(m)  ? "a FIFO"
+           : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device"
+           : S_ISDIR(m) ? "a directory"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a plain file";
+}
+
+/* The tuning file opened for reading, as reading and replacing it both
+ * need: its descriptor; -1 when nothing is there; -2 (why says so) when
+ * it cannot be read or is not a regular file. Non-blocking: opening a
+ * FIFO for reading would wait for a writer. */
+static int open_regular(const char *path, char *why, size_t whylen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return -1;
+        snprintf(why, whylen, "it cannot be read (%s)", strerror(errno));
+        return -2;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(why, whylen, "it is not a regular file (%s)", file_kind(sb.st_mode));
+        close(fd);
+        return -2;
+    }
+    return fd;
+}
+
+/* Whether a line read from a file is the tuning file's first. */
+static int is_magic_line(const char *line) {
+    size_t n = strlen(FILE_MAGIC);
+    return strncmp(line, FILE_MAGIC, n) == 0 && (line[n] == '\n' || line[n] == 0);
 }
 
 /* ccl__tune_file_read, and the file's conditions in *c (zeroed first). */
 static int read_file(const char *path, const char *key, struct ccl__figures *f, struct conditions *c, char *why,
                      size_t whylen) {
     memset(c, 0, sizeof *c);
-    /* Non-blocking: opening a FIFO for reading would wait for a writer. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0) {
-        if (errno == ENOENT) return 0;
-        snprintf(why, whylen, "it cannot be read (%s)", strerror(errno));
-        return -1;
-    }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(why, whylen, "it is not a regular file (%s)", file_kind(sb.st_mode));
-        close(fd);
-        return -1;
-    }
+    int fd = open_regular(path, why, whylen);
+    if (fd < 0) return fd == -1 ? 0 : -1;
     FILE *fp = fdopen(fd, "r");
     if (!fp) {
         snprintf(why, whylen, "it cannot be read (%s)", strerror(errno));
@@ -160,8 +180,7 @@ static int read_file(const char *path, const char *key, struct ccl__figures *f, 
     read.measured = 0;
     char line[256];
     int ok = 1, saw_key = 0;
-    if (!fgets(line, sizeof line, fp) || strncmp(line, FILE_MAGIC, strlen(FILE_MAGIC)) != 0 ||
-        (line[strlen(FILE_MAGIC)] != '\n' && line[strlen(FILE_MAGIC)] != 0)) {
+    if (!fgets(line, sizeof line, fp) || !is_magic_line(line)) {
         snprintf(why, whylen, "it is not a libccl tuning file (it does not start with \"%s\")", FILE_MAGIC);
         ok = 0;
     }
@@ -225,7 +244,7 @@ int ccl__tune_file_stale(const char *path, const struct ccl__figures *file, doub
 }
 
 static int make_parent(const char *path) {
-    char dir[CCL__TUNE_PATH_MAX];
+    char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
     for (char *s = dir + 1; *s; s++) {
         if (*s != '/') continue;
@@ -237,32 +256,28 @@ static int make_parent(const char *path) {
 }
 
 /* Whether path may be replaced: nothing is there, or a tuning file is (a
- * regular file that starts as libccl writes one). A device node, a FIFO,
- * or anyone's other file named by mistake is never replaced. */
+ * regular file that starts as libccl writes one, or an empty one). A
+ * device node, a FIFO, or anyone's other file named by mistake is never
+ * replaced. */
 static int replaceable(const char *path, char *why, size_t whylen) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return 1;
-        snprintf(why, whylen, "%s is there and cannot be read (%s), so it is left as it is", path, strerror(errno));
-        return 0;
+    char line[sizeof FILE_MAGIC + 1] = "";
+    int fd = open_regular(path, why, whylen);
+    if (fd == -1) return 1;
+    if (fd >= 0) {
+        ssize_t got = read(fd, line, sizeof line - 1);
+        close(fd);
+        line[got > 0 ? got : 0] = 0;
+        if (got == 0 || is_magic_line(line)) return 1;
+        snprintf(why, whylen, "it is not a libccl tuning file (it does not start with \"%s\")", FILE_MAGIC);
     }
-    struct stat sb;
-    char head[sizeof FILE_MAGIC] = {0};
-    int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
-    if (!ok) snprintf(why, whylen, "%s is %s, not a tuning file: it is left as it is", path, file_kind(sb.st_mode));
-    else if (sb.st_size > 0 && (read(fd, head, sizeof head - 1) != (ssize_t)sizeof head - 1 ||
-                                memcmp(head, FILE_MAGIC, sizeof head - 1) != 0)) {
-        snprintf(why, whylen, "%s is not a libccl tuning file (it does not start with \"%s\"): it is left as it is",
-                 path, FILE_MAGIC);
-        ok = 0;
-    }
-    close(fd);
-    return ok;
+    size_t o = strlen(why);
+    if (o < whylen) snprintf(why + o, whylen - o, "; it is left as it is");
+    return 0;
 }
 
 int ccl__tune_file_write(const char *path, const char *key, const struct ccl__figures *f, char *why, size_t whylen) {
     if (!replaceable(path, why, whylen)) return -1;
-    char tmp[CCL__TUNE_PATH_MAX + 32];
+    char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     /* A name of its own, made here (never a link or file planted there). */
     int fd = make_parent(path) == 0 ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
