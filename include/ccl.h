@@ -237,7 +237,10 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_recv(void *buf, size_t count, ccl_dtype_t
  * blocking ones and returns the first error. Groups nest; the outermost end
  * runs them. Gather, scatter and all_to_all_v are sends and receives
  * underneath: in a group they run with its other transfers, and the group's
- * end waits for them even when they were issued async. */
+ * end waits for them even when they were issued async. They are still
+ * collectives: every rank calls them in the same order as the others, and
+ * their transfers carry the call's identity (a root or counts that differ
+ * between ranks fail the call, never the next one's data). */
 CCL_API CCL_NODISCARD ccl_status_t ccl_group_start(void);
 CCL_API CCL_NODISCARD ccl_status_t ccl_group_end(void);
 

@@ -513,16 +513,35 @@ struct disagreement {
     const char *what;
     int odd_rank; /* the rank that calls differently */
     const char *said; /* in every rank's last error */
+    const char *also; /* too; NULL: "rank 0 called" */
 };
 
 static const struct disagreement disagreements[] = {
-    {"broadcast roots differ", 2, "rank 2 called broadcast"},
-    {"reduce roots differ", 1, "rank 1 called reduce"},
-    {"count 0 against 500", 1, "(count 0, float32, sum)"},
-    {"dtypes differ", 2, "(count 500, int32, sum)"},
-    {"ops differ", 1, "(count 500, float32, max)"},
-    {"another collective", 2, "rank 2 called all_gather"},
+    {"broadcast roots differ", 2, "rank 2 called broadcast", NULL},
+    {"reduce roots differ", 1, "rank 1 called reduce", NULL},
+    {"count 0 against 500", 1, "(count 0, float32, sum)", NULL},
+    {"dtypes differ", 2, "(count 500, int32, sum)", NULL},
+    {"ops differ", 1, "(count 500, float32, max)", NULL},
+    {"another collective", 2, "rank 2 called all_gather", NULL},
+    /* rank 0 believes it is the root, the others that rank 1 is */
+    {"two ranks believe they are the root", 0, "rank 1 called broadcast", NULL},
+    {"scatter roots differ", 2, "rank 2 called scatter", NULL},
+    {"gather roots differ", 1, "rank 1 called gather", NULL},
+    /* rank 1 receives nothing from rank 0, which sends it 4 elements */
+    {"all_to_all_v counts differ", 1, "rank 0 sends 4 elements to", "receives 0"},
 };
+
+#define FIRST_EXCHANGE 7 /* the scenarios from here on are gather, scatter and all_to_all_v */
+#define EXCHANGE_COUNT 100 /* scatter and gather: 3 blocks fit the buffers */
+
+static ccl_status_t disagreeing_all_to_all_v(int odd, float *in, float *out, ccl_comm_t *comm) {
+    int n = 0;
+    if (ccl_comm_size(comm, &n) != CCL_OK || n > 3) return CCL_ERR_INTERNAL;
+    size_t counts[3], displs[3], recvcounts[3];
+    for (int p = 0; p < n; p++) counts[p] = recvcounts[p] = 4, displs[p] = 4 * (size_t)p;
+    if (odd) recvcounts[0] = 0;
+    return ccl_all_to_all_v(in, counts, displs, out, recvcounts, displs, CCL_FLOAT32, comm);
+}
 
 static ccl_status_t call_disagreeing(int which, int odd, float *in, float *out, ccl_comm_t *comm) {
     switch (which) {
@@ -531,8 +550,13 @@ static ccl_status_t call_disagreeing(int which, int odd, float *in, float *out, 
     case 2: return ccl_all_reduce(in, out, odd ? 0 : 500, CCL_FLOAT32, CCL_SUM, comm);
     case 3: return ccl_all_reduce(in, out, 500, odd ? CCL_INT32 : CCL_FLOAT32, CCL_SUM, comm);
     case 4: return ccl_all_reduce(in, out, 500, CCL_FLOAT32, odd ? CCL_MAX : CCL_SUM, comm);
-    default: return odd ? ccl_all_gather(in, out, 150, CCL_FLOAT32, comm)
-                        : ccl_all_reduce(in, out, 500, CCL_FLOAT32, CCL_SUM, comm);
+    case 5:
+        return odd ? ccl_all_gather(in, out, 150, CCL_FLOAT32, comm)
+                   : ccl_all_reduce(in, out, 500, CCL_FLOAT32, CCL_SUM, comm);
+    case 6: return ccl_broadcast(in, out, 500, CCL_FLOAT32, odd ? 0 : 1, comm);
+    case 7: return ccl_scatter(in, out, EXCHANGE_COUNT, CCL_FLOAT32, odd ? 1 : 0, comm);
+    case 8: return ccl_gather(in, out, EXCHANGE_COUNT, CCL_FLOAT32, odd ? 2 : 0, comm);
+    default: return disagreeing_all_to_all_v(odd, in, out, comm);
     }
 }
 
@@ -549,8 +573,9 @@ static int body_check_mode(ccl_comm_t *comm, int rank, int nranks, void *arg) {
         const char *why = ccl_comm_last_error(comm);
         EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "%s: returned %s, expected %s", d->what, ccl_status_string(st),
                ccl_status_string(CCL_ERR_INVALID_USAGE));
-        EXPECT(&t, strstr(why, d->said) && strstr(why, "rank 0 called"), "%s: the error \"%s\" does not say \"%s\"",
-               d->what, why, d->said);
+        const char *also = d->also ? d->also : "rank 0 called";
+        EXPECT(&t, strstr(why, d->said) && strstr(why, also), "%s: the error \"%s\" does not say \"%s\" and \"%s\"",
+               d->what, why, d->said, also);
         EXPECT(&t, harness_now() - t0 < 5.0, "%s: took %.1f s to fail", d->what, harness_now() - t0);
         EXPECT(&t, memcmp(s->out, s->out_saved, sizeof s->out) == 0, "%s: wrote the output", d->what);
         if (rank == 0) fprintf(stderr, "[args] CCL_CHECK, %s: \"%s\"\n", d->what, why);
@@ -594,7 +619,10 @@ static int body_no_check(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     arm(s);
     double t0 = harness_now();
     ccl_status_t st = call_disagreeing(k, rank == d->odd_rank, s->in, s->out, comm);
-    ccl_status_t next = st == CCL_OK ? ccl_barrier(comm) : st;
+    /* After an exchange, the same call with every rank agreeing: it must
+     * not take the last call's leftover block as its own. */
+    ccl_status_t next = st != CCL_OK ? st : k >= FIRST_EXCHANGE ? call_disagreeing(k, 0, s->in, s->out, comm)
+                                                                : ccl_barrier(comm);
     const char *why = ccl_comm_last_error(comm);
     EXPECT(&t, next != CCL_OK, "%s: the call returned %s and the next one %s: the disagreement went unnoticed",
            d->what, ccl_status_string(st), ccl_status_string(next));

@@ -18,7 +18,7 @@ static struct ccl__p2p_xfer xfer(const struct ccl__coll_args *a, int peer, int i
                                             .recv_step = is_send ? -1 : step, .send_step = is_send ? step : -1,
                                             .chunk = peer, .offset = (uint64_t)peer * bytes}};
     return (struct ccl__p2p_xfer){.peer = peer, .is_send = is_send, .buf = buf, .count = a->id.count,
-                                  .dtype = a->id.dtype, .label = label};
+                                  .dtype = a->id.dtype, .label = label, .coll = a->id};
 }
 
 ccl_status_t ccl__direct_all_to_all(struct ccl_comm *comm, const struct ccl__coll_args *a) {

@@ -32,7 +32,8 @@
  *
  * Reduce is the same with only the root copying out; reduce-scatter reduces
  * rank r's block straight into its output (no out area, no step 4);
- * all-gather and broadcast copy in, then copy out.
+ * all-gather and broadcast copy in, then copy out (broadcast's root
+ * alone copies in, but every rank posts and checks the call's identity).
  */
 #include <stdatomic.h>
 #include <stddef.h>
@@ -361,6 +362,10 @@ static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__c
     return CCL_OK;
 }
 
+/* Every rank posts the call's identity each round, the root with its data
+ * and the others with none, and checks every peer's: ranks that disagree
+ * on the root (two that both believe they are it) fail in the call, where
+ * the root alone posting would let each go its own way. */
 static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     struct direct d;
     CCL_CHECK(direct_init(&d, comm, a));
@@ -369,14 +374,13 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
     if (d.r == root) ccl__algo_local_copy(a, count);
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
-        CCL_CHECK(begin_round(&d, d.r == root));
+        CCL_CHECK(begin_round(&d, 1));
         double t0 = trace_now(&d);
+        if (d.r == root) d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
+        CCL_CHECK(exchange_inputs(&d, m * es));
         if (d.r == root) {
-            d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
-            CCL_CHECK(post(&d, m * es));
             trace_published(&d, -1, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
         } else {
-            CCL_CHECK(await_posted(&d, m * es, root));
             t0 = trace_now(&d);
             d.p.compute->copy((char *)a->recvbuf + off * es, in_area(&d, root), m * es);
             trace_read(&d, root, 0, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);

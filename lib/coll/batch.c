@@ -64,14 +64,47 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
     return st;
 }
 
+/* CCL_CHECK for a gather, scatter or all_to_all_v: its transfers lie side
+ * by side in calls[0..n), each stamped with the call; the ranks compare
+ * the call once, and all_to_all_v's counts too, before anything moves. */
+static ccl_status_t check_exchange(struct ccl_comm *comm, const struct ccl__call *calls, int n) {
+    const struct ccl__coll_id *id = &calls[0].xfer.coll;
+    struct ccl__coll_args a = {.id = *id, .planner_only = 1};
+    CCL_CHECK(ccl__check_args_agree(comm, &a));
+    if (id->kind != CCL__K_ALL_TO_ALL_V) return CCL_OK;
+    size_t ranks = (size_t)comm->nranks;
+    uint64_t *counts = calloc(2 * ranks, sizeof(uint64_t));
+    if (!counts) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "CCL_CHECK: out of memory");
+    for (int i = 0; i < n; i++) {
+        const struct ccl__p2p_xfer *x = &calls[i].xfer;
+        counts[(x->is_send ? 0 : ranks) + (size_t)x->peer] = x->count;
+    }
+    ccl_status_t st = ccl__check_counts_agree(comm, id->seq, counts, counts + ranks);
+    free(counts);
+    return st;
+}
+
+static int same_exchange(const struct ccl__call *a, const struct ccl__call *b) {
+    return a->is_p2p && b->is_p2p && a->xfer.coll.kind && a->xfer.coll.kind == b->xfer.coll.kind &&
+           a->xfer.coll.seq == b->xfer.coll.seq;
+}
+
 /* Point-to-point transfers first, all together (so a group's sends and
  * receives can never deadlock on each other), then collectives in issue
  * order (every rank issues those in the same order). */
 static ccl_status_t run_calls(struct batch_op *b) {
     struct ccl_comm *comm = b->base.comm;
     b->nxfers = 0;
-    for (int i = 0; i < b->n; i++)
-        if (b->calls[i].is_p2p) b->xfers[b->nxfers++] = b->calls[i].xfer;
+    for (int i = 0; i < b->n; i++) {
+        const struct ccl__call *c = &b->calls[i];
+        if (!c->is_p2p) continue;
+        if (comm->params.check && comm->nranks > 1 && c->xfer.coll.kind && (i == 0 || !same_exchange(c - 1, c))) {
+            int end = i + 1;
+            while (end < b->n && same_exchange(c, &b->calls[end])) end++;
+            CCL_CHECK(check_exchange(comm, c, end - i));
+        }
+        b->xfers[b->nxfers++] = c->xfer;
+    }
     if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->what));
     for (int i = 0; i < b->n; i++)
         if (!b->calls[i].is_p2p) CCL_CHECK(run_coll(comm, &b->calls[i].coll));
@@ -96,8 +129,13 @@ static ccl_status_t batch_run(struct ccl__op *base) {
 static ccl_status_t run_inline(struct ccl__call *call) {
     struct ccl_comm *comm = call->comm;
     ccl_status_t st = ccl__comm_health(comm);
-    if (st == CCL_OK)
-        st = call->is_p2p ? ccl__p2p_run(comm, &call->xfer, 1, CCL__K_P2P, "send/recv") : run_coll(comm, &call->coll);
+    if (st == CCL_OK && !call->is_p2p) {
+        st = run_coll(comm, &call->coll);
+    } else if (st == CCL_OK) {
+        /* a gather's or scatter's one transfer (a rank that is not the root) */
+        if (comm->params.check && comm->nranks > 1 && call->xfer.coll.kind) st = check_exchange(comm, call, 1);
+        if (st == CCL_OK) st = ccl__p2p_run(comm, &call->xfer, 1, CCL__K_P2P, "send/recv");
+    }
     ccl__exec_inline_done(comm);
     return st;
 }

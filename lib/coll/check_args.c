@@ -10,6 +10,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "coll/coll.h"
 
@@ -18,6 +19,7 @@
  * facing one with it fails on the stamp instead of taking the record as
  * data. */
 #define CHECK_SEQ_BIT 0x80000000u
+#define CHECK_COUNTS_BIT 0x40000000u /* all_to_all_v's second record */
 
 struct call_record {
     int32_t kind;
@@ -31,7 +33,9 @@ static int reducing(int kind) {
     return kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE_SCATTER || kind == CCL__K_REDUCE;
 }
 
-static int rooted(int kind) { return kind == CCL__K_BROADCAST || kind == CCL__K_REDUCE; }
+static int rooted(int kind) {
+    return kind == CCL__K_BROADCAST || kind == CCL__K_REDUCE || kind == CCL__K_GATHER || kind == CCL__K_SCATTER;
+}
 
 /* The fields that must agree for this kind of call; the rest are zero. */
 static struct call_record record_of(const struct ccl_comm *comm, const struct ccl__coll_args *a) {
@@ -57,8 +61,14 @@ static void describe(const struct call_record *r, char *buf, size_t n) {
         return;
     }
     const char *algo = r->algo < 0 ? "auto" : (unsigned)r->algo < CCL__NUM_ALGOS ? ccl__algo_names[r->algo] : "?";
-    int o = snprintf(buf, n, "%s #%u with algorithm %s", ccl__op_kind_name(k), r->seq, algo);
+    /* gather, scatter and all_to_all_v have no algorithm to choose */
+    int o = ccl__kind_is_exchange(k) ? snprintf(buf, n, "%s #%u", ccl__op_kind_name(k), r->seq)
+                                     : snprintf(buf, n, "%s #%u with algorithm %s", ccl__op_kind_name(k), r->seq, algo);
     if (k == CCL__K_BARRIER || o < 0 || (size_t)o >= n) return;
+    if (k == CCL__K_ALL_TO_ALL_V) { /* its counts are per pair: the transfers compare them */
+        snprintf(buf + o, n - (size_t)o, " (%s)", (unsigned)r->dtype < CCL_NUM_DTYPES ? ccl_dtype_name((ccl_dtype_t)r->dtype) : "?");
+        return;
+    }
     o += snprintf(buf + o, n - (size_t)o, " (count %llu, %s", (unsigned long long)r->count,
                   (unsigned)r->dtype < CCL_NUM_DTYPES ? ccl_dtype_name((ccl_dtype_t)r->dtype) : "?");
     if (reducing(k) && (size_t)o < n)
@@ -84,5 +94,32 @@ ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll
                             first, q, other);
     }
     free(all);
+    return st;
+}
+
+/* all_to_all_v's counts: every rank brings what it sends to and receives
+ * from each peer, and every rank checks every pair, so all of them refuse
+ * alike. */
+ccl_status_t ccl__check_counts_agree(struct ccl_comm *comm, uint32_t seq, const uint64_t *send, const uint64_t *recv) {
+    size_t n = (size_t)comm->nranks, row = 2 * n;
+    uint64_t *mine = malloc(sizeof(uint64_t) * row), *all = malloc(sizeof(uint64_t) * row * n);
+    ccl_status_t st = mine && all ? CCL_OK : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "CCL_CHECK: out of memory");
+    if (st == CCL_OK) {
+        memcpy(mine, send, sizeof(uint64_t) * n);
+        memcpy(mine + n, recv, sizeof(uint64_t) * n);
+        /* the second record of this call: its own stamp */
+        st = ccl__ring_gather_bytes(comm, seq | CHECK_SEQ_BIT | CHECK_COUNTS_BIT, mine, all,
+                                    sizeof(uint64_t) * row);
+    }
+    for (size_t p = 0; p < n && st == CCL_OK; p++)
+        for (size_t q = 0; q < n && st == CCL_OK; q++) {
+            uint64_t sent = all[p * row + q], taken = all[q * row + n + p];
+            if (sent != taken)
+                st = ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                                    "CCL_CHECK: all_to_all_v #%u: rank %zu sends %llu elements to rank %zu, which "
+                                    "receives %llu from it; nothing was sent",
+                                    seq, p, (unsigned long long)sent, q, (unsigned long long)taken);
+        }
+    free(mine), free(all);
     return st;
 }

@@ -44,6 +44,9 @@ struct ccl__call {
  * arguments before it runs; a difference is CCL_ERR_INVALID_USAGE on every
  * rank, naming two ranks and both calls. */
 ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll_args *a);
+/* The same for all_to_all_v's counts (nranks each): what this rank sends
+ * to and receives from every peer. */
+ccl_status_t ccl__check_counts_agree(struct ccl_comm *comm, uint32_t seq, const uint64_t *send, const uint64_t *recv);
 
 /* Issue a validated call: recorded if a group is open on this thread,
  * else run. With req_out, returns at once with a request. */

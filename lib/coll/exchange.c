@@ -13,10 +13,15 @@ enum { BLOCKING = 0, ASYNC = 1 };
 struct plan {
     struct ccl__call *calls;
     int n;
+    struct ccl__coll_id id; /* the call; its number is taken when it is issued */
 };
 
-static ccl_status_t plan_alloc(ccl_comm_t *comm, struct plan *p, int max, const char *what) {
+/* count: the call's count argument (0 for all_to_all_v, whose counts are
+ * per pair); root -1 where there is none. */
+static ccl_status_t plan_alloc(ccl_comm_t *comm, struct plan *p, int max, int kind, size_t count, ccl_dtype_t dtype,
+                               int root, const char *what) {
     p->n = 0;
+    p->id = (struct ccl__coll_id){.kind = kind, .count = count, .dtype = dtype, .op = CCL_SUM, .root = root};
     p->calls = calloc((size_t)max, sizeof(*p->calls));
     if (!p->calls) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", what);
     return CCL_OK;
@@ -31,10 +36,30 @@ static void plan_add(ccl_comm_t *comm, struct plan *p, int is_send, int peer, co
     };
 }
 
+/* Every transfer carries the call's identity and number (a collective's
+ * number, the same on every rank), so a rank whose call differs fails in
+ * it, and a transfer left over from one call is never taken by the next. */
 static ccl_status_t issue(ccl_comm_t *comm, struct plan *p, ccl_request_t **req_out, const char *what) {
+    p->id.seq = comm->coll_seq++;
+    for (int i = 0; i < p->n; i++) p->calls[i].xfer.coll = p->id;
     ccl_status_t st = ccl__issue_calls(comm, p->calls, p->n, req_out, what);
     free(p->calls);
     return st;
+}
+
+/* The way back: the data of a gather goes to the root, of a scatter from
+ * it; each pair of root and rank also passes the call's stamp (an empty
+ * transfer) the other way. So every rank hears from the rank it believes
+ * is the root, within the call: ranks that disagree on the root fail in
+ * it (or wait, and time out naming who is missing), and none comes
+ * through this call and the next as if nothing had happened. */
+static void add_stamps(ccl_comm_t *comm, struct plan *p, int root, int root_sends, ccl_dtype_t dtype) {
+    int n = comm->nranks;
+    if (comm->rank != root) {
+        plan_add(comm, p, !root_sends, root, NULL, 0, dtype);
+        return;
+    }
+    for (int i = 1; i < n; i++) plan_add(comm, p, root_sends, (root + i) % n, NULL, 0, dtype);
 }
 
 static ccl_status_t check_common(ccl_comm_t *comm, int async, ccl_request_t **req, ccl_dtype_t dtype,
@@ -66,10 +91,11 @@ static ccl_status_t gather(const void *sendbuf, void *recvbuf, size_t count, ccl
     int n = comm->nranks;
     size_t block = count * ccl_dtype_size(dtype);
     struct plan p;
-    CCL_CHECK(plan_alloc(comm, &p, n + 1, what));
+    CCL_CHECK(plan_alloc(comm, &p, 2 * n, CCL__K_GATHER, count, dtype, root, what));
     plan_add(comm, &p, 1, root, sendbuf, count, dtype);
     if (comm->rank == root)
         for (int i = 0; i < n; i++) plan_add(comm, &p, 0, i, (char *)recvbuf + (size_t)i * block, count, dtype);
+    add_stamps(comm, &p, root, 1, dtype);
     return issue(comm, &p, req, what);
 }
 
@@ -81,12 +107,13 @@ static ccl_status_t scatter(const void *sendbuf, void *recvbuf, size_t count, cc
     int n = comm->nranks;
     size_t block = count * ccl_dtype_size(dtype);
     struct plan p;
-    CCL_CHECK(plan_alloc(comm, &p, n + 1, what));
+    CCL_CHECK(plan_alloc(comm, &p, 2 * n, CCL__K_SCATTER, count, dtype, root, what));
     if (comm->rank == root)
         for (int i = 0; i < n; i++)
             plan_add(comm, &p, 1, (root + 1 + i) % n, (const char *)sendbuf + (size_t)((root + 1 + i) % n) * block,
                      count, dtype);
     plan_add(comm, &p, 0, root, recvbuf, count, dtype);
+    add_stamps(comm, &p, root, 0, dtype);
     return issue(comm, &p, req, what);
 }
 
@@ -127,7 +154,7 @@ static ccl_status_t all_to_all_v(const void *sendbuf, const size_t *sendcounts, 
     int n = comm->nranks, r = comm->rank;
     size_t es = ccl_dtype_size(dtype);
     struct plan p;
-    CCL_CHECK(plan_alloc(comm, &p, 2 * n, what));
+    CCL_CHECK(plan_alloc(comm, &p, 2 * n, CCL__K_ALL_TO_ALL_V, 0, dtype, -1, what));
     /* Start with the next peer, as the even all-to-all does. */
     for (int i = 0; i < n; i++) {
         int to = (r + i) % n, from = ccl__mod(r - i, n);

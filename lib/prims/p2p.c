@@ -27,6 +27,7 @@ struct lane {
     struct ccl__reg *reg; /* zero-copy: this side's registration, held until done */
     double zc_t0;
     int next_in_line; /* the lane after this one on its (peer, direction), or -1 */
+    int stamp_owed;   /* a collective's transfer of nothing: its one empty step is still to move */
 };
 
 /* Runs of at most this many transfers among at most this many ranks keep
@@ -181,7 +182,7 @@ static ccl_status_t zc_move(struct lane *l, int *moved) {
 /* Moves one lane's transfer as far as it can: CCL_OK once it is done. */
 static ccl_status_t move_lane(struct lane *l, int *moved) {
     struct ccl__p2p_xfer *x = l->x;
-    while (x->done_bytes < x->bytes) {
+    while (x->done_bytes < x->bytes || l->stamp_owed) {
         ccl_status_t st;
         if (l->zc == 0 && (st = zc_start(l, moved)) != CCL_OK) return st;
         if (l->zc == 1) {
@@ -191,7 +192,7 @@ static ccl_status_t move_lane(struct lane *l, int *moved) {
         if (!l->busy) next_step(l);
         if ((st = ccl__step_try(&l->p, &l->step, &l->st, moved)) != CCL_OK) return st;
         x->done_bytes += l->step.n * l->p.esize;
-        l->busy = 0;
+        l->busy = l->stamp_owed = 0;
         *moved = 1;
     }
     return CCL_OK;
@@ -278,7 +279,7 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         x[i].bytes = x[i].count * ccl_dtype_size(x[i].dtype);
         x[i].done_bytes = 0;
         x[i].matched = 0;
-        if (x[i].peer == comm->rank) continue;
+        if (x[i].peer == comm->rank || x[i].coll.kind) continue;
         x[i].seq = x[i].is_send ? comm->send_seq[x[i].peer]++ : comm->recv_seq[x[i].peer]++;
     }
     CCL_CHECK(match_self(comm, x, n, what));
@@ -313,12 +314,19 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         l->x = &x[i];
         l->busy = l->zc = l->zc_offered = 0;
         l->reg = NULL;
+        /* A collective's transfer is stamped as that call (the sender's
+         * count: the receiver compares its own); a point-to-point one with
+         * the pair's message number. */
         struct ccl__coll_id id = {.kind = CCL__K_P2P, .seq = x[i].seq, .count = x[i].count, .dtype = x[i].dtype,
                                   .root = -1};
+        if (x[i].coll.kind) id = x[i].coll, id.count = x[i].count, id.dtype = x[i].dtype;
+        l->stamp_owed = x[i].coll.kind && x[i].bytes == 0;
+        if (l->stamp_owed) l->zc = -1;
         st = ccl__prims_init(&l->p, comm, &id, comm->conns[x[i].peer]->slot_bytes, CCL__MEM_HOST);
         l->p.trace_kind = kind;
         if (x[i].label) l->p.trace_seq = x[i].label->seq;
-        ccl__prims_name(&l->p, what, -1);
+        if (x[i].coll.kind) ccl__prims_name(&l->p, ccl__op_kind_name(x[i].coll.kind), (long)x[i].coll.seq);
+        else ccl__prims_name(&l->p, what, -1);
     }
     if (st == CCL_OK) {
         queue_lanes(&r);

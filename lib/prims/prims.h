@@ -39,8 +39,14 @@ enum ccl__op_kind {
     CCL__K_ALL_TO_ALL,
     CCL__K_BARRIER,
     CCL__K_P2P,
+    /* Collectives made of point-to-point transfers (coll/exchange.c):
+     * their transfers carry the call's identity, not a pair's number. */
+    CCL__K_GATHER,
+    CCL__K_SCATTER,
+    CCL__K_ALL_TO_ALL_V,
 };
-#define CCL__NUM_OP_KINDS 9
+#define CCL__NUM_OP_KINDS 12
+static inline int ccl__kind_is_exchange(int kind) { return kind >= CCL__K_GATHER && kind <= CCL__K_ALL_TO_ALL_V; }
 const char *ccl__op_kind_name(int kind);
 
 /* What a call is; stamped on each slot and checked on receipt. */
@@ -220,6 +226,12 @@ struct ccl__p2p_xfer {
     size_t count;
     ccl_dtype_t dtype;
     const struct ccl__p2p_label *label; /* NULL: a point-to-point call of its own */
+    /* The collective the transfer belongs to (kind 0: none, a
+     * point-to-point call). Its chunks are stamped with the call's kind,
+     * number and root and the sender's count, so a receiver whose call
+     * differs fails in that call, and a transfer of nothing still sends
+     * its stamp (a receiver of 0 elements meets a sender of 4). */
+    struct ccl__coll_id coll;
     /* filled by the engine */
     size_t bytes;         /* count times the size of dtype */
     size_t done_bytes;

@@ -10,7 +10,8 @@
 
 const char *ccl__op_kind_name(int kind) {
     static const char *const names[CCL__NUM_OP_KINDS] = {
-        "?", "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send/recv"};
+        "?",      "all_reduce", "reduce_scatter", "all_gather", "broadcast",   "reduce",
+        "all_to_all", "barrier", "send/recv", "gather", "scatter", "all_to_all_v"};
     return kind > 0 && kind < CCL__NUM_OP_KINDS ? names[kind] : "?";
 }
 
@@ -74,6 +75,21 @@ static ccl_status_t mismatch(struct ccl__prims *p, int peer, const struct ccl__s
                        "%s: expected a message from rank %d but it is running %s #%u: calls were issued in a "
                        "different order",
                        ccl__prims_what(p), peer, ccl__op_kind_name(m->kind), m->seq);
+    else if (ccl__kind_is_exchange(id->kind) && m->kind == id->kind && m->seq == id->seq && m->count != id->count)
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
+                       "%s: rank %d sends %llu elements (%llu bytes) to this rank, which receives %llu (%llu bytes) "
+                       "from it",
+                       ccl__prims_what(p), peer, (unsigned long long)m->count,
+                       (unsigned long long)(m->count * p->esize), (unsigned long long)id->count,
+                       (unsigned long long)(id->count * p->esize));
+    else if (m->kind != CCL__K_P2P && (int32_t)(m->seq - id->seq) < 0)
+        /* What a call that sent and was not received leaves behind: the
+         * ranks disagreed on it (two believed they were the root). */
+        ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE,
+                       "%s: a message of rank %d's %s #%u (count %llu, root %d) was never received here: the ranks "
+                       "disagreed on that call's root, counts or peers",
+                       ccl__prims_what(p), peer, ccl__op_kind_name(m->kind), m->seq, (unsigned long long)m->count,
+                       (int)m->root);
     else if (m->kind == id->kind && m->seq == id->seq && m->count != id->count)
         ccl__set_error(p->comm, CCL_ERR_INVALID_USAGE, "%s: count %llu differs from rank %d's count %llu",
                        ccl__prims_what(p), (unsigned long long)id->count, peer, (unsigned long long)m->count);
