@@ -6,9 +6,11 @@
  * the root while the ranks join (closing at once, random bytes, a truncated
  * or wrong-secret hello, silence held open): init still succeeds and a
  * collective works; so it does behind a thousand silent connections. Two
- * processes claiming one rank: every init fails, naming both addresses. A
- * rank killed in each phase of set-up: every other init fails within a
- * second, naming it, with nothing left in /dev/shm.
+ * processes claiming one rank: every init fails, naming both addresses;
+ * one claiming a rank after the job formed hears who holds it. A rank that
+ * never starts: every other init fails at CCL_TIMEOUT naming it. A rank
+ * killed in each phase of set-up: every other init fails within a second,
+ * naming it, with nothing left in /dev/shm.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -313,6 +315,101 @@ START_TEST(duplicate_rank) {
 }
 END_TEST
 
+/* ---- a rank that never starts ----
+ * Rank 2 of 3 exits before its init: the root's timeout names it (and the
+ * root's address) in every joined rank's error, not "wrong unique id". */
+
+#define NEVER_STARTED 2
+
+static void never_start(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks, (void)id, (void)arg;
+    if (rank == NEVER_STARTED) _exit(0);
+}
+
+static int init_names_missing(int rank, ccl_status_t st, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    const char *why = ccl_comm_last_error(NULL);
+    EXPECT(&t, st == CCL_ERR_TIMEOUT, "rank %d: init returned %s, expected %s", rank, ccl_status_string(st),
+           ccl_status_string(CCL_ERR_TIMEOUT));
+    EXPECT(&t, strstr(why, "2 of 3 ranks joined") && strstr(why, "never connected to the bootstrap root at ") &&
+                   strstr(why, ": rank 2"),
+           "rank %d's error does not name rank 2 as missing: \"%s\"", rank, why);
+    fprintf(stderr, "[faults] rank %d never started: rank %d: \"%s\"\n", NEVER_STARTED, rank, why);
+    return t.fails;
+}
+
+START_TEST(rank_never_started) {
+    struct harness_run run = {
+        .nranks = 3,
+        .transport = "shm",
+        .ccl_timeout = "2",
+        .deadline_s = 30,
+        .setup = never_start,
+        .init_check = init_names_missing,
+    };
+    util_run_clean(&run, 0, "rank %d never started", NEVER_STARTED);
+}
+END_TEST
+
+/* ---- a rank claimed again once the job formed ----
+ * Spoken to the root by hand: one rank of one joins and answers its
+ * set-up rounds; a second process claiming that rank, queued while the
+ * rounds ran, hears that the rank was taken and from where. */
+
+static int recv_exactly(int fd, void *buf, size_t n) {
+    while (n > 0) {
+        ssize_t r = recv(fd, buf, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        buf = (uint8_t *)buf + r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+START_TEST(late_claim_after_the_job_formed) {
+    struct ccl__unique_id uid;
+    size_t record = ccl__conns_record_bytes();
+    ck_assert_int_eq(ccl__boot_make_id(&uid, NULL, 10.0, record), CCL_OK);
+    struct ccl__boot_hello hello = {.magic = CCL__BOOT_MAGIC, .version = CCL__BOOT_VERSION, .nranks = 1, .rank = 0,
+                                    .record_bytes = (uint32_t)record};
+    memcpy(hello.secret, uid.secret, sizeof hello.secret);
+    uint8_t *rec = calloc(1, record);
+    ck_assert_ptr_nonnull(rec);
+    int first = stranger_connect(&uid);
+    ck_assert_int_ge(first, 0);
+    send_bytes(first, &hello, sizeof hello);
+    send_bytes(first, rec, record);
+    struct ccl__boot_table_hdr h;
+    ck_assert_int_eq(recv_exactly(first, &h, sizeof h), 0);
+    ck_assert_int_eq(h.status, CCL_OK);
+    ck_assert_int_eq(recv_exactly(first, rec, record), 0);
+    /* The job formed; the second claimant connects while its rounds run. */
+    int late = stranger_connect(&uid);
+    ck_assert_int_ge(late, 0);
+    send_bytes(late, &hello, sizeof hello);
+    send_bytes(late, rec, record);
+    for (int round = 0; round < CCL__BOOT_ROUNDS; round++) {
+        struct ccl__boot_round_msg m = {.status = CCL_OK, .rank = 0};
+        send_bytes(first, &m, sizeof m);
+        ck_assert_int_eq(recv_exactly(first, &m, sizeof m), 0);
+        ck_assert_int_eq(m.status, CCL_OK);
+    }
+    struct ccl__boot_table_hdr refused;
+    ck_assert_msg(recv_exactly(late, &refused, sizeof refused) == 0, "the late claimant's connection was closed "
+                  "without a word");
+    refused.msg[sizeof refused.msg - 1] = 0;
+    fprintf(stderr, "[faults] a rank claimed after the job formed: \"%s\"\n", refused.msg);
+    ck_assert_int_eq(refused.status, CCL_ERR_INVALID_USAGE);
+    const char *from = strstr(refused.msg, "rank 0 of 1 was already claimed, from ");
+    ck_assert_msg(from && strchr(from, ':'),
+                  "the refusal does not say who holds the rank: \"%s\"", refused.msg);
+    close(late), close(first), free(rec);
+    ccl__boot_root_wait(uid.secret, ccl__now() + 5);
+}
+END_TEST
+
 /* ---- a rank killed in every set-up phase ---- */
 
 /* The victim dies (CCL_TEST_KILL_AT) in one phase of set-up. Every other
@@ -420,6 +517,11 @@ static Suite *suite(void) {
                        150);
     util_add_loop_case(s, "silent_crowd_at_root", silent_crowd_at_root, 2, 90);
     util_add_loop_case(s, "duplicate_rank", duplicate_rank, 2, 90);
+    TCase *tc = tcase_create("rank_never_started");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, rank_never_started);
+    tcase_add_test(tc, late_claim_after_the_job_formed);
+    suite_add_tcase(s, tc);
     util_add_loop_case(s, "killed_in_setup", killed_in_setup, SETUP_KILLS, 90);
     return s;
 }

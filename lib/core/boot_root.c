@@ -72,6 +72,7 @@ struct root {
     int npend, cap_pend;
     struct pollfd *pfd;       /* [cap_pend + 1] */
     int dropped;              /* connections refused or dropped */
+    int formed;               /* the job formed: a hello now claims a rank already taken */
 };
 
 static void drop(struct root *r, int i, const char *why) {
@@ -150,6 +151,17 @@ static void adopt(struct root *r, int i) {
     if (r->failure.status != CCL_OK) {
         if (!r->told[h.rank]) r->told[h.rank] = 1, r->ntold++;
         refuse_with(r, i, &r->failure);
+        return;
+    }
+    if (r->formed) {
+        char msg[sizeof(r->failure.msg)];
+        snprintf(msg, sizeof(msg), "rank %d of %d was already claimed, from %s, and the job formed without this "
+                 "process (two processes started as one rank, or a stranger holds the job's secret)", h.rank,
+                 r->nranks, r->addrs[h.rank]);
+        struct ccl__boot_table_hdr late = {.status = CCL_ERR_INVALID_USAGE};
+        snprintf(late.msg, sizeof(late.msg), "%s", msg);
+        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: refused %s: %s", r->pend[i].addr, msg);
+        refuse_with(r, i, &late);
         return;
     }
     if (r->fds[h.rank] >= 0) {
@@ -289,6 +301,50 @@ static ccl_status_t gather(struct root *r) {
     return (ccl_status_t)r->failure.status;
 }
 
+#define LATE_GRACE_S 0.5 /* the longest the root answers latecomers once the job formed */
+
+/* A process that connected while the job formed (its hello waits in the
+ * listening queue) hears that its rank was taken, and by whom, rather than
+ * finding the connection closed. Nothing waiting: done at once. */
+static void refuse_latecomers(struct root *r) {
+    r->formed = 1;
+    double until = ccl__now() + LATE_GRACE_S;
+    while (ccl__now() < until) {
+        struct pollfd p = {.fd = r->lfd, .events = POLLIN};
+        if (r->npend == 0 && poll(&p, 1, 0) <= 0) return;
+        if (!serve_pending(r)) return;
+    }
+}
+
+/* The deadline passed with ranks missing: every rank that joined hears
+ * which ones never came and where they were to come (this root), so the
+ * job's log names the rank that never started wherever it is read. */
+static void fail_missing(struct root *r) {
+    char msg[sizeof r->failure.msg], where[80] = "?";
+    union ccl__sa self;
+    socklen_t len = sizeof self;
+    if (getsockname(r->lfd, &self.sa, &len) == 0) ccl__sa_str(&self, where, sizeof where);
+    if (r->nranks == 0) {
+        snprintf(msg, sizeof msg, "no rank joined the bootstrap root at %s within %g s (CCL_TIMEOUT)", where,
+                 r->timeout_s);
+        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: %s", msg);
+        return;
+    }
+    int o = snprintf(msg, sizeof msg, "%d of %d ranks joined within %g s (CCL_TIMEOUT); never connected to the "
+                     "bootstrap root at %s: rank", r->joined, r->nranks, r->timeout_s, where);
+    int listed = 0, missing = r->nranks - r->joined;
+    for (int k = 0; k < r->nranks && o > 0 && (size_t)o < sizeof msg; k++) {
+        if (r->fds[k] >= 0) continue;
+        if ((size_t)o + 32 > sizeof msg) {
+            snprintf(msg + o, sizeof msg - (size_t)o, " and %d more", missing - listed);
+            break;
+        }
+        o += snprintf(msg + o, sizeof msg - (size_t)o, "%s %d", listed ? "," : (missing > 1 ? "s" : ""), k);
+        listed++;
+    }
+    fail_job(r, CCL_ERR_TIMEOUT, msg);
+}
+
 /* After a failure: tell every rank that still comes, until all have heard
  * or the deadline passes. */
 static void tell_latecomers(struct root *r) {
@@ -374,11 +430,11 @@ static void *root_main(void *arg) {
         send_tables(r);
         for (int round = 0; round < CCL__BOOT_ROUNDS && serve_round(r); round++) {
         }
+        refuse_latecomers(r);
     } else if (r->failure.status != CCL_OK) {
         tell_latecomers(r);
     } else {
-        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: gave up after %.0f s with %d of %d ranks joined", r->timeout_s,
-                 r->joined, r->nranks);
+        fail_missing(r);
     }
     ccl__log_drops_total(CCL__SUB_BOOT, -1, "bootstrap root", r->dropped);
     for (int k = 0; k < r->nranks; k++)

@@ -58,9 +58,13 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
     return CCL_OK;
 }
 
+/* A rank waits for the table this much past its own timeout: the root's
+ * deadline ends first and its verdict names the ranks that never came. */
+#define ROOT_VERDICT_GRACE_S 1.0
+
 ccl_status_t ccl__boot_exchange(struct ccl_comm *comm, int root_fd, const void *record, size_t record_bytes,
                                 void **table) {
-    double dl = ccl__now() + comm->params.timeout_s;
+    double dl = ccl__now() + comm->params.timeout_s + ROOT_VERDICT_GRACE_S;
     *table = NULL;
     ccl_status_t st = ccl__sock_send_all(root_fd, record, record_bytes, dl);
     if (st != CCL_OK) return ccl__set_error(comm, st, "init: sending peer info to the bootstrap root failed");
