@@ -357,6 +357,10 @@ START_TEST(init_with_bad_arguments) {
                       "init_rank(nranks %d, rank %d%s) returned %s", cases[k].nranks, cases[k].rank,
                       cases[k].null_comm ? ", NULL comm" : "", ccl_status_string(st));
         ck_assert_msg(comm == NULL, "a failed init_rank left a communicator pointer");
+        const char *why = ccl_comm_last_error(NULL);
+        ck_assert_msg(strstr(why, "ccl_comm_init_rank: ") != NULL,
+                      "init_rank(nranks %d, rank %d): ccl_comm_last_error(NULL) says \"%s\"", cases[k].nranks,
+                      cases[k].rank, why);
         ck_assert_msg(took < 2.0, "rejecting bad init arguments took %.1f s", took);
     }
     /* An id that ccl_get_unique_id never made: refused, not a long wait. */
@@ -366,6 +370,8 @@ START_TEST(init_with_bad_arguments) {
     double t0 = harness_now();
     ccl_status_t st = ccl_comm_init_rank(&comm, 1, junk, 0);
     ck_assert_msg(st < 0, "init_rank with an all-zero unique id returned %s", ccl_status_string(st));
+    ck_assert_msg(strstr(ccl_comm_last_error(NULL), "not made by ccl_get_unique_id") != NULL,
+                  "a foreign id: ccl_comm_last_error(NULL) says \"%s\"", ccl_comm_last_error(NULL));
     ck_assert_msg(harness_now() - t0 < 10.0, "init_rank with an all-zero unique id took %.1f s", harness_now() - t0);
 }
 END_TEST

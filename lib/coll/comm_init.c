@@ -2,6 +2,7 @@
  * Communicator life cycle: create (bootstrap, plan, transports in phases
  * separated by rounds through the root), destroy, abort.
  */
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +23,30 @@
 #include "prims/regcache.h"
 #include "transports/manager.h"
 
+/* An argument init refuses before anything is made: logged, and kept for
+ * ccl_comm_last_error(NULL), the one place a caller without a
+ * communicator can read why. */
+__attribute__((format(printf, 2, 3))) static ccl_status_t refuse_init(int rank, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    CCL_WARN(CCL__SUB_INIT, rank, "%s", msg);
+    ccl__note_init_failure(msg);
+    return CCL_ERR_INVALID_ARGUMENT;
+}
+
 CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
-    if (!id) return CCL_ERR_INVALID_ARGUMENT;
+    if (!id) return refuse_init(-1, "ccl_get_unique_id: id is NULL");
     const struct ccl__params *prm = ccl__params_get();
     struct ccl__unique_id uid;
     ccl_status_t st = ccl__boot_make_id(&uid, prm->ifname, prm->timeout_s, ccl__conns_record_bytes());
     if (st != CCL_OK) {
-        CCL_WARN(CCL__SUB_BOOT, -1, "ccl_get_unique_id: cannot start the bootstrap root (%s)", ccl_status_string(st));
+        char msg[160];
+        snprintf(msg, sizeof msg, "ccl_get_unique_id: cannot start the bootstrap root (%s)", ccl_status_string(st));
+        CCL_WARN(CCL__SUB_BOOT, -1, "%s", msg);
+        ccl__note_init_failure(msg);
         return st;
     }
     memset(id, 0, sizeof(*id));
@@ -194,38 +212,30 @@ CCL_API ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nranks, ccl_uniqu
 
 CCL_API ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, ccl_unique_id_t id, int rank,
                                                const ccl_config_t *config) {
-    if (!comm) return CCL_ERR_INVALID_ARGUMENT;
+    if (!comm) return refuse_init(rank, "ccl_comm_init_rank: comm (where the communicator goes) is NULL");
     *comm = NULL;
-    if (nranks <= 0 || rank < 0 || rank >= nranks) {
-        CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank: rank %d / nranks %d out of range", rank, nranks);
-        return CCL_ERR_INVALID_ARGUMENT;
-    }
+    if (nranks <= 0 || rank < 0 || rank >= nranks)
+        return refuse_init(rank, "ccl_comm_init_rank: rank %d is out of range for %d ranks (0..%d)", rank, nranks,
+                           nranks - 1);
     struct ccl__unique_id uid;
     memcpy(&uid, id.internal, sizeof(uid));
-    if (uid.magic != CCL__UID_MAGIC) {
-        CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank: the id was not made by ccl_get_unique_id");
-        return CCL_ERR_INVALID_ARGUMENT;
-    }
+    if (uid.magic != CCL__UID_MAGIC)
+        return refuse_init(rank, "ccl_comm_init_rank: the id was not made by ccl_get_unique_id (a foreign or "
+                                 "corrupted id)");
     struct ccl__comm_options opt = {0, NULL, "config.algo"};
     if (config) {
         /* Fields past what the caller's version of the struct has keep their defaults. */
-        if (config->size < sizeof(size_t)) {
-            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: config.size %zu: start from CCL_CONFIG_INIT",
-                     config->size);
-            return CCL_ERR_INVALID_ARGUMENT;
-        }
+        if (config->size < sizeof(size_t))
+            return refuse_init(rank, "ccl_comm_init_rank_config: config.size %zu: start from CCL_CONFIG_INIT",
+                               config->size);
         if (config->size >= offsetof(ccl_config_t, timeout_s) + sizeof(double)) opt.timeout_s = config->timeout_s;
-        if (!(opt.timeout_s >= 0) || opt.timeout_s > 1e9) {
-            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: timeout_s %g is not a number of seconds >= 0",
-                     opt.timeout_s);
-            return CCL_ERR_INVALID_ARGUMENT;
-        }
+        if (!(opt.timeout_s >= 0) || opt.timeout_s > 1e9)
+            return refuse_init(rank, "ccl_comm_init_rank_config: timeout_s %g is not a number of seconds from 0 "
+                                     "to 1e9", opt.timeout_s);
         if (config->size >= offsetof(ccl_config_t, algo) + sizeof(const char *)) opt.algo = config->algo;
         size_t algo_max = sizeof(((struct ccl__params *)0)->algo) - 1;
-        if (opt.algo && strlen(opt.algo) > algo_max) {
-            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank_config: algo is longer than %zu characters", algo_max);
-            return CCL_ERR_INVALID_ARGUMENT;
-        }
+        if (opt.algo && strlen(opt.algo) > algo_max)
+            return refuse_init(rank, "ccl_comm_init_rank_config: algo is longer than %zu characters", algo_max);
     }
     return ccl__comm_create(comm, nranks, &uid, rank, &opt);
 }

@@ -44,10 +44,15 @@ def _status_text(st):
     return _c.ccl_status_string(st).decode()
 
 
-def _check(st, comm=None, what=""):
+def _check(st, comm=None, what="", init=False):
+    """Raise for a failed status with the library's sentence: the
+    communicator's, or for init (no communicator yet) this thread's last
+    init failure, ccl_comm_last_error(NULL)."""
     if st >= 0:
         return st
     msg = _c.ccl_comm_last_error(comm).decode() if comm else ""
+    if init:
+        msg = f"{what}: {_c.ccl_comm_last_error(None).decode()}"
     if not msg:
         msg = f"{what}: {_status_text(st)}" if what else _status_text(st)
     raise from_status(st, msg)
@@ -86,7 +91,7 @@ def get_unique_id():
     """A new rendezvous point in this process: 128 bytes to hand to every
     rank (they pickle, travel through any store, and are used once)."""
     uid = _lib.UniqueIdStruct()
-    _check(_c.ccl_get_unique_id(ctypes.byref(uid)), what="get_unique_id")
+    _check(_c.ccl_get_unique_id(ctypes.byref(uid)), what="get_unique_id", init=True)
     return bytes(uid)  # all 128 bytes (the field itself would stop at a zero byte)
 
 
@@ -199,7 +204,7 @@ class Comm:
         ptr = ctypes.c_void_p()
         nranks, rank = _c_int(nranks, "nranks"), _c_int(rank, "rank")
         _check(_c.ccl_comm_init_rank_config(ctypes.byref(ptr), nranks, cid, rank, ctypes.byref(cfg)),
-               what=f"init of rank {rank} of {nranks} (the library's WARN line says why)")
+               what=f"init of rank {rank} of {nranks}", init=True)
         self._adopt(ptr)
 
     @classmethod
@@ -208,7 +213,7 @@ class Comm:
         CCL_RANK/CCL_WORLD_SIZE/CCL_ROOT_ADDR, torchrun's RANK/WORLD_SIZE/
         MASTER_ADDR/MASTER_PORT, Slurm, Open MPI)."""
         ptr = ctypes.c_void_p()
-        _check(_c.ccl_comm_init_env(ctypes.byref(ptr)), what="init from the environment (the WARN line says why)")
+        _check(_c.ccl_comm_init_env(ctypes.byref(ptr)), what="init from the environment", init=True)
         self = cls.__new__(cls)
         self._adopt(ptr)
         return self

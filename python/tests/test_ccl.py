@@ -284,6 +284,17 @@ def test_algo_per_communicator():
         ccl.Comm(1, 0, ccl.get_unique_id(), algo=3)
 
 
+def test_init_errors_say_why():
+    """An init the library refuses raises with its sentence, not only a status."""
+    uid = ccl.get_unique_id()
+    with pytest.raises(ccl.InvalidArgument) as e:
+        ccl.Comm(3, 5, uid)
+    assert "rank 5 is out of range for 3 ranks" in str(e.value), str(e.value)
+    with pytest.raises(ccl.InvalidArgument) as e:
+        ccl.Comm(1, 0, uid, timeout=float("nan"))
+    assert "timeout_s nan is not a number of seconds" in str(e.value), str(e.value)
+
+
 def test_set_algo():
     def body(comm):
         comm.set_algo("allreduce:rd")
