@@ -138,7 +138,9 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, i
 /* Waits for queued operations, then frees everything. Calls this thread's
  * open group recorded on comm do not run: their requests complete, and the
  * group's end returns, with CCL_ERR_INVALID_USAGE. Any later call on comm
- * returns CCL_ERR_INVALID_USAGE. */
+ * returns CCL_ERR_INVALID_USAGE. CCL_ERR_SYSTEM: the CCL_TRACE file could
+ * not be written (the communicator is freed all the same; the reason is
+ * logged and left in ccl_comm_last_error(NULL)). */
 CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm);
 /* Thread-safe: every pending and later call on comm returns CCL_ERR_ABORTED,
  * and the other ranks are told. Still call ccl_comm_destroy afterwards. */

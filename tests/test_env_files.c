@@ -144,6 +144,24 @@ START_TEST(trace_file_too_long_is_refused) {
 }
 END_TEST
 
+/* A CCL_TRACE into a directory that does not exist: destroy fails with
+ * CCL_ERR_SYSTEM, and the reason (the path and the system's word) is on
+ * stderr without CCL_DEBUG and in ccl_comm_last_error(NULL) afterwards. */
+START_TEST(trace_file_unwritable_says_why) {
+    setenv("CCL_TRACE", "/nonexistent-libccl-dir/trace.json", 1);
+    ccl_unique_id_t id;
+    ccl_comm_t *c = NULL;
+    ck_assert_int_eq(ccl_get_unique_id(&id), CCL_OK);
+    ck_assert_int_eq(ccl_comm_init_rank(&c, 1, id, 0), CCL_OK);
+    float x[3] = {1, 2, 3}, y[3];
+    ck_assert_int_eq(ccl_all_reduce(x, y, 3, CCL_FLOAT32, CCL_SUM, c), CCL_OK);
+    ck_assert_int_eq(ccl_comm_destroy(c), CCL_ERR_SYSTEM);
+    const char *why = ccl_comm_last_error(NULL);
+    ck_assert_msg(strstr(why, "cannot write /nonexistent-libccl-dir/trace.json: No such file or directory"),
+                  "after destroy, ccl_comm_last_error(NULL) says \"%s\"", why);
+}
+END_TEST
+
 /* In a process of its own (the environment is read once per process):
  * sets name=value, makes an id (which reads every knob), and returns what
  * went to stderr. */
@@ -324,6 +342,7 @@ int main(void) {
     tcase_add_test(tc, debug_file_long_host_name);
     tcase_add_test(tc, debug_file_too_long_is_refused);
     tcase_add_test(tc, trace_file_too_long_is_refused);
+    tcase_add_test(tc, trace_file_unwritable_says_why);
     tcase_add_test(tc, knobs_refuse_what_they_cannot_take_whole);
     tcase_add_test(tc, long_algo_is_refused_not_cut);
     tcase_add_test(tc, tuning_file_fifo_neither_blocks_nor_is_replaced);

@@ -248,6 +248,12 @@ CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm) {
     ccl_status_t st = CCL_OK;
     if (comm->trace && comm->params.trace[0]) st = ccl__trace_end(comm, comm->params.trace);
     else if (comm->trace) ccl__trace_destroy(comm->trace);
+    if (st != CCL_OK) {
+        /* The communicator is about to go, and its sentence with it: say
+         * it, and keep it where a caller without one reads errors. */
+        CCL_WARN(CCL__SUB_INIT, comm->rank, "ccl_comm_destroy: %s", comm->last_error);
+        ccl__note_init_failure(comm->last_error);
+    }
     ccl__registry_remove(comm);
     ccl__group_forget(comm); /* calls this thread's open group recorded on it will not run */
     comm_free(comm);         /* waits for queued operations first */

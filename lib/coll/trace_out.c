@@ -7,6 +7,7 @@
  */
 #include <limits.h>
 #include <pthread.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +136,7 @@ static void write_tracks(FILE *f, int rank, int nranks, const struct ccl__trace_
 static ccl_status_t write_file(struct ccl_comm *comm, const char *path, struct ccl__trace_event *ev,
                                const uint64_t *counts, const double *offsets, uint64_t dropped) {
     FILE *f = fopen(path, "w");
-    if (!f) return ccl__set_error(comm, CCL_ERR_SYSTEM, "trace: cannot write %s", path);
+    if (!f) return ccl__set_error(comm, CCL_ERR_SYSTEM, "trace: cannot write %s: %s", path, strerror(errno));
     /* Common clock: each rank's offset to the root applied; zero at the first event. */
     double base = 0;
     int have = 0;
