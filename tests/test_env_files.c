@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -159,6 +160,31 @@ START_TEST(trace_file_unwritable_says_why) {
     const char *why = ccl_comm_last_error(NULL);
     ck_assert_msg(strstr(why, "cannot write /nonexistent-libccl-dir/trace.json: No such file or directory"),
                   "after destroy, ccl_comm_last_error(NULL) says \"%s\"", why);
+}
+END_TEST
+
+/* A process out of file descriptors: init fails at once (not after
+ * CCL_TIMEOUT), saying so and what the limit is. */
+START_TEST(out_of_file_descriptors_says_so) {
+    ccl_unique_id_t id;
+    ck_assert_int_eq(ccl_get_unique_id(&id), CCL_OK);
+    int lowest = dup(0);
+    ck_assert_int_ge(lowest, 0);
+    close(lowest);
+    struct rlimit lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &lim), 0);
+    lim.rlim_cur = (rlim_t)lowest; /* no descriptor more */
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    ccl_comm_t *c = NULL;
+    double t0 = harness_now();
+    ccl_status_t st = ccl_comm_init_rank(&c, 1, id, 0);
+    double took = harness_now() - t0;
+    const char *why = ccl_comm_last_error(NULL);
+    fprintf(stderr, "[env] out of file descriptors: %s after %.2f s: \"%s\"\n", ccl_status_string(st), took, why);
+    ck_assert_msg(st < 0 && c == NULL, "init returned %s with no descriptor left", ccl_status_string(st));
+    ck_assert_msg(took < 3.0, "init took %.1f s to fail", took);
+    ck_assert_msg(strstr(why, "Too many open files") && strstr(why, "ulimit -n"),
+                  "the error does not say the process ran out of file descriptors: \"%s\"", why);
 }
 END_TEST
 
@@ -343,6 +369,7 @@ int main(void) {
     tcase_add_test(tc, debug_file_too_long_is_refused);
     tcase_add_test(tc, trace_file_too_long_is_refused);
     tcase_add_test(tc, trace_file_unwritable_says_why);
+    tcase_add_test(tc, out_of_file_descriptors_says_so);
     tcase_add_test(tc, knobs_refuse_what_they_cannot_take_whole);
     tcase_add_test(tc, long_algo_is_refused_not_cut);
     tcase_add_test(tc, tuning_file_fifo_neither_blocks_nor_is_replaced);

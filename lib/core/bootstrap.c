@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <errno.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,6 +34,16 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
     ccl__sa_str(&uid->root, where, sizeof(where));
     int fd;
     ccl_status_t st = ccl__sock_connect(&uid->root, ccl__now() + comm->params.timeout_s, &fd);
+    if (st == CCL_ERR_SYSTEM) {
+        /* Not the root's absence: this process could not even try (out of
+         * file descriptors, no route), and waiting would not help. */
+        int err = errno;
+        struct rlimit lim = {0, 0};
+        int fds = (err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &lim) == 0;
+        return ccl__set_error(comm, st, "init: cannot connect to the bootstrap root at %s: %s%s%.0ld%s", where,
+                              strerror(err), fds ? " (this process may open " : "", fds ? (long)lim.rlim_cur : 0L,
+                              fds ? " files: raise ulimit -n)" : "");
+    }
     if (st != CCL_OK)
         return ccl__set_error(comm, st, "init: cannot reach the bootstrap root at %s within %g s", where,
                               comm->params.timeout_s);

@@ -366,6 +366,7 @@ ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *
         if (err == 0) return CCL_OK;
         if (!connect_retryable(err)) {
             CCL_WARN(CCL__SUB_NET, -1, "connect to %s: %s", name, strerror(err));
+            errno = err; /* the caller's sentence names it */
             return CCL_ERR_SYSTEM;
         }
         double left = deadline - ccl__now();
