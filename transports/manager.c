@@ -58,6 +58,7 @@ void ccl__conns_share_wake(struct ccl_comm *comm) {
         atomic_store(&w->bell, atomic_load(&lw->bell));
         atomic_store(&w->fail_rank, atomic_load(&lw->fail_rank));
         atomic_store(&w->fail_status, atomic_load(&lw->fail_status));
+        atomic_store(&w->fail_by, atomic_load(&lw->fail_by));
         comm->wake = w;
         return;
     }
@@ -68,6 +69,7 @@ void ccl__conns_private_wake(struct ccl_comm *comm) {
     if (w == lw) return;
     atomic_store(&lw->fail_rank, atomic_load(&w->fail_rank));
     atomic_store(&lw->fail_status, atomic_load(&w->fail_status));
+    atomic_store(&lw->fail_by, atomic_load(&w->fail_by));
     atomic_store(&lw->bell, atomic_load(&w->bell));
     comm->wake = lw;
 }

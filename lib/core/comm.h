@@ -100,6 +100,7 @@ struct ccl_comm {
     int set_up;                         /* every rank's transports completed set-up (the last round passed) */
     _Atomic int aborted;                /* ccl_comm_abort was called */
     _Atomic int failed_status;          /* first error that failed the comm, CCL_OK while healthy */
+    _Atomic int32_t culprit;            /* rank + 1 of the rank whose death or failure failed it, 0: this one */
     /* Set by the layer that owns the transports: tells every peer we failed
      * (core cannot call transports: layers point down only). */
     void (*on_fail)(struct ccl_comm *comm, ccl_status_t st);
@@ -139,6 +140,13 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st);
 /* A communicator creation on this thread failed with msg: what
  * ccl_comm_last_error(NULL) returns from now on. */
 void ccl__note_init_failure(const char *msg);
+/* `rank` (a peer that died, or whose failure this rank heard of) is what
+ * failed comm: the peers this rank tells name it, not this rank. The first
+ * blame stays. */
+static inline void ccl__comm_blame(struct ccl_comm *comm, int rank) {
+    int32_t none = 0;
+    atomic_compare_exchange_strong(&comm->culprit, &none, rank + 1);
+}
 
 /* Fault tests: at a set-up phase ("joined", "setup", "connecting",
  * "connect", "connected"), dies with SIGKILL when CCL_TEST_KILL_AT names

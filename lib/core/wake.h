@@ -13,13 +13,15 @@
 struct ccl__wake_words {
     _Alignas(64) _Atomic uint32_t bell;     /* bumped by anyone who may unblock us */
     _Atomic uint32_t sleeping;              /* 1 while we sleep on bell */
-    _Alignas(64) _Atomic int32_t fail_rank; /* rank + 1 of a peer that failed, 0 none */
+    _Alignas(64) _Atomic int32_t fail_rank; /* rank + 1 of the rank that failed first, 0 none */
     _Atomic int32_t fail_status;            /* its status */
+    _Atomic int32_t fail_by;                /* rank + 1 of the rank that told (it found fail_rank dead) */
 };
 
 /* Bump a (possibly remote) rank's bell and wake it if it sleeps. */
 void ccl__wake_ring(struct ccl__wake_words *w);
-/* Tell a (possibly remote) rank that `rank` failed with `status`. */
-void ccl__wake_fail(struct ccl__wake_words *w, int rank, int status);
+/* Tell a (possibly remote) rank that `rank` failed with `status`, as rank
+ * `by` found (by == rank: it failed itself). */
+void ccl__wake_fail(struct ccl__wake_words *w, int rank, int by, int status);
 
 #endif

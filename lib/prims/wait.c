@@ -195,9 +195,14 @@ ccl_status_t ccl__check_failures(struct ccl_comm *comm, const char *what) {
     if (st < 0) return st;
     int32_t who = atomic_load(&comm->wake->fail_rank);
     if (who) {
-        int32_t why = atomic_load(&comm->wake->fail_status);
-        ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", what, who - 1,
-                       ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE));
+        int32_t why = atomic_load(&comm->wake->fail_status), by = atomic_load(&comm->wake->fail_by);
+        ccl__comm_blame(comm, who - 1);
+        if (by && by != who)
+            ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed or died (%s, as rank %d found)", what, who - 1,
+                           ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE), by - 1);
+        else
+            ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", what, who - 1,
+                           ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE));
         return ccl__comm_fail(comm, CCL_ERR_REMOTE);
     }
     return CCL_OK;

@@ -505,6 +505,7 @@ static ccl_status_t ib_check_peer(struct ccl__conn *base) {
     CCL_CHECK(check_port(c));
     if (c->arrived == c->released && ccl__pair_gone(base->comm, base->peer)) {
         const struct ccl__peer_info *pi = &base->comm->peers[base->peer];
+        ccl__comm_blame(base->comm, base->peer);
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (pid %d on %.64s) exited or left the communicator", base->peer,
                          (int)pi->pid, pi->hostname);
     }

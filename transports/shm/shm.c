@@ -144,12 +144,16 @@ static ccl_status_t shm_check_peer(struct ccl__conn *c) {
     struct ccl_comm *comm = c->comm;
     const struct ccl__peer_info *pi = &comm->peers[c->peer];
     int hn = (int)sizeof(pi->hostname);
-    if (pid_comparable(comm, pi) && kill(pi->pid, 0) != 0 && errno == ESRCH)
+    if (pid_comparable(comm, pi) && kill(pi->pid, 0) != 0 && errno == ESRCH) {
+        ccl__comm_blame(comm, c->peer);
         return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited", c->peer, pi->pid, hn,
                               pi->hostname);
-    if (ccl__shm_lock_free(shm_conn(c)->peer_fd))
+    }
+    if (ccl__shm_lock_free(shm_conn(c)->peer_fd)) {
+        ccl__comm_blame(comm, c->peer);
         return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited or left the communicator",
                               c->peer, pi->pid, hn, pi->hostname);
+    }
     return CCL_OK;
 }
 

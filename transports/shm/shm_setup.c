@@ -400,9 +400,12 @@ void *ccl__shm_window(struct ccl_comm *comm, int rank, size_t *bytes) {
 void ccl__shm_poison(struct ccl_comm *comm, int status) {
     struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || !st->peers) return;
+    /* The peers hear who failed first, not only that this rank did. */
+    int32_t blamed = atomic_load(&comm->culprit);
+    int culprit = blamed ? blamed - 1 : comm->rank;
     for (int p = 0; p < comm->nranks; p++) {
         struct ccl__wake_words *w = atomic_load_explicit(&st->peers[p].wake, memory_order_acquire);
-        if (w) ccl__wake_fail(w, comm->rank, status);
+        if (w) ccl__wake_fail(w, culprit, comm->rank, status);
     }
 }
 
