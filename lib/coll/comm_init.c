@@ -215,8 +215,8 @@ CCL_API ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, cc
     if (!comm) return refuse_init(rank, "ccl_comm_init_rank: comm (where the communicator goes) is NULL");
     *comm = NULL;
     if (nranks <= 0 || rank < 0 || rank >= nranks)
-        return refuse_init(rank, "ccl_comm_init_rank: rank %d is out of range for %d ranks (0..%d)", rank, nranks,
-                           nranks - 1);
+        return refuse_init(rank, "ccl_comm_init_rank: rank %d is out of range for %d ranks (0..%ld)", rank, nranks,
+                           (long)nranks - 1);
     struct ccl__unique_id uid;
     memcpy(&uid, id.internal, sizeof(uid));
     if (uid.magic != CCL__UID_MAGIC)

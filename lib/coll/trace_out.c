@@ -205,7 +205,7 @@ static ccl_status_t gather_and_write(struct ccl_comm *comm, struct ccl__trace *t
     /* If rank 0 cannot hold the events, the others' sends fail on timeout:
      * acceptable for a diagnostic path, and every rank gets an error. */
     if (st == CCL_OK) {
-        memcpy(all, t->ev, esz * per[0]);
+        if (per[0]) memcpy(all, t->ev, esz * per[0]); /* no events: t->ev may be NULL */
         uint64_t at = per[0];
         st = ccl_group_start();
         for (int r = 1; r < n && st == CCL_OK; r++) {
