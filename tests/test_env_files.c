@@ -123,13 +123,9 @@ START_TEST(debug_file_too_long_is_refused) {
 }
 END_TEST
 
-/* A CCL_TRACE whose file name cannot exist: stopping the trace says so,
- * and the communicator goes on (a one-rank job). */
-START_TEST(trace_file_too_long_is_refused) {
-    /* 400 communicator ids of 16 digits each: 800 characters that expand
-     * to 6400. */
-    static char pattern[801];
-    for (int i = 0; i < 400; i++) memcpy(pattern + 2 * i, "%c", 2);
+/* A one-rank communicator tracing to `pattern`, after an all-reduce that
+ * worked. */
+static ccl_comm_t *traced_one_rank(const char *pattern) {
     setenv("CCL_TRACE", pattern, 1);
     ccl_unique_id_t id;
     ccl_comm_t *c = NULL;
@@ -137,6 +133,18 @@ START_TEST(trace_file_too_long_is_refused) {
     ck_assert_int_eq(ccl_comm_init_rank(&c, 1, id, 0), CCL_OK);
     float x[3] = {1, 2, 3}, y[3];
     ck_assert_int_eq(ccl_all_reduce(x, y, 3, CCL_FLOAT32, CCL_SUM, c), CCL_OK);
+    return c;
+}
+
+/* A CCL_TRACE whose file name cannot exist: stopping the trace says so,
+ * and the communicator goes on (a one-rank job). */
+START_TEST(trace_file_too_long_is_refused) {
+    /* 400 communicator ids of 16 digits each: 800 characters that expand
+     * to 6400. */
+    static char pattern[801];
+    for (int i = 0; i < 400; i++) memcpy(pattern + 2 * i, "%c", 2);
+    ccl_comm_t *c = traced_one_rank(pattern);
+    float x[3] = {1, 2, 3}, y[3];
     ck_assert_int_eq(ccl_comm_trace_stop(c, NULL), CCL_ERR_INVALID_ARGUMENT);
     ck_assert_msg(strstr(ccl_comm_last_error(c), "longer than"), "error: %s", ccl_comm_last_error(c));
     ck_assert_int_eq(ccl_all_reduce(x, y, 3, CCL_FLOAT32, CCL_SUM, c), CCL_OK);
@@ -149,13 +157,7 @@ END_TEST
  * CCL_ERR_SYSTEM, and the reason (the path and the system's word) is on
  * stderr without CCL_DEBUG and in ccl_comm_last_error(NULL) afterwards. */
 START_TEST(trace_file_unwritable_says_why) {
-    setenv("CCL_TRACE", "/nonexistent-libccl-dir/trace.json", 1);
-    ccl_unique_id_t id;
-    ccl_comm_t *c = NULL;
-    ck_assert_int_eq(ccl_get_unique_id(&id), CCL_OK);
-    ck_assert_int_eq(ccl_comm_init_rank(&c, 1, id, 0), CCL_OK);
-    float x[3] = {1, 2, 3}, y[3];
-    ck_assert_int_eq(ccl_all_reduce(x, y, 3, CCL_FLOAT32, CCL_SUM, c), CCL_OK);
+    ccl_comm_t *c = traced_one_rank("/nonexistent-libccl-dir/trace.json");
     ck_assert_int_eq(ccl_comm_destroy(c), CCL_ERR_SYSTEM);
     const char *why = ccl_comm_last_error(NULL);
     ck_assert_msg(strstr(why, "cannot write /nonexistent-libccl-dir/trace.json: No such file or directory"),

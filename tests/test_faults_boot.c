@@ -25,6 +25,7 @@
 
 #include "core/boot_proto.h"
 #include "core/bootstrap.h"
+#include "core/socket.h"
 #include "harness.h"
 #include "transports/manager.h"
 #include "ref.h"
@@ -357,16 +358,8 @@ END_TEST
  * set-up rounds; a second process claiming that rank, queued while the
  * rounds ran, hears that the rank was taken and from where. */
 
-static int recv_exactly(int fd, void *buf, size_t n) {
-    while (n > 0) {
-        ssize_t r = recv(fd, buf, n, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        buf = (uint8_t *)buf + r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
+/* 0 once n bytes arrived within a few seconds. */
+static int recv_exactly(int fd, void *buf, size_t n) { return ccl__sock_recv_all(fd, buf, n, ccl__now() + 5) == CCL_OK ? 0 : -1; }
 
 START_TEST(late_claim_after_the_job_formed) {
     struct ccl__unique_id uid;

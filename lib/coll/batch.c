@@ -84,6 +84,11 @@ static ccl_status_t check_exchange(struct ccl_comm *comm, const struct ccl__call
     return st;
 }
 
+/* A gather's, scatter's or all_to_all_v's transfer, under CCL_CHECK. */
+static int check_wanted(const struct ccl_comm *comm, const struct ccl__call *c) {
+    return comm->params.check && comm->nranks > 1 && c->is_p2p && c->xfer.coll.kind;
+}
+
 static int same_exchange(const struct ccl__call *a, const struct ccl__call *b) {
     return a->is_p2p && b->is_p2p && a->xfer.coll.kind && a->xfer.coll.kind == b->xfer.coll.kind &&
            a->xfer.coll.seq == b->xfer.coll.seq;
@@ -98,7 +103,7 @@ static ccl_status_t run_calls(struct batch_op *b) {
     for (int i = 0; i < b->n; i++) {
         const struct ccl__call *c = &b->calls[i];
         if (!c->is_p2p) continue;
-        if (comm->params.check && comm->nranks > 1 && c->xfer.coll.kind && (i == 0 || !same_exchange(c - 1, c))) {
+        if (check_wanted(comm, c) && (i == 0 || !same_exchange(c - 1, c))) {
             int end = i + 1;
             while (end < b->n && same_exchange(c, &b->calls[end])) end++;
             CCL_CHECK(check_exchange(comm, c, end - i));
@@ -133,7 +138,7 @@ static ccl_status_t run_inline(struct ccl__call *call) {
         st = run_coll(comm, &call->coll);
     } else if (st == CCL_OK) {
         /* a gather's or scatter's one transfer (a rank that is not the root) */
-        if (comm->params.check && comm->nranks > 1 && call->xfer.coll.kind) st = check_exchange(comm, call, 1);
+        if (check_wanted(comm, call)) st = check_exchange(comm, call, 1);
         if (st == CCL_OK) st = ccl__p2p_run(comm, &call->xfer, 1, CCL__K_P2P, "send/recv");
     }
     ccl__exec_inline_done(comm);

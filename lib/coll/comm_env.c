@@ -30,16 +30,7 @@ static const char *env_first(const char *const *names, const char **which) {
 
 /* A bad environment: logged, kept for ccl_comm_last_error(NULL), and
  * CCL_ERR_INVALID_ARGUMENT. */
-__attribute__((format(printf, 2, 3))) static ccl_status_t refuse_env(int rank, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: %s", msg);
-    ccl__note_init_failure(msg);
-    return CCL_ERR_INVALID_ARGUMENT;
-}
+#define refuse_env(rank, ...) ccl__init_failed((rank), CCL_ERR_INVALID_ARGUMENT, "ccl_comm_init_env: ", __VA_ARGS__)
 
 static int parse_int(const char *s, int *out) {
     char *end;

@@ -2,7 +2,6 @@
  * Communicator life cycle: create (bootstrap, plan, transports in phases
  * separated by rounds through the root), destroy, abort.
  */
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,19 +22,10 @@
 #include "prims/regcache.h"
 #include "transports/manager.h"
 
-/* An argument init refuses before anything is made: logged, and kept for
- * ccl_comm_last_error(NULL), the one place a caller without a
+/* An argument init refuses before anything is made: its sentence is kept
+ * for ccl_comm_last_error(NULL), the one place a caller without a
  * communicator can read why. */
-__attribute__((format(printf, 2, 3))) static ccl_status_t refuse_init(int rank, const char *fmt, ...) {
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    CCL_WARN(CCL__SUB_INIT, rank, "%s", msg);
-    ccl__note_init_failure(msg);
-    return CCL_ERR_INVALID_ARGUMENT;
-}
+#define refuse_init(rank, ...) ccl__init_failed((rank), CCL_ERR_INVALID_ARGUMENT, "", __VA_ARGS__)
 
 CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
     if (!id) return refuse_init(-1, "ccl_get_unique_id: id is NULL");
@@ -43,11 +33,8 @@ CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
     struct ccl__unique_id uid;
     ccl_status_t st = ccl__boot_make_id(&uid, prm->ifname, prm->timeout_s, ccl__conns_record_bytes());
     if (st != CCL_OK) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "ccl_get_unique_id: cannot start the bootstrap root (%s)", ccl_status_string(st));
-        CCL_WARN(CCL__SUB_BOOT, -1, "%s", msg);
-        ccl__note_init_failure(msg);
-        return st;
+        return ccl__init_failed(-1, st, "", "ccl_get_unique_id: cannot start the bootstrap root (%s)",
+                                ccl_status_string(st));
     }
     memset(id, 0, sizeof(*id));
     memcpy(id->internal, &uid, sizeof(uid));

@@ -154,13 +154,11 @@ static void adopt(struct root *r, int i) {
         return;
     }
     if (r->formed) {
-        char msg[sizeof(r->failure.msg)];
-        snprintf(msg, sizeof(msg), "rank %d of %d was already claimed, from %s, and the job formed without this "
-                 "process (two processes started as one rank, or a stranger holds the job's secret)", h.rank,
-                 r->nranks, r->addrs[h.rank]);
         struct ccl__boot_table_hdr late = {.status = CCL_ERR_INVALID_USAGE};
-        snprintf(late.msg, sizeof(late.msg), "%s", msg);
-        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: refused %s: %s", r->pend[i].addr, msg);
+        snprintf(late.msg, sizeof(late.msg), "rank %d of %d was already claimed, from %s, and the job formed without "
+                 "this process (two processes started as one rank, or a stranger holds the job's secret)", h.rank,
+                 r->nranks, r->addrs[h.rank]);
+        CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: refused %s: %s", r->pend[i].addr, late.msg);
         refuse_with(r, i, &late);
         return;
     }

@@ -140,6 +140,11 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st);
 /* A communicator creation on this thread failed with msg: what
  * ccl_comm_last_error(NULL) returns from now on. */
 void ccl__note_init_failure(const char *msg);
+/* An init (or id) that fails before there is a communicator to hold its
+ * sentence: logged as log_prefix + the sentence, kept for
+ * ccl_comm_last_error(NULL), and st returned. */
+__attribute__((format(printf, 4, 5))) ccl_status_t ccl__init_failed(int rank, ccl_status_t st, const char *log_prefix,
+                                                                    const char *fmt, ...);
 /* `rank` (a peer that died, or whose failure this rank heard of) is what
  * failed comm: the peers this rank tells name it, not this rank. The first
  * blame stays. */

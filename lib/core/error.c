@@ -60,6 +60,17 @@ static _Thread_local char init_error[256];
 
 void ccl__note_init_failure(const char *msg) { snprintf(init_error, sizeof(init_error), "%s", msg); }
 
+ccl_status_t ccl__init_failed(int rank, ccl_status_t st, const char *log_prefix, const char *fmt, ...) {
+    char msg[sizeof init_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    CCL_WARN(CCL__SUB_INIT, rank, "%s%s", log_prefix, msg);
+    ccl__note_init_failure(msg);
+    return st;
+}
+
 CCL_API const char *ccl_comm_last_error(const ccl_comm_t *comm) {
     if (!comm) return init_error[0] ? init_error : "communicator is NULL";
     if (!ccl__registry_has(comm)) return "not a live communicator (destroyed or never created)";
