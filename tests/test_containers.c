@@ -9,14 +9,20 @@
  *    runs (before: init failed on a segment it could not open);
  *  - hostnames of their own: still one machine, so 4 ranks on 2 CPUs count
  *    as crowded;
- *  - a cgroup CPU quota: the CPUs a rank may use are what the quota allows.
+ *  - a cgroup CPU quota: the CPUs a rank may use are what the quota allows;
+ *  - a small /dev/shm shared by the host's ranks: init takes only what every
+ *    pair needs, small calls run, and a call whose FIFO pages do not fit
+ *    fails with CCL_ERR_NO_MEMORY and a sentence (no SIGBUS, no hang), on
+ *    every rank.
  * Without root (or without namespaces) the suite is skipped (exit 77).
  */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -251,6 +257,84 @@ START_TEST(cpu_quota) {
 }
 END_TEST
 
+/* ---- a small /dev/shm ---- */
+
+#define SMALL_SHM "size=2m" /* what init uses fits; the ring's three streaming FIFOs (1.2 MiB each) do not */
+#define SMALL_SHM_RANKS 3
+#define BIG_COUNT ((size_t)4 << 20) /* 16 MiB of float32: the ring streams through whole FIFOs */
+
+static int body_small_shm(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    EXPECT(&t, describe_has(comm, "transports=shm:2"), "want shm between all %d ranks", nranks);
+    float small[3] = {(float)rank, 1, (float)(2 * rank)};
+    EXPECT_OK(&t, ccl_all_reduce(small, small, 3, CCL_FLOAT32, CCL_SUM, comm));
+    float sum = (float)(nranks * (nranks - 1) / 2);
+    EXPECT(&t, small[0] == sum && small[1] == (float)nranks && small[2] == 2 * sum,
+           "small all-reduce: %g %g %g, want %g %d %g", (double)small[0], (double)small[1], (double)small[2],
+           (double)sum, nranks, (double)(2 * sum));
+    float *big = calloc(BIG_COUNT, sizeof(float));
+    if (!big) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    ccl_status_t st = ccl_all_reduce(big, big, BIG_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+    const char *why = ccl_comm_last_error(comm);
+    fprintf(stderr, "[rank %d] 16 MiB all-reduce in a 2 MiB /dev/shm: %s: %s\n", rank, ccl_status_string(st), why);
+    EXPECT(&t, st == CCL_ERR_NO_MEMORY || st == CCL_ERR_REMOTE, "the 16 MiB all-reduce returned %s, want no memory "
+           "(or a remote failure)", ccl_status_string(st));
+    if (st == CCL_ERR_NO_MEMORY)
+        EXPECT(&t, strstr(why, "/dev/shm is full") != NULL, "the error does not say /dev/shm is full: \"%s\"", why);
+    harness_child_send("%d", (int)st);
+    free(big);
+    return t.fails;
+}
+
+static int parent_small_shm(struct harness_run *run, void *arg) {
+    (void)arg;
+    int full = 0, fails = 0;
+    for (int r = 0; r < run->nranks; r++) {
+        char msg[HARNESS_MSG_BYTES];
+        if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0) {
+            fprintf(stderr, "parent: rank %d did not finish its calls\n", r);
+            fails++;
+            continue;
+        }
+        full += atoi(msg) == CCL_ERR_NO_MEMORY;
+    }
+    if (!full) {
+        fprintf(stderr, "parent: no rank said that /dev/shm is full\n");
+        fails++;
+    }
+    return fails;
+}
+
+START_TEST(small_dev_shm) {
+    /* A mount namespace of this test's own, shared by the ranks it forks. */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777," SMALL_SHM) != 0) {
+            perror("small /dev/shm");
+            _exit(3);
+        }
+        struct harness_run run = {.nranks = SMALL_SHM_RANKS, .body = body_small_shm, .transport = "shm",
+                                  .env = "CCL_SHM_WINDOW_BYTES=0 CCL_ALGO=ring", .parent = parent_small_shm,
+                                  .ccl_timeout = "30", .lenient_destroy = 1};
+        harness_run(&run);
+        char why[2048];
+        harness_describe(&run, 0, why, sizeof why);
+        if (harness_problems(&run, 0)) fprintf(stderr, "small /dev/shm: %s\n", why);
+        _exit(harness_problems(&run, 0) ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "%d ranks sharing a 2 MiB /dev/shm: the run failed (status 0x%x; see above)", SMALL_SHM_RANKS, status);
+}
+END_TEST
+
 static Suite *suite(int with_cgroup) {
     Suite *s = suite_create("containers");
     TCase *tc = tcase_create("containers");
@@ -259,6 +343,7 @@ static Suite *suite(int with_cgroup) {
     tcase_add_test(tc, killed_in_pid_namespace);
     tcase_add_test(tc, private_dev_shm);
     tcase_add_test(tc, own_hostnames);
+    tcase_add_test(tc, small_dev_shm);
     if (with_cgroup) tcase_add_test(tc, cpu_quota);
     suite_add_tcase(s, tc);
     return s;

@@ -423,7 +423,7 @@ static const struct setup_kill_case setup_kills[] = {
     {"joined", "shm", 3, NULL},  {"setup", "shm", 3, NULL},   {"connected", "shm", 3, NULL},
     {"joined", "tcp", 3, NULL},  {"setup", "tcp", 3, NULL},   {"connect", "tcp", 3, NULL},
     {"connected", "tcp", 3, NULL}, {"setup", NULL, 4, NULL},  {"connect", NULL, 4, NULL},
-    {"connected", NULL, 4, NULL},
+    {"connected", NULL, 4, NULL}, {"segment", "shm", 3, NULL}, {"segment", NULL, 4, NULL},
     /* The survivor rank 0 is told first and removes its segment; the late
      * rank 2 then finds it gone, and must still name rank 1. */
     {"connected", "shm", 3, "connecting"},
@@ -503,6 +503,27 @@ START_TEST(killed_in_setup) {
 }
 END_TEST
 
+/* Every rank of a host dies while making its segment: no survivor there
+ * removes a name, so none may exist before the segment is complete (and a
+ * complete one with a free lock is swept at once by the next set-up). */
+START_TEST(host_killed_making_segments) {
+    const char *rank_env[HARNESS_MAX_RANKS] = {"CCL_TEST_KILL_AT=segment", "CCL_TEST_KILL_AT=segment"};
+    struct harness_run run = {
+        .nranks = 2,
+        .transport = "shm",
+        .rank_env = rank_env,
+        .ccl_timeout = "10",
+        .deadline_s = 30,
+    };
+    harness_run(&run);
+    for (int r = 0; r < run.nranks; r++)
+        ck_assert_msg(WIFSIGNALED(run.status[r]) && WTERMSIG(run.status[r]) == SIGKILL,
+                      "rank %d did not die at 'segment' (status 0x%x)", r, run.status[r]);
+    ck_assert_msg(run.shm_leftovers == 0, "%d /dev/shm entries outlived the ranks that were making them",
+                  run.shm_leftovers);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("faults_boot");
     util_add_loop_case(s, "wrong_secret", wrong_secret, wrong_secret_cases(), 60);
@@ -516,6 +537,10 @@ static Suite *suite(void) {
     tcase_add_test(tc, late_claim_after_the_job_formed);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "killed_in_setup", killed_in_setup, SETUP_KILLS, 90);
+    tc = tcase_create("host_killed_making_segments");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, host_killed_making_segments);
+    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -6,6 +6,10 @@
  *    the switch. Every rank must get CCL_ERR_REMOTE within a few seconds of
  *    CCL_LINK_TIMEOUT, long before CCL_TIMEOUT, and some rank's error must
  *    say which peer cannot be reached.
+ *  - cut between hosts: two "hosts" (namespaces) of two ranks each, shared
+ *    memory inside a host and tcp between them; one host's cable is pulled.
+ *    Every rank errs in the same time, also the one whose host-mate found
+ *    the cut first and left (its shared-memory peer is gone, not late).
  *  - late: one rank sleeps for several link timeouts before it calls, while
  *    a peer's send to it fills every buffer on the way. Nobody may be
  *    declared dead: the calls finish bit-exact.
@@ -40,29 +44,60 @@ static void enter_namespace(int rank, int nranks, ccl_unique_id_t *id, void *arg
     }
 }
 
+#define HOST_RANKS 2 /* ranks per namespace in the two-host case */
+#define HOSTS 2
+
+static void enter_host_namespace(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks, (void)id, (void)arg;
+    int host = rank / HOST_RANKS;
+    if (netlab_enter(&lab, host) != 0) {
+        fprintf(stderr, "[rank %d] cannot enter network namespace %s\n", rank, lab.ns[host]);
+        _exit(3);
+    }
+}
+
 /* ---- cut ---- */
 
-static const int victims[] = {1, 0};
+/* The namespace whose cable is pulled, the all-reduce size of the loop, how
+ * many ranks share a namespace and the transport (NULL: shm inside a host).
+ * With shm between host-mates every rank's error must name a rank of the
+ * other side: some find the cut themselves, the rest hear of it from a
+ * host-mate's failure word. Over tcp alone a host-mate's closed connection
+ * may be all a rank sees; it must still err in time. */
+struct cut_case {
+    int victim;
+    size_t count;
+    int ranks_per_ns;
+    const char *transport;
+};
+
+static const struct cut_case victims[] = {{1, LOOP_COUNT, 1, "tcp"}, {0, LOOP_COUNT, 1, "tcp"}};
 #define CUT_CASES ((int)(sizeof victims / sizeof victims[0]))
 
 static int body_cut(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    (void)nranks, (void)arg;
+    (void)nranks;
+    const size_t count = ((const struct cut_case *)arg)->count;
     struct harness_tally t = {rank, 0};
-    float *in = malloc(LOOP_COUNT * sizeof(float)), *out = malloc(LOOP_COUNT * sizeof(float));
+    float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
     if (!in || !out) {
         harness_fail(&t, __FILE__, __LINE__, "out of memory");
         return t.fails;
     }
-    for (size_t i = 0; i < LOOP_COUNT; i++) in[i] = (float)(i % 7);
+    for (size_t i = 0; i < count; i++) in[i] = (float)(i % 7);
     ccl_status_t st = CCL_OK;
     double end = harness_now() + CCL_TIMEOUT_S + 30;
     for (int it = 0; harness_now() < end; it++) {
-        st = ccl_all_reduce(in, out, LOOP_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+        st = ccl_all_reduce(in, out, count, CCL_FLOAT32, CCL_SUM, comm);
         if (st != CCL_OK) break;
         if (it == 0) harness_child_send("started");
     }
     const char *why = ccl_comm_last_error(comm);
-    int named = strstr(why, "cannot be reached") != NULL;
+    const struct cut_case *cc = arg;
+    const char *first = strstr(why, "rank ");
+    int who = -1;
+    if (first) sscanf(first, "rank %d", &who);
+    int named = strstr(why, "cannot be reached") != NULL && who >= 0 &&
+                (cc->ranks_per_ns == 1 || who / cc->ranks_per_ns != rank / cc->ranks_per_ns);
     harness_child_send("error %d %.6f %d", (int)st, harness_now(), named);
     fprintf(stderr, "[rank %d] %s: %s\n", rank, ccl_status_string(st), why);
     EXPECT(&t, st == CCL_ERR_REMOTE, "the loop ended with %s, expected a remote failure", ccl_status_string(st));
@@ -72,7 +107,7 @@ static int body_cut(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 }
 
 static int parent_cut(struct harness_run *run, void *arg) {
-    int victim = *(const int *)arg;
+    int victim = ((const struct cut_case *)arg)->victim;
     char msg[HARNESS_MSG_BYTES];
     for (int r = 0; r < run->nranks; r++)
         if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0 || strcmp(msg, "started") != 0) {
@@ -83,7 +118,7 @@ static int parent_cut(struct harness_run *run, void *arg) {
     nanosleep(&ts, NULL);
     double cut = harness_now();
     if (netlab_cable(&lab, victim, 0) != 0) {
-        fprintf(stderr, "parent: cannot pull rank %d's cable\n", victim);
+        fprintf(stderr, "parent: cannot pull namespace %d's cable\n", victim);
         return 1;
     }
     int fails = 0, named = 0;
@@ -109,7 +144,13 @@ static int parent_cut(struct harness_run *run, void *arg) {
         fprintf(stderr, "parent: no rank's error said that a peer cannot be reached\n");
         fails++;
     }
-    fprintf(stderr, "[faults] rank %d's cable pulled (%d ranks, tcp, CCL_LINK_TIMEOUT=%g): every rank erred within "
+    const struct cut_case *cc = arg;
+    if (cc->ranks_per_ns > 1 && !cc->transport && named != run->nranks) {
+        fprintf(stderr, "parent: %d of %d ranks' errors named a rank across the cut as unreachable\n", named,
+                run->nranks);
+        fails++;
+    }
+    fprintf(stderr, "[faults] namespace %d's cable pulled (%d ranks, CCL_LINK_TIMEOUT=%g): every rank erred within "
             "%.2f s, %d named the unreachable peer\n", victim, run->nranks, LINK_TIMEOUT_S, worst, named);
     return fails;
 }
@@ -120,7 +161,7 @@ START_TEST(cut_cable) {
         .nranks = NRANKS,
         .body = body_cut,
         .arg = (void *)&victims[_i],
-        .transport = "tcp",
+        .transport = victims[_i].transport,
         .host_per_rank = 1,
         .env = ENV,
         .ccl_timeout = TIMEOUT_STR,
@@ -129,7 +170,39 @@ START_TEST(cut_cable) {
         .parent = parent_cut,
         .lenient_destroy = 1,
     };
-    util_run_clean(&run, 0, "rank %d's cable pulled", victims[_i]);
+    util_run_clean(&run, 0, "rank %d's cable pulled", victims[_i].victim);
+}
+END_TEST
+
+/* Host 1's cable, then host 0's: ranks 2 and 3, or 0 and 1, lose the
+ * other host at once; with shm inside the hosts, then with tcp everywhere.
+ * 16 MiB calls keep every buffer between the hosts full when the cable goes. */
+#define HOSTS_LOOP_COUNT ((size_t)4 << 20)
+static const struct cut_case victim_hosts[] = {
+    {1, HOSTS_LOOP_COUNT, HOST_RANKS, NULL},
+    {0, HOSTS_LOOP_COUNT, HOST_RANKS, NULL},
+    {1, HOSTS_LOOP_COUNT, HOST_RANKS, "tcp"},
+    {0, HOSTS_LOOP_COUNT, HOST_RANKS, "tcp"},
+};
+#define HOSTS_CASES ((int)(sizeof victim_hosts / sizeof victim_hosts[0]))
+
+START_TEST(cut_between_hosts) {
+    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0);
+    struct harness_run run = {
+        .nranks = HOSTS * HOST_RANKS,
+        .body = body_cut,
+        .arg = (void *)&victim_hosts[_i],
+        .transport = victim_hosts[_i].transport,
+        .ranks_per_host = HOST_RANKS,
+        .env = ENV,
+        .ccl_timeout = TIMEOUT_STR,
+        .deadline_s = 150,
+        .setup = enter_host_namespace,
+        .parent = parent_cut,
+        .lenient_destroy = 1,
+    };
+    util_run_clean(&run, 0, "host %d's cable pulled (%d ranks per host, %s)", victim_hosts[_i].victim,
+                   HOST_RANKS, victim_hosts[_i].transport ? victim_hosts[_i].transport : "shm inside a host");
 }
 END_TEST
 
@@ -192,6 +265,7 @@ END_TEST
 static Suite *suite(void) {
     Suite *s = suite_create("link_down");
     util_add_loop_case(s, "cut_cable", cut_cable, CUT_CASES, 200);
+    util_add_loop_case(s, "cut_between_hosts", cut_between_hosts, HOSTS_CASES, 400);
     TCase *tc = tcase_create("late_is_not_down");
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, late_is_not_down);

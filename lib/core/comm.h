@@ -101,6 +101,7 @@ struct ccl_comm {
     _Atomic int aborted;                /* ccl_comm_abort was called */
     _Atomic int failed_status;          /* first error that failed the comm, CCL_OK while healthy */
     _Atomic int32_t culprit;            /* rank + 1 of the rank whose death or failure failed it, 0: this one */
+    _Atomic int32_t culprit_cause;      /* enum ccl__culprit_cause: what was found wrong with it */
     /* Set by the layer that owns the transports: tells every peer we failed
      * (core cannot call transports: layers point down only). */
     void (*on_fail)(struct ccl_comm *comm, ccl_status_t st);
@@ -145,15 +146,15 @@ void ccl__note_init_failure(const char *msg);
  * ccl_comm_last_error(NULL), and st returned. */
 __attribute__((format(printf, 4, 5))) ccl_status_t ccl__init_failed(int rank, ccl_status_t st, const char *log_prefix,
                                                                     const char *fmt, ...);
-/* `rank` (a peer that died, or whose failure this rank heard of) is what
- * failed comm: the peers this rank tells name it, not this rank. The first
- * blame stays. */
-static inline void ccl__comm_blame(struct ccl_comm *comm, int rank) {
+/* `rank` (a peer that died or cannot be reached, or whose failure this
+ * rank heard of) is what failed comm: the peers this rank tells name it and
+ * the cause, not this rank. The first blame stays. */
+static inline void ccl__comm_blame(struct ccl_comm *comm, int rank, enum ccl__culprit_cause cause) {
     int32_t none = 0;
-    atomic_compare_exchange_strong(&comm->culprit, &none, rank + 1);
+    if (atomic_compare_exchange_strong(&comm->culprit, &none, rank + 1)) atomic_store(&comm->culprit_cause, (int32_t)cause);
 }
 
-/* Fault tests: at a set-up phase ("joined", "setup", "connecting",
+/* Fault tests: at a set-up phase ("joined", "setup", "segment", "connecting",
  * "connect", "connected"), dies with SIGKILL when CCL_TEST_KILL_AT names
  * it, sleeps 0.2 s when CCL_TEST_STALL_AT does (to open a race window). */
 void ccl__test_fault_point(const struct ccl_comm *comm, const char *phase);

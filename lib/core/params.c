@@ -46,7 +46,7 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_SECRET", "", "job secret (32 to 64 hex digits) for ccl_comm_init_env; cclrun sets it"},
     {"CCL_SECRET_FILE", "", "a file (mode 0600, owned by the user) holding the job secret for ccl_comm_init_env"},
     {"CCL_CHECK", "0", "1: before every collective, compare its arguments across ranks; a difference is an error naming both ranks (the same on every rank)"},
-    {"CCL_TEST_KILL_AT", "", "for fault tests: this process kills itself (SIGKILL) at a set-up phase: joined, setup, connecting, connect or connected"},
+    {"CCL_TEST_KILL_AT", "", "for fault tests: this process kills itself (SIGKILL) at a set-up phase: joined, setup, segment, connecting, connect or connected"},
     {"CCL_TEST_STALL_AT", "", "for fault tests: this process sleeps 0.2 s at a set-up phase (the phases of CCL_TEST_KILL_AT)"},
     {"CCL_CUDA_LIBRARY", "libcuda.so.1", "the CUDA driver library, opened the first time a call brings a device pointer or a stream"},
     {"CCL_CUDA_DIRECT", "1", "0: never run collectives on device buffers on the GPU itself (the GPU-resident path, when every rank shares one GPU); stage them through host memory"},

@@ -13,10 +13,11 @@ void ccl__wake_ring(struct ccl__wake_words *w) {
     if (atomic_load(&w->sleeping)) syscall(SYS_futex, &w->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-void ccl__wake_fail(struct ccl__wake_words *w, int rank, int by, int status) {
+void ccl__wake_fail(struct ccl__wake_words *w, int rank, int by, int status, enum ccl__culprit_cause cause) {
     int32_t none = 0;
     if (atomic_compare_exchange_strong(&w->fail_rank, &none, rank + 1)) {
         atomic_store(&w->fail_status, status);
+        atomic_store(&w->fail_cause, (int32_t)cause);
         atomic_store(&w->fail_by, by + 1);
     }
     ccl__wake_ring(w);

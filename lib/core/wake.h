@@ -16,12 +16,20 @@ struct ccl__wake_words {
     _Alignas(64) _Atomic int32_t fail_rank; /* rank + 1 of the rank that failed first, 0 none */
     _Atomic int32_t fail_status;            /* its status */
     _Atomic int32_t fail_by;                /* rank + 1 of the rank that told (it found fail_rank dead) */
+    _Atomic int32_t fail_cause;             /* enum ccl__culprit_cause: what the teller found */
+};
+
+/* What a rank found wrong with the peer it blames. */
+enum ccl__culprit_cause {
+    CCL__CULPRIT_FAILED = 0,  /* it failed (or what happened to it is unknown) */
+    CCL__CULPRIT_EXITED,      /* its process is gone */
+    CCL__CULPRIT_UNREACHABLE, /* its host stopped answering: a cut link or a dead host */
 };
 
 /* Bump a (possibly remote) rank's bell and wake it if it sleeps. */
 void ccl__wake_ring(struct ccl__wake_words *w);
 /* Tell a (possibly remote) rank that `rank` failed with `status`, as rank
- * `by` found (by == rank: it failed itself). */
-void ccl__wake_fail(struct ccl__wake_words *w, int rank, int by, int status);
+ * `by` found (by == rank: it failed itself), and what `by` found. */
+void ccl__wake_fail(struct ccl__wake_words *w, int rank, int by, int status, enum ccl__culprit_cause cause);
 
 #endif

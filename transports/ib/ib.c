@@ -491,6 +491,7 @@ static ccl_status_t check_port(struct ccl__ib_conn *c) {
     double now = ccl__now(), budget = ccl__ib_link_budget_s(c->base.comm);
     if (s->port_down_since == 0) s->port_down_since = now;
     if (now - s->port_down_since < budget) return CCL_OK;
+    ccl__comm_blame(c->base.comm, c->base.peer, CCL__CULPRIT_UNREACHABLE);
     return ccl__ib_conn_fail(c, CCL_ERR_REMOTE,
                              "this rank's adapter %s port %u has been %s for %.1f s (CCL_LINK_TIMEOUT=%g): rank %d "
                              "(%.64s) cannot be reached",
@@ -505,7 +506,7 @@ static ccl_status_t ib_check_peer(struct ccl__conn *base) {
     CCL_CHECK(check_port(c));
     if (c->arrived == c->released && ccl__pair_gone(base->comm, base->peer)) {
         const struct ccl__peer_info *pi = &base->comm->peers[base->peer];
-        ccl__comm_blame(base->comm, base->peer);
+        ccl__comm_blame(base->comm, base->peer, CCL__CULPRIT_EXITED);
         return ccl__ib_conn_fail(c, CCL_ERR_REMOTE, "rank %d (pid %d on %.64s) exited or left the communicator", base->peer,
                          (int)pi->pid, pi->hostname);
     }

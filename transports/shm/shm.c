@@ -6,6 +6,7 @@
  * the counters orders the slot contents, so no lock is needed. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 
@@ -55,6 +56,32 @@ static int place(struct ccl__shm_end *e, size_t bytes) {
     return 1;
 }
 
+/* Reserves the pages of [at, at + bytes) of the data area that are not yet:
+ * a tmpfs page written for the first time with /dev/shm full is a SIGBUS,
+ * so the room is claimed here, where it can fail with a sentence. */
+static int page_reserved(const struct ccl__shm_end *e, size_t pg) { return (int)(e->reserved[pg / 64] >> (pg % 64) & 1); }
+
+static ccl_status_t reserve_pages(struct ccl__conn *c, struct ccl__shm_end *e, size_t at, size_t bytes) {
+    size_t last = (at + bytes - 1) / CCL__SHM_PAGE;
+    for (size_t pg = at / CCL__SHM_PAGE; pg <= last; pg++) {
+        if (page_reserved(e, pg)) continue;
+        size_t end = pg + 1; /* one fallocate for each run of pages not yet reserved */
+        while (end <= last && !page_reserved(e, end)) end++;
+        int err = posix_fallocate(e->fd, (off_t)(e->file_at + pg * CCL__SHM_PAGE), (off_t)((end - pg) * CCL__SHM_PAGE));
+        if (err == ENOSPC)
+            return ccl__set_error(c->comm, CCL_ERR_NO_MEMORY,
+                                  "shm: /dev/shm is full: no room for %zu more bytes of the FIFO to rank %d; enlarge "
+                                  "/dev/shm, run fewer ranks per host, or lower CCL_SLOTS or CCL_SHM_SLOT_BYTES",
+                                  (end - pg) * CCL__SHM_PAGE, c->peer);
+        if (err != 0 && err != EOPNOTSUPP && err != EINVAL)
+            return ccl__set_error(c->comm, CCL_ERR_SYSTEM, "shm: cannot reserve the FIFO to rank %d: %s", c->peer,
+                                  strerror(err));
+        e->pages_left -= end - pg;
+        for (; pg < end; pg++) e->reserved[pg / 64] |= 1ull << (pg % 64);
+    }
+    return CCL_OK;
+}
+
 static ccl_status_t shm_send_acquire(struct ccl__conn *c, size_t bytes, void **buf) {
     struct ccl__shm_end *e = &shm_conn(c)->send;
     if (bytes > c->slot_bytes)
@@ -64,6 +91,7 @@ static ccl_status_t shm_send_acquire(struct ccl__conn *c, size_t bytes, void **b
         CCL_CHECK(sender_refresh(c, e));
         if (e->pos - e->seen >= e->depth || !place(e, bytes)) return CCL_INPROGRESS;
     }
+    if (e->pages_left && bytes) CCL_CHECK(reserve_pages(c, e, e->at, bytes));
     *buf = e->data + e->at;
     return CCL_OK;
 }
@@ -145,12 +173,12 @@ static ccl_status_t shm_check_peer(struct ccl__conn *c) {
     const struct ccl__peer_info *pi = &comm->peers[c->peer];
     int hn = (int)sizeof(pi->hostname);
     if (pid_comparable(comm, pi) && kill(pi->pid, 0) != 0 && errno == ESRCH) {
-        ccl__comm_blame(comm, c->peer);
+        ccl__comm_blame(comm, c->peer, CCL__CULPRIT_EXITED);
         return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited", c->peer, pi->pid, hn,
                               pi->hostname);
     }
     if (ccl__shm_lock_free(shm_conn(c)->peer_fd)) {
-        ccl__comm_blame(comm, c->peer);
+        ccl__comm_blame(comm, c->peer, CCL__CULPRIT_EXITED);
         return ccl__set_error(comm, CCL_ERR_REMOTE, "rank %d (pid %d on %.*s) exited or left the communicator",
                               c->peer, pi->pid, hn, pi->hostname);
     }

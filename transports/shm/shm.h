@@ -50,6 +50,7 @@ static inline size_t ccl__shm_line_up(size_t bytes) { return (bytes + 63) & ~(si
 /* Messages below this many bytes always go to the hot area (below). */
 #define CCL__SHM_HOT_BYTES 16384
 #define CCL__SHM_MAX_DEPTH 64 /* CCL_SLOTS' largest value */
+#define CCL__SHM_PAGE 4096u   /* the unit in which FIFO data is reserved in /dev/shm */
 
 /* One end of a FIFO. `pos` is this end's own message counter (head for the
  * sender, tail for the receiver); `seen` caches the other end's, so the
@@ -95,6 +96,13 @@ struct ccl__shm_end {
     size_t room;     /* the bytes it may take */
     size_t skip;     /* and the ring bytes it skipped at the end (NOT_RING: not in the ring) */
     uint64_t ends[CCL__SHM_MAX_DEPTH]; /* head after each message in flight, by idx */
+    /* The data's pages in /dev/shm, reserved as they are first written
+     * (shm_setup.c says why): the segment's file, where the data starts in
+     * it, one bit per page reserved, and how many pages are not yet. */
+    int fd;
+    uint64_t file_at;
+    uint64_t *reserved;
+    size_t pages_left;
 };
 
 struct ccl__shm_conn {

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,7 +20,7 @@
 #include "transports/shm/shm.h"
 
 #define SHM_MAGIC 0x31306d68736c6363ull /* "cclshm01" in memory */
-#define SHM_PAGE 4096u
+#define SHM_PAGE CCL__SHM_PAGE
 #define SHM_RANDOM_BYTES 16
 #define SHM_ORPHAN_AGE_S 60 /* an unlocked name without a header this old is an orphan */
 
@@ -55,6 +56,7 @@ struct shm_state {
     char name[CCL__TRANSPORT_BLOB_BYTES];
     int fd;    /* our segment; holds the lock that tells peers we are alive */
     int named; /* our name exists in /dev/shm: unlink it at teardown */
+    int unnamed; /* made with O_TMPFILE: named once complete (name_segment) */
     struct shm_header *hdr;
     size_t bytes;
     struct shm_peer_map *peers;   /* [nranks] */
@@ -112,6 +114,52 @@ static ccl_status_t sys_error(struct ccl_comm *comm, const char *what, const cha
     int err = errno;
     return ccl__set_error(comm, err == ENOMEM ? CCL_ERR_NO_MEMORY : CCL_ERR_SYSTEM, "shm: %s %s: %s", what, name,
                           strerror(err));
+}
+
+/* Reserves [off, off + len) of our segment at set-up: a full /dev/shm
+ * fails here with a message, not later with SIGBUS in a collective. */
+static ccl_status_t reserve_at_setup(struct ccl_comm *comm, struct shm_state *st, size_t off, size_t len) {
+    int err = posix_fallocate(st->fd, (off_t)off, (off_t)len);
+    if (err == ENOSPC)
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY,
+                              "shm: /dev/shm has no room for %zu bytes of this rank's segment; enlarge /dev/shm or "
+                              "lower CCL_SHM_WINDOW_BYTES", len);
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+        errno = err;
+        return sys_error(comm, "posix_fallocate", st->name);
+    }
+    return CCL_OK;
+}
+
+/* What set-up reserves: the header, every FIFO's counters and metas, the
+ * window. What it does not: the FIFOs' data, whose pages a sender reserves
+ * when it first writes them (shm.c), so a host's /dev/shm holds what its
+ * pairs move, not every pair's whole pipeline (the square of the local rank
+ * count). If every pair streamed, the data would take `worst` bytes: said
+ * once per host when that is more than /dev/shm has free. */
+static ccl_status_t reserve_fixed_parts(struct ccl_comm *comm, struct shm_state *st, const uint8_t *use) {
+    const struct shm_header *h = st->hdr;
+    CCL_CHECK(reserve_at_setup(comm, st, 0, header_bytes(comm->nranks)));
+    size_t meta = meta_area_bytes(h->slots);
+    for (int p = 0; p < comm->nranks; p++)
+        if (h->fifo_offset[p]) CCL_CHECK(reserve_at_setup(comm, st, (size_t)h->fifo_offset[p], meta));
+    if (h->window_offset) CCL_CHECK(reserve_at_setup(comm, st, (size_t)h->window_offset, (size_t)h->window_bytes));
+    int local = 1, first = 1;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank || !use[p]) continue;
+        local++;
+        if (p < comm->rank) first = 0;
+    }
+    struct statvfs sv;
+    double worst = (double)local * (double)(local - 1) * (double)fifo_data_bytes(h->slots, h->slot_bytes);
+    if (first && statvfs("/dev/shm", &sv) == 0 && worst > (double)sv.f_bavail * (double)sv.f_frsize)
+        CCL_WARN(CCL__SUB_SHM, comm->rank,
+                 "shm: %d ranks on this host: if every pair of them streamed at once their FIFOs would need "
+                 "%.1f MiB of /dev/shm, which has %.1f MiB free; pages are taken as pairs first use them, and a "
+                 "rank that finds /dev/shm full fails with CCL_ERR_NO_MEMORY (lower CCL_SLOTS or "
+                 "CCL_SHM_SLOT_BYTES, or enlarge /dev/shm)",
+                 local, worst / (1 << 20), (double)sv.f_bavail * (double)sv.f_frsize / (1 << 20));
+    return CCL_OK;
 }
 
 /* Hold a lock for as long as this process lives: a peer that finds it free
@@ -187,26 +235,45 @@ ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSP
     return CCL_OK;
 }
 
-static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, size_t bytes) {
-    st->fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (st->fd < 0) return sys_error(comm, "cannot create segment", st->name);
+/* The segment is made without a name (O_TMPFILE on /dev/shm) and named
+ * only once its header is written and its liveness lock held, so a rank
+ * killed while making it leaves nothing behind, and every name in /dev/shm
+ * is either live (its lock held) or swept by the next set-up at once. Where
+ * /dev/shm or /proc cannot do that, the name comes first, as shm_open makes
+ * it, and a creator that dies before its header is swept by age. */
+static int open_unnamed(void) {
+    if (access("/proc/self/fd", X_OK) != 0) return -1;
+    return open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
+static ccl_status_t name_segment(struct ccl_comm *comm, struct shm_state *st) {
+    if (!st->unnamed) return CCL_OK;
+    char from[48], to[sizeof st->name + 16];
+    snprintf(from, sizeof from, "/proc/self/fd/%d", st->fd);
+    snprintf(to, sizeof to, "/dev/shm%s", st->name);
+    if (linkat(AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW) != 0)
+        return sys_error(comm, "cannot name segment", st->name);
+    st->unnamed = 0;
     st->named = 1;
+    return CCL_OK;
+}
+
+static ccl_status_t create_segment(struct ccl_comm *comm, struct shm_state *st, size_t bytes) {
+    st->fd = open_unnamed();
+    if (st->fd >= 0) {
+        st->unnamed = 1;
+    } else {
+        st->fd = shm_open(st->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (st->fd < 0) return sys_error(comm, "cannot create segment", st->name);
+        st->named = 1;
+    }
     int locked = hold_liveness_lock(comm, st->fd); /* at once: a name with a free lock is an orphan */
+    ccl__test_fault_point(comm, "segment");
     /* 0600 whatever the umask: only this user's processes may attach. */
     if (fchmod(st->fd, 0600) != 0) return sys_error(comm, "fchmod", st->name);
+    /* The file stays sparse: shm_setup reserves the pages every pair needs
+     * from the start, the FIFOs' data areas are reserved as they are used. */
     if (ftruncate(st->fd, (off_t)bytes) != 0) return sys_error(comm, "ftruncate", st->name);
-    /* Reserve the pages now: a full /dev/shm must fail here with a message,
-     * not later with SIGBUS in the middle of a collective. */
-    int err = posix_fallocate(st->fd, 0, (off_t)bytes);
-    if (err == ENOSPC)
-        return ccl__set_error(comm, CCL_ERR_NO_MEMORY,
-                              "shm: /dev/shm has no room for %zu bytes (%d slots of %zu bytes per peer); "
-                              "enlarge /dev/shm or lower CCL_SLOTS / CCL_SHM_SLOT_BYTES / CCL_SHM_WINDOW_BYTES",
-                              bytes, comm->params.slots, comm->params.shm_slot_bytes);
-    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
-        errno = err;
-        return sys_error(comm, "posix_fallocate", st->name);
-    }
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, st->fd, 0);
     if (base == MAP_FAILED) return sys_error(comm, "mmap", st->name);
     st->hdr = base;
@@ -266,6 +333,10 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
         if (h->fifo_offset[p]) off += one_fifo;
     }
     h->magic = SHM_MAGIC;
+    s = reserve_fixed_parts(comm, st, use);
+    if (s != CCL_OK) return s;
+    s = name_segment(comm, st);
+    if (s != CCL_OK) return s;
     CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: segment %s, %zu bytes, %d FIFOs of %u x %llu bytes", st->name, bytes,
              nfifos, depth, (unsigned long long)slot_bytes);
     return CCL_OK;
@@ -355,6 +426,11 @@ ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct 
         c->base.slot_bytes = (size_t)slot_bytes;
         end_init(&c->send, st->peers[p].send_fifo, depth, slot_bytes);
         c->send.spread = comm->own_core; /* every peer is on another core (shm.h) */
+        c->send.fd = st->peers[p].fd;
+        c->send.file_at = (uint64_t)(c->send.data - (uint8_t *)st->peers[p].base);
+        c->send.pages_left = (c->send.data_bytes + CCL__SHM_PAGE - 1) / CCL__SHM_PAGE;
+        c->send.reserved = calloc((c->send.pages_left + 63) / 64, sizeof(uint64_t));
+        if (!c->send.reserved) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "shm: out of memory");
         end_init(&c->recv, (uint8_t *)st->hdr + st->hdr->fifo_offset[p], depth, slot_bytes);
         c->peer_wake = &ph->wake;
         /* Probe only a lock the owner took: a free lock must mean "gone". */
@@ -403,9 +479,10 @@ void ccl__shm_poison(struct ccl_comm *comm, int status) {
     /* The peers hear who failed first, not only that this rank did. */
     int32_t blamed = atomic_load(&comm->culprit);
     int culprit = blamed ? blamed - 1 : comm->rank;
+    enum ccl__culprit_cause cause = blamed ? (enum ccl__culprit_cause)atomic_load(&comm->culprit_cause) : CCL__CULPRIT_FAILED;
     for (int p = 0; p < comm->nranks; p++) {
         struct ccl__wake_words *w = atomic_load_explicit(&st->peers[p].wake, memory_order_acquire);
-        if (w) ccl__wake_fail(w, culprit, comm->rank, status);
+        if (w) ccl__wake_fail(w, culprit, comm->rank, status, cause);
     }
 }
 
@@ -435,6 +512,7 @@ void ccl__shm_teardown(struct ccl_comm *comm) {
     if (st->peers)
         for (int p = 0; p < comm->nranks; p++) {
             struct shm_peer_map *pm = &st->peers[p];
+            if (st->conns && st->conns[p]) free(st->conns[p]->send.reserved);
             if (st->conns) free(st->conns[p]);
             atomic_store(&pm->wake, NULL);
             if (pm->base) munmap(pm->base, pm->bytes);

@@ -61,6 +61,7 @@ static ccl_status_t fail_closed(struct ccl__tcp_conn *c) {
  * partition, told apart from a live peer that is merely late. */
 static ccl_status_t fail_unreachable(struct ccl__tcp_conn *c, double silent_s) {
     const struct ccl__params *prm = &c->base.comm->params;
+    ccl__comm_blame(c->base.comm, c->base.peer, CCL__CULPRIT_UNREACHABLE);
     if (silent_s > 0)
         return conn_fail(c, CCL_ERR_REMOTE,
                          "rank %d (%.64s) cannot be reached: its host has acknowledged nothing for %.1f s "
