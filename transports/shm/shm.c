@@ -73,7 +73,11 @@ static ccl_status_t reserve_pages(struct ccl__conn *c, struct ccl__shm_end *e, s
                                   "shm: /dev/shm is full: no room for %zu more bytes of the FIFO to rank %d; enlarge "
                                   "/dev/shm, run fewer ranks per host, or lower CCL_SLOTS or CCL_SHM_SLOT_BYTES",
                                   (end - pg) * CCL__SHM_PAGE, c->peer);
-        if (err != 0 && err != EOPNOTSUPP && err != EINVAL)
+        if (err == EOPNOTSUPP || err == EINVAL) { /* a /dev/shm that cannot reserve: write as it comes */
+            e->pages_left = 0;
+            return CCL_OK;
+        }
+        if (err != 0)
             return ccl__set_error(c->comm, CCL_ERR_SYSTEM, "shm: cannot reserve the FIFO to rank %d: %s", c->peer,
                                   strerror(err));
         e->pages_left -= end - pg;
