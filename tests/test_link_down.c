@@ -36,42 +36,37 @@
 
 static struct netlab lab;
 
-static void enter_namespace(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
-    (void)nranks, (void)id, (void)arg;
-    if (netlab_enter(&lab, rank) != 0) {
-        fprintf(stderr, "[rank %d] cannot enter network namespace %s\n", rank, lab.ns[rank]);
-        _exit(3);
-    }
-}
-
 #define HOST_RANKS 2 /* ranks per namespace in the two-host case */
 #define HOSTS 2
 
-static void enter_host_namespace(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
-    (void)nranks, (void)id, (void)arg;
-    int host = rank / HOST_RANKS;
-    if (netlab_enter(&lab, host) != 0) {
-        fprintf(stderr, "[rank %d] cannot enter network namespace %s\n", rank, lab.ns[host]);
+/* The namespace whose cable is pulled, the all-reduce size of the loop, how
+ * many ranks share a namespace, the transport (NULL: shm inside a host) and
+ * the rank count. With shm between host-mates every rank's error must name
+ * a rank of the other side: some find the cut themselves, the rest hear of
+ * it from a host-mate's failure word. Over tcp alone a host-mate's closed
+ * connection may be all a rank sees; it must still err in time. */
+struct cut_case {
+    int victim;
+    size_t count;
+    int ranks_per_ns;
+    const char *transport;
+    int nranks;
+};
+
+/* A child's namespace: its own (arg NULL), or its host's (a cut_case). */
+static void enter_namespace(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks, (void)id;
+    const struct cut_case *cc = arg;
+    int ns = cc ? rank / cc->ranks_per_ns : rank;
+    if (netlab_enter(&lab, ns) != 0) {
+        fprintf(stderr, "[rank %d] cannot enter network namespace %s\n", rank, lab.ns[ns]);
         _exit(3);
     }
 }
 
 /* ---- cut ---- */
 
-/* The namespace whose cable is pulled, the all-reduce size of the loop, how
- * many ranks share a namespace and the transport (NULL: shm inside a host).
- * With shm between host-mates every rank's error must name a rank of the
- * other side: some find the cut themselves, the rest hear of it from a
- * host-mate's failure word. Over tcp alone a host-mate's closed connection
- * may be all a rank sees; it must still err in time. */
-struct cut_case {
-    int victim;
-    size_t count;
-    int ranks_per_ns;
-    const char *transport;
-};
-
-static const struct cut_case victims[] = {{1, LOOP_COUNT, 1, "tcp"}, {0, LOOP_COUNT, 1, "tcp"}};
+static const struct cut_case victims[] = {{1, LOOP_COUNT, 1, "tcp", NRANKS}, {0, LOOP_COUNT, 1, "tcp", NRANKS}};
 #define CUT_CASES ((int)(sizeof victims / sizeof victims[0]))
 
 static int body_cut(ccl_comm_t *comm, int rank, int nranks, void *arg) {
@@ -155,14 +150,16 @@ static int parent_cut(struct harness_run *run, void *arg) {
     return fails;
 }
 
-START_TEST(cut_cable) {
-    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0); /* after an earlier case's cut */
+/* Every cable plugged again (after an earlier case's cut), then one run of
+ * the loop with cc's cable pulled mid-way. */
+static void run_cut(const struct cut_case *cc) {
+    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0);
     struct harness_run run = {
-        .nranks = NRANKS,
+        .nranks = cc->nranks,
         .body = body_cut,
-        .arg = (void *)&victims[_i],
-        .transport = victims[_i].transport,
-        .host_per_rank = 1,
+        .arg = (void *)cc,
+        .transport = cc->transport,
+        .ranks_per_host = cc->ranks_per_ns,
         .env = ENV,
         .ccl_timeout = TIMEOUT_STR,
         .deadline_s = 150,
@@ -170,8 +167,11 @@ START_TEST(cut_cable) {
         .parent = parent_cut,
         .lenient_destroy = 1,
     };
-    util_run_clean(&run, 0, "rank %d's cable pulled", victims[_i].victim);
+    util_run_clean(&run, 0, "namespace %d's cable pulled (%d ranks per namespace, %s)", cc->victim, cc->ranks_per_ns,
+                   cc->transport ? cc->transport : "shm inside a namespace");
 }
+
+START_TEST(cut_cable) { run_cut(&victims[_i]); }
 END_TEST
 
 /* Host 1's cable, then host 0's: ranks 2 and 3, or 0 and 1, lose the
@@ -179,31 +179,14 @@ END_TEST
  * 16 MiB calls keep every buffer between the hosts full when the cable goes. */
 #define HOSTS_LOOP_COUNT ((size_t)4 << 20)
 static const struct cut_case victim_hosts[] = {
-    {1, HOSTS_LOOP_COUNT, HOST_RANKS, NULL},
-    {0, HOSTS_LOOP_COUNT, HOST_RANKS, NULL},
-    {1, HOSTS_LOOP_COUNT, HOST_RANKS, "tcp"},
-    {0, HOSTS_LOOP_COUNT, HOST_RANKS, "tcp"},
+    {1, HOSTS_LOOP_COUNT, HOST_RANKS, NULL, HOSTS * HOST_RANKS},
+    {0, HOSTS_LOOP_COUNT, HOST_RANKS, NULL, HOSTS * HOST_RANKS},
+    {1, HOSTS_LOOP_COUNT, HOST_RANKS, "tcp", HOSTS * HOST_RANKS},
+    {0, HOSTS_LOOP_COUNT, HOST_RANKS, "tcp", HOSTS * HOST_RANKS},
 };
 #define HOSTS_CASES ((int)(sizeof victim_hosts / sizeof victim_hosts[0]))
 
-START_TEST(cut_between_hosts) {
-    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0);
-    struct harness_run run = {
-        .nranks = HOSTS * HOST_RANKS,
-        .body = body_cut,
-        .arg = (void *)&victim_hosts[_i],
-        .transport = victim_hosts[_i].transport,
-        .ranks_per_host = HOST_RANKS,
-        .env = ENV,
-        .ccl_timeout = TIMEOUT_STR,
-        .deadline_s = 150,
-        .setup = enter_host_namespace,
-        .parent = parent_cut,
-        .lenient_destroy = 1,
-    };
-    util_run_clean(&run, 0, "host %d's cable pulled (%d ranks per host, %s)", victim_hosts[_i].victim,
-                   HOST_RANKS, victim_hosts[_i].transport ? victim_hosts[_i].transport : "shm inside a host");
-}
+START_TEST(cut_between_hosts) { run_cut(&victim_hosts[_i]); }
 END_TEST
 
 /* ---- late ---- */

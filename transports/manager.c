@@ -54,11 +54,7 @@ void ccl__conns_share_wake(struct ccl_comm *comm) {
         const struct ccl__transport *tr = ccl__transports[t];
         struct ccl__wake_words *w = (mine & (1u << t)) && tr->shared_wake ? tr->shared_wake(comm) : NULL;
         if (!w) continue;
-        struct ccl__wake_words *lw = &comm->local_wake;
-        atomic_store(&w->bell, atomic_load(&lw->bell));
-        atomic_store(&w->fail_rank, atomic_load(&lw->fail_rank));
-        atomic_store(&w->fail_status, atomic_load(&lw->fail_status));
-        atomic_store(&w->fail_by, atomic_load(&lw->fail_by));
+        ccl__wake_copy(w, &comm->local_wake);
         comm->wake = w;
         return;
     }
@@ -67,10 +63,7 @@ void ccl__conns_share_wake(struct ccl_comm *comm) {
 void ccl__conns_private_wake(struct ccl_comm *comm) {
     struct ccl__wake_words *w = comm->wake, *lw = &comm->local_wake;
     if (w == lw) return;
-    atomic_store(&lw->fail_rank, atomic_load(&w->fail_rank));
-    atomic_store(&lw->fail_status, atomic_load(&w->fail_status));
-    atomic_store(&lw->fail_by, atomic_load(&w->fail_by));
-    atomic_store(&lw->bell, atomic_load(&w->bell));
+    ccl__wake_copy(lw, w);
     comm->wake = lw;
 }
 

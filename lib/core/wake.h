@@ -28,6 +28,9 @@ enum ccl__culprit_cause {
 
 /* Bump a (possibly remote) rank's bell and wake it if it sleeps. */
 void ccl__wake_ring(struct ccl__wake_words *w);
+/* Moves a rank's wake state from one place to another (its communicator's
+ * words and its shm segment's): the bell and everything a failure wrote. */
+void ccl__wake_copy(struct ccl__wake_words *to, struct ccl__wake_words *from);
 /* Tell a (possibly remote) rank that `rank` failed with `status`, as rank
  * `by` found (by == rank: it failed itself), and what `by` found. */
 void ccl__wake_fail(struct ccl__wake_words *w, int rank, int by, int status, enum ccl__culprit_cause cause);

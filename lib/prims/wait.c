@@ -198,17 +198,17 @@ ccl_status_t ccl__check_failures(struct ccl_comm *comm, const char *what) {
         int32_t why = atomic_load(&comm->wake->fail_status), by = atomic_load(&comm->wake->fail_by);
         enum ccl__culprit_cause cause = (enum ccl__culprit_cause)atomic_load(&comm->wake->fail_cause);
         ccl__comm_blame(comm, who - 1, cause);
-        if (by && by != who && cause == CCL__CULPRIT_UNREACHABLE)
+        const char *status = ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE);
+        if (!by || by == who) /* it failed itself and said so */
+            ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", what, who - 1, status);
+        else if (cause == CCL__CULPRIT_UNREACHABLE)
             ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d cannot be reached, as rank %d found: the link or its host "
                            "is down", what, who - 1, by - 1);
-        else if (by && by != who && cause == CCL__CULPRIT_EXITED)
+        else if (cause == CCL__CULPRIT_EXITED)
             ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d exited, as rank %d found", what, who - 1, by - 1);
-        else if (by && by != who)
-            ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed or died (%s, as rank %d found)", what, who - 1,
-                           ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE), by - 1);
         else
-            ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", what, who - 1,
-                           ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE));
+            ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed or died (%s, as rank %d found)", what, who - 1,
+                           status, by - 1);
         return ccl__comm_fail(comm, CCL_ERR_REMOTE);
     }
     return CCL_OK;

@@ -6,7 +6,6 @@
  * the counters orders the slot contents, so no lock is needed. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 
@@ -56,24 +55,24 @@ static int place(struct ccl__shm_end *e, size_t bytes) {
     return 1;
 }
 
+static int page_reserved(const struct ccl__shm_end *e, size_t pg) { return (int)(e->reserved[pg / 64] >> (pg % 64) & 1); }
+
 /* Reserves the pages of [at, at + bytes) of the data area that are not yet:
  * a tmpfs page written for the first time with /dev/shm full is a SIGBUS,
  * so the room is claimed here, where it can fail with a sentence. */
-static int page_reserved(const struct ccl__shm_end *e, size_t pg) { return (int)(e->reserved[pg / 64] >> (pg % 64) & 1); }
-
 static ccl_status_t reserve_pages(struct ccl__conn *c, struct ccl__shm_end *e, size_t at, size_t bytes) {
     size_t last = (at + bytes - 1) / CCL__SHM_PAGE;
     for (size_t pg = at / CCL__SHM_PAGE; pg <= last; pg++) {
         if (page_reserved(e, pg)) continue;
         size_t end = pg + 1; /* one fallocate for each run of pages not yet reserved */
         while (end <= last && !page_reserved(e, end)) end++;
-        int err = posix_fallocate(e->fd, (off_t)(e->file_at + pg * CCL__SHM_PAGE), (off_t)((end - pg) * CCL__SHM_PAGE));
+        int err = ccl__shm_reserve(e->fd, e->file_at + pg * CCL__SHM_PAGE, (end - pg) * CCL__SHM_PAGE);
         if (err == ENOSPC)
             return ccl__set_error(c->comm, CCL_ERR_NO_MEMORY,
                                   "shm: /dev/shm is full: no room for %zu more bytes of the FIFO to rank %d; enlarge "
                                   "/dev/shm, run fewer ranks per host, or lower CCL_SLOTS or CCL_SHM_SLOT_BYTES",
                                   (end - pg) * CCL__SHM_PAGE, c->peer);
-        if (err == EOPNOTSUPP || err == EINVAL) { /* a /dev/shm that cannot reserve: write as it comes */
+        if (err == EOPNOTSUPP) { /* a /dev/shm that cannot reserve: write as it comes */
             e->pages_left = 0;
             return CCL_OK;
         }

@@ -113,6 +113,11 @@ struct ccl__shm_conn {
     int peer_fd; /* the peer's segment, to probe its liveness lock; -1: don't */
 };
 
+/* Reserves [off, off + len) of a segment's file (posix_fallocate): 0, ENOSPC
+ * when /dev/shm is full, EOPNOTSUPP when this /dev/shm cannot reserve (its
+ * pages are then taken as they are written), or another errno. */
+int ccl__shm_reserve(int fd, uint64_t off, uint64_t len);
+
 /* Set-up phases, poison and teardown (shm_setup.c). */
 ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]);
 ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use);

@@ -116,15 +116,20 @@ static ccl_status_t sys_error(struct ccl_comm *comm, const char *what, const cha
                           strerror(err));
 }
 
+int ccl__shm_reserve(int fd, uint64_t off, uint64_t len) {
+    int err = posix_fallocate(fd, (off_t)off, (off_t)len);
+    return err == EINVAL ? EOPNOTSUPP : err;
+}
+
 /* Reserves [off, off + len) of our segment at set-up: a full /dev/shm
  * fails here with a message, not later with SIGBUS in a collective. */
 static ccl_status_t reserve_at_setup(struct ccl_comm *comm, struct shm_state *st, size_t off, size_t len) {
-    int err = posix_fallocate(st->fd, (off_t)off, (off_t)len);
+    int err = ccl__shm_reserve(st->fd, off, len);
     if (err == ENOSPC)
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY,
                               "shm: /dev/shm has no room for %zu bytes of this rank's segment; enlarge /dev/shm or "
                               "lower CCL_SHM_WINDOW_BYTES", len);
-    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+    if (err != 0 && err != EOPNOTSUPP) {
         errno = err;
         return sys_error(comm, "posix_fallocate", st->name);
     }
@@ -135,15 +140,21 @@ static ccl_status_t reserve_at_setup(struct ccl_comm *comm, struct shm_state *st
  * window. What it does not: the FIFOs' data, whose pages a sender reserves
  * when it first writes them (shm.c), so a host's /dev/shm holds what its
  * pairs move, not every pair's whole pipeline (the square of the local rank
- * count). If every pair streamed, the data would take `worst` bytes: said
- * once per host when that is more than /dev/shm has free. */
-static ccl_status_t reserve_fixed_parts(struct ccl_comm *comm, struct shm_state *st, const uint8_t *use) {
+ * count). */
+static ccl_status_t reserve_fixed_parts(struct ccl_comm *comm, struct shm_state *st) {
     const struct shm_header *h = st->hdr;
     CCL_CHECK(reserve_at_setup(comm, st, 0, header_bytes(comm->nranks)));
     size_t meta = meta_area_bytes(h->slots);
     for (int p = 0; p < comm->nranks; p++)
         if (h->fifo_offset[p]) CCL_CHECK(reserve_at_setup(comm, st, (size_t)h->fifo_offset[p], meta));
     if (h->window_offset) CCL_CHECK(reserve_at_setup(comm, st, (size_t)h->window_offset, (size_t)h->window_bytes));
+    return CCL_OK;
+}
+
+/* If every pair of the host's ranks streamed at once, their FIFOs' data
+ * would take `worst` bytes: said once per host (by its lowest rank) when
+ * that is more than /dev/shm has free. */
+static void warn_if_host_may_not_fit(struct ccl_comm *comm, const struct shm_header *h, const uint8_t *use) {
     int local = 1, first = 1;
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank || !use[p]) continue;
@@ -159,7 +170,6 @@ static ccl_status_t reserve_fixed_parts(struct ccl_comm *comm, struct shm_state 
                  "rank that finds /dev/shm full fails with CCL_ERR_NO_MEMORY (lower CCL_SLOTS or "
                  "CCL_SHM_SLOT_BYTES, or enlarge /dev/shm)",
                  local, worst / (1 << 20), (double)sv.f_bavail * (double)sv.f_frsize / (1 << 20));
-    return CCL_OK;
 }
 
 /* Hold a lock for as long as this process lives: a peer that finds it free
@@ -333,8 +343,9 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
         if (h->fifo_offset[p]) off += one_fifo;
     }
     h->magic = SHM_MAGIC;
-    s = reserve_fixed_parts(comm, st, use);
+    s = reserve_fixed_parts(comm, st);
     if (s != CCL_OK) return s;
+    warn_if_host_may_not_fit(comm, h, use);
     s = name_segment(comm, st);
     if (s != CCL_OK) return s;
     CCL_INFO(CCL__SUB_SHM, comm->rank, "shm: segment %s, %zu bytes, %d FIFOs of %u x %llu bytes", st->name, bytes,
@@ -512,8 +523,10 @@ void ccl__shm_teardown(struct ccl_comm *comm) {
     if (st->peers)
         for (int p = 0; p < comm->nranks; p++) {
             struct shm_peer_map *pm = &st->peers[p];
-            if (st->conns && st->conns[p]) free(st->conns[p]->send.reserved);
-            if (st->conns) free(st->conns[p]);
+            if (st->conns && st->conns[p]) {
+                free(st->conns[p]->send.reserved);
+                free(st->conns[p]);
+            }
             atomic_store(&pm->wake, NULL);
             if (pm->base) munmap(pm->base, pm->bytes);
             if (pm->fd >= 0) close(pm->fd);
