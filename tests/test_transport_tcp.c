@@ -157,7 +157,7 @@ static void comm_free(struct ccl_comm *comm) {
 static int error_says(struct ccl_comm *comm, const char *words) { return strstr(comm->last_error, words) != NULL; }
 
 /* local_init, the info exchange and setup, then a barrier. */
-static void up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, uint8_t *use) {
+static void up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, uint8_t *use, uint8_t when) {
     struct ccl__peer_info *me = &comm->peers[c->rank];
     me->rank = c->rank;
     me->pid = getpid();
@@ -169,7 +169,7 @@ static void up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, uint8_t *use)
     chan_recv(c, &comm->peers[1 - c->rank], sizeof(*me));
     chan_recv(c, blob_of(comm, 1 - c->rank), CCL__TRANSPORT_BLOB_BYTES);
     use[c->rank] = 0;
-    use[1 - c->rank] = tcp->can_connect(&comm->peers[0], &comm->peers[1]) > 0;
+    use[1 - c->rank] = tcp->can_connect(&comm->peers[0], &comm->peers[1]) > 0 ? when : 0;
     EXPECT(&c->t, use[1 - c->rank], "both ranks have tcp");
     EXPECT_OK(&c->t, tcp->setup(comm, use));
     barrier(c);
@@ -187,6 +187,12 @@ static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_
     /* CCL_TCP_SOCKET_BYTES (4 MiB by default) fixes both buffers of the
      * connection where the kernel's caps allow it: the kernel keeps twice
      * the request. */
+    struct ccl__tcp_conn *tc = (struct ccl__tcp_conn *)cn;
+    if (use[1 - c->rank] == CCL__USE_ON_FIRST_USE) {
+        EXPECT(&c->t, tc && tc->fd < 0 && !tc->send_buf && !tc->recv_buf,
+               "a pair linked on first use has no socket and no slots before it");
+        return;
+    }
     char why[128];
     int probe = socket(AF_INET, SOCK_STREAM, 0), rcv = 0;
     socklen_t len = sizeof(rcv);
@@ -198,12 +204,18 @@ static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_
     if (probe >= 0) close(probe);
 }
 
-static struct ccl__conn *bring_up(struct rank_ctx *c, struct ccl_comm *comm) {
+/* when: CCL__USE_AT_INIT, or CCL__USE_ON_FIRST_USE for a pair linked by
+ * the first call that waits on it. */
+static struct ccl__conn *bring_up_as(struct rank_ctx *c, struct ccl_comm *comm, uint8_t when) {
     uint8_t use[2];
-    up_to_setup(c, comm, use);
+    up_to_setup(c, comm, use, when);
     finish_setup(c, comm, use);
     if (c->t.fails) exit(c->t.fails > 100 ? 100 : c->t.fails);
     return comm->conns[1 - c->rank];
+}
+
+static struct ccl__conn *bring_up(struct rank_ctx *c, struct ccl_comm *comm) {
+    return bring_up_as(c, comm, CCL__USE_AT_INIT);
 }
 
 /* ---- frame contents ---- */
@@ -331,22 +343,27 @@ static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pu
 
 /* ---- streaming ---- */
 
+static int stranger(struct rank_ctx *c, const union ccl__sa *at, const void *bytes, size_t n, int then_close);
+
 struct stream_cfg {
     size_t slot_bytes;
     int slots;
     int frames;
     int caller_mem; /* frames from and into the caller's memory */
+    int lazy;       /* the pair is linked by the pump, with a stranger at the listener first */
 };
 
 static const struct stream_cfg stream_cfgs[] = {
-    {64 << 10, 4, 3000, 0}, /* the common shape */
-    {4096, 1, 3000, 0},     /* one slot: no read-ahead, no gathering */
-    {64, 3, 6000, 0},       /* tiny slots: many frames per system call */
-    {1 << 20, 8, 300, 0},   /* big slots: frames larger than socket buffers */
-    {64 << 10, 4, 3000, 1}, /* the same from and into the caller's memory */
-    {4096, 1, 3000, 1},
-    {64, 3, 6000, 1},       /* with the stash taking small frames */
-    {1 << 20, 8, 300, 1},   /* partial writes: the rest copied into the slot */
+    {64 << 10, 4, 3000, 0, 0}, /* the common shape */
+    {4096, 1, 3000, 0, 0},     /* one slot: no read-ahead, no gathering */
+    {64, 3, 6000, 0, 0},       /* tiny slots: many frames per system call */
+    {1 << 20, 8, 300, 0, 0},   /* big slots: frames larger than socket buffers */
+    {64 << 10, 4, 3000, 1, 0}, /* the same from and into the caller's memory */
+    {4096, 1, 3000, 1, 0},
+    {64, 3, 6000, 1, 0},       /* with the stash taking small frames */
+    {1 << 20, 8, 300, 1, 0},   /* partial writes: the rest copied into the slot */
+    {64 << 10, 4, 3000, 0, 1}, /* linked on first use */
+    {1 << 20, 8, 300, 1, 1},
 };
 
 /* Both ranks stream at once; then rank 0 tears down and rank 1 checks that
@@ -354,7 +371,14 @@ static const struct stream_cfg stream_cfgs[] = {
 static void stream_body(struct rank_ctx *c) {
     const struct stream_cfg *cfg = c->arg;
     struct ccl_comm *comm = comm_new(c->rank, cfg->slot_bytes, cfg->slots, 30);
-    struct ccl__conn *cn = bring_up(c, comm);
+    struct ccl__conn *cn = bring_up_as(c, comm, cfg->lazy ? CCL__USE_ON_FIRST_USE : CCL__USE_AT_INIT);
+    if (cfg->lazy && c->rank == 1) { /* the listener stays open after set-up: strangers go, the peer links */
+        union ccl__sa at;
+        memcpy(&at, blob_of(comm, 0), sizeof(at));
+        uint32_t junk[4] = {0xabababab, 1, 2, 3};
+        int fd = stranger(c, &at, junk, sizeof(junk), 0);
+        if (fd >= 0) close(fd);
+    }
     struct pump p = {.nsend = cfg->frames, .nrecv = cfg->frames, .scratch = malloc(cfg->slot_bytes),
                      .caller_mem = cfg->caller_mem, .out = malloc(cfg->slot_bytes), .in = malloc(cfg->slot_bytes)};
     EXPECT_OK(&c->t, pump_run(c, cn, &p, 30));
@@ -390,8 +414,8 @@ static void stream_body(struct rank_ctx *c) {
 
 START_TEST(stream_both_ways) {
     char tag[80];
-    snprintf(tag, sizeof(tag), "stream %zu bytes x %d slots%s", stream_cfgs[_i].slot_bytes, stream_cfgs[_i].slots,
-             stream_cfgs[_i].caller_mem ? " (caller's memory)" : "");
+    snprintf(tag, sizeof(tag), "stream %zu bytes x %d slots%s%s", stream_cfgs[_i].slot_bytes, stream_cfgs[_i].slots,
+             stream_cfgs[_i].caller_mem ? " (caller's memory)" : "", stream_cfgs[_i].lazy ? " (on first use)" : "");
     run_pair(tag, stream_body, stream_body, &stream_cfgs[_i], 0);
 }
 END_TEST
@@ -590,7 +614,7 @@ static void expect_dropped(struct rank_ctx *c, int fd, const char *what) {
 static void strangers_rank0(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
     uint8_t use[2];
-    up_to_setup(c, comm, use);
+    up_to_setup(c, comm, use, CCL__USE_AT_INIT);
     double t0 = ccl__now();
     finish_setup(c, comm, use);
     double took = ccl__now() - t0;
@@ -605,7 +629,7 @@ static void strangers_rank0(struct rank_ctx *c) {
 static void strangers_rank1(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(1, 4096, 4, 30);
     uint8_t use[2];
-    up_to_setup(c, comm, use);
+    up_to_setup(c, comm, use, CCL__USE_AT_INIT);
     union ccl__sa at;
     memcpy(&at, blob_of(comm, 0), sizeof(at));
     struct ccl__tcp_hello good = {.magic = CCL__TCP_HELLO_MAGIC, .version = CCL__TCP_HELLO_VERSION,
@@ -655,7 +679,7 @@ END_TEST
 static void flood_rank0(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
     uint8_t use[2];
-    up_to_setup(c, comm, use);
+    up_to_setup(c, comm, use, CCL__USE_AT_INIT);
     double t0 = ccl__now();
     finish_setup(c, comm, use);
     double took = ccl__now() - t0;
@@ -667,7 +691,7 @@ static void flood_rank0(struct rank_ctx *c) {
 static void flood_rank1(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(1, 4096, 4, 30);
     uint8_t use[2];
-    up_to_setup(c, comm, use);
+    up_to_setup(c, comm, use, CCL__USE_AT_INIT);
     union ccl__sa at;
     memcpy(&at, blob_of(comm, 0), sizeof(at));
     static int fds[FLOOD];
@@ -752,6 +776,44 @@ static void killed_body(struct rank_ctx *c) {
 START_TEST(killed_peer) { run_pair("killed peer", killed_body, killed_body, &kill_cfgs[_i], 1u << 1); }
 END_TEST
 
+/* A pair linked on first use whose peer dies before that use: the rank
+ * left fails within seconds, naming the dead rank, whichever side it is.
+ * The lower rank (rank 0) has no socket to see the death on: its probe of
+ * rank 1's listener is refused. The higher rank's dial is refused. */
+static void killed_before_use_body(struct rank_ctx *c) {
+    const int *victim = c->arg;
+    struct ccl_comm *comm = comm_new(c->rank, 16 << 10, 4, 30);
+    struct ccl__conn *cn = bring_up_as(c, comm, CCL__USE_ON_FIRST_USE);
+    barrier(c);
+    if (c->rank == *victim) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    char b;
+    EXPECT(&c->t, recv(c->chan, &b, 1, 0) == 0, "the victim's channel closes as it dies");
+    struct pump p = {.nrecv = 1, .scratch = malloc(16 << 10)};
+    double t0 = ccl__now();
+    EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, pump_run(c, cn, &p, 20));
+    double took = ccl__now() - t0;
+    EXPECT(&c->t, took < 5, "noticed the death after %.1f s", took);
+    char says[64];
+    snprintf(says, sizeof(says), "rank %d (host-of-rank-%d) is gone", *victim, *victim);
+    EXPECT(&c->t, error_says(comm, says), "error: %s", comm->last_error);
+    EXPECT(&c->t, atomic_load(&comm->culprit) == *victim + 1 && atomic_load(&comm->culprit_cause) == CCL__CULPRIT_EXITED,
+           "the dead rank is blamed as exited (culprit %d, cause %d)", (int)atomic_load(&comm->culprit),
+           (int)atomic_load(&comm->culprit_cause));
+    comm_free(comm);
+    free(p.scratch);
+}
+
+static const int victims[] = {0, 1};
+
+START_TEST(killed_before_first_use) {
+    run_pair(victims[_i] ? "higher rank killed before first use" : "lower rank killed before first use",
+             killed_before_use_body, killed_before_use_body, &victims[_i], 1u << victims[_i]);
+}
+END_TEST
+
 /* Rank 0 fails (its communicator is marked failed first, as ccl__comm_fail
  * does) and poisons: rank 1, blocked on a receive, hears of it at once,
  * and rank 0's own error message is not replaced by the hang-up. */
@@ -803,7 +865,7 @@ static void expect_connect_timeout(struct rank_ctx *c, struct ccl_comm *comm, co
 static void accept_timeout_body(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(c->rank, 4096, 4, 0.5);
     uint8_t use[2];
-    up_to_setup(c, comm, use);
+    up_to_setup(c, comm, use, CCL__USE_AT_INIT);
     char b = 't';
     if (c->rank == 0) {
         expect_connect_timeout(c, comm, use, "rank(s) 1 never connected");
@@ -823,7 +885,7 @@ END_TEST
 static void dial_timeout_body(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(c->rank, 4096, 4, 0.5);
     uint8_t use[2];
-    up_to_setup(c, comm, use);
+    up_to_setup(c, comm, use, CCL__USE_AT_INIT);
     char b = 'd';
     if (c->rank == 0) {
         EXPECT_OK(&c->t, tcp->setup_done(comm));
@@ -860,7 +922,7 @@ static void *abort_later(void *arg) {
 START_TEST(abort_during_accept) {
     struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
     ck_assert_int_eq(tcp->local_init(comm, blob_of(comm, 0)), CCL_OK);
-    uint8_t use[2] = {0, 1};
+    uint8_t use[2] = {0, CCL__USE_AT_INIT};
     ck_assert_int_eq(tcp->setup(comm, use), CCL_OK);
     struct aborter a = {.comm = comm, .delay_s = 0.2};
     pthread_t th;
@@ -897,7 +959,7 @@ START_TEST(local_init_and_teardown) {
     snprintf(comm->boot_addr, sizeof(comm->boot_addr), "192.0.2.1");
     ck_assert_int_eq(tcp->local_init(comm, blob), CCL_ERR_SYSTEM);
     ck_assert_msg(error_says(comm, "cannot listen on 192.0.2.1"), "error: %s", comm->last_error);
-    uint8_t use[2] = {0, 1};
+    uint8_t use[2] = {0, CCL__USE_AT_INIT};
     ck_assert_int_eq(tcp->connect(comm, use, comm->conns), CCL_ERR_INTERNAL);
     tcp->teardown(comm);
 
@@ -944,6 +1006,7 @@ static Suite *tcp_suite(void) {
     tcase_add_test(faults, stranger_flood);
     tcase_add_test(faults, malformed_frame);
     tcase_add_loop_test(faults, killed_peer, 0, (int)(sizeof(kill_cfgs) / sizeof(kill_cfgs[0])));
+    tcase_add_loop_test(faults, killed_before_first_use, 0, 2);
     tcase_add_test(faults, poison_wakes_peer);
     tcase_add_test(faults, accept_timeout);
     tcase_add_test(faults, dial_timeout);

@@ -29,6 +29,12 @@ enum ccl__transport_caps {
     CCL__CAP_POLLABLE = 1u << 2,       /* waiting can poll() a file descriptor */
 };
 
+/* The planner's use[p] for a pair a transport serves (0: not served):
+ * connect it at set-up, or, where the transport can, when a call first
+ * needs it (transports that cannot treat both alike). The same on both
+ * ranks of a pair. */
+enum { CCL__USE_ON_FIRST_USE = 1, CCL__USE_AT_INIT = 2 };
+
 /* Which operation a slot belongs to; compared on receipt. */
 struct ccl__slot_meta {
     uint32_t bytes;  /* payload bytes in this slot (<= slot_bytes) */
@@ -63,7 +69,7 @@ struct ccl__transport {
      * need to reach us, CCL__TRANSPORT_BLOB_BYTES at most; peers read it
      * with ccl__peer_blob), setup after it
      * (create what peers will attach to; use[p] != 0 marks peers this
-     * transport serves), connect after every rank's setup (fill conns[p]),
+     * transport serves, CCL__USE_*), connect after every rank's setup (fill conns[p]),
      * setup_done after every rank connected (drop names, listeners). */
     ccl_status_t (*local_init)(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]);
     ccl_status_t (*setup)(struct ccl_comm *comm, const uint8_t *use);

@@ -104,6 +104,7 @@ static ccl_status_t setup_transports(struct ccl_comm *comm, int root_fd, ccl_sta
     for (int t = 0; t < ccl__ntransports && st == CCL_OK; t++)
         if (!(use[t] = calloc((size_t)comm->nranks, 1))) st = CCL_ERR_NO_MEMORY;
     if (st == CCL_OK) st = ccl__plan_parse_algo(comm, "init");
+    if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_transports(comm, use);
     st = ccl__conns_setup(comm, root_fd, st, use);
     for (int t = 0; use && t < ccl__ntransports; t++) free(use[t]);
@@ -139,7 +140,6 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
             comm->caller_mem |= comm->conns[p]->t->send_commit_from || comm->conns[p]->t->recv_into;
             comm->cpu_adapter |= comm->conns[p]->cpu_adapter != 0;
         }
-    if (st == CCL_OK) st = ccl__plan_ring(comm);
     if (st == CCL_OK) st = ccl__plan_direct(comm);
     if (st == CCL_OK) ccl__gpu_direct_plan(comm);
     if (comm->gpu_direct) comm->on_fail_gpu = ccl__gpu_direct_release;

@@ -26,6 +26,9 @@ static const struct ccl__param_doc docs[] = {
     {"CCL_TCP_SOCKET_BYTES", "4194304",
      "send and receive buffer of every TCP connection, when net.core.rmem_max and wmem_max allow it (0: the "
      "kernel's autotuning)"},
+    {"CCL_CONNECT", "lazy",
+     "lazy: init connects each rank to its ring and tree neighbours, other pairs across hosts connect when first "
+     "used (tcp); all: every pair at init"},
     {"CCL_IB_SLOT_BYTES", "262144", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
     {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the active device nearest to the rank by hwloc)"},
     {"CCL_IB_GID_INDEX", "0", "GID table index of the RDMA port (RoCE: which address and RoCE version)"},
@@ -177,6 +180,11 @@ static void params_load(void) {
     params.shm_slot_bytes = (size_t)env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_slot_bytes = (size_t)env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
     params.tcp_socket_bytes = (size_t)env_long("CCL_TCP_SOCKET_BYTES", 4 << 20, 0, 1L << 30);
+    char connect[8];
+    env_str("CCL_CONNECT", "lazy", connect, sizeof connect);
+    params.connect_all = strcmp(connect, "all") == 0;
+    if (!params.connect_all && strcmp(connect, "lazy") != 0)
+        CCL_WARN(CCL__SUB_ENV, -1, "ignoring CCL_CONNECT='%s' (lazy or all); using lazy", connect);
     params.ib_slot_bytes = (size_t)env_long("CCL_IB_SLOT_BYTES", 256 << 10, 4096, 64 << 20) & ~(size_t)63;
     env_str("CCL_IB_HCA", "", params.ib_hca, sizeof params.ib_hca);
     params.ib_gid_index = (int)env_long("CCL_IB_GID_INDEX", 0, 0, 255);

@@ -22,6 +22,7 @@ struct ccl__params {
     size_t shm_slot_bytes;    /* CCL_SHM_SLOT_BYTES */
     size_t tcp_slot_bytes;    /* CCL_TCP_SLOT_BYTES */
     size_t tcp_socket_bytes;  /* CCL_TCP_SOCKET_BYTES: both socket buffers of a connection (0: autotuned) */
+    int connect_all;          /* CCL_CONNECT=all: every pair connected at init (else only the rings' and trees') */
     size_t ib_slot_bytes;     /* CCL_IB_SLOT_BYTES */
     char ib_hca[64];          /* CCL_IB_HCA: RDMA device ("mlx5_0" or "mlx5_0:1"; "" the first active) */
     int ib_gid_index;         /* CCL_IB_GID_INDEX */

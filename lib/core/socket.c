@@ -390,6 +390,32 @@ ccl_status_t ccl__sock_connect_up(const union ccl__sa *addr, double deadline, in
     return err == ETIMEDOUT ? CCL_ERR_TIMEOUT : CCL_ERR_SYSTEM;
 }
 
+int ccl__sock_connect_start(const union ccl__sa *addr, int *fd) {
+    *fd = -1;
+    if (ccl__sa_len(addr) == 0) return EINVAL;
+    int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) return errno ? errno : EIO;
+    if (connect(s, &addr->sa, ccl__sa_len(addr)) != 0 && errno != EINPROGRESS && errno != EINTR) {
+        int err = errno;
+        close(s);
+        return err;
+    }
+    *fd = s;
+    return 0;
+}
+
+int ccl__sock_connect_result(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int r = poll(&p, 1, 0);
+    if (r < 0) return errno == EINTR ? -1 : errno;
+    if (r == 0) return -1;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno ? errno : EIO;
+    if (!err && connected_to_self(fd)) err = ECONNREFUSED;
+    return err;
+}
+
 ccl_status_t ccl__sock_accept(int lfd, double deadline, int *fd) {
     *fd = -1;
     for (;;) {

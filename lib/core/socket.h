@@ -40,6 +40,13 @@ ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *
 /* One attempt at a listener known to exist: CCL_ERR_REMOTE when refused
  * (nobody listens there any more), CCL_ERR_TIMEOUT at the deadline. */
 ccl_status_t ccl__sock_connect_up(const union ccl__sa *addr, double deadline, int *fd);
+/* Without blocking: starts connecting a non-blocking socket to addr.
+ * 0 with *fd set (connected or on its way), else the errno. */
+int ccl__sock_connect_start(const union ccl__sa *addr, int *fd);
+/* Without blocking: where a started connect stands. -1 still on its way,
+ * 0 connected, else the errno it failed with (ECONNREFUSED: nobody
+ * listens there). */
+int ccl__sock_connect_result(int fd);
 /* Accepts one connection; CCL_ERR_TIMEOUT at the deadline. */
 ccl_status_t ccl__sock_accept(int lfd, double deadline, int *fd);
 ccl_status_t ccl__sock_send_all(int fd, const void *buf, size_t n, double deadline);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algo/algo.h"
 #include "core/log.h"
 
 /* The transport for the pair (a, b), or -1: the forced one if it can
@@ -31,6 +32,25 @@ static const struct ccl__transport *forced_transport(const struct ccl_comm *comm
 
 int ccl__plan_pair_transport(const struct ccl_comm *comm, int a, int b) {
     return choose(comm, forced_transport(comm), a, b);
+}
+
+/* Pairs the common algorithms use on every call, connected at init: the
+ * ring's neighbours, the hierarchical ring's across hosts, and the edges
+ * of the trees (both double-binary trees and the binomial tree rooted at
+ * 0). The same answer on both ranks of a pair. */
+static int eager_pair(const struct ccl_comm *comm, int p) {
+    int n = comm->nranks, me = comm->rank;
+    if (comm->ring && n > 1) {
+        int next = comm->ring[(comm->ring_pos + 1) % n], prev = comm->ring[(comm->ring_pos + n - 1) % n];
+        if (p == next || p == prev) return 1;
+    }
+    if (comm->across) {
+        int h = comm->nhosts, next = comm->across[(comm->host + 1) % h], prev = comm->across[(comm->host + h - 1) % h];
+        if (p == next || p == prev) return 1;
+    }
+    for (int t = 0; t < 3; t++)
+        if (ccl__tree_parent(n, me, t) == p || ccl__tree_parent(n, p, t) == me) return 1;
+    return 0;
 }
 
 ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
@@ -66,7 +86,7 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
             return ccl__set_error(comm, CCL_ERR_UNSUPPORTED, "init: no transport connects rank %d (%s) to rank %d (%s)",
                                   comm->rank, me->hostname, p, peer->hostname);
         }
-        use[best][p] = 1;
+        use[best][p] = comm->params.connect_all || eager_pair(comm, p) ? CCL__USE_AT_INIT : CCL__USE_ON_FIRST_USE;
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "rank %d -> rank %d (%s) via %s", comm->rank, p, peer->hostname,
                  ccl__transports[best]->name);
     }

@@ -53,7 +53,10 @@ int ccl__plan_cpu_quota(void);
  * same answer on every rank. */
 int ccl__plan_pair_transport(const struct ccl_comm *comm, int a, int b);
 
-/* use[t][p] = 1 when transport t connects this rank to peer p. */
+/* use[t][p] != 0 when transport t connects this rank to peer p: at init
+ * (CCL__USE_AT_INIT), or where the transport can, when the pair is first
+ * used (the ring's and trees' pairs connect at init, others on first use,
+ * unless CCL_CONNECT=all). After ccl__plan_ring. */
 ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use);
 
 /* comm->ring from the places of every rank (ccl__plan_order), hosts,

@@ -37,9 +37,7 @@ static const char *peer_host(const struct ccl__tcp_conn *c) {
 /* Records the first failure of this connection. When the communicator has
  * already failed (poison shut our own sockets, or an abort), its message is
  * the one worth keeping, so it is not overwritten. */
-static ccl_status_t conn_fail(struct ccl__tcp_conn *c, ccl_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ccl_status_t conn_fail(struct ccl__tcp_conn *c, ccl_status_t st, const char *fmt, ...) {
+ccl_status_t ccl__tcp_fail(struct ccl__tcp_conn *c, ccl_status_t st, const char *fmt, ...) {
     if (c->failed) return c->failed;
     c->failed = st;
     struct ccl_comm *comm = c->base.comm;
@@ -54,20 +52,20 @@ static ccl_status_t conn_fail(struct ccl__tcp_conn *c, ccl_status_t st, const ch
 }
 
 static ccl_status_t fail_closed(struct ccl__tcp_conn *c) {
-    return conn_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) closed its connection", c->base.peer, peer_host(c));
+    return ccl__tcp_fail(c, CCL_ERR_REMOTE, "rank %d (%.64s) closed its connection", c->base.peer, peer_host(c));
 }
 
 /* The peer's host stopped answering: a cut link, a dead host or a
  * partition, told apart from a live peer that is merely late. */
-static ccl_status_t fail_unreachable(struct ccl__tcp_conn *c, double silent_s) {
+ccl_status_t ccl__tcp_fail_unreachable(struct ccl__tcp_conn *c, double silent_s) {
     const struct ccl__params *prm = &c->base.comm->params;
     ccl__comm_blame(c->base.comm, c->base.peer, CCL__CULPRIT_UNREACHABLE);
     if (silent_s > 0)
-        return conn_fail(c, CCL_ERR_REMOTE,
+        return ccl__tcp_fail(c, CCL_ERR_REMOTE,
                          "rank %d (%.64s) cannot be reached: its host has acknowledged nothing for %.1f s "
                          "(CCL_LINK_TIMEOUT=%g); the link or the host is down",
                          c->base.peer, peer_host(c), silent_s, prm->link_timeout_s);
-    return conn_fail(c, CCL_ERR_REMOTE,
+    return ccl__tcp_fail(c, CCL_ERR_REMOTE,
                      "rank %d (%.64s) cannot be reached: its host stopped answering keepalives "
                      "(CCL_LINK_TIMEOUT=%g); the link or the host is down",
                      c->base.peer, peer_host(c), prm->link_timeout_s);
@@ -80,14 +78,14 @@ static ccl_status_t fail_io(struct ccl__tcp_conn *c, int err, const char *what) 
     case ECONNRESET:
     case ENOTCONN:
     case ESHUTDOWN: return fail_closed(c);
-    case ETIMEDOUT: return fail_unreachable(c, 0);
+    case ETIMEDOUT: return ccl__tcp_fail_unreachable(c, 0);
     case EHOSTUNREACH:
     case ENETUNREACH:
     case ENETDOWN:
-        return conn_fail(c, CCL_ERR_REMOTE, "connection to rank %d (%.64s) failed: %s", c->base.peer, peer_host(c),
+        return ccl__tcp_fail(c, CCL_ERR_REMOTE, "connection to rank %d (%.64s) failed: %s", c->base.peer, peer_host(c),
                          strerror(err));
     default:
-        return conn_fail(c, CCL_ERR_SYSTEM, "tcp %s to rank %d (%.64s): %s", what, c->base.peer, peer_host(c),
+        return ccl__tcp_fail(c, CCL_ERR_SYSTEM, "tcp %s to rank %d (%.64s): %s", what, c->base.peer, peer_host(c),
                          strerror(err));
     }
 }
@@ -160,8 +158,9 @@ static ccl_status_t tcp_send_acquire(struct ccl__conn *base, size_t bytes, void 
     (void)bytes; /* frames are as long as their payload wherever they sit */
     struct ccl__tcp_conn *c = tcp_conn(base);
     if (c->failed) return c->failed;
-    ccl_status_t st = fail_if_peer_done(c);
-    if (st < 0) return st;
+    int linked = 0;
+    ccl_status_t st = c->fd < 0 ? ccl__tcp_link_advance(c, &linked) : fail_if_peer_done(c);
+    if (st != CCL_OK) return st;
     if (c->send_count == c->nslots) {
         int moved = 0;
         if ((st = write_frames(c, &moved)) < 0) return st;
@@ -255,7 +254,7 @@ static ccl_status_t received_bytes(struct ccl__tcp_conn *c, size_t n) {
                 return CCL_OK;
             }
             if (m->bytes > c->base.slot_bytes)
-                return conn_fail(c, CCL_ERR_REMOTE,
+                return ccl__tcp_fail(c, CCL_ERR_REMOTE,
                                  "rank %d (%.64s) sent a malformed frame: %u payload bytes, slots hold %zu",
                                  c->base.peer, peer_host(c), m->bytes, c->base.slot_bytes);
             if (m->bytes == 0) frame_complete(c, 0);
@@ -346,8 +345,12 @@ static ccl_status_t read_frames(struct ccl__tcp_conn *c, int *moved) {
 static ccl_status_t tcp_recv_acquire(struct ccl__conn *base, const void **buf, struct ccl__slot_meta *m) {
     struct ccl__tcp_conn *c = tcp_conn(base);
     if (c->failed) return c->failed;
+    int moved = 0;
+    if (c->fd < 0) {
+        ccl_status_t st = ccl__tcp_link_advance(c, &moved);
+        if (st != CCL_OK) return st;
+    }
     if (c->recv_ready == 0) {
-        int moved = 0;
         ccl_status_t st = read_frames(c, &moved);
         if (st < 0) return st;
         if (c->recv_ready == 0) return c->peer_done ? fail_closed(c) : CCL_INPROGRESS;
@@ -366,10 +369,11 @@ static ccl_status_t tcp_recv_into(struct ccl__conn *base, void *buf, size_t byte
         int placed = c->ext_state == CCL__TCP_EXT_READY ||
                      (c->ext_state == CCL__TCP_EXT_FILLING && c->recv_got > HDR_BYTES);
         c->ext_state = CCL__TCP_EXT_NONE;
-        return placed ? conn_fail(c, CCL_ERR_INTERNAL, "a receive from rank %d was abandoned in mid-frame", base->peer)
+        return placed ? ccl__tcp_fail(c, CCL_ERR_INTERNAL, "a receive from rank %d was abandoned in mid-frame", base->peer)
                       : CCL_OK;
     }
     if (c->failed) return c->failed;
+    if (c->fd < 0) return CCL_OK; /* not linked yet: the first frames use the slots */
     if (c->ext_state == CCL__TCP_EXT_FILLING || c->ext_state == CCL__TCP_EXT_READY) {
         if (c->ext == buf && c->ext_bytes == bytes) return CCL_OK; /* the same step, trying again */
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL,
@@ -406,6 +410,7 @@ static ccl_status_t tcp_progress(struct ccl__conn *base, int *moved) {
     *moved = 0;
     if (c->failed) return c->failed;
     ccl_status_t st = CCL_OK;
+    if (c->fd < 0 && (st = ccl__tcp_link_advance(c, moved)) != CCL_OK) return st == CCL_INPROGRESS ? CCL_OK : st;
     if (c->send_count > 0 && ((st = fail_if_peer_done(c)) < 0 || (st = write_frames(c, moved)) < 0)) return st;
     return read_frames(c, moved);
 }
@@ -414,6 +419,7 @@ static int tcp_flushed(struct ccl__conn *base) { return tcp_conn(base)->send_cou
 
 static int tcp_wait_fd(struct ccl__conn *base, short *events) {
     struct ccl__tcp_conn *c = tcp_conn(base);
+    if (c->fd < 0) return ccl__tcp_link_wait_fd(c, events);
     short ev = 0;
     if (c->recv_ready < c->nslots && !c->peer_done) ev |= POLLIN;
     if (c->send_count > 0) ev |= POLLOUT;
@@ -426,9 +432,10 @@ static int tcp_wait_fd(struct ccl__conn *base, short *events) {
 static ccl_status_t tcp_check_peer(struct ccl__conn *base) {
     struct ccl__tcp_conn *c = tcp_conn(base);
     if (c->failed) return c->failed;
+    if (c->fd < 0) return ccl__tcp_link_check(c);
     if (c->peer_done) return CCL_OK;
     double silent_s = 0, link_s = c->base.comm->params.link_timeout_s;
-    if (link_s > 0 && ccl__sock_silent_s(c->fd, &silent_s) && silent_s > link_s) return fail_unreachable(c, silent_s);
+    if (link_s > 0 && ccl__sock_silent_s(c->fd, &silent_s) && silent_s > link_s) return ccl__tcp_fail_unreachable(c, silent_s);
     struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
     if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))) return CCL_OK;
     if (c->recv_ready < c->nslots) {
@@ -455,7 +462,7 @@ static void *alloc_slots(size_t bytes) {
     return posix_memalign(&p, 4096, bytes ? bytes : 1) == 0 ? p : NULL;
 }
 
-ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct ccl__tcp_conn **out) {
+ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, struct ccl__tcp_conn **out) {
     *out = NULL;
     size_t slot = comm->params.tcp_slot_bytes;
     int depth = comm->params.slots;
@@ -465,17 +472,24 @@ ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct c
     struct ccl__tcp_conn *c = calloc(1, sizeof(*c));
     if (!c) return CCL_ERR_NO_MEMORY;
     c->base = (struct ccl__conn){.t = &ccl__transport_tcp, .comm = comm, .peer = peer, .slot_bytes = slot};
-    c->fd = fd;
+    c->fd = c->dial_fd = c->probe_fd = -1;
     c->nslots = (unsigned)depth;
-    c->send_buf = alloc_slots((size_t)depth * slot);
-    c->recv_buf = alloc_slots((size_t)depth * slot);
-    c->send_meta = calloc((size_t)depth, sizeof(*c->send_meta));
-    c->recv_meta = calloc((size_t)depth, sizeof(*c->recv_meta));
-    if (!c->send_buf || !c->recv_buf || !c->send_meta || !c->recv_meta) {
-        c->fd = -1; /* the caller still owns fd */
-        ccl__tcp_conn_free(c);
-        return CCL_ERR_NO_MEMORY;
-    }
+    *out = c;
+    return CCL_OK;
+}
+
+/* The slots come with the socket: a pair never used costs no memory. */
+ccl_status_t ccl__tcp_conn_link(struct ccl__tcp_conn *c, int fd) {
+    struct ccl_comm *comm = c->base.comm;
+    size_t slot = c->base.slot_bytes, depth = c->nslots;
+    c->send_buf = alloc_slots(depth * slot);
+    c->recv_buf = alloc_slots(depth * slot);
+    c->send_meta = calloc(depth, sizeof(*c->send_meta));
+    c->recv_meta = calloc(depth, sizeof(*c->recv_meta));
+    if (!c->send_buf || !c->recv_buf || !c->send_meta || !c->recv_meta)
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "tcp: out of memory for the slots of rank %d's connection",
+                              c->base.peer);
+    int peer = c->base.peer;
     ccl__sock_nonblock(fd);
     ccl__sock_nodelay(fd);
     ccl__sock_keepalive(fd, comm->params.link_timeout_s);
@@ -486,7 +500,9 @@ ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct c
     else if (want)
         CCL_INFO(CCL__SUB_NET, comm->rank, "tcp: rank %d: socket buffers left to the kernel's autotuning (%s)", peer,
                  why);
-    *out = c;
+    c->fd = fd;
+    struct ccl__tcp_state *s = *ccl__tstate(comm, &ccl__transport_tcp);
+    atomic_store(&s->fds[peer], fd);
     return CCL_OK;
 }
 
@@ -502,6 +518,8 @@ void ccl__tcp_conn_free(struct ccl__tcp_conn *c) {
         }
         close(c->fd);
     }
+    if (c->dial_fd >= 0) close(c->dial_fd);
+    if (c->probe_fd >= 0) close(c->probe_fd);
     free(c->send_buf);
     free(c->recv_buf);
     free(c->send_meta);

@@ -12,10 +12,18 @@
  * (recv_into): then the slots are not touched at all.
  *
  * Set-up: every rank listens on its bootstrap address (the blob carries a
- * union ccl__sa), connects to each lower-ranked peer it uses and sends a
- * hello proving it knows the communicator's secret, then accepts its
- * higher-ranked peers. Connections that fail the hello are logged and
- * dropped; they never make set-up fail or wait.
+ * union ccl__sa), connects to each lower-ranked peer it connects at init
+ * and sends a hello proving it knows the communicator's secret, then
+ * accepts its higher-ranked peers. Connections that fail the hello are
+ * logged and dropped; they never make set-up fail or wait.
+ *
+ * Pairs the planner marks for first use (CCL_CONNECT=lazy: all but the
+ * rings' and trees') get a connection without a socket or slots at init;
+ * the first call that waits on one links it (tcp_link.c): the higher rank
+ * dials with the same hello, the lower takes it from its listener, which
+ * stays open for the communicator's life. A 4096-rank job then holds a
+ * handful of sockets per rank instead of 4095, and a pair that is never
+ * used costs nothing.
  */
 #ifndef CCL_TRANSPORT_TCP_H
 #define CCL_TRANSPORT_TCP_H
@@ -47,6 +55,11 @@ struct ccl__tcp_hello {
     uint8_t secret[CCL__SECRET_BYTES];
 };
 
+/* A hello with this magic is a liveness probe, not a connection: the
+ * lower rank of a pair waiting for the higher one's dial checks this way
+ * that the higher one is still there (tcp_link.c), and closes it. */
+#define CCL__TCP_PROBE_MAGIC 0x65626f50u /* "Probe" */
+
 /* One recvmsg can take several small frames: what lies past the frame being
  * filled goes to a stash of this size and is copied into its slots. A copy
  * of a few KiB costs less than a system call per frame. */
@@ -54,7 +67,12 @@ struct ccl__tcp_hello {
 
 struct ccl__tcp_conn {
     struct ccl__conn base;
-    int fd;
+    int fd; /* -1 until linked: a pair connected on first use, or one set-up has not reached yet */
+    /* Linking on first use (tcp_link.c): since when a call waits for it,
+     * the higher rank's dial on its way, the lower rank's probe of the
+     * higher one and when the next is due. */
+    double link_since, next_probe, probe_since;
+    int dial_fd, probe_fd;
     unsigned nslots;
     ccl_status_t failed; /* sticky: the first failure, CCL_OK while healthy */
     int peer_done;       /* the peer's goodbye arrived: no more frames will come */
@@ -97,13 +115,61 @@ struct ccl__tcp_state {
     union ccl__sa addr;           /* where listen_fd listens */
     struct ccl__tcp_conn **conns; /* [nranks], owned here */
     _Atomic int *fds;             /* [nranks] conns[p]->fd, or -1 */
-    int dropped;                  /* connections set-up refused (strangers) */
+    int dropped;                  /* connections refused (strangers) */
+    uint8_t *use;                 /* [nranks] the planner's use[] (CCL__USE_*), 0 for peers of other transports */
+    int serving_lazy;             /* set-up is over: hellos of pairs linked on first use are welcome */
+    int npend;                    /* accepted connections whose hello is not complete */
+    struct ccl__tcp_pending *pend; /* [CCL__TCP_MAX_PENDING] */
 };
 
+/* An accepted connection whose hello has not fully arrived. */
+struct ccl__tcp_pending {
+    int fd;
+    double since;
+    size_t got;
+    char from[80];
+    struct ccl__tcp_hello hello;
+};
+#define CCL__TCP_MAX_PENDING 64
+/* A pending connection that has not sent its whole hello by then goes. */
+#define CCL__TCP_HELLO_TIMEOUT_S 5.0
+
 /* Data path (tcp.c). */
-ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, int fd, struct ccl__tcp_conn **out);
+/* A connection to peer without a socket or slots yet (fd -1). */
+ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, struct ccl__tcp_conn **out);
+/* Gives c its socket (a connection that passed the hello) and its slots.
+ * On failure fd is still the caller's. */
+ccl_status_t ccl__tcp_conn_link(struct ccl__tcp_conn *c, int fd);
 /* Says goodbye when nothing is left to send, then closes and frees. */
 void ccl__tcp_conn_free(struct ccl__tcp_conn *c);
+/* Records c's first failure with a sentence (kept only when the
+ * communicator has not failed already); returns st. */
+ccl_status_t ccl__tcp_fail(struct ccl__tcp_conn *c, ccl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The peer's host stopped answering for silent_s seconds (0: keepalive). */
+ccl_status_t ccl__tcp_fail_unreachable(struct ccl__tcp_conn *c, double silent_s);
+
+/* Accepting (tcp_accept.c): without blocking, takes what waits on the
+ * listener, reads the hellos that arrived and links the connections they
+ * prove into s->conns; strangers, probes and connections whose hello is
+ * late are closed. *adopted counts the links made. */
+ccl_status_t ccl__tcp_serve(struct ccl_comm *comm, struct ccl__tcp_state *s, int *adopted);
+/* Drops every pending connection (set-up over or failed, or teardown). */
+void ccl__tcp_drop_pending(struct ccl_comm *comm, struct ccl__tcp_state *s, const char *why);
+/* The hello this rank sends as rank `rank` (magic: a connection or a probe). */
+void ccl__tcp_hello_fill(const struct ccl_comm *comm, uint32_t magic, struct ccl__tcp_hello *h);
+/* The peer's listening address from its blob; 0 if it has none. */
+int ccl__tcp_peer_addr(const struct ccl_comm *comm, int peer, union ccl__sa *addr);
+
+/* Linking on first use (tcp_link.c), for a connection whose fd is -1:
+ * CCL_OK once linked, CCL_INPROGRESS while not yet (*moved set when it
+ * just linked), or the failure. */
+ccl_status_t ccl__tcp_link_advance(struct ccl__tcp_conn *c, int *moved);
+/* What to poll while not linked (the dial, or the listener). */
+int ccl__tcp_link_wait_fd(struct ccl__tcp_conn *c, short *events);
+/* Liveness while not linked: the higher rank's dial says it; the lower
+ * rank probes the higher one's listener after a second of waiting. */
+ccl_status_t ccl__tcp_link_check(struct ccl__tcp_conn *c);
 
 /* Set-up phases, poison and teardown (tcp_setup.c). */
 int ccl__tcp_can_connect(const struct ccl__peer_info *a, const struct ccl__peer_info *b);
