@@ -86,6 +86,7 @@ struct ccl_comm {
     struct ccl__cost_state *cost;       /* the planner's model of this job (plan/model.c) */
     size_t window_bytes;                /* the smallest window of any rank */
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
+    unsigned direct_narrow;             /* bit g % 2: only one peer read this rank's window in round g (direct.c) */
     int gpu_direct;                     /* the GPU-resident path is on (coll/device_direct.h) */
     signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
     signed char algo_last[CCL__MAX_OP_KINDS];   /* the algorithm of each collective's last call, -1 none */
