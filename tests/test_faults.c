@@ -460,6 +460,102 @@ START_TEST(timeout_names_rank_behind) {
 }
 END_TEST
 
+/* ---- a rank killed before the pairs it shares are first used ----
+ * Over tcp, pairs beyond the rings' and trees' connect when a call first
+ * needs them (CCL_CONNECT=lazy): a dead rank has no socket there to close.
+ * 7 ranks, one host each; after a barrier (the pairs set-up linked) the
+ * victim dies, and the others' first all-to-all needs every pair: each
+ * survivor must fail within seconds (a refused dial, or the probe of the
+ * dead rank's listener), long before CCL_TIMEOUT, and the all-to-all of
+ * the same ranks with every pair linked first must fail alike. Where a
+ * survivor has no linked pair to hear it from, the link names the dead
+ * rank itself. */
+
+#define FIRST_USE_RANKS 7
+#define FIRST_USE_VICTIM 3
+#define FIRST_USE_COUNT 1000 /* float32 per block */
+
+/* The victim's pairs with ranks 0, 1 and 6 are first-use pairs (its
+ * ring neighbours are 2 and 4, its tree neighbours 2, 4 and 5): those
+ * ranks receive from it alone, so only the link itself can tell them it
+ * is dead. 0 and 1, the lower ranks of their pairs, probe its listener;
+ * 6 dials it. */
+static int receives_from_victim_alone(int rank) { return rank == 0 || rank == 1 || rank == 6; }
+
+static int body_receive_from_dead(ccl_comm_t *comm, int rank, struct harness_tally *t, float *buf) {
+    if (!receives_from_victim_alone(rank)) return 0;
+    double t0 = harness_now();
+    ccl_status_t st = ccl_recv(buf, FIRST_USE_COUNT, CCL_FLOAT32, FIRST_USE_VICTIM, comm);
+    double took = harness_now() - t0;
+    char says[48];
+    snprintf(says, sizeof says, "rank %d (", FIRST_USE_VICTIM);
+    EXPECT(t, st == CCL_ERR_REMOTE && strstr(ccl_comm_last_error(comm), says) &&
+                  strstr(ccl_comm_last_error(comm), "is gone"),
+           "a receive from the dead rank %d returned %s: \"%s\"", FIRST_USE_VICTIM, ccl_status_string(st),
+           ccl_comm_last_error(comm));
+    EXPECT(t, took < 5.0, "the receive took %.1f s to fail", took);
+    fprintf(stderr, "[faults] rank %d killed before its first use: rank %d's receive from it failed after %.2f s: "
+            "\"%s\"\n", FIRST_USE_VICTIM, rank, took, ccl_comm_last_error(comm));
+    return 0;
+}
+
+static int body_killed_before_first_use(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    const int *linked_first = arg;
+    struct harness_tally t = {rank, 0};
+    size_t n = (size_t)nranks * FIRST_USE_COUNT;
+    float *in = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+    if (!in || !out) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        return t.fails;
+    }
+    if (*linked_first == 1) EXPECT_OK(&t, ccl_all_to_all(in, out, FIRST_USE_COUNT, CCL_FLOAT32, comm));
+    /* Not before the point-to-point case: the barrier's rounds would link
+     * the victim's pairs with 0, 1 and 6 (init ends on every rank together). */
+    if (*linked_first < 2) EXPECT_OK(&t, ccl_barrier(comm));
+    if (rank == FIRST_USE_VICTIM) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    struct timespec ts = {0, 300 * 1000 * 1000}; /* the victim is gone, its listener closed */
+    nanosleep(&ts, NULL);
+    if (*linked_first == 2) {
+        body_receive_from_dead(comm, rank, &t, out);
+        free(in);
+        free(out);
+        return t.fails;
+    }
+    double t0 = harness_now();
+    ccl_status_t st = ccl_all_to_all(in, out, FIRST_USE_COUNT, CCL_FLOAT32, comm);
+    double took = harness_now() - t0;
+    EXPECT(&t, st == CCL_ERR_REMOTE, "the all-to-all after rank %d died returned %s (%s)", FIRST_USE_VICTIM,
+           ccl_status_string(st), ccl_comm_last_error(comm));
+    EXPECT(&t, took < 8.0, "the all-to-all took %.1f s to fail (CCL_TIMEOUT is %s s)", took, FAULT_CCL_TIMEOUT);
+    fprintf(stderr, "[faults] rank %d killed before %s: rank %d failed after %.2f s: \"%s\"\n", FIRST_USE_VICTIM,
+            *linked_first ? "a second all-to-all" : "the first use of its pairs", rank, took,
+            ccl_comm_last_error(comm));
+    free(in);
+    free(out);
+    return t.fails;
+}
+
+START_TEST(killed_before_first_use) {
+    static const int linked_first[3] = {0, 1, 2}; /* 2: point-to-point from the victim alone */
+    struct harness_run run = {
+        .nranks = FIRST_USE_RANKS,
+        .body = body_killed_before_first_use,
+        .arg = (void *)&linked_first[_i],
+        .transport = "tcp",
+        .ranks_per_host = 1,
+        .ccl_timeout = FAULT_CCL_TIMEOUT,
+        .lenient_destroy = 1,
+        .deadline_s = 60,
+    };
+    static const char *const when[3] = {"its pairs' first use", "a second all-to-all", "receives from it"};
+    util_run_clean(&run, 1ull << FIRST_USE_VICTIM, "rank %d of %d killed before %s", FIRST_USE_VICTIM,
+                   FIRST_USE_RANKS, when[_i]);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("faults");
     int ncases;
@@ -469,6 +565,7 @@ static Suite *suite(void) {
                        (int)(sizeof abort_configs / sizeof abort_configs[0]), 200);
     util_add_loop_case(s, "leaver_is_not_a_death", leaver_is_not_a_death, LEAVER_CASES, 100);
     util_add_loop_case(s, "timeout_names_rank_behind", timeout_names_rank_behind, BEHIND_CASES, 100);
+    util_add_loop_case(s, "killed_before_first_use", killed_before_first_use, 3, 100);
     return s;
 }
 

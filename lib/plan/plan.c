@@ -87,8 +87,8 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
                                   comm->rank, me->hostname, p, peer->hostname);
         }
         use[best][p] = comm->params.connect_all || eager_pair(comm, p) ? CCL__USE_AT_INIT : CCL__USE_ON_FIRST_USE;
-        CCL_INFO(CCL__SUB_PLAN, comm->rank, "rank %d -> rank %d (%s) via %s", comm->rank, p, peer->hostname,
-                 ccl__transports[best]->name);
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "rank %d -> rank %d (%s) via %s%s", comm->rank, p, peer->hostname,
+                 ccl__transports[best]->name, use[best][p] == CCL__USE_AT_INIT ? "" : ", on first use where it can");
     }
     return CCL_OK;
 }
