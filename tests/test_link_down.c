@@ -10,6 +10,10 @@
  *    memory inside a host and tcp between them; one host's cable is pulled.
  *    Every rank errs in the same time, also the one whose host-mate found
  *    the cut first and left (its shared-memory peer is gone, not late).
+ *  - cut before first use: the same two hosts, three ranks each, tcp; the
+ *    cable goes before the pairs across that connect on first use were
+ *    used: their first receives must fail the same way, with no socket
+ *    to time out (the dial, or the probe, goes unanswered).
  *  - late: one rank sleeps for several link timeouts before it calls, while
  *    a peer's send to it fills every buffer on the way. Nobody may be
  *    declared dead: the calls finish bit-exact.
@@ -189,6 +193,85 @@ static const struct cut_case victim_hosts[] = {
 START_TEST(cut_between_hosts) { run_cut(&victim_hosts[_i]); }
 END_TEST
 
+/* ---- cut before first use ----
+ * Two hosts of three ranks, tcp everywhere. Pairs beyond the rings' and
+ * trees' connect on their first use (CCL_CONNECT=lazy); at 6 ranks on two
+ * hosts (the hierarchical ring links 0-3, 1-4 and 2-5 at init) 1-3 is
+ * such a pair. Host 1's cable is pulled before any call, then ranks 1 and
+ * 3 receive from each other: no socket exists to time out. Rank 3's dial
+ * goes unanswered, rank 1's probe of rank 3's listener too: each must fail
+ * within CCL_LINK_TIMEOUT and a few seconds, saying the other cannot be
+ * reached and that it did not answer (not a linked socket's keepalive). */
+
+#define FIRST_USE_NS_RANKS 3
+static const struct cut_case first_use_hosts = {1, 1000, FIRST_USE_NS_RANKS, "tcp", HOSTS * FIRST_USE_NS_RANKS};
+
+static int first_use_partner(int rank) {
+    return rank == 1 ? 3 : rank == 3 ? 1 : -1;
+}
+
+static int body_first_use_cut(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks, (void)arg;
+    struct harness_tally t = {rank, 0};
+    float buf[1000];
+    char msg[HARNESS_MSG_BYTES];
+    harness_child_send("started");
+    if (harness_child_recv(msg, sizeof msg, 60) != 0 || strcmp(msg, "cut") != 0) {
+        harness_fail(&t, __FILE__, __LINE__, "the parent never said the cable was pulled");
+        return t.fails;
+    }
+    int partner = first_use_partner(rank);
+    if (partner < 0) return 0;
+    double t0 = harness_now();
+    ccl_status_t st = ccl_recv(buf, 1000, CCL_FLOAT32, partner, comm);
+    double took = harness_now() - t0;
+    const char *why = ccl_comm_last_error(comm);
+    char says[48];
+    snprintf(says, sizeof says, "rank %d (", partner);
+    EXPECT(&t, st == CCL_ERR_REMOTE && strstr(why, says) && strstr(why, "cannot be reached") &&
+                   strstr(why, "did not answer this rank's"),
+           "a receive from rank %d across the cut returned %s: \"%s\"", partner, ccl_status_string(st), why);
+    EXPECT(&t, took < NOTICE_LIMIT_S, "the receive from rank %d took %.1f s to fail", partner, took);
+    fprintf(stderr, "[faults] cable cut before first use: rank %d's receive from rank %d failed after %.2f s: \"%s\"\n",
+            rank, partner, took, why);
+    return t.fails;
+}
+
+static int parent_first_use_cut(struct harness_run *run, void *arg) {
+    (void)arg;
+    char msg[HARNESS_MSG_BYTES];
+    for (int r = 0; r < run->nranks; r++)
+        if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0 || strcmp(msg, "started") != 0) {
+            fprintf(stderr, "parent: rank %d never started\n", r);
+            return 1;
+        }
+    if (netlab_cable(&lab, first_use_hosts.victim, 0) != 0) {
+        fprintf(stderr, "parent: cannot pull namespace %d's cable\n", first_use_hosts.victim);
+        return 1;
+    }
+    for (int r = 0; r < run->nranks; r++) harness_send(run, r, "cut");
+    return 0;
+}
+
+START_TEST(cut_before_first_use) {
+    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0);
+    struct harness_run run = {
+        .nranks = first_use_hosts.nranks,
+        .body = body_first_use_cut,
+        .arg = (void *)&first_use_hosts,
+        .transport = "tcp",
+        .ranks_per_host = FIRST_USE_NS_RANKS,
+        .env = ENV,
+        .ccl_timeout = TIMEOUT_STR,
+        .deadline_s = 90,
+        .setup = enter_namespace,
+        .parent = parent_first_use_cut,
+        .lenient_destroy = 1,
+    };
+    util_run_clean(&run, 0, "host 1's cable pulled before the pairs across were first used");
+}
+END_TEST
+
 /* ---- late ---- */
 
 #define LATE_RANK 1
@@ -249,7 +332,11 @@ static Suite *suite(void) {
     Suite *s = suite_create("link_down");
     util_add_loop_case(s, "cut_cable", cut_cable, CUT_CASES, 200);
     util_add_loop_case(s, "cut_between_hosts", cut_between_hosts, HOSTS_CASES, 400);
-    TCase *tc = tcase_create("late_is_not_down");
+    TCase *tc = tcase_create("cut_before_first_use");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, cut_before_first_use);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("late_is_not_down");
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, late_is_not_down);
     suite_add_tcase(s, tc);
