@@ -799,9 +799,9 @@ static void killed_before_use_body(struct rank_ctx *c) {
     char says[64];
     snprintf(says, sizeof(says), "rank %d (host-of-rank-%d) is gone", *victim, *victim);
     EXPECT(&c->t, error_says(comm, says), "error: %s", comm->last_error);
-    EXPECT(&c->t, atomic_load(&comm->culprit) == *victim + 1 && atomic_load(&comm->culprit_cause) == CCL__CULPRIT_EXITED,
-           "the dead rank is blamed as exited (culprit %d, cause %d)", (int)atomic_load(&comm->culprit),
-           (int)atomic_load(&comm->culprit_cause));
+    int culprit = (int)atomic_load(&comm->culprit), cause = (int)atomic_load(&comm->culprit_cause);
+    EXPECT(&c->t, culprit == *victim + 1 && cause == CCL__CULPRIT_EXITED,
+           "the dead rank is blamed as exited (culprit %d, cause %d)", culprit, cause);
     comm_free(comm);
     free(p.scratch);
 }

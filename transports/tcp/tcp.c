@@ -369,8 +369,8 @@ static ccl_status_t tcp_recv_into(struct ccl__conn *base, void *buf, size_t byte
         int placed = c->ext_state == CCL__TCP_EXT_READY ||
                      (c->ext_state == CCL__TCP_EXT_FILLING && c->recv_got > HDR_BYTES);
         c->ext_state = CCL__TCP_EXT_NONE;
-        return placed ? ccl__tcp_fail(c, CCL_ERR_INTERNAL, "a receive from rank %d was abandoned in mid-frame", base->peer)
-                      : CCL_OK;
+        if (!placed) return CCL_OK;
+        return ccl__tcp_fail(c, CCL_ERR_INTERNAL, "a receive from rank %d was abandoned in mid-frame", base->peer);
     }
     if (c->failed) return c->failed;
     if (c->fd < 0) return CCL_OK; /* not linked yet: the first frames use the slots */
@@ -435,7 +435,8 @@ static ccl_status_t tcp_check_peer(struct ccl__conn *base) {
     if (c->fd < 0) return ccl__tcp_link_check(c);
     if (c->peer_done) return CCL_OK;
     double silent_s = 0, link_s = c->base.comm->params.link_timeout_s;
-    if (link_s > 0 && ccl__sock_silent_s(c->fd, &silent_s) && silent_s > link_s) return ccl__tcp_fail_unreachable(c, silent_s);
+    if (link_s > 0 && ccl__sock_silent_s(c->fd, &silent_s) && silent_s > link_s)
+        return ccl__tcp_fail_unreachable(c, silent_s);
     struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
     if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))) return CCL_OK;
     if (c->recv_ready < c->nslots) {

@@ -113,7 +113,10 @@ static ccl_status_t advance_dial(struct ccl__tcp_conn *c, int *moved) {
 ccl_status_t ccl__tcp_link_advance(struct ccl__tcp_conn *c, int *moved) {
     if (c->failed) return c->failed;
     if (c->fd >= 0) return CCL_OK;
-    if (c->link_since == 0) c->link_since = c->next_probe = ccl__now(), c->next_probe += PROBE_AFTER_S;
+    if (c->link_since == 0) {
+        c->link_since = ccl__now();
+        c->next_probe = c->link_since + PROBE_AFTER_S;
+    }
     if (dials(c)) return advance_dial(c, moved);
     int adopted = 0;
     ccl_status_t st = ccl__tcp_serve(c->base.comm, state_of(c), &adopted);
