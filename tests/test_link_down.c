@@ -105,14 +105,21 @@ static int body_cut(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     return t.fails;
 }
 
-static int parent_cut(struct harness_run *run, void *arg) {
-    int victim = ((const struct cut_case *)arg)->victim;
+/* Parent: 0 once every rank has said "started", else 1 with a line. */
+static int await_started(struct harness_run *run) {
     char msg[HARNESS_MSG_BYTES];
     for (int r = 0; r < run->nranks; r++)
         if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0 || strcmp(msg, "started") != 0) {
-            fprintf(stderr, "parent: rank %d never started its loop\n", r);
+            fprintf(stderr, "parent: rank %d never started\n", r);
             return 1;
         }
+    return 0;
+}
+
+static int parent_cut(struct harness_run *run, void *arg) {
+    int victim = ((const struct cut_case *)arg)->victim;
+    char msg[HARNESS_MSG_BYTES];
+    if (await_started(run)) return 1;
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
     double cut = harness_now();
@@ -154,23 +161,29 @@ static int parent_cut(struct harness_run *run, void *arg) {
     return fails;
 }
 
-/* Every cable plugged again (after an earlier case's cut), then one run of
- * the loop with cc's cable pulled mid-way. */
-static void run_cut(const struct cut_case *cc) {
+/* Every cable plugged again (after an earlier case's cut), and a run of
+ * cc's ranks in their namespaces, whose parent pulls a cable. */
+static struct harness_run cut_run(const struct cut_case *cc, harness_body_fn body, harness_parent_fn parent,
+                                  double deadline_s) {
     for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0);
-    struct harness_run run = {
+    return (struct harness_run){
         .nranks = cc->nranks,
-        .body = body_cut,
+        .body = body,
         .arg = (void *)cc,
         .transport = cc->transport,
         .ranks_per_host = cc->ranks_per_ns,
         .env = ENV,
         .ccl_timeout = TIMEOUT_STR,
-        .deadline_s = 150,
+        .deadline_s = deadline_s,
         .setup = enter_namespace,
-        .parent = parent_cut,
+        .parent = parent,
         .lenient_destroy = 1,
     };
+}
+
+/* One run of the loop with cc's cable pulled mid-way. */
+static void run_cut(const struct cut_case *cc) {
+    struct harness_run run = cut_run(cc, body_cut, parent_cut, 150);
     util_run_clean(&run, 0, "namespace %d's cable pulled (%d ranks per namespace, %s)", cc->victim, cc->ranks_per_ns,
                    cc->transport ? cc->transport : "shm inside a namespace");
 }
@@ -239,12 +252,7 @@ static int body_first_use_cut(ccl_comm_t *comm, int rank, int nranks, void *arg)
 
 static int parent_first_use_cut(struct harness_run *run, void *arg) {
     (void)arg;
-    char msg[HARNESS_MSG_BYTES];
-    for (int r = 0; r < run->nranks; r++)
-        if (harness_recv(run, r, msg, sizeof msg, run->start + 60) != 0 || strcmp(msg, "started") != 0) {
-            fprintf(stderr, "parent: rank %d never started\n", r);
-            return 1;
-        }
+    if (await_started(run)) return 1;
     if (netlab_cable(&lab, first_use_hosts.victim, 0) != 0) {
         fprintf(stderr, "parent: cannot pull namespace %d's cable\n", first_use_hosts.victim);
         return 1;
@@ -254,20 +262,7 @@ static int parent_first_use_cut(struct harness_run *run, void *arg) {
 }
 
 START_TEST(cut_before_first_use) {
-    for (int r = 0; r < NRANKS; r++) ck_assert_int_eq(netlab_cable(&lab, r, 1), 0);
-    struct harness_run run = {
-        .nranks = first_use_hosts.nranks,
-        .body = body_first_use_cut,
-        .arg = (void *)&first_use_hosts,
-        .transport = "tcp",
-        .ranks_per_host = FIRST_USE_NS_RANKS,
-        .env = ENV,
-        .ccl_timeout = TIMEOUT_STR,
-        .deadline_s = 90,
-        .setup = enter_namespace,
-        .parent = parent_first_use_cut,
-        .lenient_destroy = 1,
-    };
+    struct harness_run run = cut_run(&first_use_hosts, body_first_use_cut, parent_first_use_cut, 90);
     util_run_clean(&run, 0, "host 1's cable pulled before the pairs across were first used");
 }
 END_TEST

@@ -156,8 +156,9 @@ ccl_status_t ccl__tcp_fail_unreachable(struct ccl__tcp_conn *c, double silent_s)
 ccl_status_t ccl__tcp_serve(struct ccl_comm *comm, struct ccl__tcp_state *s, int *adopted);
 /* Drops every pending connection (set-up over or failed, or teardown). */
 void ccl__tcp_drop_pending(struct ccl_comm *comm, struct ccl__tcp_state *s, const char *why);
-/* The hello this rank sends as rank `rank` (magic: a connection or a probe). */
-void ccl__tcp_hello_fill(const struct ccl_comm *comm, uint32_t magic, struct ccl__tcp_hello *h);
+/* Sends this rank's hello on fd (magic: a connection or a probe), its
+ * secret wiped from memory after. */
+ccl_status_t ccl__tcp_hello_send(const struct ccl_comm *comm, int fd, uint32_t magic, double deadline);
 /* The peer's listening address from its blob; 0 if it has none. */
 int ccl__tcp_peer_addr(const struct ccl_comm *comm, int peer, union ccl__sa *addr);
 

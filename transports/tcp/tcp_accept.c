@@ -23,10 +23,13 @@
 /* Connections taken from the backlog per call. */
 #define ACCEPT_BATCH 256
 
-void ccl__tcp_hello_fill(const struct ccl_comm *comm, uint32_t magic, struct ccl__tcp_hello *h) {
-    *h = (struct ccl__tcp_hello){
+ccl_status_t ccl__tcp_hello_send(const struct ccl_comm *comm, int fd, uint32_t magic, double deadline) {
+    struct ccl__tcp_hello h = {
         .magic = magic, .version = CCL__TCP_HELLO_VERSION, .comm_id = comm->comm_id, .rank = comm->rank};
-    memcpy(h->secret, comm->secret, sizeof(h->secret));
+    memcpy(h.secret, comm->secret, sizeof(h.secret));
+    ccl_status_t st = ccl__sock_send_all(fd, &h, sizeof(h), deadline);
+    explicit_bzero(h.secret, sizeof(h.secret));
+    return st;
 }
 
 int ccl__tcp_peer_addr(const struct ccl_comm *comm, int peer, union ccl__sa *addr) {

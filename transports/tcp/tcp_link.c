@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -96,11 +95,8 @@ static ccl_status_t advance_dial(struct ccl__tcp_conn *c, int *moved) {
     int err = ccl__sock_connect_result(c->dial_fd);
     if (err < 0) return overdue(c, c->probe_since) ? fail_reaching(c, ETIMEDOUT, "connection") : CCL_INPROGRESS;
     if (err) return fail_reaching(c, err, "connection");
-    struct ccl__tcp_hello hello;
-    ccl__tcp_hello_fill(comm, CCL__TCP_HELLO_MAGIC, &hello);
     /* An empty new socket takes the few bytes at once. */
-    ccl_status_t st = ccl__sock_send_all(c->dial_fd, &hello, sizeof(hello), ccl__now() + comm->params.timeout_s);
-    explicit_bzero(hello.secret, sizeof(hello.secret));
+    ccl_status_t st = ccl__tcp_hello_send(comm, c->dial_fd, CCL__TCP_HELLO_MAGIC, ccl__now() + comm->params.timeout_s);
     if (st != CCL_OK) return fail_reaching(c, ECONNRESET, "hello");
     if ((st = ccl__tcp_conn_link(c, c->dial_fd)) != CCL_OK) return c->failed = st; /* the error is set */
     c->dial_fd = -1;
@@ -133,11 +129,9 @@ int ccl__tcp_link_wait_fd(struct ccl__tcp_conn *c, short *events) {
 /* The probe's connect answered: the higher rank lives. Its hello tells
  * the listener it is only a probe; best effort, the answer is in. */
 static void probe_answered(struct ccl__tcp_conn *c) {
-    struct ccl__tcp_hello hello;
-    ccl__tcp_hello_fill(c->base.comm, CCL__TCP_PROBE_MAGIC, &hello);
-    if (send(c->probe_fd, &hello, sizeof(hello), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        CCL_TRACE(CCL__SUB_NET, c->base.comm->rank, "tcp: probe of rank %d: %s", c->base.peer, strerror(errno));
-    explicit_bzero(hello.secret, sizeof(hello.secret));
+    /* No wait: an empty new socket takes it at once, or never will. */
+    if (ccl__tcp_hello_send(c->base.comm, c->probe_fd, CCL__TCP_PROBE_MAGIC, ccl__now()) != CCL_OK)
+        CCL_TRACE(CCL__SUB_NET, c->base.comm->rank, "tcp: the probe's hello to rank %d did not leave", c->base.peer);
     close(c->probe_fd);
     c->probe_fd = -1;
     c->next_probe = ccl__now() + PROBE_EVERY_S;

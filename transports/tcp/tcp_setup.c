@@ -113,11 +113,7 @@ static ccl_status_t dial(struct ccl_comm *comm, struct ccl__tcp_state *s, int p,
     if (st != CCL_OK)
         return ccl__set_error(comm, st, "tcp: cannot connect to rank %d (%.64s) at %s%s", p, info->hostname, name,
                               st == CCL_ERR_TIMEOUT ? " before the deadline (CCL_TIMEOUT)" : "");
-    struct ccl__tcp_hello hello;
-    ccl__tcp_hello_fill(comm, CCL__TCP_HELLO_MAGIC, &hello);
-    st = ccl__sock_send_all(fd, &hello, sizeof(hello), deadline);
-    explicit_bzero(hello.secret, sizeof(hello.secret));
-    if (st != CCL_OK) {
+    if ((st = ccl__tcp_hello_send(comm, fd, CCL__TCP_HELLO_MAGIC, deadline)) != CCL_OK) {
         close(fd);
         return ccl__set_error(comm, st, "tcp: sending hello to rank %d (%.64s) at %s failed", p, info->hostname, name);
     }
