@@ -1,0 +1,49 @@
+#!/bin/sh
+# The GPU checks in one go, on a machine with a GPU (docs/cuda.md records
+# what they gave): build with the kernels for this GPU's architecture alone
+# (a build for every architecture spends minutes in nvcc), run every test
+# labelled cuda or nccl, then the device benchmarks' figures: the
+# GPU-resident all-reduce on 2 and 4 ranks, in and out of place, and the
+# staged path for comparison.
+#
+# usage: tools/gpu-check.sh [BUILD_DIR] [LOG_DIR]
+#   BUILD_DIR  default /tmp/ccl-gpu-build; LOG_DIR  default BUILD_DIR/gpu-logs
+#   CCL_GPU_ARCH  the sm number to build for (default: what nvidia-smi says)
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-/tmp/ccl-gpu-build}
+logs=${2:-$build/gpu-logs}
+mkdir -p "$build" "$logs" || exit 1
+
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >"$logs/gpu.txt" 2>&1; then
+    echo "gpu-check: skipped: nvidia-smi found no GPU here" >&2
+    exit 77
+fi
+cat "$logs/gpu.txt"
+arch=${CCL_GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')}
+echo "gpu-check: building $src for sm_$arch in $build ($(nproc) CPUs)"
+start=$(date +%s)
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCCL_CUDA=ON -DCCL_CUDA_ARCHS="$arch" \
+    >"$logs/cmake.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" >"$logs/build.log" 2>&1 || {
+    tail -n 40 "$logs/cmake.log" "$logs/build.log"
+    exit 1
+}
+echo "gpu-check: built in $(($(date +%s) - start)) s"
+
+status=0
+(cd "$build" && ctest -L 'cuda|nccl' --output-on-failure -j 4 --timeout 240) >"$logs/ctest.log" 2>&1 || status=1
+grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed|Total Test" "$logs/ctest.log"
+
+perf=$build/bench/all_reduce_perf
+bench() {
+    echo "gpu-check: all_reduce_perf $*"
+    timeout 120 "$perf" "$@" 2>&1 | grep -v '^#$'
+}
+{
+    bench --ranks 2 --device -b 8 -e 128M -f 8 -n 20 -w 5
+    bench --ranks 4 --device -b 1M -e 256M -f 16 -n 20 -w 5
+    CCL_CUDA_DIRECT=0 bench --ranks 2 --device -b 64M -e 64M -n 5 -w 2
+} >"$logs/perf.log" 2>&1
+grep -E "^ +[0-9]+ |roofline|copy|gpu-check" "$logs/perf.log" | head -60
+exit $status
