@@ -48,6 +48,9 @@ run test_transport_ib env CCL_TEST_CABLE="$cable" "$build/tests/test_transport_i
 run "test_transport_ib (zero_copy_exact, 12 KiB reads)" env CCL_IB_PULL_BYTES=12288 CK_RUN_CASE=zero_copy_exact \
   "$build/tests/test_transport_ib"
 run "test_faults (kill -9)" env CK_RUN_CASE=kill_during_all_reduce "$build/tests/test_faults"
+# A rank killed before its pairs' first use (CCL_CONNECT=lazy): the pair
+# channel's refusal names it.
+run "test_faults (killed before first use)" env CK_RUN_CASE=killed_before_first_use "$build/tests/test_faults"
 run "test_faults_boot (wrong secret)" env CK_RUN_CASE=wrong_secret "$build/tests/test_faults_boot"
 # The correctness matrix of every collective (its "matrix" loops only: the
 # per-algorithm loops run shm and tcp, which the host's suite covers).

@@ -12,7 +12,9 @@
  * ccl_comm_register pins memory that later transfers reuse; a receiver that expected another size fails, and
  * the sender hears of it at once through the failure notice, as a peer of
  * a rank that aborts does; a receive that fails is not written to after; a link taken down or gone silent mid-loop fails
- * both ranks long before CCL_TIMEOUT; without CCL_IB_HCA each rank takes the active
+ * both ranks long before CCL_TIMEOUT; pairs that init leaves for their
+ * first use (CCL_CONNECT=lazy) link inside the call that first needs them,
+ * the same pairs on both sides, and carry every byte exact; without CCL_IB_HCA each rank takes the active
  * device hwloc places nearest (plan/topo.c's order is unit-tested on a
  * described machine in test_plan_topo).
  */
@@ -949,6 +951,105 @@ END_TEST
 START_TEST(software_adapter_spin_given) { run_software_adapter("software_adapter_spin_given", 30, "CCL_SPIN_US=30"); }
 END_TEST
 
+/* ---- pairs linked on first use ---- */
+
+#define FIRST_USE_RANKS 7
+#define FIRST_USE_COUNT 1001            /* floats per peer in the all-to-all: divides nothing */
+#define FIRST_USE_SEND_BYTES (1u << 20) /* above CCL_IB_ZCOPY_BYTES: the first use is a zero-copy offer */
+
+/* Bit p: this rank's connection to p is not linked yet. */
+static int32_t unlinked_mask(ccl_comm_t *comm, int rank, int nranks, struct harness_tally *t) {
+    struct ccl__ib_state *s = ccl__ib_state(comm);
+    int32_t mask = 0;
+    for (int p = 0; p < nranks; p++) {
+        if (p == rank) continue;
+        struct ccl__ib_conn *c = s ? s->conns[p] : NULL;
+        EXPECT(t, c != NULL, "no ib connection to rank %d", p);
+        if (c && c->link != CCL__IB_LINKED) mask |= 1 << p;
+    }
+    return mask;
+}
+
+/* 7 ranks, a host each, over ib. CCL_CONNECT=lazy (the default): init
+ * links the pairs the ring and the trees use and leaves some apart, the
+ * same pairs on both sides; a large send between two ranks init left
+ * apart (a zero-copy offer, whose read depth is the pair's) links their
+ * pair and arrives exact; an all-to-all, which every pair takes part in,
+ * links the rest, exact; an all-reduce over the fully linked pairs after.
+ * CCL_CONNECT=all: every pair linked at init. */
+static int body_first_use(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    const int lazy = *(const int *)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t masks[FIRST_USE_RANKS], mine = unlinked_mask(comm, rank, nranks, &t);
+    EXPECT_OK(&t, ccl_all_gather(&mine, masks, 1, CCL_INT32, comm));
+    int a = -1, b = -1, apart = 0;
+    for (int i = 0; i < nranks; i++)
+        for (int j = 0; j < nranks; j++) {
+            EXPECT(&t, !(masks[i] >> j & 1) == !(masks[j] >> i & 1),
+                   "rank %d has its pair with rank %d %s, rank %d not", i, j,
+                   masks[i] >> j & 1 ? "apart" : "linked", j);
+            if (i < j && masks[i] >> j & 1) {
+                apart++;
+                if (a < 0) a = i, b = j;
+            }
+        }
+    if (!lazy) EXPECT(&t, apart == 0, "CCL_CONNECT=all left %d pairs unlinked at init", apart);
+    else EXPECT(&t, apart > 0 && apart < nranks * (nranks - 1) / 2,
+                "init left %d of %d pairs for their first use", apart, nranks * (nranks - 1) / 2);
+    if (rank == 0)
+        fprintf(stderr, "[ib] CCL_CONNECT=%s: init left %d of %d pairs for their first use (the first: %d-%d)\n",
+                lazy ? "lazy" : "all", apart, nranks * (nranks - 1) / 2, a, b);
+    if (a >= 0 && (rank == a || rank == b)) {
+        uint8_t *buf = malloc(FIRST_USE_SEND_BYTES);
+        if (rank == a) fill(buf, FIRST_USE_SEND_BYTES, a, 1);
+        ccl_status_t st = rank == a ? ccl_send(buf, FIRST_USE_SEND_BYTES, CCL_UINT8, b, comm)
+                                    : ccl_recv(buf, FIRST_USE_SEND_BYTES, CCL_UINT8, a, comm);
+        EXPECT(&t, st == CCL_OK, "the first send between ranks %d and %d: %s: %s", a, b, ccl_status_string(st),
+               ccl_comm_last_error(comm));
+        if (rank == b && st == CCL_OK)
+            EXPECT(&t, first_wrong(buf, FIRST_USE_SEND_BYTES, a, 1) < 0, "rank %d's first send: wrong bytes", a);
+        struct ccl__ib_conn *c = ccl__ib_state(comm)->conns[rank == a ? b : a];
+        EXPECT(&t, c->link == CCL__IB_LINKED, "the pair %d-%d is not linked after its first send", a, b);
+        free(buf);
+    }
+    size_t n = (size_t)nranks * FIRST_USE_COUNT;
+    float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float)), *sum = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) in[i] = (float)(rank * 100000 + (int)i);
+    EXPECT_OK(&t, ccl_all_to_all(in, out, FIRST_USE_COUNT, CCL_FLOAT32, comm));
+    for (int p = 0; p < nranks; p++)
+        for (size_t i = 0; i < FIRST_USE_COUNT; i++) {
+            float want = (float)(p * 100000 + (int)((size_t)rank * FIRST_USE_COUNT + i));
+            if (out[(size_t)p * FIRST_USE_COUNT + i] != want) {
+                EXPECT(&t, 0, "all-to-all: element %zu from rank %d is %g, expected %g", i, p,
+                       (double)out[(size_t)p * FIRST_USE_COUNT + i], (double)want);
+                p = nranks;
+                break;
+            }
+        }
+    EXPECT(&t, unlinked_mask(comm, rank, nranks, &t) == 0, "pairs still unlinked after an all-to-all");
+    EXPECT_OK(&t, ccl_all_reduce(in, sum, n, CCL_FLOAT32, CCL_SUM, comm));
+    for (size_t i = 0; i < n; i++) {
+        /* integers below 2^24 summed over 7 ranks: exact in float32 */
+        double want = 100000.0 * nranks * (nranks - 1) / 2 + (double)nranks * (double)i;
+        if (sum[i] != (float)want) {
+            EXPECT(&t, 0, "all-reduce: element %zu is %g, expected %g", i, (double)sum[i], want);
+            break;
+        }
+    }
+    free(in), free(out), free(sum);
+    return t.fails;
+}
+
+START_TEST(linked_on_first_use) {
+    static const int lazy[2] = {1, 0};
+    if (!need_device("linked_on_first_use")) return;
+    struct harness_run run = {.nranks = FIRST_USE_RANKS, .transport = "ib", .host_per_rank = 1,
+                              .body = body_first_use, .arg = (void *)&lazy[_i],
+                              .env = lazy[_i] ? "CCL_CONNECT=lazy" : "CCL_CONNECT=all", .deadline_s = 200};
+    util_run_clean(&run, 0, "%d ranks ib, %s", FIRST_USE_RANKS, run.env);
+}
+END_TEST
+
 static Suite *ib_suite(void) {
     Suite *s = suite_create("transport_ib");
     add_case(s, "forced_without_device", forced_without_device);
@@ -968,6 +1069,7 @@ static Suite *ib_suite(void) {
     add_case(s, "abort_is_told", abort_is_told);
     add_case(s, "cable_pulled", cable_pulled);
     add_case(s, "link_silent", link_silent);
+    util_add_loop_case(s, "linked_on_first_use", linked_on_first_use, 2, 240);
     return s;
 }
 

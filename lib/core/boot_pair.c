@@ -339,9 +339,14 @@ static ccl_status_t check_peer_arg(struct ccl_comm *comm, int peer, size_t bytes
 }
 
 ccl_status_t ccl__pair_send(struct ccl_comm *comm, int peer, uint32_t tag, const void *buf, size_t bytes) {
+    return ccl__pair_send_within(comm, peer, tag, buf, bytes, comm->params.timeout_s);
+}
+
+ccl_status_t ccl__pair_send_within(struct ccl_comm *comm, int peer, uint32_t tag, const void *buf, size_t bytes,
+                                   double seconds) {
     CCL_CHECK(check_peer_arg(comm, peer, bytes, "send to"));
     struct ccl__pair_chan *ch = comm->pairs;
-    double deadline = ccl__now() + comm->params.timeout_s;
+    double deadline = ccl__now() + seconds;
     pthread_mutex_lock(&ch->lock);
     struct pair_msg_hdr h = {.tag = tag, .bytes = (uint32_t)bytes};
     if (ch->out[peer] >= 0) watch_out(ch, peer);
@@ -426,6 +431,33 @@ int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, si
     }
     free(found);
     return ok;
+}
+
+int ccl__pair_take(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes) {
+    struct ccl__pair_chan *ch = comm->pairs;
+    if (!ch || peer < 0 || peer >= comm->nranks || pthread_mutex_trylock(&ch->lock) != 0) return 0;
+    drain(comm, ch);
+    struct msg *m = take(ch, peer, tag);
+    pthread_mutex_unlock(&ch->lock);
+    if (!m) return 0;
+    int got = 1;
+    if (m->bytes != bytes)
+        got = ccl__set_error(comm, CCL_ERR_REMOTE,
+                             "pair channel: rank %d sent %u bytes under tag %u, rank %d expected %zu", peer, m->bytes,
+                             tag, comm->rank, bytes);
+    else if (bytes) memcpy(buf, m->data, bytes);
+    free(m);
+    return got;
+}
+
+int ccl__pair_wait_fd(struct ccl_comm *comm, int peer) {
+    struct ccl__pair_chan *ch = comm->pairs;
+    if (!ch || pthread_mutex_trylock(&ch->lock) != 0) return -1;
+    int fd = ch->lfd;
+    for (int i = 0; i < ch->nin; i++)
+        if (ch->in[i].from == peer) fd = ch->in[i].fd;
+    pthread_mutex_unlock(&ch->lock);
+    return fd;
 }
 
 int ccl__pair_gone(struct ccl_comm *comm, int peer) {

@@ -55,6 +55,11 @@ ccl_status_t ccl__pair_listen(struct ccl_comm *comm, union ccl__sa *addr);
  * learns of it from the reply): the next receive from it fails. */
 ccl_status_t ccl__pair_send(struct ccl_comm *comm, int peer, uint32_t tag, const void *buf, size_t bytes);
 
+/* ccl__pair_send, giving up on reaching the peer after `seconds` rather
+ * than CCL_TIMEOUT (a link's budget: CCL_LINK_TIMEOUT). */
+ccl_status_t ccl__pair_send_within(struct ccl_comm *comm, int peer, uint32_t tag, const void *buf, size_t bytes,
+                                   double seconds);
+
 /* Receive the oldest message from peer under tag; it must be exactly
  * bytes long (a different length is CCL_ERR_REMOTE: the two ranks
  * disagree). Waits at most CCL_TIMEOUT, and fails early when the peer
@@ -70,6 +75,17 @@ ccl_status_t ccl__pair_exchange(struct ccl_comm *comm, int peer, uint32_t tag, c
  * buf filled, 0 if none (a message of the wrong size is dropped). For
  * answering questions from inside a wait. */
 int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, size_t bytes);
+
+/* Without blocking (and without waiting for the lock): the oldest message
+ * from peer under tag, if it is here. 1 with buf filled, 0 if not (yet),
+ * CCL_ERR_REMOTE (error set) when its length is not `bytes`. For trades
+ * made from inside a wait, which must never block on a peer. */
+int ccl__pair_take(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes);
+
+/* What to poll() (POLLIN) while waiting for a message from peer: the
+ * connection it dialled us on, else the listener it will dial; -1 when
+ * that cannot be told now. */
+int ccl__pair_wait_fd(struct ccl_comm *comm, int peer);
 
 /* Without blocking (and without waiting for the lock): 1 when peer has
  * closed its side of the channel (its process exited, or it destroyed

@@ -28,7 +28,7 @@ static const struct ccl__param_doc docs[] = {
      "kernel's autotuning)"},
     {"CCL_CONNECT", "lazy",
      "lazy: init connects each rank to its ring and tree neighbours, other pairs across hosts connect when first "
-     "used (tcp); all: every pair at init"},
+     "used (tcp and ib); all: every pair at init"},
     {"CCL_IB_SLOT_BYTES", "262144", "bytes per RDMA FIFO slot (a pipeline chunk), registered on both sides"},
     {"CCL_IB_HCA", "", "RDMA device to use, as name or name:port (default: the active device nearest to the rank by hwloc)"},
     {"CCL_IB_GID_INDEX", "0", "GID table index of the RDMA port (RoCE: which address and RoCE version)"},

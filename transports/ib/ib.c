@@ -344,11 +344,19 @@ static int slot_free(const struct ccl__ib_conn *c) {
 
 static int can_send(const struct ccl__ib_conn *c) { return slot_free(c) && c->sq_busy < c->sq_depth; }
 
+/* A pair marked for first use links now (ib_link.c): CCL_OK once linked. */
+static ccl_status_t linked(struct ccl__ib_conn *c) {
+    int moved = 0;
+    return c->link == CCL__IB_LINKED ? CCL_OK : ccl__ib_link_advance(c, &moved);
+}
+
 static ccl_status_t ib_send_acquire(struct ccl__conn *base, size_t bytes, void **buf) {
     (void)bytes; /* fixed slots: a write moves only the payload it commits */
     struct ccl__ib_conn *c = ib_conn(base);
     int moved = 0;
     if (c->failed) return c->failed;
+    ccl_status_t st = linked(c); /* CCL_INPROGRESS too: nothing goes out before the pair is linked */
+    if (st != CCL_OK) return st;
     if (!can_send(c)) {
         CCL_CHECK(ccl__ib_progress_all(c, &moved));
         if (!can_send(c)) return CCL_INPROGRESS;
@@ -398,6 +406,8 @@ static ccl_status_t ib_send_commit_from(struct ccl__conn *base, const struct ccl
 static ccl_status_t ib_recv_acquire(struct ccl__conn *base, const void **buf, struct ccl__slot_meta *m) {
     struct ccl__ib_conn *c = ib_conn(base);
     if (c->failed) return c->failed;
+    ccl_status_t st = linked(c); /* CCL_INPROGRESS too: nothing goes out before the pair is linked */
+    if (st != CCL_OK) return st;
     if (c->arrived == c->released) {
         int moved = 0;
         CCL_CHECK(ccl__ib_progress_all(c, &moved));
@@ -422,8 +432,13 @@ static ccl_status_t ib_recv_release(struct ccl__conn *base) {
 }
 
 static ccl_status_t ib_progress(struct ccl__conn *base, int *moved) {
+    struct ccl__ib_conn *c = ib_conn(base);
     *moved = 0;
-    return ccl__ib_progress_all(ib_conn(base), moved);
+    if (c->link != CCL__IB_LINKED) {
+        ccl_status_t st = ccl__ib_link_advance(c, moved);
+        if (st != CCL_OK && st != CCL_INPROGRESS) return st;
+    }
+    return ccl__ib_progress_all(c, moved);
 }
 
 /* A posted write is the adapter's to deliver: nothing on this side has
@@ -443,21 +458,36 @@ static int ib_flushed(struct ccl__conn *base) {
 /* Arms the completion queue, then looks once more: completions that came
  * in before arming raise no event, so when there are any the waiter gets
  * the kick descriptor, already readable, instead of sleeping on them. */
+static int kick(struct ccl__ib_state *s) {
+    uint64_t one = 1;
+    if (write(s->kick_fd, &one, sizeof(one)) < 0) return s->chan->fd;
+    s->kicked = 1;
+    return s->kick_fd;
+}
+
+/* A pair still linking waits for the peer's next word on the pair
+ * channel: its connection to us, or the listener it will dial. The look
+ * here takes any word already read in, which would never wake a poll. */
+static int link_wait_fd(struct ccl__ib_conn *c) {
+    int moved = 0;
+    if (ccl__ib_link_advance(c, &moved) == CCL_INPROGRESS && !moved) {
+        int fd = ccl__pair_wait_fd(c->base.comm, c->base.peer);
+        if (fd >= 0) return fd;
+    }
+    return kick(ccl__ib_state(c->base.comm)); /* linked, failed or further: look again at once */
+}
+
 static int ib_wait_fd(struct ccl__conn *base, short *events) {
     struct ccl__ib_state *s = ccl__ib_state(base->comm);
     *events = POLLIN;
+    if (ib_conn(base)->link != CCL__IB_LINKED) return link_wait_fd(ib_conn(base));
     send_owed_credits(s, 0, 1); /* before sleeping, whatever the count */
     if (!s->armed) {
         if (ibv_req_notify_cq(s->cq, 0) != 0) return s->kick_fd; /* cannot arm: poll briefly */
         s->armed = 1;
         int moved = 0;
         drain_cq(s, &moved);
-        if (moved) {
-            uint64_t one = 1;
-            if (write(s->kick_fd, &one, sizeof(one)) < 0) return s->chan->fd;
-            s->kicked = 1;
-            return s->kick_fd;
-        }
+        if (moved) return kick(s);
     }
     return s->chan->fd;
 }
@@ -504,6 +534,7 @@ static ccl_status_t ib_check_peer(struct ccl__conn *base) {
     int moved = 0;
     CCL_CHECK(ccl__ib_progress_all(c, &moved));
     CCL_CHECK(check_port(c));
+    if (c->link != CCL__IB_LINKED) return ccl__ib_link_check(c);
     if (c->arrived == c->released && ccl__pair_gone(base->comm, base->peer)) {
         const struct ccl__peer_info *pi = &base->comm->peers[base->peer];
         ccl__comm_blame(base->comm, base->peer, CCL__CULPRIT_EXITED);

@@ -57,7 +57,10 @@
  * connection, so only members learn a queue pair to talk to, and an RC
  * queue pair accepts packets from its one connected remote queue pair only.
  * It also needs no IP address on the RDMA device: InfiniBand without IPoIB
- * works the same way.
+ * works the same way. Under CCL_CONNECT=lazy only the pairs the ring and
+ * the trees use are set up at init; the others build their queue pairs and
+ * trade their records in the waits of the call that first needs them
+ * (ib_link.c).
  *
  * Liveness: a verbs peer that dies leaves no trace on our queue pair until
  * we write to it (and then only after the retries run out), so a waiting
@@ -178,6 +181,15 @@ struct ccl__ib_qp_info {
     uint64_t stride, slot_bytes;
 };
 
+/* Pairs linked on first use (CCL_CONNECT=lazy, ib_link.c) trade the same
+ * record under a tag of their own, then a word saying their receives are
+ * posted: only then may the other side write. */
+#define CCL__IB_LINK_TAG 0x49424c4bu  /* "IBLK" */
+#define CCL__IB_READY_TAG 0x49425244u /* "IBRD" */
+/* Where a connection stands: linked (set-up's pairs, and first-use ones
+ * once linked), or a stage of linking on first use. */
+enum { CCL__IB_LINKED = 0, CCL__IB_LINK_IDLE, CCL__IB_LINK_SENT, CCL__IB_LINK_READY_SENT };
+
 /* wr_id: the peer in the high bits, what the request was in the low byte. */
 enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_WR_PULL = 4, CCL__IB_WR_PULLED = 5,
        CCL__IB_WR_NOTICE = 6, CCL__IB_WR_DATA_FROM = 7 /* a slot whose payload is read from the caller's memory */ };
@@ -187,6 +199,9 @@ enum { CCL__IB_WR_DATA = 1, CCL__IB_WR_CREDIT = 2, CCL__IB_WR_RECV = 3, CCL__IB_
 
 struct ccl__ib_conn {
     struct ccl__conn base;
+    int link;                    /* CCL__IB_LINKED, or how far linking on first use has got */
+    double link_since;           /* ccl__now() when linking began */
+    struct ccl__ib_qp_info mine; /* what this side sent while linking */
     struct ibv_qp *qp;  /* our requests to the peer */
     struct ibv_qp *rqp; /* the peer's requests to us: receives, and answers to its reads */
     /* Slot lanes: lane_qp[k] carries our slots n with n mod lanes == k,
@@ -282,6 +297,20 @@ ccl_status_t ccl__ib_connect(struct ccl_comm *comm, const uint8_t *use, struct c
 ccl_status_t ccl__ib_setup_done(struct ccl_comm *comm);
 void ccl__ib_teardown(struct ccl_comm *comm);
 void ccl__ib_poison(struct ccl_comm *comm, int status);
+/* Queue pairs and FIFOs for c (set-up's, or the first use's), what this
+ * side tells the peer of them, and the queue pairs brought to
+ * ready-to-send against the peer's record (receives posted first). */
+ccl_status_t ccl__ib_conn_build(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c);
+void ccl__ib_qp_info_fill(const struct ccl__ib_state *s, const struct ccl__ib_conn *c, struct ccl__ib_qp_info *out);
+ccl_status_t ccl__ib_qp_link(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c,
+                             const struct ccl__ib_qp_info *mine, const struct ccl__ib_qp_info *peer, const char *when);
+
+/* Linking a pair on its first use, from inside the waits of the call that
+ * first needs it (ib_link.c). Nothing blocks on the peer: CCL_INPROGRESS
+ * until both sides can take writes, then CCL_OK; *moved when a stage
+ * passed. link_check: CCL_ERR_REMOTE (error set) when the peer is gone. */
+ccl_status_t ccl__ib_link_advance(struct ccl__ib_conn *c, int *moved);
+ccl_status_t ccl__ib_link_check(struct ccl__ib_conn *c);
 
 /* Data path (ib.c): posts one receive request on c's lane. */
 ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c, unsigned lane);

@@ -108,14 +108,21 @@ static ccl_status_t lanes_new(struct ccl_comm *comm, struct ccl__ib_state *s, st
     return CCL_OK;
 }
 
-static ccl_status_t conn_new(struct ccl_comm *comm, struct ccl__ib_state *s, int peer, struct ccl__ib_conn **out) {
-    size_t slot = comm->params.ib_slot_bytes;
-    unsigned depth = (unsigned)comm->params.slots;
+/* A connection to peer with nothing on the adapter yet: what the data
+ * path may ask of it before it is built (ccl__ib_conn_build). */
+static ccl_status_t conn_alloc(struct ccl_comm *comm, struct ccl__ib_state *s, int peer, struct ccl__ib_conn **out) {
     struct ccl__ib_conn *c = calloc(1, sizeof(*c));
     if (!c) return CCL_ERR_NO_MEMORY;
     *out = c;
-    c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer, .slot_bytes = slot,
-                                 .cpu_adapter = s->software};
+    c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer,
+                                 .slot_bytes = comm->params.ib_slot_bytes, .cpu_adapter = s->software};
+    return CCL_OK;
+}
+
+ccl_status_t ccl__ib_conn_build(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c) {
+    size_t slot = c->base.slot_bytes;
+    unsigned depth = (unsigned)comm->params.slots;
+    int peer = c->base.peer;
     c->nslots = depth;
     c->lanes = ccl__ib_lanes(&comm->params);
     c->landed = calloc(depth, 1);
@@ -202,10 +209,13 @@ ccl_status_t ccl__ib_setup(struct ccl_comm *comm, const uint8_t *use) {
     int n = 0;
     for (int p = 0; p < comm->nranks; p++) n += use[p] != 0;
     CCL_CHECK(ccl__ib_open_cq(comm, s, n));
+    /* A pair marked for first use gets its queue pairs and FIFOs then
+     * (ib_link.c): at many ranks, most pairs never trade a byte. */
     for (int p = 0; p < comm->nranks; p++) {
         if (!use[p]) continue;
-        ccl_status_t st = conn_new(comm, s, p, &s->conns[p]);
-        if (st != CCL_OK) return st;
+        CCL_CHECK(conn_alloc(comm, s, p, &s->conns[p]));
+        if (use[p] == CCL__USE_ON_FIRST_USE) s->conns[p]->link = CCL__IB_LINK_IDLE;
+        else CCL_CHECK(ccl__ib_conn_build(comm, s, s->conns[p]));
     }
     return CCL_OK;
 }
@@ -259,13 +269,17 @@ static uint32_t random_psn(uint32_t fallback) {
     return psn & 0xffffff;
 }
 
-static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c) {
-    uint32_t rd = s->max_rd < CCL__IB_PULL_DEPTH ? s->max_rd : CCL__IB_PULL_DEPTH;
+static uint32_t rd_depth_of(const struct ccl__ib_state *s) {
+    return s->max_rd < CCL__IB_PULL_DEPTH ? s->max_rd : CCL__IB_PULL_DEPTH;
+}
+
+void ccl__ib_qp_info_fill(const struct ccl__ib_state *s, const struct ccl__ib_conn *c, struct ccl__ib_qp_info *out) {
     struct ccl__ib_qp_info mine = {.qpn = c->qp->qp_num, .psn = random_psn((uint32_t)c->base.peer),
                                    .rqpn = c->rqp->qp_num, .rpsn = random_psn((uint32_t)c->base.peer + 1),
-                                   .rd_depth = rd, .lid = s->lid, .port = s->port, .mtu = (uint8_t)s->mtu,
-                                   .fifo_addr = (uintptr_t)c->recv_fifo, .fifo_rkey = c->recv_mr->rkey,
-                                   .nslots = c->nslots, .stride = c->stride, .slot_bytes = c->base.slot_bytes};
+                                   .rd_depth = rd_depth_of(s), .lid = s->lid, .port = s->port,
+                                   .mtu = (uint8_t)s->mtu, .fifo_addr = (uintptr_t)c->recv_fifo,
+                                   .fifo_rkey = c->recv_mr->rkey, .nslots = c->nslots, .stride = c->stride,
+                                   .slot_bytes = c->base.slot_bytes};
     memcpy(mine.gid, s->gid.raw, 16);
     for (unsigned k = 1; k < c->lanes; k++) {
         mine.lane_qpn[k] = c->lane_qp[k]->qp_num;
@@ -273,8 +287,13 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
         mine.lane_rqpn[k] = c->lane_rqp[k]->qp_num;
         mine.lane_rpsn[k] = random_psn((uint32_t)c->base.peer + 2 * k + 1);
     }
-    struct ccl__ib_qp_info peer;
-    CCL_CHECK(ccl__pair_exchange(comm, c->base.peer, CCL__IB_PAIR_TAG, &mine, &peer, sizeof(peer)));
+    *out = mine;
+}
+
+ccl_status_t ccl__ib_qp_link(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c,
+                             const struct ccl__ib_qp_info *me, const struct ccl__ib_qp_info *them, const char *when) {
+    uint32_t rd = rd_depth_of(s);
+    struct ccl__ib_qp_info mine = *me, peer = *them;
     if (peer.nslots != mine.nslots || peer.stride != mine.stride || peer.slot_bytes != mine.slot_bytes)
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
                               "ib: rank %d has %u slots of %llu bytes, rank %d %u of %llu (CCL_SLOTS and "
@@ -308,10 +327,17 @@ static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, 
     uint8_t t = ack_timeout_exponent(comm);
     CCL_INFO(CCL__SUB_NET, comm->rank,
              "ib: connected to rank %d (qp %u -> %u, answering %u <- %u, slots over %u queue pairs, %u reads in "
-             "flight; an unacknowledged request is tried %d times, %.0f ms apart)",
+             "flight; an unacknowledged request is tried %d times, %.0f ms apart), %s",
              c->base.peer, mine.qpn, peer.rqpn, mine.rqpn, peer.qpn, c->lanes, c->rd_depth, RETRY_COUNT + 1,
-             4.096e-3 * (double)(1u << t));
+             4.096e-3 * (double)(1u << t), when);
     return CCL_OK;
+}
+
+static ccl_status_t connect_one(struct ccl_comm *comm, struct ccl__ib_state *s, struct ccl__ib_conn *c) {
+    struct ccl__ib_qp_info mine, peer;
+    ccl__ib_qp_info_fill(s, c, &mine);
+    CCL_CHECK(ccl__pair_exchange(comm, c->base.peer, CCL__IB_PAIR_TAG, &mine, &peer, sizeof(peer)));
+    return ccl__ib_qp_link(comm, s, c, &mine, &peer, "at init");
 }
 
 ccl_status_t ccl__ib_connect(struct ccl_comm *comm, const uint8_t *use, struct ccl__conn **conns) {
@@ -320,8 +346,8 @@ ccl_status_t ccl__ib_connect(struct ccl_comm *comm, const uint8_t *use, struct c
     ccl_status_t st = CCL_OK;
     int others = 0;
     for (int p = 0; p < comm->nranks && st == CCL_OK; p++) {
-        if (use[p] && s->conns[p]) st = connect_one(comm, s, s->conns[p]);
-        else if (p != comm->rank) others++;
+        if (use[p] && s->conns[p] && s->conns[p]->link == CCL__IB_LINKED) st = connect_one(comm, s, s->conns[p]);
+        else if (!use[p] && p != comm->rank) others++;
     }
     /* Credits may wait for a slot going back (ib.h) only where every wait
      * of this rank polls this transport, which then returns what it owes
