@@ -6,6 +6,7 @@
  * cannot run a call (never a silent fallback).
  */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,19 +54,28 @@ END_TEST
  * both, recursive halving/doubling: it moves as many bytes as the ring in
  * 4 steps where the ring takes 6 (the direct path reads as many bytes from
  * its peers' windows as the ring passes along, and copies the buffer in
- * first). */
+ * first). Where the 4 ranks outnumber the CPUs, as on a 2-core machine,
+ * the direct path instead on one host: the ranks of a core share the
+ * all-gather half's reads, and the chunked steps of the others each wait
+ * for a turn on the core (lib/plan/cost.c). */
 struct auto_case {
-    const char *name, *transport, *small, *large;
+    const char *name, *transport, *small, *large, *large_crowded;
 };
 
 static const struct auto_case auto_cases[] = {
-    {"4 ranks shm", "shm", "all_reduce:direct (cheapest", "all_reduce:rhd (cheapest"},
-    {"4 ranks tcp", "tcp", "all_reduce:rd (cheapest", "all_reduce:rhd (cheapest"},
+    {"4 ranks shm", "shm", "all_reduce:direct (cheapest", "all_reduce:rhd (cheapest",
+     "all_reduce:direct (cheapest"},
+    {"4 ranks tcp", "tcp", "all_reduce:rd (cheapest", "all_reduce:rhd (cheapest", "all_reduce:rhd (cheapest"},
 };
+
+/* The ranks of the job outnumber the CPUs they may use. */
+static int crowded(int nranks) {
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < nranks;
+}
 
 static int body_automatic(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     const struct auto_case *ac = arg;
-    (void)nranks;
     struct harness_tally t = {rank, 0};
     size_t big = 1 << 20;
     float *x = calloc(big, sizeof *x), *y = calloc(big, sizeof *y);
@@ -76,7 +86,7 @@ static int body_automatic(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     EXPECT_OK(&t, ccl_all_reduce(x, y, 2, CCL_FLOAT32, CCL_SUM, comm));
     expect_described(&t, comm, ac->small);
     EXPECT_OK(&t, ccl_all_reduce(x, y, big, CCL_FLOAT32, CCL_SUM, comm));
-    expect_described(&t, comm, ac->large);
+    expect_described(&t, comm, crowded(nranks) ? ac->large_crowded : ac->large);
 out:
     free(x);
     free(y);

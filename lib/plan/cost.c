@@ -238,6 +238,18 @@ static size_t piece_bytes(double n, double k) {
 /* How many pieces of at most max bytes n is cut into (at least one). */
 static double pieces(double n, double max) { return n > max ? ceil(n / max) : 1; }
 
+/* The waits inside a step of `bytes` cut in chunks of at most m->max on
+ * crowded cores: each chunk past the first is waited for on its own, and
+ * where ranks share a core the one waited for runs only when the waiting
+ * one yields (the handoff the step's own wait already pays once). The
+ * direct algorithm pays its waits per round (3 a round) already.
+ * Measured: 4 ranks on 2 cores, 16 MiB, the ring 1.07-1.10x direct
+ * (bench/algo-table, 3 runs), where the model without them, with direct's
+ * shared reads below, had it 0.97x. */
+static double chunk_handoffs(const struct model *m, double bytes) {
+    return (pieces(bytes, m->max) - 1) * ccl__cost_handoff_us(m->j->oversub);
+}
+
 /* n bytes in k pieces through a pipeline `fill` steps deep, a rank moving
  * `lanes` pieces a step (one per tree of the double binary tree): the
  * first piece takes fill + 1 steps, each later one a step more. Fewer,
@@ -275,7 +287,8 @@ static double all_reduce(struct model *m, int algo, double n) {
     int N = j->n, p = ccl__pow2_floor(N);
     double part = (double)(N - 1) / N;
     switch (algo) {
-    case CCL__ALGO_RING: return 2 * (N - 1) * ring_step(m, n / N) + part * reduce_us(m, n);
+    case CCL__ALGO_RING:
+        return 2 * (N - 1) * (ring_step(m, n / N) + chunk_handoffs(m, n / N)) + part * reduce_us(m, n);
     case CCL__ALGO_TREE: {
         /* Up both trees, then down: each rank moves the whole buffer once
          * up and once down. A piece of each half goes up (or down) a level
@@ -297,14 +310,14 @@ static double all_reduce(struct model *m, int algo, double n) {
      * put it 3% behind). */
     case CCL__ALGO_RD: {
         double t = fold_us(m, n);
-        for (int k = 0; (1 << k) < p; k++) t += xor_step(m, k, n) + reduce_us(m, n);
+        for (int k = 0; (1 << k) < p; k++) t += xor_step(m, k, n) + chunk_handoffs(m, n) + reduce_us(m, n);
         return t;
     }
     case CCL__ALGO_RHD: {
         double t = fold_us(m, n), piece = n;
         for (int k = 0; (1 << k) < p; k++) {
             piece /= 2;
-            t += 2 * xor_step(m, k, piece) + reduce_us(m, piece);
+            t += 2 * (xor_step(m, k, piece) + chunk_handoffs(m, piece)) + reduce_us(m, piece);
         }
         return t;
     }
@@ -337,8 +350,17 @@ static double all_reduce(struct model *m, int algo, double n) {
          * 220 us and the ring 274, where charging every read as crossing
          * predicted 621 and 656 (bench/algo-table). */
         double across = j->oversub > 1 ? fmax(0, 1 - (j->oversub - 1) / (N - 1)) : 1;
+        /* Of the two halves' reads, the all-gather's are the same segments
+         * for every rank of a core: a segment of another core's rank
+         * crosses once and its other ranks read it from the core's caches.
+         * With k ranks a core, its crossing reads are (k + 1) (N - k) / N
+         * of the buffer where every rank's own would be 2 k (N - k) / N.
+         * Measured: 4 and 8 ranks on 2 cores, direct 0.87-0.95x the ring
+         * from 1 to 64 MiB (bench/algo-table), where counting every read
+         * as crossing predicted 1.16-1.44x. */
+        double shared = j->oversub > 1 ? (j->oversub + 1) / (2 * j->oversub) : 1;
         double t = 3 * rounds(m, n) * sync_us(m, all) + copy_us(m, n) +
-                   2 * across * transfer_us(m, all, part * n) + part * reduce_us(m, n);
+                   2 * shared * across * transfer_us(m, all, part * n) + part * reduce_us(m, n);
         return t > shot ? t : shot;
     }
     case CCL__ALGO_HIER: {
@@ -362,7 +384,7 @@ static double reduce_scatter(const struct model *m, int algo, double b) {
     const struct ccl__job_shape *j = m->j;
     int N = j->n;
     switch (algo) {
-    case CCL__ALGO_RING: return (N - 1) * (ring_step(m, b) + reduce_us(m, b));
+    case CCL__ALGO_RING: return (N - 1) * (ring_step(m, b) + chunk_handoffs(m, b) + reduce_us(m, b));
     case CCL__ALGO_DIRECT:
         if (!j->windows) return -1;
         return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, N * b) + (N - 1) * reduce_us(m, b);
@@ -374,7 +396,7 @@ static double all_gather(const struct model *m, int algo, double b) {
     const struct ccl__job_shape *j = m->j;
     int N = j->n;
     switch (algo) {
-    case CCL__ALGO_RING: return (N - 1) * ring_step(m, b);
+    case CCL__ALGO_RING: return (N - 1) * (ring_step(m, b) + chunk_handoffs(m, b));
     case CCL__ALGO_RD: {
         if (ccl__pow2_floor(N) != N) return -1;
         double t = copy_us(m, b);
