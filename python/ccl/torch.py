@@ -5,7 +5,9 @@
 
 Works under torchrun and with an explicit store; rank 0 makes libccl's
 unique id and shares it through the store. The process group's timeout is
-the communicator's (ccl_comm_init_rank_config). CPU tensors only.
+the communicator's (ccl_comm_init_rank_config). CPU tensors only. Runs on
+Debian's torch 1.13 and on torch 2.x (tested with 2.11, which
+tools/install-deps.sh installs from PyPI).
 
 The C++ part (torch_backend.cpp) is compiled against the installed
 PyTorch and the libccl that `import ccl` loaded the first time it is
@@ -70,4 +72,8 @@ def _create(store, rank, size, timeout):
 
 
 if "CCL" not in dist.Backend._plugins:
-    dist.Backend.register_backend("ccl", _create)
+    if int(torch.__version__.split(".")[0]) >= 2:
+        # torch 2.x asks which devices a backend serves: CPU tensors only here
+        dist.Backend.register_backend("ccl", _create, devices=["cpu"])
+    else:
+        dist.Backend.register_backend("ccl", _create)
