@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""torch.distributed on the "ccl" backend against "gloo", in one run on the
+"""torch.distributed on the "libccl" backend against "gloo", in one run on the
 same ranks: all_reduce of float32 tensors over a size sweep, and the step
 time of DistributedDataParallel training a gradient-heavy MLP. The two
 backends alternate (rounds), and each figure is the median over rounds.
@@ -52,7 +52,7 @@ def rank_main(args, rank, world, init):
     import ccl.torch  # noqa: F401
 
     torch.set_num_threads(1)
-    dist.init_process_group("ccl", store=dist.FileStore(init, world), rank=rank, world_size=world,
+    dist.init_process_group("libccl", store=dist.FileStore(init, world), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     groups = {"ccl": None, "gloo": dist.new_group(backend="gloo")}
     gloo_barrier = lambda: dist.barrier(group=groups["gloo"])

@@ -1,7 +1,11 @@
-"""libccl as a torch.distributed backend named "ccl":
+"""libccl as a torch.distributed backend named "libccl":
 
     import ccl.torch            # registers the backend
-    torch.distributed.init_process_group("ccl", ...)
+    torch.distributed.init_process_group("libccl", ...)
+
+"ccl" names it too, unless Intel's oneCCL bindings for PyTorch
+(oneccl_bindings_for_pytorch, which DeepSpeed picks by the name "ccl") are
+installed: then "ccl" stays theirs and "libccl" is this backend's only name.
 
 Works under torchrun and with an explicit store; rank 0 makes libccl's
 unique id and shares it through the store. The process group's timeout is
@@ -71,9 +75,25 @@ def _create(store, rank, size, timeout):
     return _ext.create_process_group(store, rank, size, timeout)
 
 
-if "CCL" not in dist.Backend._plugins:
+def _register(name):
+    if name.upper() in dist.Backend._plugins:
+        return
     if int(torch.__version__.split(".")[0]) >= 2:
         # torch 2.x asks which devices a backend serves: CPU tensors only here
-        dist.Backend.register_backend("ccl", _create, devices=["cpu"])
+        dist.Backend.register_backend(name, _create, devices=["cpu"])
     else:
-        dist.Backend.register_backend("ccl", _create)
+        dist.Backend.register_backend(name, _create)
+
+
+def oneccl_installed():
+    """Intel's oneCCL bindings are installed: they register "ccl", and
+    DeepSpeed picks them by that name."""
+    import importlib.util
+    return importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None
+
+
+# libccl's own name, always; "ccl" too (programs written for the earlier
+# name) unless Intel's oneCCL bindings are installed, whose name it is.
+_register("libccl")
+if not oneccl_installed():
+    _register("ccl")

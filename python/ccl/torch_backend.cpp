@@ -160,7 +160,7 @@ class ProcessGroupCCL : public c10d::ProcessGroup {
     if (comm_) ccl_comm_destroy(comm_);
   }
 
-  const std::string getBackendName() const override { return "ccl"; }
+  const std::string getBackendName() const override { return "libccl"; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
     const char* what = "broadcast";

@@ -1,4 +1,4 @@
-"""The "ccl" torch.distributed backend with PyTorch itself: every
+"""The "libccl" torch.distributed backend with PyTorch itself: every
 process-group operation against a reference and against gloo on 1-4 ranks,
 DDP and ZeroRedundancyOptimizer training against gloo, a rank killed
 mid-training, the timeout, and torchrun. Each rank is a fresh interpreter
@@ -66,12 +66,35 @@ def test_timeout_is_honoured():
     assert "timeout: raised after" in outs[0][1]
 
 
+NAMES = """
+import sys, torch.distributed as dist
+import ccl.torch
+print(sorted(n for n in ("CCL", "LIBCCL") if n in dist.Backend._plugins), ccl.torch.oneccl_installed())
+"""
+
+
+def test_backend_names(tmp_path):
+    """"libccl" always; "ccl" too, unless Intel's oneCCL bindings are
+    installed (a package of that name on the path stands in for them)."""
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, "-c", NAMES], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[0] == "['CCL', 'LIBCCL'] False", out.stdout
+    (tmp_path / "oneccl_bindings_for_pytorch").mkdir()
+    (tmp_path / "oneccl_bindings_for_pytorch" / "__init__.py").write_text("")
+    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
+    out = subprocess.run([sys.executable, "-c", NAMES], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[0] == "['LIBCCL'] True", out.stdout
+
+
 def test_torchrun():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # torchrun.py: torchrun itself, with the one parser PyTorch 1.13 gets wrong on Python 3.11 fixed
+    # under the earlier name, "ccl", which also works where oneCCL's bindings are not installed
     out = subprocess.run([sys.executable, os.path.join(HERE, "torchrun.py"), "--nproc_per_node", "3", "--master_addr",
                           "127.0.0.1", "--master_port", str(port), SCEN, "ops", "0", "3", "env"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, CCL_TEST_BACKEND="ccl"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""One rank of a torch.distributed scenario on the "ccl" backend; run by
+"""One rank of a torch.distributed scenario on the "libccl" backend; run by
 test_torch.py as: torch_scenarios.py SCENARIO RANK WORLD INIT_FILE.
 Exits 0 when every check on this rank passed."""
 import datetime
@@ -212,12 +212,13 @@ SCENARIOS = {"ops": check_ops, "ddp": check_ddp, "killed": check_killed, "timeou
 def main():
     scenario, rank, world, init = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     timeout = datetime.timedelta(seconds=3 if scenario == "timeout" else 20)
+    backend = os.environ.get("CCL_TEST_BACKEND", "libccl")  # "ccl": the other name
     if init == "env":  # under torchrun
-        dist.init_process_group("ccl", timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout)
     else:
         store = dist.FileStore(init, world)
-        dist.init_process_group("ccl", store=store, rank=rank, world_size=world, timeout=timeout)
-    assert dist.get_backend() == "ccl"
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    assert dist.get_backend() == backend, (dist.get_backend(), backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
     SCENARIOS[scenario](rank, world, gloo)
