@@ -1,4 +1,6 @@
-// libccl as a torch.distributed process group (PyTorch 1.13's c10d API).
+// libccl as a torch.distributed backend: a c10d::Backend on torch 2.x, a
+// c10d::ProcessGroup on torch 1.13, whose operations have the same
+// signatures (CclBase below is the one difference).
 //
 // Every operation is queued, in issue order, to one worker thread per
 // process group that runs the blocking libccl call and then completes the
@@ -8,7 +10,12 @@
 #include <torch/extension.h>
 #include <pybind11/chrono.h>
 
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -27,6 +34,14 @@
 #include "ccl.h"
 
 namespace {
+
+// torch 2.x's ProcessGroup dispatches to one Backend per device type;
+// torch 1.13's ProcessGroup is the backend itself.
+#if TORCH_VERSION_MAJOR >= 2
+using CclBase = c10d::Backend;
+#else
+using CclBase = c10d::ProcessGroup;
+#endif
 
 using c10d::OpType;
 using Tensors = std::vector<at::Tensor>;
@@ -120,10 +135,10 @@ class WorkCCL : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-class ProcessGroupCCL : public c10d::ProcessGroup {
+class ProcessGroupCCL : public CclBase {
  public:
   ProcessGroupCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s)
-      : c10d::ProcessGroup(rank, size) {
+      : CclBase(rank, size) {
     // Rank 0 makes the rendezvous point and publishes it through the store,
     // as the NCCL backend does with its unique id.
     ccl_unique_id_t id;
@@ -456,8 +471,8 @@ class ProcessGroupCCL : public c10d::ProcessGroup {
   bool stop_ = false;
 };
 
-c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                              const std::chrono::duration<float>& timeout) {
+c10::intrusive_ptr<CclBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   const std::chrono::duration<float>& timeout) {
   return c10::make_intrusive<ProcessGroupCCL>(store, rank, size, (double)timeout.count());
 }
 
