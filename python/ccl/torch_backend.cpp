@@ -100,6 +100,20 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
               " elements where the sizes must match");
 }
 
+// Coalesced pairs: as many outputs as inputs, each pair of one dtype, an
+// output of out_scale x (an input of in_scale x) the other's elements.
+void check_pairs(const Tensors& outs, const Tensors& ins, const char* what, int64_t out_scale, int64_t in_scale) {
+  TORCH_CHECK(!ins.empty() && outs.size() == ins.size(), "ccl: ", what, ": ", outs.size(), " outputs for ",
+              ins.size(), " inputs");
+  for (size_t i = 0; i < ins.size(); i++) {
+    check_tensor(ins[i], what);
+    check_tensor(outs[i], what);
+    TORCH_CHECK(outs[i].scalar_type() == ins[i].scalar_type() && outs[i].numel() * in_scale == ins[i].numel() * out_scale,
+                "ccl: ", what, ": pair ", i, ": an output of ", outs[i].numel(), " x ", outs[i].scalar_type(),
+                " for an input of ", ins[i].numel(), " x ", ins[i].scalar_type());
+  }
+}
+
 // Equal-sized tensors as the one flat buffer a libccl call takes, and back.
 at::Tensor flatten(const Tensors& ts) {
   Tensors flat;
@@ -256,6 +270,42 @@ class ProcessGroupCCL : public CclBase {
       return ccl_all_gather(in.data_ptr(), out.data_ptr(), in.numel(), to_ccl(in.scalar_type(), what), comm_);
     });
   }
+
+#if TORCH_VERSION_MAJOR >= 2
+  // torch 2.x's coalesced all_gather_into_tensor and reduce_scatter_tensor
+  // (what dist._coalescing_manager and FSDP call): one libccl call per
+  // pair of tensors, all in one group, so they progress together.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                                                 const c10d::AllgatherOptions&) override {
+    const char* what = "allgather_into_tensor_coalesced";
+    check_pairs(outputs, inputs, what, /*out_scale=*/getSize(), /*in_scale=*/1);
+    Tensors outs = outputs, ins = inputs;
+    return enqueue(OpType::COALESCED, outs, [=] {
+      ccl_status_t st = ccl_group_start();
+      for (size_t i = 0; i < ins.size() && st == CCL_OK; i++)
+        st = ccl_all_gather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
+                            to_ccl(ins[i].scalar_type(), what), comm_);
+      ccl_status_t end = ccl_group_end();
+      return st != CCL_OK ? st : end;
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override {
+    const char* what = "reduce_scatter_tensor_coalesced";
+    check_pairs(outputs, inputs, what, /*out_scale=*/1, /*in_scale=*/getSize());
+    ccl_op_t op = to_ccl(opts.reduceOp, outputs[0].scalar_type(), what);
+    Tensors outs = outputs, ins = inputs;
+    return enqueue(OpType::COALESCED, outs, [=] {
+      ccl_status_t st = ccl_group_start();
+      for (size_t i = 0; i < ins.size() && st == CCL_OK; i++)
+        st = ccl_reduce_scatter(ins[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
+                                to_ccl(outs[i].scalar_type(), what), op, comm_);
+      ccl_status_t end = ccl_group_end();
+      return st != CCL_OK ? st : end;
+    });
+  }
+#endif
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<Tensors>& outputs, Tensors& inputs,
                                         const c10d::GatherOptions& opts) override {

@@ -36,6 +36,32 @@ def same(a, b, what):
         raise AssertionError(f"{what}: {a.tolist()[:8]} != {b.tolist()[:8]}")
 
 
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+
+
+def check_coalesced(rank, world, n, dt, tag):
+    """torch 2.x's coalesced all_gather_into_tensor and reduce_scatter_tensor
+    (what _coalescing_manager, and FSDP, call): three pairs of tensors of
+    different sizes in one coalesced call each."""
+    sizes = [n, 1, 2 * n + 1]
+    gathered = [torch.zeros(k * world, dtype=dt) for k in sizes]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for i, k in enumerate(sizes):
+            dist.all_gather_into_tensor(gathered[i], data(rank, k, dt, 10 + i))
+    cm.wait()
+    for i, k in enumerate(sizes):
+        same(gathered[i], torch.cat([data(q, k, dt, 10 + i) for q in range(world)]),
+             f"allgather_into_tensor_coalesced pair {i} {tag}")
+    scattered = [torch.zeros(k, dtype=dt) for k in sizes]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for i, k in enumerate(sizes):
+            dist.reduce_scatter_tensor(scattered[i], data(rank, k * world, dt, 20 + i), op=dist.ReduceOp.SUM)
+    cm.wait()
+    for i, k in enumerate(sizes):
+        want = reduce_ref([data(q, k * world, dt, 20 + i)[rank * k:(rank + 1) * k] for q in range(world)], "sum")
+        same(scattered[i], want, f"reduce_scatter_tensor_coalesced pair {i} {tag}")
+
+
 def check_ops(rank, world, gloo):
     """Every process-group operation, on every dtype, against a reference
     computed here and (for gloo's dtypes) against gloo's own result."""
@@ -79,6 +105,8 @@ def check_ops(rank, world, gloo):
                 out2 = torch.zeros(n, dtype=dt)
                 dist._reduce_scatter_base(out2, torch.cat(ins))
                 same(out2, out, f"_reduce_scatter_base {tag}")
+                if TORCH2:
+                    check_coalesced(rank, world, n, dt, tag)
             gl = [torch.zeros(n, dtype=dt) for _ in range(world)] if rank == 0 else None
             dist.gather(data(rank, n, dt, 5), gl, dst=0, group=g)
             if rank == 0:
