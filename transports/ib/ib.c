@@ -455,9 +455,8 @@ static int ib_flushed(struct ccl__conn *base) {
     return c->failed || c->from_done == c->from_posted;
 }
 
-/* Arms the completion queue, then looks once more: completions that came
- * in before arming raise no event, so when there are any the waiter gets
- * the kick descriptor, already readable, instead of sleeping on them. */
+/* The kick descriptor, made readable: a waiter polling it looks again at
+ * once instead of sleeping. */
 static int kick(struct ccl__ib_state *s) {
     uint64_t one = 1;
     if (write(s->kick_fd, &one, sizeof(one)) < 0) return s->chan->fd;
@@ -477,6 +476,9 @@ static int link_wait_fd(struct ccl__ib_conn *c) {
     return kick(ccl__ib_state(c->base.comm)); /* linked, failed or further: look again at once */
 }
 
+/* Arms the completion queue, then looks once more: completions that came
+ * in before arming raise no event, so when there are any the waiter gets
+ * the kick descriptor, already readable, instead of sleeping on them. */
 static int ib_wait_fd(struct ccl__conn *base, short *events) {
     struct ccl__ib_state *s = ccl__ib_state(base->comm);
     *events = POLLIN;
