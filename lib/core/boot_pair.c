@@ -368,6 +368,20 @@ static struct msg *take(struct ccl__pair_chan *ch, int peer, uint32_t tag) {
     return NULL;
 }
 
+/* A message taken for a receive: its bytes into buf when it is exactly
+ * `bytes` long (else the two ranks disagree: CCL_ERR_REMOTE, error set);
+ * frees it either way. */
+static ccl_status_t deliver(struct ccl_comm *comm, struct msg *m, int peer, uint32_t tag, void *buf, size_t bytes) {
+    ccl_status_t st = CCL_OK;
+    if (m->bytes != bytes)
+        st = ccl__set_error(comm, CCL_ERR_REMOTE,
+                            "pair channel: rank %d sent %u bytes under tag %u, rank %d expected %zu", peer, m->bytes,
+                            tag, comm->rank, bytes);
+    else if (bytes) memcpy(buf, m->data, bytes);
+    free(m);
+    return st;
+}
+
 ccl_status_t ccl__pair_recv(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes) {
     CCL_CHECK(check_peer_arg(comm, peer, bytes, "receive from"));
     struct ccl__pair_chan *ch = comm->pairs;
@@ -395,14 +409,7 @@ ccl_status_t ccl__pair_recv(struct ccl_comm *comm, int peer, uint32_t tag, void 
         if (rev) watch_out(ch, peer);
     }
     pthread_mutex_unlock(&ch->lock);
-    if (!m) return st;
-    if (m->bytes != bytes)
-        st = ccl__set_error(comm, CCL_ERR_REMOTE,
-                            "pair channel: rank %d sent %u bytes under tag %u, rank %d expected %zu", peer, m->bytes,
-                            tag, comm->rank, bytes);
-    else if (bytes) memcpy(buf, m->data, bytes);
-    free(m);
-    return st;
+    return m ? deliver(comm, m, peer, tag, buf, bytes) : st;
 }
 
 ccl_status_t ccl__pair_exchange(struct ccl_comm *comm, int peer, uint32_t tag, const void *mine, void *theirs,
@@ -440,14 +447,8 @@ int ccl__pair_take(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, siz
     struct msg *m = take(ch, peer, tag);
     pthread_mutex_unlock(&ch->lock);
     if (!m) return 0;
-    int got = 1;
-    if (m->bytes != bytes)
-        got = ccl__set_error(comm, CCL_ERR_REMOTE,
-                             "pair channel: rank %d sent %u bytes under tag %u, rank %d expected %zu", peer, m->bytes,
-                             tag, comm->rank, bytes);
-    else if (bytes) memcpy(buf, m->data, bytes);
-    free(m);
-    return got;
+    ccl_status_t st = deliver(comm, m, peer, tag, buf, bytes);
+    return st == CCL_OK ? 1 : st;
 }
 
 int ccl__pair_wait_fd(struct ccl_comm *comm, int peer) {

@@ -114,6 +114,16 @@ void check_pairs(const Tensors& outs, const Tensors& ins, const char* what, int6
   }
 }
 
+// call(i) for i in [0, n), recorded in one libccl group so that the calls
+// progress together; stops at the first that fails, and ends the group
+// either way.
+ccl_status_t grouped(size_t n, const std::function<ccl_status_t(size_t)>& call) {
+  ccl_status_t st = ccl_group_start();
+  for (size_t i = 0; i < n && st == CCL_OK; i++) st = call(i);
+  ccl_status_t end = ccl_group_end();
+  return st != CCL_OK ? st : end;
+}
+
 // Equal-sized tensors as the one flat buffer a libccl call takes, and back.
 at::Tensor flatten(const Tensors& ts) {
   Tensors flat;
@@ -220,13 +230,10 @@ class ProcessGroupCCL : public CclBase {
     ccl_op_t op = to_ccl(opts.reduceOp, tensors[0].scalar_type(), what);
     Tensors ts = tensors;
     return enqueue(OpType::ALLREDUCE_COALESCED, ts, [=] {
-      // One call in a group per tensor: they progress together.
-      ccl_status_t st = ccl_group_start();
-      for (auto& t : ts)
-        if (st == CCL_OK)
-          st = ccl_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), op, comm_);
-      ccl_status_t end = ccl_group_end();
-      return st != CCL_OK ? st : end;
+      return grouped(ts.size(), [&](size_t i) {  // one call per tensor
+        const at::Tensor& t = ts[i];
+        return ccl_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), op, comm_);
+      });
     });
   }
 
@@ -281,12 +288,10 @@ class ProcessGroupCCL : public CclBase {
     check_pairs(outputs, inputs, what, /*out_scale=*/getSize(), /*in_scale=*/1);
     Tensors outs = outputs, ins = inputs;
     return enqueue(OpType::COALESCED, outs, [=] {
-      ccl_status_t st = ccl_group_start();
-      for (size_t i = 0; i < ins.size() && st == CCL_OK; i++)
-        st = ccl_all_gather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
-                            to_ccl(ins[i].scalar_type(), what), comm_);
-      ccl_status_t end = ccl_group_end();
-      return st != CCL_OK ? st : end;
+      return grouped(ins.size(), [&](size_t i) {
+        return ccl_all_gather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
+                              to_ccl(ins[i].scalar_type(), what), comm_);
+      });
     });
   }
 
@@ -297,12 +302,10 @@ class ProcessGroupCCL : public CclBase {
     ccl_op_t op = to_ccl(opts.reduceOp, outputs[0].scalar_type(), what);
     Tensors outs = outputs, ins = inputs;
     return enqueue(OpType::COALESCED, outs, [=] {
-      ccl_status_t st = ccl_group_start();
-      for (size_t i = 0; i < ins.size() && st == CCL_OK; i++)
-        st = ccl_reduce_scatter(ins[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
-                                to_ccl(outs[i].scalar_type(), what), op, comm_);
-      ccl_status_t end = ccl_group_end();
-      return st != CCL_OK ? st : end;
+      return grouped(ins.size(), [&](size_t i) {
+        return ccl_reduce_scatter(ins[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
+                                  to_ccl(outs[i].scalar_type(), what), op, comm_);
+      });
     });
   }
 #endif
@@ -440,14 +443,13 @@ class ProcessGroupCCL : public CclBase {
     Tensors ins = inputs, outs = outputs;
     return enqueue(OpType::ALLTOALL, outs, [=] {
       // Separate tensors: one send and one receive per peer, in one group.
-      ccl_status_t st = ccl_group_start();
-      for (int p = 0; p < n && st == CCL_OK; p++) {
-        st = ccl_send(ins[p].data_ptr(), ins[p].numel(), to_ccl(ins[p].scalar_type(), what), p, comm_);
-        if (st == CCL_OK)
-          st = ccl_recv(outs[p].data_ptr(), outs[p].numel(), to_ccl(outs[p].scalar_type(), what), p, comm_);
-      }
-      ccl_status_t end = ccl_group_end();
-      return st != CCL_OK ? st : end;
+      return grouped((size_t)n, [&](size_t i) {
+        int p = (int)i;
+        ccl_status_t st = ccl_send(ins[p].data_ptr(), ins[p].numel(), to_ccl(ins[p].scalar_type(), what), p, comm_);
+        return st != CCL_OK ? st
+                            : ccl_recv(outs[p].data_ptr(), outs[p].numel(), to_ccl(outs[p].scalar_type(), what), p,
+                                       comm_);
+      });
     });
   }
 

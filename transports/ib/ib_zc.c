@@ -42,20 +42,19 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
                               void *reg) {
     struct ccl__ib_conn *c = ib_conn(base);
     if (c->failed) return c->failed;
-    int moved = 0; /* the read depth is the pair's: a pair marked for first use links first */
-    ccl_status_t st = c->link == CCL__IB_LINKED ? CCL_OK : ccl__ib_link_advance(c, &moved);
-    if (st != CCL_OK) return st;
     if (c->zc_offered != c->zc_pulled)
         return ccl__set_error(base->comm, CCL_ERR_INTERNAL, "ib: a second zero-copy offer to rank %d", base->peer);
+    /* The offer is an ordinary slot: its stamp, then where to read. Taking
+     * it links a pair marked for first use, whose read depth is known only
+     * then; an untaken slot is given again on the next ask. */
+    void *payload;
+    ccl_status_t st = ccl__transport_ib.send_acquire(base, sizeof(struct ccl__ib_zc_offer), &payload);
+    if (st != CCL_OK) return st; /* CCL_INPROGRESS: still linking, or no free slot yet */
     if (!c->rd_depth)
         return ccl__ib_conn_fail(c, CCL_ERR_UNSUPPORTED,
                                  "this rank's adapter and rank %d's cannot both do RDMA reads, which zero-copy needs (set "
                                  "CCL_IB_ZCOPY_BYTES=0 and register nothing)",
                                  base->peer);
-    /* The offer is an ordinary slot: its stamp, then where to read. */
-    void *payload;
-    st = ccl__transport_ib.send_acquire(base, sizeof(struct ccl__ib_zc_offer), &payload);
-    if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
     const struct ibv_mr *mr = reg;
     struct ccl__ib_zc_offer offer = {.addr = (uintptr_t)buf, .bytes = bytes, .rkey = mr->rkey};
     struct ccl__slot_meta stamp = *m;
