@@ -69,8 +69,21 @@ typedef enum {
 } ccl_dtype_t;
 
 /* CCL_AVG is the sum divided by the number of ranks, computed in the element
- * type; on integers it truncates toward zero. */
-typedef enum { CCL_SUM = 0, CCL_PROD = 1, CCL_MAX = 2, CCL_MIN = 3, CCL_AVG = 4, CCL_NUM_OPS = 5 } ccl_op_t;
+ * type; on integers it truncates toward zero. CCL_BAND, CCL_BOR and CCL_BXOR
+ * are bitwise and, or and exclusive or, of the integer types only (a float
+ * dtype with one of them is CCL_ERR_INVALID_ARGUMENT). A premultiplied sum
+ * is an op made by ccl_op_create_premul_sum; its values lie above these. */
+typedef enum {
+    CCL_SUM = 0,
+    CCL_PROD = 1,
+    CCL_MAX = 2,
+    CCL_MIN = 3,
+    CCL_AVG = 4,
+    CCL_BAND = 5,
+    CCL_BOR = 6,
+    CCL_BXOR = 7,
+    CCL_NUM_OPS = 8
+} ccl_op_t;
 
 #define CCL_UNIQUE_ID_BYTES 128
 /* Made by ccl_get_unique_id on one process and handed to every rank out of
@@ -91,6 +104,7 @@ CCL_API const char *ccl_comm_last_error(const ccl_comm_t *comm);
 CCL_API int ccl_version(void);
 CCL_API size_t ccl_dtype_size(ccl_dtype_t dtype);
 CCL_API const char *ccl_dtype_name(ccl_dtype_t dtype);
+/* "sum", "band", ...; "premul_sum" for an op of ccl_op_create_premul_sum. */
 CCL_API const char *ccl_op_name(ccl_op_t op);
 
 /* ---- communicators ---- */
@@ -185,6 +199,22 @@ CCL_API ccl_status_t ccl_comm_trace_start(ccl_comm_t *comm);
  * "ccl-trace.json"; "%p" becomes the pid, "%c" the communicator id). */
 CCL_API ccl_status_t ccl_comm_trace_stop(ccl_comm_t *comm, const char *path);
 
+/* ---- reduction ops made at run time ----
+ * A premultiplied sum (NCCL's ncclRedOpCreatePreMulSum): a reduction with
+ * *op sums scalar * x over the ranks, each rank's product rounded to dtype
+ * (as CCL_PROD rounds, on integers wrapping) before the sum. scalar points
+ * at one element of dtype in host memory, read here; each rank may pass its
+ * own. The op serves comm's calls of that dtype (another dtype is
+ * CCL_ERR_INVALID_ARGUMENT) until ccl_op_destroy; a call issued before the
+ * destroy keeps the scalar it was issued with. Thread-safe. Every rank of
+ * a call must pass such an op (CCL_CHECK=1 names a rank that passed
+ * another). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_op_create_premul_sum(ccl_comm_t *comm, ccl_dtype_t dtype, const void *scalar,
+                                                            ccl_op_t *op);
+/* Frees an op of ccl_op_create_premul_sum; a built-in op or one already
+ * destroyed is CCL_ERR_INVALID_ARGUMENT. */
+CCL_API ccl_status_t ccl_op_destroy(ccl_comm_t *comm, ccl_op_t op);
+
 /* ---- collectives (blocking) ---- */
 CCL_API CCL_NODISCARD ccl_status_t ccl_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
                                                   ccl_dtype_t dtype, ccl_op_t op, ccl_comm_t *comm);
@@ -231,6 +261,15 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_all_to_all_v(const void *sendbuf, const s
 CCL_API CCL_NODISCARD ccl_status_t ccl_send(const void *buf, size_t count, ccl_dtype_t dtype, int peer,
                                             ccl_comm_t *comm);
 CCL_API CCL_NODISCARD ccl_status_t ccl_recv(void *buf, size_t count, ccl_dtype_t dtype, int peer, ccl_comm_t *comm);
+/* A receive from whichever rank's send to this one arrives first (MPI's
+ * MPI_ANY_SOURCE); *source gets that rank. The send must carry count
+ * elements of dtype, as a named receive's must. Messages from one peer
+ * still arrive in the order sent. Not inside a group, nor on a
+ * one-rank communicator (CCL_ERR_INVALID_USAGE): its peer is known only
+ * when it runs. Count 0 is CCL_ERR_INVALID_ARGUMENT: a send of nothing
+ * moves nothing, so there would be no message to take. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_recv_any(void *buf, size_t count, ccl_dtype_t dtype, ccl_comm_t *comm,
+                                                int *source);
 
 /* ---- groups ----
  * Calls between ccl_group_start and ccl_group_end (on this thread) are only
@@ -282,6 +321,9 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_send_async(const void *buf, size_t count,
                                                   ccl_comm_t *comm, ccl_request_t **req);
 CCL_API CCL_NODISCARD ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_dtype_t dtype, int peer,
                                                   ccl_comm_t *comm, ccl_request_t **req);
+/* *source is written when the receive completes (read it after the wait). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_recv_any_async(void *buf, size_t count, ccl_dtype_t dtype, ccl_comm_t *comm,
+                                                      int *source, ccl_request_t **req);
 
 /* *done = 1 once the request finished; returns its status then (CCL_OK or an
  * error), CCL_INPROGRESS before. The request stays valid until ccl_wait. */

@@ -83,9 +83,21 @@ int matrix_full(void) {
     return s && strcmp(s, "1") == 0;
 }
 
-ccl_op_t matrix_big_op(ccl_dtype_t dtype) { return (ccl_op_t)((int)dtype % CCL_NUM_OPS); }
+/* The arithmetic ops (every dtype has them) come before the bitwise ones. */
+#define ARITH_OPS CCL_BAND
 
-int matrix_big_in_place(ccl_dtype_t dtype) { return ((int)dtype / CCL_NUM_OPS) % 2; }
+ccl_op_t matrix_big_op(ccl_dtype_t dtype) { return (ccl_op_t)((int)dtype % ARITH_OPS); }
+
+int matrix_big_in_place(ccl_dtype_t dtype) { return ((int)dtype / ARITH_OPS) % 2; }
+
+int matrix_op_wanted(ccl_dtype_t dtype, ccl_op_t op) {
+    if (op < ARITH_OPS) return 1;
+    if (!ref_op_applies(dtype, op)) return 0; /* no bitwise ops on floats (test_args checks the refusal) */
+    /* A bitwise op is one integer kernel like another: each runs on two
+     * of the six integer types (an 8-bit and a wider one), every type
+     * meeting one of them; all of them in full mode. */
+    return matrix_full() || ((int)dtype + (int)op) % 3 == 0;
+}
 
 uint64_t matrix_seed(int collective, int dtype, int op, size_t count, int placement, int root) {
     uint64_t s = ref_mix(0x63636c74ull, (uint64_t)collective, (uint64_t)dtype);
@@ -286,6 +298,7 @@ void matrix_sweep(struct matrix_body *mb, const struct matrix_sweep *sw) {
             for (int op = 0; op < nops && st == CCL_OK; op++)
                 for (int ci = 0; ci < ncounts && st == CCL_OK; ci++)
                     for (int pl = 0; pl < sw->placements && st == CCL_OK; pl++) {
+                        if (sw->has_op && !matrix_op_wanted((ccl_dtype_t)d, (ccl_op_t)op)) break;
                         /* Misalignments rotate with the other dimensions. */
                         size_t misalign = ccl_dtype_size((ccl_dtype_t)d) * (size_t)((d + op + ci + root) % 3);
                         struct matrix_combo c = {(ccl_dtype_t)d, (ccl_op_t)op, counts[ci], root, pl, misalign};
@@ -302,6 +315,7 @@ void matrix_sweep(struct matrix_body *mb, const struct matrix_sweep *sw) {
             for (int op = 0; op < nops && st == CCL_OK; op++)
                 for (int pl = 0; pl < sw->placements && st == CCL_OK; pl++) {
                     struct matrix_combo c = {dt, (ccl_op_t)op, count, root, pl, 0};
+                    if (sw->has_op && !matrix_op_wanted(dt, c.op)) break;
                     if (sw->pick_big && !sw->pick_big(nranks, &c) && !matrix_full()) continue;
                     st = sw->run(mb, &c);
                     mb->stats.combos++;

@@ -49,6 +49,9 @@ ccl_op_t matrix_big_op(ccl_dtype_t dtype);
 /* In-place or not at the big count when not in full mode: each op gets
  * both placements over its two dtypes. */
 int matrix_big_in_place(ccl_dtype_t dtype);
+/* Whether a sweep runs op on dtype: every arithmetic op; the bitwise ops
+ * on integers only, sampled outside full mode (matrix.c says how). */
+int matrix_op_wanted(ccl_dtype_t dtype, ccl_op_t op);
 /* A seed every rank derives alike for one combination. */
 uint64_t matrix_seed(int collective, int dtype, int op, size_t count, int placement, int root);
 

@@ -112,6 +112,10 @@ static void store_float(void *buf, size_t i, ccl_dtype_t d, double v) {
     }
 }
 
+int ref_op_applies(ccl_dtype_t dtype, ccl_op_t op) {
+    return (unsigned)op < CCL_NUM_OPS && (!dt_info(dtype).is_float || op < CCL_BAND);
+}
+
 /* ---- the two parts of every input ---- */
 
 /* h mapped to [-lim, lim]. */
@@ -186,6 +190,19 @@ static struct pow2 g_pow2(uint64_t h, int r) {
     return p;
 }
 
+/* Bitwise ops: x = A(i) | G(r, k) for AND, A & G for OR, A ^ G for XOR,
+ * whose reductions are A | AND_r G, A & OR_r G and (A if N is odd) ^
+ * XOR_r G. Each side is sparse or dense so that neither the AND nor the OR
+ * of a few ranks' parts is all zeros or all ones. */
+static int is_bitwise(ccl_op_t op) { return op == CCL_BAND || op == CCL_BOR || op == CCL_BXOR; }
+static uint64_t sparse(uint64_t h) { return h & (h >> 7); }
+static uint64_t dense(uint64_t h) { return h | (h >> 7); }
+static uint64_t bit_a(ccl_op_t op, uint64_t h) { return op == CCL_BAND ? sparse(h) : op == CCL_BOR ? dense(h) : h; }
+static uint64_t bit_g(ccl_op_t op, uint64_t h) { return op == CCL_BAND ? dense(h) : op == CCL_BOR ? sparse(h) : h; }
+static uint64_t bit_input(ccl_op_t op, uint64_t a, uint64_t g) {
+    return op == CCL_BAND ? a | g : op == CCL_BOR ? a & g : a ^ g;
+}
+
 void ref_reduce_input(const struct ref_case *c, int rank, size_t first, size_t n, void *buf) {
     struct gen g = gen_make(c);
     int64_t gadd[REF_PERIOD];
@@ -198,7 +215,9 @@ void ref_reduce_input(const struct ref_case *c, int rank, size_t first, size_t n
         size_t i = first + j;
         size_t k = i % REF_PERIOD;
         uint64_t ha = a_hash(c, i);
-        if (c->op == CCL_PROD && g.d.is_float) {
+        if (is_bitwise(c->op)) {
+            store_bits(buf, j, g.d.bits, bit_input(c->op, bit_a(c->op, ha), bit_g(c->op, graw[k])));
+        } else if (c->op == CCL_PROD && g.d.is_float) {
             struct pow2 a = a_pow2(&g, ha), b = g_pow2(graw[k], rank);
             store_float(buf, j, c->dtype, ldexp((a.neg ^ b.neg) ? -1.0 : 1.0, a.exp + b.exp));
         } else if (c->op == CCL_PROD) {
@@ -225,6 +244,7 @@ struct agg {
     uint64_t mul[REF_PERIOD]; /* integer PROD */
     int neg[REF_PERIOD];      /* float PROD */
     int exp[REF_PERIOD];
+    uint64_t bits[REF_PERIOD]; /* BAND / BOR / BXOR of the G parts */
 };
 
 static void agg_make(const struct gen *g, struct agg *a) {
@@ -234,8 +254,11 @@ static void agg_make(const struct gen *g, struct agg *a) {
         a->mul[k] = 1;
         a->neg[k] = 0;
         a->exp[k] = 0;
+        a->bits[k] = c->op == CCL_BAND ? ~0ull : 0;
         for (int r = 0; r < c->nranks; r++) {
             uint64_t h = g_hash(c, r, k);
+            uint64_t gb = bit_g(c->op, h);
+            a->bits[k] = c->op == CCL_BAND ? a->bits[k] & gb : c->op == CCL_BOR ? a->bits[k] | gb : a->bits[k] ^ gb;
             int64_t v = part_add(g, h);
             if (r == 0 || (c->op == CCL_MAX ? v > a->ext[k] : v < a->ext[k])) a->ext[k] = v;
             a->add[k] += (uint64_t)v;
@@ -269,6 +292,13 @@ void ref_reduce_expected(const struct ref_case *c, size_t first, size_t n, void 
         size_t i = first + j;
         size_t k = i % REF_PERIOD;
         uint64_t ha = a_hash(c, i);
+        if (is_bitwise(c->op)) {
+            uint64_t a = bit_a(c->op, ha);
+            uint64_t v = c->op == CCL_BAND ? a | agg.bits[k] : c->op == CCL_BOR ? a & agg.bits[k]
+                                                                                 : ((nr & 1) ? a : 0) ^ agg.bits[k];
+            store_bits(buf, j, g.d.bits, v);
+            continue;
+        }
         if (c->op == CCL_PROD && g.d.is_float) {
             struct pow2 a = a_pow2(&g, ha);
             int neg = agg.neg[k] ^ (a.neg & (int)(nr & 1));

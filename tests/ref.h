@@ -10,6 +10,7 @@
  *   SUM, AVG: x = a(i) + g(r, k)    -> N*a(i) + sum_r g(r, k)
  *   PROD:     x = a(i) * g(r, k)    -> a(i)^N * prod_r g(r, k)
  *   MAX, MIN: x = a(i) + g(r, k)    -> a(i) + max_r g(r, k)
+ *   BAND:     x = a(i) | g(r, k)    -> a(i) | and_r g(r, k)  (BOR, BXOR alike)
  * with ranges chosen per dtype and op so that nothing overflows where that
  * matters (integer SUM/PROD wrap by definition and may use every bit;
  * floats stay exactly representable: dyadic values with few bits, products
@@ -34,6 +35,9 @@ struct ref_case {
     int nranks;
     uint64_t seed;
 };
+
+/* 1 when op reduces dtype: the bitwise ops are for integers only. */
+int ref_op_applies(ccl_dtype_t dtype, ccl_op_t op);
 
 /* A hash of three words: the source of every "random" value here. */
 uint64_t ref_mix(uint64_t seed, uint64_t a, uint64_t b);

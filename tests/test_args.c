@@ -117,6 +117,17 @@ static void bad_types(struct harness_tally *t, struct state *s) {
         REJECT(t, s, ccl_send(in, 8, d, (s->rank + 1) % s->nranks, c));
         REJECT(t, s, ccl_recv(out, 8, d, (s->rank + 1) % s->nranks, c));
     }
+    /* The bitwise ops are for integers: every float dtype is refused. */
+    const ccl_op_t bitwise[] = {CCL_BAND, CCL_BOR, CCL_BXOR};
+    for (int d = CCL_FLOAT16; d <= CCL_FLOAT64; d++)
+        for (int k = 0; k < 3; k++) {
+            REJECT(t, s, ccl_all_reduce(in, out, 8, (ccl_dtype_t)d, bitwise[k], c));
+            REJECT(t, s, ccl_reduce_scatter(in, out, 2, (ccl_dtype_t)d, bitwise[k], c));
+            REJECT(t, s, ccl_reduce(in, out, 8, (ccl_dtype_t)d, bitwise[k], 0, c));
+        }
+    REJECT(t, s, ccl_all_reduce(in, out, 8, CCL_BFLOAT16, CCL_BXOR, c));
+    EXPECT(t, strstr(ccl_comm_last_error(c), "op bxor is for integer dtypes, not bfloat16") != NULL,
+           "a float bitwise op's message: %s", ccl_comm_last_error(c));
     expect_still_works(t, s, "invalid dtypes and ops");
 }
 

@@ -6,7 +6,8 @@
  * the group ran its calls one after another), many sends and receives to
  * every peer (self included) in one group, matched in issue order per pair,
  * thousands of small messages to one peer and to self in one group,
- * a group mixing a collective with p2p, and nested groups.
+ * a group mixing a collective with p2p, nested groups, and receives from
+ * any source (ccl_recv_any).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -341,12 +342,118 @@ out:
 START_TEST(collective_and_p2p_group) { matrix_run_short(_i, body_mixed, "mixed group", NULL); }
 END_TEST
 
+/* ---- receives from any source ---- */
+
+/* Every other rank sends rank 0 two messages per round; rank 0 takes them
+ * with ccl_recv_any: each sender's exactly twice, in the order sent, each
+ * payload its sender's. A round per dtype (count 37), then one of
+ * 2 Mi float32 (large: a zero-copy offer where the transport
+ * has one), one through the async twin, and one where rank 0 first names
+ * the last rank (recv_any then never picks it). A barrier ends each
+ * round, so no round's message meets another round's receive. */
+#define ANY_LARGE ((size_t)2 << 20)
+
+static int any_round(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, int round, ccl_dtype_t dt,
+                     size_t count, int async, int named_last, uint8_t *buf, uint8_t *scratch) {
+    size_t bytes = count * ccl_dtype_size(dt);
+    char what[96];
+    snprintf(what, sizeof what, "recv_any round %d (%zu x %s%s%s)", round, count, ccl_dtype_name(dt),
+             async ? ", async" : "", named_last ? ", last rank named" : "");
+    if (rank != 0) {
+        for (int k = 0; k < 2; k++) {
+            ref_bytes(msg_seed(rank, 0, 1000 * round + k), 0, 0, bytes, buf);
+            if (EXPECT_OK(t, ccl_send(buf, count, dt, 0, comm)) != CCL_OK) return -1;
+        }
+    } else {
+        int seen[HARNESS_MAX_RANKS] = {0};
+        for (int m = 0; m < 2 * (nranks - 1); m++) {
+            int src = -1;
+            memset(buf, 0xcd, bytes + 1);
+            ccl_status_t st;
+            if (named_last && m < 2) {
+                src = nranks - 1;
+                st = ccl_recv(buf, count, dt, src, comm);
+            } else if (async) {
+                ccl_request_t *req = NULL;
+                st = ccl_recv_any_async(buf, count, dt, comm, &src, &req);
+                if (st == CCL_OK) st = ccl_wait(req);
+            } else {
+                st = ccl_recv_any(buf, count, dt, comm, &src);
+            }
+            if (EXPECT_OK(t, st) != CCL_OK) return -1;
+            EXPECT(t, src > 0 && src < nranks, "%s: source %d is no sender", what, src);
+            if (src <= 0 || src >= nranks) return -1;
+            EXPECT(t, !(named_last && m >= 2 && src == nranks - 1), "%s: recv_any took a message the named "
+                   "receives had taken", what);
+            EXPECT(t, seen[src] < 2, "%s: a third message from rank %d", what, src);
+            expect_payload(t, what, buf, bytes, src, 0, 1000 * round + seen[src]++, scratch);
+            EXPECT(t, buf[bytes] == 0xcd, "%s: wrote past its count", what);
+        }
+        for (int p = 1; p < nranks; p++) EXPECT(t, seen[p] == 2, "%s: %d messages from rank %d", what, seen[p], p);
+    }
+    return EXPECT_OK(t, ccl_barrier(comm)) == CCL_OK ? 0 : -1;
+}
+
+static int body_any_source(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    const struct matrix_ctx *ctx = arg;
+    struct harness_tally t = {rank, 0};
+    uint8_t *buf = malloc(ANY_LARGE * 4 + 1), *scratch = malloc(ANY_LARGE * 4);
+    int round = 0, src = -7, x = 0;
+    if (!buf || !scratch) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    for (int d = 0; d < CCL_NUM_DTYPES; d++)
+        if (any_round(&t, comm, rank, nranks, round++, (ccl_dtype_t)d, SMALL_COUNT, 0, 0, buf, scratch)) goto out;
+    if (any_round(&t, comm, rank, nranks, round++, CCL_FLOAT32, ANY_LARGE, 0, 0, buf, scratch)) goto out;
+    if (any_round(&t, comm, rank, nranks, round++, CCL_UINT64, SMALL_COUNT, 1, 0, buf, scratch)) goto out;
+    if (any_round(&t, comm, rank, nranks, round++, CCL_INT32, SMALL_COUNT, 0, 1, buf, scratch)) goto out;
+    /* Refused, on every rank, changing nothing. */
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_recv_any(&x, 1, CCL_INT32, comm, NULL));
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_recv_any(&x, 0, CCL_INT32, comm, &src));
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), "count 0") != NULL, "recv_any of 0: %s", ccl_comm_last_error(comm));
+    EXPECT_OK(&t, ccl_group_start());
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_USAGE, ccl_recv_any(&x, 1, CCL_INT32, comm, &src));
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), "not inside a group") != NULL, "recv_any in a group: %s",
+           ccl_comm_last_error(comm));
+    EXPECT_OK(&t, ccl_group_end());
+    EXPECT(&t, src == -7, "a refused recv_any wrote its source");
+    EXPECT_OK(&t, ccl_barrier(comm));
+    if (rank == 0) fprintf(stderr, "[p2p] recv_any, %s: %d rounds\n", ctx->cfg->name, round);
+out:
+    free(buf);
+    free(scratch);
+    return t.fails;
+}
+
+START_TEST(any_source) { matrix_run_short(_i, body_any_source, "recv_any", NULL); }
+END_TEST
+
+static int body_any_alone(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks;
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int x = 0, src = -7;
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_USAGE, ccl_recv_any(&x, 1, CCL_INT32, comm, &src));
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), "only rank") != NULL, "one rank: %s", ccl_comm_last_error(comm));
+    EXPECT(&t, src == -7, "a refused recv_any wrote its source");
+    return t.fails;
+}
+
+START_TEST(any_source_alone) {
+    struct harness_run run = {.nranks = 1, .body = body_any_alone, .deadline_s = 60};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("p2p_group");
     matrix_add_short_loop(s, "blocking_small", blocking_small, 300);
     matrix_add_short_loop(s, "pipeline_large", pipeline_large, 300);
     matrix_add_short_loop(s, "many_in_one_group", many_in_one_group, 300);
     matrix_add_short_loop(s, "collective_and_p2p_group", collective_and_p2p_group, 300);
+    matrix_add_short_loop(s, "any_source", any_source, 300);
+    util_add_loop_case(s, "any_source_alone", any_source_alone, 1, 60);
     util_add_loop_case(s, "staged_cycle_tcp", staged_cycle_tcp, 1, 150);
     util_add_loop_case(s, "many_small_to_one_peer", many_small_to_one_peer, 2, 60);
     return s;

@@ -49,7 +49,11 @@ static const struct {
     [CCL_FLOAT32] = {4, true, true, "float32"},  [CCL_FLOAT64] = {8, true, true, "float64"},
 };
 
-static const char *const op_names[CCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
+static const char *const op_names[CCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg", "band", "bor", "bxor"};
+
+/* The float types have the ops before the bitwise ones; integers all. */
+#define FLOAT_OPS CCL_BAND
+static bool op_applies(ccl_dtype_t t, int op) { return !types[t].is_float || op < FLOAT_OPS; }
 
 static uint64_t next_random(uint64_t *state) { /* splitmix64 */
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -242,10 +246,13 @@ static void ref_reduce(ccl_dtype_t t, ccl_op_t op, const void *a, const void *b,
     if (!types[t].is_float) {
         __int128 x = load_int(t, a, i), y = load_int(t, b, i);
         unsigned __int128 ux = (unsigned __int128)x, uy = (unsigned __int128)y;
-        unsigned __int128 r = op == CCL_PROD  ? ux * uy
-                              : op == CCL_MAX ? (unsigned __int128)(x > y ? x : y)
-                              : op == CCL_MIN ? (unsigned __int128)(x < y ? x : y)
-                                              : ux + uy;
+        unsigned __int128 r = op == CCL_PROD   ? ux * uy
+                              : op == CCL_MAX  ? (unsigned __int128)(x > y ? x : y)
+                              : op == CCL_MIN  ? (unsigned __int128)(x < y ? x : y)
+                              : op == CCL_BAND ? ux & uy
+                              : op == CCL_BOR  ? ux | uy
+                              : op == CCL_BXOR ? ux ^ uy
+                                               : ux + uy;
         store_int(t, out, i, r);
         return;
     }
@@ -318,8 +325,10 @@ static void check_reduce_vs_reference(ccl_dtype_t t, ccl_op_t op, size_t n, uint
 
 START_TEST(test_table_complete) {
     for (int t = 0; t < CCL_NUM_DTYPES; t++) {
-        for (int op = 0; op < CCL_NUM_OPS; op++)
-            ck_assert_ptr_nonnull(get_kernel(t, op));
+        for (int op = 0; op < CCL_NUM_OPS; op++) {
+            if (op_applies(t, op)) ck_assert_ptr_nonnull(get_kernel(t, op));
+            else ck_assert_ptr_null(get_kernel(t, op)); /* no bitwise ops on floats */
+        }
         ck_assert_ptr_eq(get_kernel(t, CCL_AVG), get_kernel(t, CCL_SUM));
     }
     ck_assert_ptr_null(get_kernel(CCL_NUM_DTYPES, CCL_SUM));
@@ -332,6 +341,7 @@ END_TEST
 START_TEST(test_random_matches_reference) {
     ccl_dtype_t t = (ccl_dtype_t)(_i / CCL_NUM_OPS);
     ccl_op_t op = (ccl_op_t)(_i % CCL_NUM_OPS);
+    if (!op_applies(t, op)) return;
     check_reduce_vs_reference(t, op, BIG_N, 0x5eed0000u + (uint64_t)_i);
     check_reduce_vs_reference(t, op, 1u << 16, 0x0ddba11u + (uint64_t)_i);
 }
@@ -342,7 +352,7 @@ START_TEST(test_tails_and_empty) {
     static const size_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 1031};
     ccl_dtype_t t = (ccl_dtype_t)_i;
     for (int op = 0; op < CCL_NUM_OPS; op++)
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && op_applies(t, op); k++)
             check_reduce_vs_reference(t, (ccl_op_t)op, sizes[k], 0x7a11u * (k + 1) + (uint64_t)op);
 }
 END_TEST
@@ -351,6 +361,7 @@ END_TEST
 START_TEST(test_aliasing) {
     ccl_dtype_t t = (ccl_dtype_t)(_i / CCL_NUM_OPS);
     ccl_op_t op = (ccl_op_t)(_i % CCL_NUM_OPS);
+    if (!op_applies(t, op)) return;
     size_t size = types[t].size, n = BIG_N, bytes = (n + 1) * size;
     char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes), *sep = malloc(bytes), *io = malloc(bytes);
     ck_assert(a && b && want && sep && io);
@@ -506,7 +517,7 @@ START_TEST(test_nan_propagation) {
     const uint64_t partners[] = {s->pos_zero, s->neg_zero, s->one, s->minus_one, s->inf, s->minus_inf, s->tiny};
     enum { N = 19 };
     uint64_t a[N], b[N], dst[N], want[N];
-    for (int op = 0; op < CCL_NUM_OPS; op++) {
+    for (int op = 0; op < FLOAT_OPS; op++) {
         for (size_t k = 0; k < 4; k++) {
             for (size_t p = 0; p < sizeof partners / sizeof partners[0] + 4; p++) {
                 uint64_t partner = p < 7 ? partners[p] : s->nans[p - 7];
@@ -684,7 +695,7 @@ START_TEST(test_small_table_exhaustive) {
     for (size_t p = 0; p < sizeof partners / sizeof partners[0]; p++) {
         for (uint32_t h = 0; h < N; h++)
             other[h] = partners[p];
-        for (int op = 0; op < CCL_NUM_OPS; op++) {
+        for (int op = 0; op < FLOAT_OPS; op++) {
             for (int order = 0; order < 2; order++) {
                 const uint16_t *a = order ? other : all, *b = order ? all : other;
                 get_kernel(s->t, (ccl_op_t)op)(out, a, b, N);
@@ -813,6 +824,7 @@ END_TEST
 START_TEST(test_repeatable) {
     ccl_dtype_t t = (ccl_dtype_t)(_i / CCL_NUM_OPS);
     ccl_op_t op = (ccl_op_t)(_i % CCL_NUM_OPS);
+    if (!op_applies(t, op)) return;
     size_t size = types[t].size, n = BIG_N;
     char *a = malloc(n * size), *b = malloc(n * size), *first = malloc(n * size), *again = malloc(n * size);
     ck_assert(a && b && first && again);

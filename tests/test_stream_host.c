@@ -474,6 +474,7 @@ static int body_gpu_resident(ccl_comm_t *comm, int rank, int nranks, void *arg) 
                 for (size_t ci = 0; ci < 3 && !t.fails; ci++)
                     for (int inplace = 0; inplace < 2; inplace++) {
                         if ((k == COLL_AG || k == COLL_BC || k == COLL_A2A) && op) continue;
+                        if (!ref_op_applies(dt, op)) continue;
                         if (inplace && (k == COLL_RS || k == COLL_A2A)) continue;
                         if (ci == 2 && (dt != CCL_FLOAT16 || op != CCL_SUM)) continue; /* the big count: sampled */
                         size_t n = counts[ci], es = ccl_dtype_size(dt), in_b, out_b;

@@ -264,7 +264,7 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
                                     "float16 bfloat16 float32 float64, or all)", v)
                    : 0;
     case 'o':
-        return parse_mask(v, CCL_NUM_OPS, bench_redop_parse, &o->redop_mask)
+        return parse_mask(v, BENCH_NUM_REDOPS, bench_redop_parse, &o->redop_mask)
                    ? usage_error(p, "-o: '%s' is not an op list (sum prod max min avg, or all)", v)
                    : 0;
     case 'r':

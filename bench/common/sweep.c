@@ -258,7 +258,7 @@ static int run_cycle(struct sweep *sw, int first_cycle) {
     if (sw->coll == BENCH_BARRIER) return run_size(sw, 0, CCL_FLOAT32, CCL_SUM, -1);
     for (int d = 0; d < CCL_NUM_DTYPES; d++) {
         if (!(o->dtype_mask & (1u << d))) continue;
-        for (int op = 0; op < CCL_NUM_OPS; op++) {
+        for (int op = 0; op < BENCH_NUM_REDOPS; op++) {
             if (sw->info->has_redop ? !(o->redop_mask & (1u << op)) : op != CCL_SUM) continue;
             const char *why = sw->be->unsupported(sw->c, sw->coll, (ccl_dtype_t)d, (ccl_op_t)op);
             if (why) {
@@ -313,7 +313,7 @@ static int warm_transports(struct sweep *sw) {
     if (!sw->info->moves_data) return 0;
     for (int d = 0; d < CCL_NUM_DTYPES; d++) {
         if (!(o->dtype_mask & (1u << d))) continue;
-        for (int op = 0; op < CCL_NUM_OPS; op++) {
+        for (int op = 0; op < BENCH_NUM_REDOPS; op++) {
             if (sw->info->has_redop ? !(o->redop_mask & (1u << op)) : op != CCL_SUM) continue;
             if (sw->be->unsupported(sw->c, sw->coll, (ccl_dtype_t)d, (ccl_op_t)op)) continue;
             struct bench_layout l = bench_layout_for(sw->coll, o->max_bytes, bench_dtype_size((ccl_dtype_t)d),

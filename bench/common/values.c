@@ -33,7 +33,7 @@ static const struct dtype_desc dtypes[CCL_NUM_DTYPES] = {
     [CCL_FLOAT16] = {"float16", "half", 2},    [CCL_BFLOAT16] = {"bfloat16", "bf16", 2},
     [CCL_FLOAT32] = {"float32", "float", 4},   [CCL_FLOAT64] = {"float64", "double", 8},
 };
-static const char *const redops[CCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
+static const char *const redops[BENCH_NUM_REDOPS] = {"sum", "prod", "max", "min", "avg"};
 
 size_t bench_dtype_size(ccl_dtype_t dtype) { return dtypes[dtype].size; }
 const char *bench_dtype_name(ccl_dtype_t dtype) { return dtypes[dtype].name; }
@@ -46,7 +46,7 @@ int bench_dtype_parse(const char *name) {
 }
 
 int bench_redop_parse(const char *name) {
-    for (int op = 0; op < CCL_NUM_OPS; op++)
+    for (int op = 0; op < BENCH_NUM_REDOPS; op++)
         if (!strcasecmp(name, redops[op])) return op;
     return -1;
 }

@@ -13,6 +13,9 @@
 
 size_t bench_dtype_size(ccl_dtype_t dtype);
 const char *bench_dtype_name(ccl_dtype_t dtype);
+/* The ops the suite sweeps: the arithmetic ones, which every peer
+ * library has (the bitwise ops are tested in tests/, not timed). */
+#define BENCH_NUM_REDOPS CCL_BAND
 const char *bench_redop_name(ccl_op_t op);
 /* -1 when the name is unknown. Accepts nccl-tests' spellings too (float, half, double, int, char). */
 int bench_dtype_parse(const char *name);

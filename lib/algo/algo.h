@@ -37,6 +37,9 @@ struct ccl__coll_args {
      * planner's choice, whatever CCL_ALGO forces on the user's calls. */
     int planner_only;
     struct ccl__call_plan plan;
+    /* The scalar of a premultiplied sum (id.op CCL__OP_PREMUL_SUM), one
+     * element of id.dtype, copied when the call was issued. */
+    unsigned char premul[CCL__OP_SCALAR_BYTES];
 };
 
 typedef ccl_status_t (*ccl__algo_fn)(struct ccl_comm *comm, const struct ccl__coll_args *a);

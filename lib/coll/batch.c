@@ -33,19 +33,33 @@ static ccl_status_t run_algo(struct ccl_comm *comm, ccl__algo_fn fn, const struc
     return st;
 }
 
+static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *a);
+
 /* Calls with nothing to move never reach an algorithm: every algorithm
- * may assume at least two ranks and (barrier aside) some data. */
+ * may assume at least two ranks and (barrier aside) some data. A
+ * premultiplied sum is a sum of inputs scaled here, where the call runs
+ * (a group's or a stream's call reads its input then, not when issued). */
 static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args *call) {
     struct ccl__coll_args a = *call;
     int kind = a.id.kind;
-    if (comm->nranks == 1) {
-        if (kind != CCL__K_BARRIER && !(kind == CCL__K_REDUCE && !a.recvbuf)) ccl__algo_local_copy(&a, a.id.count);
-        return CCL_OK;
-    }
     /* Before the count-0 shortcut: a rank called with nothing to move
      * must still find out that the others were not. */
-    if (comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &a));
-    if (a.id.count == 0 && kind != CCL__K_BARRIER) return CCL_OK;
+    if (comm->nranks > 1 && comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &a));
+    void *scratch = NULL;
+    if (a.id.op == CCL__OP_PREMUL_SUM) CCL_CHECK(ccl__premul_apply(comm, &a, &scratch));
+    ccl_status_t st = CCL_OK;
+    if (comm->nranks == 1) {
+        if (kind != CCL__K_BARRIER && !(kind == CCL__K_REDUCE && !a.recvbuf)) ccl__algo_local_copy(&a, a.id.count);
+    } else if (a.id.count != 0 || kind == CCL__K_BARRIER) {
+        st = run_planned(comm, &a);
+    }
+    free(scratch);
+    return st;
+}
+
+static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *ap) {
+    struct ccl__coll_args a = *ap;
+    int kind = a.id.kind;
     ccl__algo_fn fn = ccl__plan_call(comm, &a);
     /* A forced algorithm that cannot run this call is refused before
      * anything is sent, on every rank alike (what it needs is the same

@@ -18,6 +18,7 @@ struct on {
 static ccl_status_t issue_coll(struct ccl__call *call, int async, ccl_request_t **req, const char *what) {
     CCL_CHECK(ccl__check_comm(call->comm, what));
     CCL_CHECK(ccl__check_req(call->comm, async, req, what));
+    CCL_CHECK(ccl__op_take(call->comm, &call->coll, what));
     CCL_CHECK(ccl__check_coll(call->comm, &call->coll, what));
     return ccl__issue(call, req);
 }
@@ -137,6 +138,37 @@ CCL_API ccl_status_t ccl_recv(void *buf, size_t count, ccl_dtype_t dt, int peer,
 CCL_API ccl_status_t ccl_recv_async(void *buf, size_t count, ccl_dtype_t dt, int peer, ccl_comm_t *comm,
                                     ccl_request_t **req) {
     return p2p(0, buf, count, dt, peer, comm, ASYNC, req, "recv");
+}
+
+static ccl_status_t recv_any(void *buf, size_t count, ccl_dtype_t dtype, ccl_comm_t *comm, int *source, int async,
+                             ccl_request_t **req) {
+    const char *what = "recv_any";
+    CCL_CHECK(ccl__check_comm(comm, what));
+    CCL_CHECK(ccl__check_req(comm, async, req, what));
+    /* peer 0 stands in for the range check; the engine picks the real one */
+    CCL_CHECK(ccl__check_p2p(comm, buf, count, dtype, 0, what));
+    if (!source) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: source is NULL", what);
+    if (count == 0)
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT,
+                              "%s: count 0 (a send of nothing moves nothing, so there is no message to take)", what);
+    if (ccl__group_open())
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                              "%s: not inside a group (its peer is known only when it runs; name the peer with "
+                              "ccl_recv)", what);
+    if (comm->nranks == 1)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "%s: no other rank can send to the only rank", what);
+    struct ccl__call call = {.comm = comm, .is_p2p = 1};
+    call.xfer = (struct ccl__p2p_xfer){
+        .peer = CCL__ANY_SOURCE, .source = source, .is_send = 0, .buf = buf, .count = count, .dtype = dtype};
+    return ccl__issue(&call, req);
+}
+
+CCL_API ccl_status_t ccl_recv_any(void *buf, size_t count, ccl_dtype_t dt, ccl_comm_t *comm, int *source) {
+    return recv_any(buf, count, dt, comm, source, BLOCKING, NULL);
+}
+CCL_API ccl_status_t ccl_recv_any_async(void *buf, size_t count, ccl_dtype_t dt, ccl_comm_t *comm, int *source,
+                                        ccl_request_t **req) {
+    return recv_any(buf, count, dt, comm, source, ASYNC, req);
 }
 
 CCL_API ccl_status_t ccl_test(ccl_request_t *req, int *done) {

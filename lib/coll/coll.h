@@ -19,6 +19,14 @@ void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *
 /* The same for rank (the GPU-resident path's leader works for every rank). */
 void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
                          size_t *rmult);
+/* A reducing call's op (coll/ops.c): a built-in op that fits the dtype
+ * passes; an op of ccl_op_create_premul_sum becomes CCL__OP_PREMUL_SUM with
+ * its scalar copied into a->premul; anything else is refused. */
+ccl_status_t ccl__op_take(struct ccl_comm *comm, struct ccl__coll_args *a, const char *what);
+/* Where a premultiplied sum runs: scales this rank's input (into recvbuf,
+ * or a buffer returned in *scratch for the caller to free) and leaves a
+ * plain CCL_SUM reading it. */
+ccl_status_t ccl__premul_apply(struct ccl_comm *comm, struct ccl__coll_args *a, void **scratch);
 /* Validates a collective call; sets the comm's last error on failure. */
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what);
 /* dtype is one of ccl_dtype_t; count * its size * mult (0: 1) fits in

@@ -53,6 +53,8 @@ static void comm_free(struct ccl_comm *comm) {
     explicit_bzero(comm->secret, sizeof(comm->secret));
     if (comm->event_fd >= 0) close(comm->event_fd);
     pthread_mutex_destroy(&comm->err_lock);
+    pthread_mutex_destroy(&comm->made_ops.lock);
+    free(comm->made_ops.slots);
     free(comm->peers);
     free(comm->blobs);
     free(comm->conns);
@@ -78,6 +80,7 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     comm->nranks = nranks;
     comm->params = *ccl__params_get();
     pthread_mutex_init(&comm->err_lock, NULL);
+    pthread_mutex_init(&comm->made_ops.lock, NULL);
     comm->wake = &comm->local_wake;
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     comm->boot_fd = -1;

@@ -416,7 +416,8 @@ ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *
      * (a count of 0 here, another kind there); the staged path checks
      * again, alike on every rank. */
     if (comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &c->coll));
-    if (!kind_fits(c->coll.id.kind) || c->coll.id.count == 0) return CCL_OK;
+    /* A premultiplied sum's scaling is the staged path's (coll/ops.c). */
+    if (!kind_fits(c->coll.id.kind) || c->coll.id.count == 0 || c->coll.id.op == CCL__OP_PREMUL_SUM) return CCL_OK;
     const struct ccl__cu *cu = ccl__cuda();
     const char *what = ccl__op_kind_name(c->coll.id.kind);
     /* A device buffer binds comm to its context (classify did), a stream

@@ -13,6 +13,7 @@
 
 #include "ccl.h"
 #include "core/log.h"
+#include "core/ops.h"
 #include "core/params.h"
 #include "core/peer.h"
 #include "core/wake.h"
@@ -111,6 +112,7 @@ struct ccl_comm {
     void (*on_fail_gpu)(struct ccl_comm *comm);
     pthread_mutex_t err_lock;
     char last_error[CCL__ERR_BYTES];
+    struct ccl__made_ops made_ops;      /* ccl_op_create_premul_sum's (coll/ops.c) */
 
     /* execution (core/exec.c) */
     struct ccl__exec *exec;

@@ -1,5 +1,6 @@
 /* Names and sizes behind the public enums: status strings, dtypes, ops. */
 #include "ccl.h"
+#include "core/ops.h"
 
 CCL_API const char *ccl_status_string(ccl_status_t status) {
     switch (status) {
@@ -33,6 +34,14 @@ CCL_API const char *ccl_dtype_name(ccl_dtype_t dtype) {
 }
 
 CCL_API const char *ccl_op_name(ccl_op_t op) {
-    static const char *const names[CCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
-    return (unsigned)op < CCL_NUM_OPS ? names[op] : "invalid-op";
+    static const char *const names[CCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg", "band", "bor", "bxor"};
+    if ((unsigned)op < CCL_NUM_OPS) return names[op];
+    return (unsigned)op == CCL__OP_PREMUL_SUM || (unsigned)op >= CCL__OP_MADE_FIRST ? "premul_sum" : "invalid-op";
+}
+
+int ccl__op_fits(ccl_op_t op, ccl_dtype_t dtype) {
+    if ((unsigned)op >= CCL_NUM_OPS || (unsigned)dtype >= CCL_NUM_DTYPES) return 0;
+    int bitwise = op == CCL_BAND || op == CCL_BOR || op == CCL_BXOR;
+    int is_float = dtype == CCL_FLOAT16 || dtype == CCL_BFLOAT16 || dtype == CCL_FLOAT32 || dtype == CCL_FLOAT64;
+    return !(bitwise && is_float);
 }

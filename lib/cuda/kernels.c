@@ -30,7 +30,8 @@ static const char *const dtype_tags[CCL_NUM_DTYPES] = {
 };
 /* CCL_AVG reduces as a sum; the division finishes it. */
 static const char *const op_tags[CCL_NUM_OPS] = {
-    [CCL_SUM] = "sum", [CCL_PROD] = "prod", [CCL_MAX] = "max", [CCL_MIN] = "min", [CCL_AVG] = "sum",
+    [CCL_SUM] = "sum",   [CCL_PROD] = "prod", [CCL_MAX] = "max",   [CCL_MIN] = "min",
+    [CCL_AVG] = "sum",   [CCL_BAND] = "band", [CCL_BOR] = "bor",   [CCL_BXOR] = "bxor",
 };
 
 /* One module per context, loaded on first use. */

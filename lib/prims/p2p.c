@@ -274,7 +274,52 @@ static void release_lane(struct lane *l, ccl_status_t run_status) {
     if (run_status < 0 && l->busy) ccl__step_abandon(&l->p, &l->step);
 }
 
+/* A receive from any source takes the first peer, counting from the one
+ * after this rank, whose connection holds, at its head, the point-to-point
+ * message this rank expects from it next. Looking does not consume: the
+ * receive then takes that slot as any receive would. A peer whose head is
+ * a collective's slot is not sending to this rank now (its messages come
+ * in order). */
+struct any_source {
+    struct ccl_comm *comm;
+    int found;
+};
+
+static ccl_status_t poll_any_source(void *ctx, int *moved) {
+    struct any_source *a = ctx;
+    struct ccl_comm *comm = a->comm;
+    (void)moved;
+    for (int k = 1; k < comm->nranks; k++) {
+        int p = (comm->rank + k) % comm->nranks;
+        struct ccl__conn *c = comm->conns[p];
+        const void *payload;
+        struct ccl__slot_meta m;
+        ccl_status_t r = c->t->recv_acquire(c, &payload, &m);
+        if (r == CCL_INPROGRESS) continue;
+        if (r < 0) return ccl__comm_fail(comm, r);
+        if (m.kind == CCL__K_P2P && m.seq == comm->recv_seq[p]) {
+            a->found = p;
+            return CCL_OK;
+        }
+    }
+    return CCL_INPROGRESS;
+}
+
+static ccl_status_t pick_source(struct ccl_comm *comm, struct ccl__p2p_xfer *x, const char *what) {
+    struct any_source a = {.comm = comm, .found = -1};
+    if (comm->nranks == 1)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "%s: no other rank can send to the only rank", what);
+    int n = 0;
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank) comm->scratch_conns[n++] = comm->conns[p];
+    CCL_CHECK(ccl__wait(comm, what, comm->scratch_conns, &n, poll_any_source, &a));
+    x->peer = a.found;
+    return CCL_OK;
+}
+
 ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what) {
+    for (int i = 0; i < n; i++)
+        if (x[i].peer == CCL__ANY_SOURCE) CCL_CHECK(pick_source(comm, &x[i], what));
     for (int i = 0; i < n; i++) {
         x[i].bytes = x[i].count * ccl_dtype_size(x[i].dtype);
         x[i].done_bytes = 0;
@@ -334,6 +379,8 @@ ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n,
         st = ccl__wait(comm, what, r.waiting, &r.nwaiting, poll_lanes, &r);
     }
     if (st == CCL_OK) st = ccl__prims_flush_peers(comm, r.send_peers, r.nsend_peers, what);
+    for (int i = 0; i < n && st == CCL_OK; i++)
+        if (x[i].source) *x[i].source = x[i].peer;
     for (int i = 0; i < r.n; i++) release_lane(&r.lanes[i], st);
     if (!few) {
         free(r.lanes);

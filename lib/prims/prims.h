@@ -219,8 +219,12 @@ struct ccl__p2p_label {
     struct ccl__prims_trace tr;
 };
 
+/* A receive's peer when it takes whichever peer sends first. */
+#define CCL__ANY_SOURCE (-2)
+
 struct ccl__p2p_xfer {
-    int peer;
+    int peer;             /* or CCL__ANY_SOURCE: the engine picks it, then writes it to *source */
+    int *source;
     int is_send;
     void *buf;            /* const for sends */
     size_t count;

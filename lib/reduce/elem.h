@@ -188,6 +188,9 @@ CCL_ELEM double min_f64(double x, double y) {
     K(tag, sum, T, (T)((U)x + (U)y))      \
     K(tag, prod, T, (T)((U)x * (U)y))     \
     K(tag, max, T, x > y ? x : y)         \
-    K(tag, min, T, x < y ? x : y)
+    K(tag, min, T, x < y ? x : y)         \
+    K(tag, band, T, (T)(x & y))           \
+    K(tag, bor, T, (T)(x | y))            \
+    K(tag, bxor, T, (T)(x ^ y))
 
 #endif

@@ -139,15 +139,17 @@ DEFINE_HALF_KERNELS(bf16, bf16_to_float_inline, float_to_bf16_inline)
 
 #define KERNEL_ROW(sum, prod, max, min) \
     { [CCL_SUM] = sum, [CCL_PROD] = prod, [CCL_MAX] = max, [CCL_MIN] = min, [CCL_AVG] = sum }
+/* Integers have the bitwise ops too; a float row leaves them NULL. */
+#define INT_ROW(tag)                                                                                      \
+    {                                                                                                     \
+        [CCL_SUM] = sum_##tag, [CCL_PROD] = prod_##tag, [CCL_MAX] = max_##tag, [CCL_MIN] = min_##tag,     \
+        [CCL_AVG] = sum_##tag, [CCL_BAND] = band_##tag, [CCL_BOR] = bor_##tag, [CCL_BXOR] = bxor_##tag,   \
+    }
 
 /* CCL_AVG reduces as a sum; ccl__reduce_div finishes it. */
 static const ccl__reduce_fn reduce_table[CCL_NUM_DTYPES][CCL_NUM_OPS] = {
-    [CCL_INT8] = KERNEL_ROW(sum_i8, prod_i8, max_i8, min_i8),
-    [CCL_UINT8] = KERNEL_ROW(sum_u8, prod_u8, max_u8, min_u8),
-    [CCL_INT32] = KERNEL_ROW(sum_i32, prod_i32, max_i32, min_i32),
-    [CCL_UINT32] = KERNEL_ROW(sum_u32, prod_u32, max_u32, min_u32),
-    [CCL_INT64] = KERNEL_ROW(sum_i64, prod_i64, max_i64, min_i64),
-    [CCL_UINT64] = KERNEL_ROW(sum_u64, prod_u64, max_u64, min_u64),
+    [CCL_INT8] = INT_ROW(i8),   [CCL_UINT8] = INT_ROW(u8),   [CCL_INT32] = INT_ROW(i32),
+    [CCL_UINT32] = INT_ROW(u32), [CCL_INT64] = INT_ROW(i64), [CCL_UINT64] = INT_ROW(u64),
     [CCL_FLOAT16] = KERNEL_ROW(sum_f16, prod_f16, max_f16, min_f16),
     [CCL_BFLOAT16] = KERNEL_ROW(sum_bf16, prod_bf16, max_bf16, min_bf16),
     [CCL_FLOAT32] = KERNEL_ROW(sum_f32, prod_f32, max_f32_kernel, min_f32_kernel),
@@ -380,7 +382,7 @@ static int use_simd(ccl_dtype_t dtype) { return simd_rows[dtype][CCL_SUM] && cpu
 
 /* fast: the AVX2 kernels where the CPU has them, else the baseline. */
 static ccl__reduce_fn reduce_get(ccl_dtype_t dtype, ccl_op_t op, int fast) {
-    if ((unsigned)dtype >= CCL_NUM_DTYPES || (unsigned)op >= CCL_NUM_OPS)
+    if ((unsigned)dtype >= CCL_NUM_DTYPES || (unsigned)op >= CCL_NUM_OPS || !reduce_table[dtype][op])
         return NULL;
 #ifdef CCL_REDUCE_HAVE_X86_SIMD
     if (fast && use_simd(dtype))

@@ -16,7 +16,8 @@
  * happens once, at the end, through ccl__reduce_div. */
 typedef void (*ccl__reduce_fn)(void *dst, const void *a, const void *b, size_t n);
 
-/* The table entry, never NULL for valid dtype/op. */
+/* The table entry: NULL for an invalid dtype or op, or a bitwise op on a
+ * float type, else never. */
 ccl__reduce_fn ccl__reduce_get(ccl_dtype_t dtype, ccl_op_t op);
 
 /* buf[i] = buf[i] / divisor in the element type (integers truncate toward

@@ -24,11 +24,12 @@ from .errors import (Aborted, Error, InternalError, InvalidArgument, InvalidUsag
 
 __all__ = ["Comm", "Request", "group", "get_unique_id", "version", "Error", "InvalidArgument", "InvalidUsage",
            "SystemCallError", "RemoteError", "Timeout", "Aborted", "Unsupported", "NoMemory", "InternalError",
-           "DTYPES", "OPS", "SUM", "PROD", "MAX", "MIN", "AVG"]
+           "DTYPES", "OPS", "SUM", "PROD", "MAX", "MIN", "AVG", "BAND", "BOR", "BXOR"]
 
 _c = _lib.lib
-OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4, "band": 5, "bor": 6, "bxor": 7}
 SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
+BAND, BOR, BXOR = "band", "bor", "bxor"  # integer dtypes only
 for _name, (_code, _) in DTYPES.items():
     globals()[_name.upper()] = _name
 UNIQUE_ID_BYTES = 128

@@ -40,6 +40,9 @@ def reference(inputs, op, dt):
         r = stack.max(axis=0)
     elif op == "min":
         r = stack.min(axis=0)
+    elif op in ("band", "bor", "bxor"):
+        f = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
+        r = f.reduce(stack, axis=0)
     else:  # avg: the sum divided in the element type; integers truncate toward zero
         s = stack.sum(axis=0)
         if dt.startswith("float"):
@@ -50,6 +53,10 @@ def reference(inputs, op, dt):
 
 def check_all_reduce(comm, dt, count):
     for op in ccl.OPS:
+        if op.startswith("b") and dt.startswith("float"):
+            with pytest.raises(ccl.InvalidArgument, match="for integer dtypes"):
+                comm.all_reduce(data(comm.rank, count, dt), op=op)
+            continue
         mine = data(comm.rank, count, dt)
         want = reference([data(r, count, dt) for r in range(comm.size)], op, dt)
         out = np.full(count, 99, dtype=NP_DTYPES[dt])

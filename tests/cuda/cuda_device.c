@@ -113,6 +113,7 @@ static int rank_main(int rank, int nranks, ccl_unique_id_t id) {
         for (int dt = 0; dt < CCL_NUM_DTYPES; dt++)
             for (int op = 0; op < CCL_NUM_OPS; op++) {
                 if ((k == COLL_AG || k == COLL_BC || k == COLL_A2A) && op) continue;
+                if (op >= CCL_BAND && dt >= CCL_FLOAT16) continue; /* bitwise ops: integers only */
                 for (size_t ci = 0; ci < 4; ci++)
                     for (int inplace = 0; inplace < 2; inplace++) {
                         size_t n = counts[ci], es = ccl_dtype_size(dt);
