@@ -138,6 +138,12 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, 
  * CCL_ERR_INVALID_USAGE, a name that is not an algorithm
  * CCL_ERR_INVALID_ARGUMENT; either way the algorithms stay as they were. */
 CCL_API CCL_NODISCARD ccl_status_t ccl_comm_set_algo(ccl_comm_t *comm, const char *algo);
+/* Changes comm's timeout (config.timeout_s at init: the longest wait
+ * without progress) from its next call on, on this rank; a split made
+ * later inherits it. Not collective: each rank sets its own. The same
+ * rules as ccl_comm_set_algo: comm idle (CCL_ERR_INVALID_USAGE); seconds
+ * above 0, up to 1e9 (CCL_ERR_INVALID_ARGUMENT). */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_set_timeout(ccl_comm_t *comm, double seconds);
 /* Rank, size and root address from the launcher's environment: CCL_RANK,
  * CCL_WORLD_SIZE, CCL_ROOT_ADDR (host:port); else torchrun's RANK,
  * WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else Slurm's SLURM_PROCID,

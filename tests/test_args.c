@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,12 @@ static void bad_types(struct harness_tally *t, struct state *s) {
     REJECT(t, s, ccl_all_reduce(in, out, 8, CCL_BFLOAT16, CCL_BXOR, c));
     EXPECT(t, strstr(ccl_comm_last_error(c), "op bxor is for integer dtypes, not bfloat16") != NULL,
            "a float bitwise op's message: %s", ccl_comm_last_error(c));
+    /* A timeout must be a number of seconds; an open group refuses it. */
+    REJECT(t, s, ccl_comm_set_timeout(c, 0));
+    REJECT(t, s, ccl_comm_set_timeout(c, -1));
+    REJECT(t, s, ccl_comm_set_timeout(c, NAN));
+    REJECT(t, s, ccl_comm_set_timeout(c, 2e9));
+    EXPECT_OK(t, ccl_comm_set_timeout(c, 45));
     expect_still_works(t, s, "invalid dtypes and ops");
 }
 

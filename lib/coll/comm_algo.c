@@ -1,6 +1,7 @@
-/* ccl_comm_set_algo: a communicator's algorithms changed between calls
- * (benchmarks comparing algorithms over one set of links and buffers, a
- * trainer trying them in turn). */
+/* ccl_comm_set_algo and ccl_comm_set_timeout: a communicator's algorithms
+ * or its timeout changed between calls (benchmarks comparing algorithms
+ * over one set of links and buffers, a trainer trying them in turn, a
+ * framework's "set this group's timeout"). */
 #include <stdio.h>
 #include <string.h>
 
@@ -50,4 +51,24 @@ CCL_API ccl_status_t ccl_comm_set_algo(ccl_comm_t *comm, const char *algo) {
     ccl_status_t st = replace_algo(comm, algo);
     ccl__exec_inline_done(comm);
     return st;
+}
+
+/* Waits read comm->params.timeout_s on whichever thread runs the call;
+ * holding the runner keeps every call out while it changes. */
+CCL_API ccl_status_t ccl_comm_set_timeout(ccl_comm_t *comm, double seconds) {
+    CCL_CHECK(ccl__check_comm(comm, "comm_set_timeout"));
+    if (!(seconds > 0) || !(seconds <= 1e9)) /* init's bound; NaN fails both */
+        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "set_timeout: %g is not a number of seconds above 0 "
+                              "up to 1e9", seconds);
+    CCL_CHECK(ccl__comm_health(comm));
+    if (ccl__group_open())
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                              "set_timeout: a group is open: call it before ccl_group_start or after ccl_group_end");
+    if (!ccl__exec_try_inline(comm))
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
+                              "set_timeout: operations are still in flight on rank %d: wait for them first",
+                              comm->rank);
+    comm->params.timeout_s = seconds;
+    ccl__exec_inline_done(comm);
+    return CCL_OK;
 }

@@ -79,8 +79,10 @@ def _register(name):
     if name.upper() in dist.Backend._plugins:
         return
     if int(torch.__version__.split(".")[0]) >= 2:
-        # torch 2.x asks which devices a backend serves: CPU tensors only here
-        dist.Backend.register_backend(name, _create, devices=["cpu"])
+        # torch 2.x asks which devices a backend serves. "cuda" too, though
+        # CUDA tensors are refused with a sentence: torch's split_group
+        # looks for the process group's "cuda" backend to split.
+        dist.Backend.register_backend(name, _create, devices=["cpu", "cuda"])
     else:
         dist.Backend.register_backend(name, _create)
 

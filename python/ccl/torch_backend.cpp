@@ -21,6 +21,8 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <ATen/core/ivalue.h>
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -64,20 +66,62 @@ ccl_dtype_t to_ccl(at::ScalarType t, const char* what) {
   }
 }
 
-ccl_op_t to_ccl(const c10d::ReduceOp& op, at::ScalarType t, const char* what) {
-  ccl_op_t r;
+// A reduce op for libccl: a built-in one, or a premultiplied sum whose
+// scalar (one element of the tensor's dtype) becomes a libccl op on the
+// worker, around the call (ccl_op_create_premul_sum).
+struct CclOp {
+  ccl_op_t op = CCL_SUM;
+  at::Tensor premul;  // defined for PREMUL_SUM
+};
+
+at::Tensor premul_scalar(const c10d::ReduceOp& op, at::ScalarType t, const char* what) {
+  auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(sup, "ccl: ", what, ": PREMUL_SUM without its factor (make it with dist._make_nccl_premul_sum)");
+#if TORCH_VERSION_MAJOR >= 2
+  at::Tensor f = sup->tensor_factor;
+#else
+  at::Tensor f = sup->tensor_factors.empty() ? at::Tensor() : sup->tensor_factors[0];
+#endif
+  if (!f.defined()) return at::full({1}, sup->double_factor, at::TensorOptions().dtype(t));
+  TORCH_CHECK(f.numel() == 1, "ccl: ", what, ": a PREMUL_SUM factor of ", f.numel(), " elements");
+  return f.detach().to(at::kCPU).to(t).reshape({1}).contiguous();
+}
+
+CclOp to_ccl(const c10d::ReduceOp& op, at::ScalarType t, const char* what) {
+  CclOp r;
   switch (op) {
-    case c10d::ReduceOp::SUM: r = CCL_SUM; break;
-    case c10d::ReduceOp::AVG: r = CCL_AVG; break;
-    case c10d::ReduceOp::PRODUCT: r = CCL_PROD; break;
-    case c10d::ReduceOp::MIN: r = CCL_MIN; break;
-    case c10d::ReduceOp::MAX: r = CCL_MAX; break;
-    default: TORCH_CHECK(false, "ccl: ", what, ": reduce op ", (int)op, " is not supported (SUM, AVG, PRODUCT, MIN, MAX are)");
+    case c10d::ReduceOp::SUM: r.op = CCL_SUM; break;
+    case c10d::ReduceOp::AVG: r.op = CCL_AVG; break;
+    case c10d::ReduceOp::PRODUCT: r.op = CCL_PROD; break;
+    case c10d::ReduceOp::MIN: r.op = CCL_MIN; break;
+    case c10d::ReduceOp::MAX: r.op = CCL_MAX; break;
+    case c10d::ReduceOp::BAND: r.op = CCL_BAND; break;
+    case c10d::ReduceOp::BOR: r.op = CCL_BOR; break;
+    case c10d::ReduceOp::BXOR: r.op = CCL_BXOR; break;
+    case c10d::ReduceOp::PREMUL_SUM: r.premul = premul_scalar(op, t, what); break;
+    default: TORCH_CHECK(false, "ccl: ", what, ": reduce op ", (int)op, " is not supported");
   }
-  // A sum or product of bools is no bool; min and max are AND and OR.
-  TORCH_CHECK(t != at::kBool || r == CCL_MIN || r == CCL_MAX, "ccl: ", what,
-              ": bool tensors reduce with MIN or MAX only");
+  bool bitwise = r.op == CCL_BAND || r.op == CCL_BOR || r.op == CCL_BXOR;
+  TORCH_CHECK(!bitwise || !at::isFloatingType(t), "ccl: ", what, ": ", (int)op,
+              " (a bitwise op) needs an integer or bool tensor, not ", t);
+  // A sum or product of bools is no bool; min, max and the bitwise ops are.
+  TORCH_CHECK(t != at::kBool || r.op == CCL_MIN || r.op == CCL_MAX || bitwise, "ccl: ", what,
+              ": bool tensors reduce with MIN, MAX, BAND, BOR or BXOR only");
+  TORCH_CHECK(!r.premul.defined() || at::isFloatingType(t), "ccl: ", what,
+              ": PREMUL_SUM needs a floating-point tensor, not ", t);
   return r;
+}
+
+// call(op) with o as a libccl op: a premultiplied sum is made for the
+// call and destroyed after it was issued.
+ccl_status_t with_op(ccl_comm_t* comm, const CclOp& o, ccl_dtype_t dt, const std::function<ccl_status_t(ccl_op_t)>& call) {
+  if (!o.premul.defined()) return call(o.op);
+  ccl_op_t op;
+  ccl_status_t st = ccl_op_create_premul_sum(comm, dt, o.premul.data_ptr(), &op);
+  if (st != CCL_OK) return st;
+  st = call(op);
+  ccl_status_t d = ccl_op_destroy(comm, op);
+  return st != CCL_OK ? st : d;
 }
 
 void check_tensor(const at::Tensor& t, const char* what) {
@@ -146,13 +190,22 @@ class WorkCCL : public c10d::Work {
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  int sourceRank() const override {
+    TORCH_CHECK(source_, "ccl: sourceRank: only a receive from any source has one");
+    TORCH_CHECK(*source_ >= 0, "ccl: sourceRank: the receive has not completed");
+    return *source_;
+  }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   void complete(std::exception_ptr error) {
+    for (auto& w : also_) w->complete(error);  // the calls of a coalesced block
     finish(error);  // wakes wait(), sets isCompleted/isSuccess/exception
     if (error) future_->setError(error);
     else future_->markCompleted(c10::IValue(outputs_));
   }
+
+  std::shared_ptr<int> source_;  // a receive from any source: its sender, once done
+  std::vector<c10::intrusive_ptr<WorkCCL>> also_;
 
  private:
   Tensors outputs_;
@@ -186,18 +239,17 @@ class ProcessGroupCCL : public CclBase {
     }
     TORCH_CHECK(st == CCL_OK, "ccl: init of rank ", rank, " of ", size, " failed: ", ccl_status_string(st),
                 " (the CCL WARN line above says why)");
+    timeout_s_ = timeout_s;
     worker_ = std::thread([this] { run(); });
   }
 
-  ~ProcessGroupCCL() override {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (worker_.joinable()) worker_.join();  // queued operations finish first
-    if (comm_) ccl_comm_destroy(comm_);
+  // A communicator split from another's (split()): no rendezvous.
+  ProcessGroupCCL(ccl_comm_t* comm, int rank, int size, double timeout_s) : CclBase(rank, size), comm_(comm) {
+    timeout_s_ = timeout_s;
+    worker_ = std::thread([this] { run(); });
   }
+
+  ~ProcessGroupCCL() override { stop(); }
 
   const std::string getBackendName() const override { return "libccl"; }
 
@@ -207,16 +259,17 @@ class ProcessGroupCCL : public CclBase {
     int root = (int)opts.rootRank;
     return enqueue(OpType::BROADCAST, {t}, [=] {
       return ccl_broadcast(t.data_ptr(), t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), root, comm_);
-    });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
     const char* what = "allreduce";
     at::Tensor t = single(tensors, what);
-    ccl_op_t op = to_ccl(opts.reduceOp, t.scalar_type(), what);
+    CclOp op = to_ccl(opts.reduceOp, t.scalar_type(), what);
+    ccl_dtype_t dt = to_ccl(t.scalar_type(), what);
     return enqueue(OpType::ALLREDUCE, {t}, [=] {
-      return ccl_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), op, comm_);
-    });
+      return with_op(comm_, op, dt, [&](ccl_op_t o) { return ccl_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dt, o, comm_); });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(Tensors& tensors,
@@ -227,24 +280,27 @@ class ProcessGroupCCL : public CclBase {
       check_tensor(t, what);
       TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "ccl: ", what, ": mixed dtypes");
     }
-    ccl_op_t op = to_ccl(opts.reduceOp, tensors[0].scalar_type(), what);
+    CclOp op = to_ccl(opts.reduceOp, tensors[0].scalar_type(), what);
+    ccl_dtype_t dt = to_ccl(tensors[0].scalar_type(), what);
     Tensors ts = tensors;
     return enqueue(OpType::ALLREDUCE_COALESCED, ts, [=] {
-      return grouped(ts.size(), [&](size_t i) {  // one call per tensor
-        const at::Tensor& t = ts[i];
-        return ccl_all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), op, comm_);
+      return with_op(comm_, op, dt, [&](ccl_op_t o) {
+        return grouped(ts.size(), [&](size_t i) {  // one call per tensor
+          return ccl_all_reduce(ts[i].data_ptr(), ts[i].data_ptr(), ts[i].numel(), dt, o, comm_);
+        });
       });
-    });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override {
     const char* what = "reduce";
     at::Tensor t = single(tensors, what);
-    ccl_op_t op = to_ccl(opts.reduceOp, t.scalar_type(), what);
+    CclOp op = to_ccl(opts.reduceOp, t.scalar_type(), what);
+    ccl_dtype_t dt = to_ccl(t.scalar_type(), what);
     int root = (int)opts.rootRank;
     return enqueue(OpType::REDUCE, {t}, [=] {
-      return ccl_reduce(t.data_ptr(), t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), op, root, comm_);
-    });
+      return with_op(comm_, op, dt, [&](ccl_op_t o) { return ccl_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dt, o, root, comm_); });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<Tensors>& outputs, Tensors& inputs,
@@ -275,7 +331,7 @@ class ProcessGroupCCL : public CclBase {
     at::Tensor in = input, out = output;
     return enqueue(OpType::_ALLGATHER_BASE, {out}, [=] {
       return ccl_all_gather(in.data_ptr(), out.data_ptr(), in.numel(), to_ccl(in.scalar_type(), what), comm_);
-    });
+    }, /*groupable=*/true);
   }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -292,21 +348,27 @@ class ProcessGroupCCL : public CclBase {
         return ccl_all_gather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
                               to_ccl(ins[i].scalar_type(), what), comm_);
       });
-    });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override {
     const char* what = "reduce_scatter_tensor_coalesced";
     check_pairs(outputs, inputs, what, /*out_scale=*/1, /*in_scale=*/getSize());
-    ccl_op_t op = to_ccl(opts.reduceOp, outputs[0].scalar_type(), what);
+    CclOp op = to_ccl(opts.reduceOp, outputs[0].scalar_type(), what);
+    for (auto& o : outputs)
+      TORCH_CHECK(!op.premul.defined() || o.scalar_type() == outputs[0].scalar_type(), "ccl: ", what,
+                  ": PREMUL_SUM over tensors of more than one dtype");
     Tensors outs = outputs, ins = inputs;
+    ccl_dtype_t dt0 = to_ccl(outputs[0].scalar_type(), what);
     return enqueue(OpType::COALESCED, outs, [=] {
-      return grouped(ins.size(), [&](size_t i) {
-        return ccl_reduce_scatter(ins[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
-                                  to_ccl(outs[i].scalar_type(), what), op, comm_);
+      return with_op(comm_, op, dt0, [&](ccl_op_t o) {
+        return grouped(ins.size(), [&](size_t i) {
+          return ccl_reduce_scatter(ins[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
+                                    to_ccl(outs[i].scalar_type(), what), o, comm_);
+        });
       });
-    });
+    }, /*groupable=*/true);
   }
 #endif
 
@@ -362,11 +424,13 @@ class ProcessGroupCCL : public CclBase {
                 getSize(), " input tensors");
     Tensors ins = inputs[0];
     for (auto& i : ins) check_same(out, i, what);
-    ccl_op_t op = to_ccl(opts.reduceOp, out.scalar_type(), what);
+    CclOp op = to_ccl(opts.reduceOp, out.scalar_type(), what);
+    ccl_dtype_t dt = to_ccl(out.scalar_type(), what);
     return enqueue(OpType::REDUCE_SCATTER, {out}, [=] {
       at::Tensor flat = flatten(ins);
-      return ccl_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), to_ccl(out.scalar_type(), what), op,
-                                comm_);
+      return with_op(comm_, op, dt, [&](ccl_op_t o) {
+        return ccl_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dt, o, comm_);
+      });
     });
   }
 
@@ -378,12 +442,14 @@ class ProcessGroupCCL : public CclBase {
     TORCH_CHECK(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(), "ccl: ",
                 what, ": the input needs ", getSize(), " x the output's ", output.numel(), " elements of ",
                 output.scalar_type());
-    ccl_op_t op = to_ccl(opts.reduceOp, output.scalar_type(), what);
+    CclOp op = to_ccl(opts.reduceOp, output.scalar_type(), what);
+    ccl_dtype_t dt = to_ccl(output.scalar_type(), what);
     at::Tensor in = input, out = output;
     return enqueue(OpType::_REDUCE_SCATTER_BASE, {out}, [=] {
-      return ccl_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), to_ccl(out.scalar_type(), what), op,
-                                comm_);
-    });
+      return with_op(comm_, op, dt, [&](ccl_op_t o) {
+        return ccl_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), dt, o, comm_);
+      });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -401,7 +467,7 @@ class ProcessGroupCCL : public CclBase {
                   "same number of elements, a multiple of ", n, " (ranks)");
       return enqueue(OpType::ALLTOALL_BASE, {out}, [=] {
         return ccl_all_to_all(in.data_ptr(), out.data_ptr(), in.numel() / n, to_ccl(in.scalar_type(), what), comm_);
-      });
+      }, /*groupable=*/true);
     }
     // Splits count rows (the first dimension); empty means equal parts.
     auto layout = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* side) {
@@ -425,7 +491,7 @@ class ProcessGroupCCL : public CclBase {
     return enqueue(OpType::ALLTOALL_BASE, {out}, [=] {
       return ccl_all_to_all_v(in.data_ptr(), s.first.data(), s.second.data(), out.data_ptr(), r.first.data(),
                               r.second.data(), to_ccl(in.scalar_type(), what), comm_);
-    });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions&) override {
@@ -450,7 +516,7 @@ class ProcessGroupCCL : public CclBase {
                             : ccl_recv(outs[p].data_ptr(), outs[p].numel(), to_ccl(outs[p].scalar_type(), what), p,
                                        comm_);
       });
-    });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> send(Tensors& tensors, int dst, int) override {
@@ -458,7 +524,7 @@ class ProcessGroupCCL : public CclBase {
     at::Tensor t = single(tensors, what);
     return enqueue(OpType::SEND, {t}, [=] {
       return ccl_send(t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), dst, comm_);
-    });
+    }, /*groupable=*/true);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(Tensors& tensors, int src, int) override {
@@ -466,31 +532,243 @@ class ProcessGroupCCL : public CclBase {
     at::Tensor t = single(tensors, what);
     return enqueue(OpType::RECV, {t}, [=] {
       return ccl_recv(t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), src, comm_);
-    });
+    }, /*groupable=*/true);
   }
 
-  c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors&, int) override {
-    TORCH_CHECK(false, "ccl: recv from any source is not supported: name the source rank");
+  c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors& tensors, int) override {
+    const char* what = "recvAnysource";
+    at::Tensor t = single(tensors, what);
+    TORCH_CHECK(!coalescing(), "ccl: ", what, ": not inside a coalesced block (its source is known only when it runs)");
+    auto source = std::make_shared<int>(-1);
+    auto work = enqueue(OpType::RECVANYSOURCE, {t}, [=] {
+      return ccl_recv_any(t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), comm_, source.get());
+    });
+    static_cast<WorkCCL*>(work.get())->source_ = source;
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
-    return enqueue(OpType::BARRIER, {}, [=] { return ccl_barrier(comm_); });
+    return enqueue(OpType::BARRIER, {}, [=] { return ccl_barrier(comm_); }, /*groupable=*/true);
+  }
+
+  // What torch asks of a backend beyond the collectives.
+
+  // torch's split_group (and DeviceMesh on a bound device) makes a
+  // sub-group by splitting this communicator: no new rendezvous. ranks are
+  // the new group's ranks in this group; a rank outside them takes part
+  // (the split is collective) and gets no backend.
+  bool supportsSplitting() const override { return true; }
+
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>&, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override {
+    std::vector<int> sorted = ranks;
+    std::sort(sorted.begin(), sorted.end());
+    auto me = std::find(sorted.begin(), sorted.end(), getRank());
+    // Every member derives the same color from the member list; the
+    // others pass none.
+    uint64_t h = 1469598103934665603ull;
+    for (int r : sorted) h = (h ^ (uint64_t)r) * 1099511628211ull;
+    int color = me == sorted.end() ? CCL_SPLIT_NOCOLOR : (int)(h & 0x3fffffff);
+    int key = me == sorted.end() ? 0 : (int)(me - sorted.begin());
+    ccl_comm_t* sub = nullptr;
+    ccl_status_t st = run_now([&] { return ccl_comm_split(comm_, color, key, &sub); });
+    TORCH_CHECK(st == CCL_OK, "ccl: split: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
+    if (!sub) return nullptr;
+    double timeout_s = opts ? std::chrono::duration<double>(opts->timeout).count() : 0;
+    if (timeout_s > 0) (void)ccl_comm_set_timeout(sub, timeout_s);
+    return c10::make_intrusive<ProcessGroupCCL>(sub, key, (int)sorted.size(), timeout_s > 0 ? timeout_s : timeout_s_);
+  }
+
+  // Coalesced calls (dist._coalescing_manager, batch_isend_irecv) run as
+  // one libccl group: every call between the two is held, then issued
+  // together; each call's Work completes with the group's.
+  bool supportsCoalescing() const override { return true; }
+
+  void startCoalescing() override {
+    std::lock_guard<std::mutex> g(mu_);
+    TORCH_CHECK(!coalescing_, "ccl: startCoalescing: already coalescing");
+    coalescing_ = true;
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    std::vector<Task> held;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      TORCH_CHECK(coalescing_, "ccl: endCoalescing without startCoalescing");
+      coalescing_ = false;
+      held.swap(held_);
+    }
+    bool all_groupable = std::all_of(held.begin(), held.end(), [](const Task& t) { return t.groupable; });
+    auto calls = std::make_shared<std::vector<Task>>(std::move(held));
+    auto work = enqueue(OpType::COALESCED, {}, [=] {
+      // Calls that copy before or after their libccl call (the list
+      // forms) cannot wait for a group's end: those run one by one.
+      if (!all_groupable) {
+        for (auto& t : *calls) {
+          ccl_status_t st = t.call();
+          if (st != CCL_OK) return st;
+        }
+        return CCL_OK;
+      }
+      return grouped(calls->size(), [&](size_t i) { return (*calls)[i].call(); });
+    });
+    auto* w = static_cast<WorkCCL*>(work.get());
+    for (auto& t : *calls) w->also_.push_back(t.work);
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+    return c10::make_intrusive<c10d::Backend::Options>(
+        "libccl", std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s_)));
+  }
+
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    double s = std::chrono::duration<double>(timeout).count();
+    ccl_status_t st = run_now([&] { return ccl_comm_set_timeout(comm_, s); });
+    TORCH_CHECK(st == CCL_OK, "ccl: setTimeout: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
+    timeout_s_ = s;
+  }
+
+  c10d::ErrorType getError() override {
+    ccl_status_t err = CCL_OK;
+    if (!comm_ || ccl_comm_get_async_error(comm_, &err) != CCL_OK) return c10d::ErrorType::COMM_ERROR;
+    switch (err) {
+      case CCL_OK: return c10d::ErrorType::SUCCESS;
+      case CCL_ERR_TIMEOUT: return c10d::ErrorType::TIMEOUT;
+      case CCL_ERR_REMOTE: return c10d::ErrorType::REMOTE_ERROR;
+      default: return c10d::ErrorType::COMM_ERROR;
+    }
+  }
+
+  // Every queued and running call fails at once (CCL_ERR_ABORTED), and
+  // the other ranks are told.
+  void abort() override {
+    if (comm_) (void)ccl_comm_abort(comm_);
+  }
+
+  // The queued calls finish, then the communicator goes.
+  void shutdown() override { stop(); }
+
+  void setSequenceNumberForGroup() override {}  // every rank starts at 0
+  uint64_t getSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> g(mu_);
+    return seq_;
+  }
+#endif
+
+  // Rank 0 hears from every rank within the timeout, or names each one it
+  // did not hear from (wait_all_ranks) or the first; then lets them go.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    auto timeout = opts.timeout.count() > 0 ? std::chrono::duration<double>(opts.timeout).count() : timeout_s_;
+    int n = getSize(), me = getRank();
+    std::string missing;
+    ccl_status_t st = run_now([&] {
+      uint8_t token = 1;
+      if (me != 0) {
+        ccl_status_t s = ccl_send(&token, 1, CCL_UINT8, 0, comm_);
+        return s != CCL_OK ? s : ccl_recv(&token, 1, CCL_UINT8, 0, comm_);
+      }
+      std::vector<uint8_t> got((size_t)n);
+      std::vector<ccl_request_t*> reqs((size_t)n, nullptr);
+      for (int r = 1; r < n; r++) {
+        ccl_status_t s = ccl_recv_async(&got[(size_t)r], 1, CCL_UINT8, r, comm_, &reqs[(size_t)r]);
+        if (s != CCL_OK) return s;
+      }
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+      std::vector<bool> done((size_t)n, false);
+      for (int left = n - 1; left > 0;) {
+        for (int r = 1; r < n; r++) {
+          int d = 0;
+          if (done[(size_t)r]) continue;
+          ccl_status_t s = ccl_test(reqs[(size_t)r], &d);
+          if (s == CCL_INPROGRESS) continue;
+          if (s != CCL_OK) return s;
+          done[(size_t)r] = true;
+          (void)ccl_wait(reqs[(size_t)r]);
+          left--;
+        }
+        if (left && std::chrono::steady_clock::now() > deadline) {
+          for (int r = 1; r < n; r++)
+            if (!done[(size_t)r] && (wait_all_ranks || missing.empty()))
+              missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          // The receives cannot be taken back: the communicator ends here.
+          (void)ccl_comm_abort(comm_);
+          for (int r = 1; r < n; r++)
+            if (!done[(size_t)r]) (void)ccl_wait(reqs[(size_t)r]);
+          return CCL_ERR_TIMEOUT;
+        }
+        if (left) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      for (int r = 1; r < n; r++) {
+        ccl_status_t s = ccl_send(&token, 1, CCL_UINT8, r, comm_);
+        if (s != CCL_OK) return s;
+      }
+      return CCL_OK;
+    });
+    TORCH_CHECK(missing.empty(), "ccl: monitoredBarrier: rank", missing.find(',') == std::string::npos ? " " : "s ",
+                missing, " did not reach the barrier within ", timeout, " s (the process group is aborted)");
+    TORCH_CHECK(st == CCL_OK, "ccl: monitoredBarrier: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
   }
 
  private:
   struct Task {
     c10::intrusive_ptr<WorkCCL> work;
     std::function<ccl_status_t()> call;
+    bool groupable = false;  // nothing but libccl calls: it may run inside a libccl group
   };
 
-  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, Tensors outputs, std::function<ccl_status_t()> call) {
+  bool coalescing() {
+    std::lock_guard<std::mutex> g(mu_);
+    return coalescing_;
+  }
+
+  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, Tensors outputs, std::function<ccl_status_t()> call,
+                                         bool groupable = false) {
     auto work = c10::make_intrusive<WorkCCL>(getRank(), type, std::move(outputs));
     {
       std::lock_guard<std::mutex> g(mu_);
-      queue_.push_back(Task{work, std::move(call)});
+      TORCH_CHECK(!stop_, "ccl: the process group was shut down");
+      seq_++;
+      if (coalescing_) {
+        held_.push_back(Task{work, std::move(call), groupable});
+        return work;  // completes with endCoalescing's
+      }
+      queue_.push_back(Task{work, std::move(call), groupable});
     }
     cv_.notify_one();
     return work;
+  }
+
+  // fn on the worker, after everything queued before it, waited for here
+  // (without the GIL, where the caller holds it).
+  ccl_status_t run_now(const std::function<ccl_status_t()>& fn) {
+    auto work = c10::make_intrusive<WorkCCL>(getRank(), OpType::UNKNOWN, Tensors{});
+    ccl_status_t st = CCL_OK;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      TORCH_CHECK(!stop_, "ccl: the process group was shut down");
+      queue_.push_back(Task{work, [&] { st = fn(); return CCL_OK; }});
+    }
+    cv_.notify_one();
+    if (PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      work->wait();
+    } else {
+      work->wait();
+    }
+    return st;
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();  // queued operations finish first
+    if (comm_) ccl_comm_destroy(comm_);
+    comm_ = nullptr;
   }
 
   void run() {
@@ -516,11 +794,15 @@ class ProcessGroupCCL : public CclBase {
   }
 
   ccl_comm_t* comm_ = nullptr;
+  double timeout_s_ = 0;
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
+  std::vector<Task> held_;  // calls of a coalesced block, until its end
+  bool coalescing_ = false;
   bool stop_ = false;
+  uint64_t seq_ = 0;  // calls issued: the same on every rank
 };
 
 c10::intrusive_ptr<CclBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

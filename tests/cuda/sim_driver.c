@@ -481,6 +481,9 @@ struct fold {
         if (!strcmp(op, "sum")) return (T)((U)x + (U)y);                             \
         if (!strcmp(op, "prod")) return (T)((U)x * (U)y);                            \
         if (!strcmp(op, "max")) return x > y ? x : y;                                \
+        if (!strcmp(op, "band")) return (T)(x & y);                                  \
+        if (!strcmp(op, "bor")) return (T)(x | y);                                   \
+        if (!strcmp(op, "bxor")) return (T)(x ^ y);                                  \
         return x < y ? x : y;                                                        \
     }
 CCL_ELEM_INT_TYPES(INT_FOLD)
