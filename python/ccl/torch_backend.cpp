@@ -22,6 +22,7 @@
 
 #include <ATen/core/ivalue.h>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -204,6 +205,17 @@ class WorkCCL : public c10d::Work {
     else future_->markCompleted(c10::IValue(outputs_));
   }
 
+  // Issued inside a coalesced block: held until the block's end, and torch
+  // waits on it right away where the caller did not ask for async (as it
+  // does on NCCL's, whose wait only orders a stream). Until the block is
+  // issued, wait() returns at once; the block's own Work is the one to
+  // wait on.
+  bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override {
+    if (held_.load()) return true;
+    return c10d::Work::wait(timeout);
+  }
+
+  std::atomic<bool> held_{false};
   std::shared_ptr<int> source_;  // a receive from any source: its sender, once done
   std::vector<c10::intrusive_ptr<WorkCCL>> also_;
 
@@ -576,7 +588,7 @@ class ProcessGroupCCL : public CclBase {
     TORCH_CHECK(st == CCL_OK, "ccl: split: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
     if (!sub) return nullptr;
     double timeout_s = opts ? std::chrono::duration<double>(opts->timeout).count() : 0;
-    if (timeout_s > 0) (void)ccl_comm_set_timeout(sub, timeout_s);
+    if (timeout_s > 0 && ccl_comm_set_timeout(sub, timeout_s) != CCL_OK) timeout_s = 0;  // keeps the parent's
     return c10::make_intrusive<ProcessGroupCCL>(sub, key, (int)sorted.size(), timeout_s > 0 ? timeout_s : timeout_s_);
   }
 
@@ -614,7 +626,10 @@ class ProcessGroupCCL : public CclBase {
       return grouped(calls->size(), [&](size_t i) { return (*calls)[i].call(); });
     });
     auto* w = static_cast<WorkCCL*>(work.get());
-    for (auto& t : *calls) w->also_.push_back(t.work);
+    for (auto& t : *calls) {
+      w->also_.push_back(t.work);
+      t.work->held_ = false;  // issued now: its wait waits
+    }
     return work;
   }
 
@@ -669,36 +684,32 @@ class ProcessGroupCCL : public CclBase {
         ccl_status_t s = ccl_send(&token, 1, CCL_UINT8, 0, comm_);
         return s != CCL_OK ? s : ccl_recv(&token, 1, CCL_UINT8, 0, comm_);
       }
-      std::vector<uint8_t> got((size_t)n);
-      std::vector<ccl_request_t*> reqs((size_t)n, nullptr);
-      for (int r = 1; r < n; r++) {
-        ccl_status_t s = ccl_recv_async(&got[(size_t)r], 1, CCL_UINT8, r, comm_, &reqs[(size_t)r]);
-        if (s != CCL_OK) return s;
-      }
+      // One receive from any source at a time: whichever rank arrives
+      // next is taken, so a missing rank holds up no one behind it.
       auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-      std::vector<bool> done((size_t)n, false);
-      for (int left = n - 1; left > 0;) {
-        for (int r = 1; r < n; r++) {
-          int d = 0;
-          if (done[(size_t)r]) continue;
-          ccl_status_t s = ccl_test(reqs[(size_t)r], &d);
-          if (s == CCL_INPROGRESS) continue;
-          if (s != CCL_OK) return s;
-          done[(size_t)r] = true;
-          (void)ccl_wait(reqs[(size_t)r]);
-          left--;
-        }
-        if (left && std::chrono::steady_clock::now() > deadline) {
+      std::vector<bool> seen((size_t)n, false);
+      for (int left = n - 1; left > 0; left--) {
+        int src = -1;
+        uint8_t got = 0;
+        ccl_request_t* req = nullptr;
+        ccl_status_t s = ccl_recv_any_async(&got, 1, CCL_UINT8, comm_, &src, &req);
+        if (s != CCL_OK) return s;
+        int done = 0;
+        while ((s = ccl_test(req, &done)) == CCL_INPROGRESS && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        // Out of time here, or in libccl's own wait (the group's timeout).
+        if (s == CCL_INPROGRESS || s == CCL_ERR_TIMEOUT) {
           for (int r = 1; r < n; r++)
-            if (!done[(size_t)r] && (wait_all_ranks || missing.empty()))
+            if (!seen[(size_t)r] && (wait_all_ranks || missing.empty()))
               missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-          // The receives cannot be taken back: the communicator ends here.
+          // A receive cannot be taken back: the communicator ends here.
           (void)ccl_comm_abort(comm_);
-          for (int r = 1; r < n; r++)
-            if (!done[(size_t)r]) (void)ccl_wait(reqs[(size_t)r]);
+          if (s == CCL_INPROGRESS) (void)ccl_wait(req);
           return CCL_ERR_TIMEOUT;
         }
-        if (left) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        (void)ccl_wait(req);
+        if (s != CCL_OK) return s;
+        seen[(size_t)src] = true;
       }
       for (int r = 1; r < n; r++) {
         ccl_status_t s = ccl_send(&token, 1, CCL_UINT8, r, comm_);
@@ -731,6 +742,7 @@ class ProcessGroupCCL : public CclBase {
       TORCH_CHECK(!stop_, "ccl: the process group was shut down");
       seq_++;
       if (coalescing_) {
+        work->held_ = true;
         held_.push_back(Task{work, std::move(call), groupable});
         return work;  // completes with endCoalescing's
       }

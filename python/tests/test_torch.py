@@ -1,7 +1,10 @@
 """The "libccl" torch.distributed backend with PyTorch itself: every
 process-group operation against a reference and against gloo on 1-4 ranks,
-DDP and ZeroRedundancyOptimizer training against gloo, a rank killed
-mid-training, the timeout, and torchrun. Each rank is a fresh interpreter
+DDP and ZeroRedundancyOptimizer training against gloo, on torch 2.x the
+backend's other duties (coalescing, split, sequence numbers, timeouts,
+functional collectives, new_group) and FSDP2 and a 2-D DeviceMesh with
+DTensor against one process, a rank killed mid-training, the timeout, a
+skipped collective, a missing rank at a monitored barrier, and torchrun. Each rank is a fresh interpreter
 (torch_scenarios.py)."""
 import os
 import socket
@@ -64,6 +67,45 @@ def test_timeout_is_honoured():
     outs = launch("timeout", 2, deadline=120)
     expect_ok(outs, "timeout")
     assert "timeout: raised after" in outs[0][1]
+
+
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+needs_torch2 = pytest.mark.skipif(not TORCH2, reason=f"torch {torch.__version__}: FSDP2, DeviceMesh/DTensor, "
+                                  "split_group, coalescing and functional collectives are torch 2.x's")
+
+
+@needs_torch2
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_torch2_backend_api(world):
+    expect_ok(launch("api2", world), f"api2 on {world} ranks")
+
+
+@needs_torch2
+def test_fsdp2_matches_one_process():
+    outs = launch("fsdp2", 4)
+    expect_ok(outs, "fsdp2")
+    print(outs[0][1])
+
+
+@needs_torch2
+def test_2d_mesh_dtensor_matches_one_process():
+    outs = launch("mesh2d", 4)
+    expect_ok(outs, "mesh2d")
+    print(outs[0][1])
+
+
+def test_monitored_barrier_names_the_missing_rank():
+    outs = launch("monitored", 3, deadline=120)
+    for r in (0, 2):
+        code, out = outs[r]
+        assert code == 0 and "monitored: rank" in out, f"rank {r} exited {code}:\n{out[-3000:]}"
+    assert "rank 1 did not reach the barrier within 3 s" in outs[0][1], outs[0][1][-3000:]
+
+
+def test_skipped_collective_raises_everywhere():
+    outs = launch("skipped", 3, deadline=120)
+    for r, (code, out) in enumerate(outs):
+        assert code == 0 and "skipped: rank" in out and "destroyed in" in out, f"rank {r} exited {code}:\n{out[-3000:]}"
 
 
 NAMES = """

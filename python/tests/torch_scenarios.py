@@ -136,6 +136,7 @@ def check_ops(rank, world, gloo):
                 dist.all_to_all(l_out, l_in)
                 for q in range(world):
                     same(l_out[q], data(q * world + rank, rank + 1, dt, 9), f"all_to_all list from {q} {tag}")
+    check_bitwise_premul(rank, world, gloo)
     # send/recv around a ring, and a barrier
     if world > 1:
         t = torch.full((5,), float(rank))
@@ -144,7 +145,63 @@ def check_ops(rank, world, gloo):
         for r in reqs:
             r.wait()
         same(got, torch.full((5,), float((rank - 1) % world)), "send/recv ring")
+        check_recv_any(rank, world)
     dist.barrier()
+
+
+BITWISE = {"band": (dist.ReduceOp.BAND, torch.bitwise_and), "bor": (dist.ReduceOp.BOR, torch.bitwise_or),
+           "bxor": (dist.ReduceOp.BXOR, torch.bitwise_xor)}
+
+
+def check_bitwise_premul(rank, world, gloo):
+    """BAND, BOR and BXOR on every integer dtype and bool (against gloo
+    where it has the dtype); PREMUL_SUM with a number and with a tensor
+    factor on every float dtype, through all_reduce and
+    reduce_scatter_tensor; a float tensor with a bitwise op refused."""
+    n = 11
+    for dt in [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool]:
+        for name, (op, fn) in BITWISE.items():
+            ins = [(torch.arange(n, dtype=torch.int64) * (q + 3) + 5 * q).to(dt) for q in range(world)]
+            want = ins[0].clone()
+            for t in ins[1:]:
+                want = fn(want, t)
+            for g in [None] + ([gloo] if dt in GLOO_DTYPES else []):
+                x = ins[rank].clone()
+                dist.all_reduce(x, op=op, group=g)
+                same(x, want, f"all_reduce {name} {dt} on {'gloo' if g else 'ccl'}")
+    for dt in [torch.float16, torch.bfloat16, torch.float32, torch.float64]:
+        for factor in (0.5, torch.tensor([2.0], dtype=torch.float64)):
+            f = factor if isinstance(factor, float) else factor.item()
+            x = data(rank, n, dt)
+            dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+            same(x, (reduce_ref([data(q, n, dt) for q in range(world)], "sum").double() * f).to(dt),
+                 f"all_reduce premul_sum x{f} {dt}")
+            if TORCH2:
+                out = torch.zeros(n, dtype=dt)
+                dist.reduce_scatter_tensor(out, data(rank, n * world, dt, 1), op=dist._make_nccl_premul_sum(factor))
+                want = reduce_ref([data(q, n * world, dt, 1)[rank * n:(rank + 1) * n] for q in range(world)], "sum")
+                same(out, (want.double() * f).to(dt), f"reduce_scatter_tensor premul_sum x{f} {dt}")
+    try:
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+        raise AssertionError("a bitwise all_reduce of floats was accepted")
+    except (RuntimeError, ValueError) as e:
+        assert "bitwise op" in str(e), str(e)
+
+
+def check_recv_any(rank, world):
+    """dist.recv without a source (recvAnysource): rank 0 takes one
+    message from every other rank, in whatever order they come, and each
+    names its sender."""
+    if rank == 0:
+        seen = []
+        for _ in range(world - 1):
+            t = torch.zeros(6, dtype=torch.int64)
+            src = dist.recv(t)
+            same(t, torch.full((6,), 100 + src, dtype=torch.int64), f"recv from any source ({src})")
+            seen.append(src)
+        assert sorted(seen) == list(range(1, world)), seen
+    else:
+        dist.send(torch.full((6,), 100 + rank, dtype=torch.int64), 0)
 
 
 def mlp(seed):
@@ -234,12 +291,215 @@ def check_timeout(rank, world, gloo):
     os._exit(0)
 
 
-SCENARIOS = {"ops": check_ops, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout}
+def check_api2(rank, world, gloo):
+    """What torch 2.x asks of a backend beyond the collectives: coalesced
+    blocks (one libccl group), batch_isend_irecv, sequence numbers, the
+    group's timeout changed, split_group (ccl_comm_split, no rendezvous),
+    new_group on a subset, functional collectives, monitored_barrier."""
+    import torch.distributed._functional_collectives as fc
+    pg = dist.group.WORLD
+    n = 5
+    # a coalesced block on the device: torch gathers the all_reduces into
+    # one allreduce_coalesced; that and the broadcast run as one group at
+    # endCoalescing
+    a, a2, b = data(rank, n, torch.float32), data(rank, 2, torch.float32, 1), data(rank, 3, torch.int32)
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        dist.all_reduce(a)
+        dist.broadcast(b, src=world - 1)
+        dist.all_reduce(a2)
+    cm.wait()
+    same(a, reduce_ref([data(q, n, torch.float32) for q in range(world)], "sum"), "coalesced all_reduce")
+    same(a2, reduce_ref([data(q, 2, torch.float32, 1) for q in range(world)], "sum"), "coalesced all_reduce 2")
+    same(b, data(world - 1, 3, torch.int32), "coalesced broadcast")
+    # batch_isend_irecv around the ring, both ways (deadlocks unless grouped)
+    if world > 1:
+        right, left = (rank + 1) % world, (rank - 1) % world
+        got_l, got_r = torch.zeros(4), torch.zeros(4)
+        ops = [dist.P2POp(dist.isend, torch.full((4,), float(rank)), right),
+               dist.P2POp(dist.isend, torch.full((4,), float(rank)), left),
+               dist.P2POp(dist.irecv, got_l, left), dist.P2POp(dist.irecv, got_r, right)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        same(got_l, torch.full((4,), float(left)), "batch_isend_irecv from the left")
+        same(got_r, torch.full((4,), float(right)), "batch_isend_irecv from the right")
+    # sequence numbers agree
+    seq = torch.tensor([pg._get_backend(torch.device("cpu"))._get_sequence_number_for_group()])
+    seqs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(seqs, seq, group=gloo)
+    assert all(int(x) == int(seq) and int(seq) > 0 for x in seqs), [int(x) for x in seqs]
+    # the timeout, changed for the group (the fault scenarios test that it holds)
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=17), pg)
+    # split_group's path: the world split into its first world-1 ranks and the last
+    if world > 1:
+        mine = list(range(world - 1)) if rank < world - 1 else [world - 1]
+        sub = pg.split_group(mine, timeout=datetime.timedelta(seconds=20), group_name=f"split{len(mine)}{rank in mine}",
+                             group_desc="split")
+        assert sub is not None and sub.size() == len(mine), (sub, mine)
+        z = data(rank, n, torch.int64)
+        dist.all_reduce(z, group=sub)
+        same(z, reduce_ref([data(q, n, torch.int64) for q in mine], "sum"), f"all_reduce on the split {mine}")
+    # new_group on a subset: ranks 0 and 2 (or 0 alone)
+    members = [0, 2] if world > 2 else [0]
+    g = dist.new_group(members)
+    if rank in members:
+        z = data(rank, n, torch.float64)
+        dist.all_reduce(z, group=g)
+        same(z, reduce_ref([data(q, n, torch.float64) for q in members], "sum"), "all_reduce on new_group [0, 2]")
+    # functional collectives
+    x = data(rank, n, torch.float32)
+    r = fc.all_reduce(x, "sum", pg)
+    same(r, reduce_ref([data(q, n, torch.float32) for q in range(world)], "sum"), "functional all_reduce")
+    ag = fc.all_gather_tensor(data(rank, n, torch.float32, 2), 0, pg)
+    same(ag, torch.cat([data(q, n, torch.float32, 2) for q in range(world)]), "functional all_gather_tensor")
+    rs = fc.reduce_scatter_tensor(data(rank, n * world, torch.float32, 3), "sum", 0, pg)
+    same(rs, reduce_ref([data(q, n * world, torch.float32, 3)[rank * n:(rank + 1) * n] for q in range(world)], "sum"),
+         "functional reduce_scatter_tensor")
+    # monitored_barrier: dist.monitored_barrier refuses every backend but
+    # gloo in Python; the process group's own method reaches this backend
+    pg.monitored_barrier(datetime.timedelta(seconds=10), True)
+
+
+def check_monitored(rank, world, gloo):
+    """Rank 1 never reaches the monitored barrier: rank 0 raises within its
+    3 s, naming rank 1."""
+    if rank == 1:
+        time.sleep(8)
+        os._exit(0)
+    t0 = time.time()
+    try:
+        dist.group.WORLD.monitored_barrier(datetime.timedelta(seconds=3), True)
+    except RuntimeError as e:
+        took = time.time() - t0
+        if rank == 0:
+            assert "rank 1 did not reach the barrier" in str(e) and 2 < took < 15, (str(e), took)
+        print(f"monitored: rank {rank} raised after {took:.2f} s: {str(e).splitlines()[0][:200]}")
+        sys.stdout.flush()
+        os._exit(0)
+    raise AssertionError("a monitored barrier rank 1 skipped returned")
+
+
+def check_skipped(rank, world, gloo):
+    """A collective the last rank skips (it goes on to the next one): every
+    other rank raises within the 3 s timeout, and destroy_process_group
+    with work still queued returns."""
+    t0 = time.time()
+    try:
+        if rank != world - 1:
+            dist.all_reduce(torch.ones(8))
+        dist.all_gather_into_tensor(torch.zeros(8 * world), torch.ones(8))
+        pending = dist.all_reduce(torch.ones(8), async_op=True)
+        pending.wait()
+    except RuntimeError as e:
+        print(f"skipped: rank {rank} raised after {time.time() - t0:.2f} s: {str(e).splitlines()[0][:200]}")
+        t1 = time.time()
+        dist.destroy_process_group()
+        print(f"skipped: rank {rank} destroyed in {time.time() - t1:.2f} s")
+        sys.stdout.flush()
+        os._exit(0)
+    raise AssertionError("a collective one rank skipped completed")
+
+
+class Block(nn.Module):
+    """A small transformer block (pre-norm attention and MLP) whose
+    projections are plain Linears, so tensor parallelism can split them:
+    the head count follows the local width."""
+
+    def __init__(self, d=32, head_dim=8):
+        super().__init__()
+        self.hd = head_dim
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        y = self.ln1(x)
+        q, k, v = (p(y).view(b, t, -1, self.hd).transpose(1, 2) for p in (self.q, self.k, self.v))
+        a = nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, -1)
+        x = x + self.o(a)
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def block_data(step, batch):
+    g = torch.Generator().manual_seed(4321 + step)
+    return torch.randn(batch, 6, 32, generator=g), torch.randn(batch, 6, 32, generator=g)
+
+
+def train_block(model, steps, shard, nshards, batch_per_shard=2):
+    """SGD on the mean loss of a global batch of nshards * batch_per_shard,
+    of which this model sees shard number `shard`."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        x, y = block_data(step, nshards * batch_per_shard)
+        lo, hi = shard * batch_per_shard, (shard + 1) * batch_per_shard
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x[lo:hi]), y[lo:hi]).backward()
+        opt.step()
+
+
+def full_params(model):
+    """Every parameter whole (a DTensor's full_tensor), in order."""
+    out = []
+    for p in model.parameters():
+        t = p.detach()
+        out.append((t.full_tensor() if hasattr(t, "full_tensor") else t).reshape(-1))
+    return torch.cat(out)
+
+
+TOLERANCE = 2e-5  # float32 sums in another order over 20 steps
+
+
+def compare_with_one_process(rank, params, what, batch):
+    torch.manual_seed(0)
+    ref = Block()
+    train_block(ref, 20, 0, 1, batch_per_shard=batch)
+    diff = (params - full_params(ref)).abs().max().item()
+    if diff > TOLERANCE:
+        raise AssertionError(f"{what}: after 20 steps the parameters differ from one process's by {diff}")
+    if rank == 0:
+        print(f"{what}: 20 steps, {params.numel()} parameters, max diff from one process {diff:.3g}")
+
+
+def check_fsdp2(rank, world, gloo):
+    """FSDP2 (fully_shard) of a transformer block on CPU for 20 steps,
+    each rank on its part of the batch: the same parameters (within
+    TOLERANCE) as one process training on the whole batch."""
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    model = Block()
+    for m in (model.q, model.k, model.v, model.o, model.fc1, model.fc2):
+        fully_shard(m)
+    fully_shard(model)
+    train_block(model, 20, rank, world)
+    compare_with_one_process(rank, full_params(model), f"fsdp2 on {world} ranks", 2 * world)
+
+
+def check_mesh2d(rank, world, gloo):
+    """A 2 x 2 DeviceMesh (data parallel x tensor parallel): the block's
+    projections split over "tp" (column-wise q, k, v and fc1, row-wise o
+    and fc2, DTensors), the whole sharded over "dp" with FSDP2; 20 steps
+    against one process on the whole batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    model = Block()
+    parallelize_module(model, mesh["tp"], {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
+                                           "o": RowwiseParallel(), "fc1": ColwiseParallel(),
+                                           "fc2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    train_block(model, 20, mesh["dp"].get_local_rank(), 2)  # a tensor-parallel pair shares its part
+    compare_with_one_process(rank, full_params(model), f"2-D mesh dp x tp on {world} ranks", 4)
+
+
+SCENARIOS = {"ops": check_ops, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
+             "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
 
 def main():
     scenario, rank, world, init = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    timeout = datetime.timedelta(seconds=3 if scenario == "timeout" else 20)
+    timeout = datetime.timedelta(seconds=3 if scenario in ("timeout", "skipped", "monitored") else 20)
     backend = os.environ.get("CCL_TEST_BACKEND", "libccl")  # "ccl": the other name
     if init == "env":  # under torchrun
         dist.init_process_group(backend, timeout=timeout)
