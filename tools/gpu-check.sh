@@ -46,4 +46,28 @@ bench() {
     CCL_CUDA_DIRECT=0 bench --ranks 2 --device -b 64M -e 64M -n 5 -w 2
 } >"$logs/perf.log" 2>&1
 grep -E "^ +[0-9]+ |roofline|copy|gpu-check" "$logs/perf.log" | head -60
+
+# The torch backend's CUDA tensors, where this machine's python3 has a
+# CUDA torch: the extension builds against it and this build's libccl.
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "gpu-check: torch $(python3 -c 'import torch; print(torch.__version__)'): CUDA tensors through the backend"
+    export LD_LIBRARY_PATH="$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CCL_LIBRARY="$build/libccl.so"
+    export PYTHONPATH="$src/python${PYTHONPATH:+:$PYTHONPATH}" CCL_TORCH_BUILD_DIR="$build/torch-ext"
+    if python3 -c "import pytest" 2>/dev/null; then
+        (cd "$src/python/tests" && timeout 400 python3 -m pytest -q -p no:cacheprovider -s -k "cuda" test_torch.py) \
+            >"$logs/torch.log" 2>&1 || status=1
+    else # no pytest there: the scenario itself, on 2 ranks
+        d=$(mktemp -d)
+        for r in 0 1; do
+            (cd "$src/python/tests" && timeout 400 python3 torch_scenarios.py cuda $r 2 "$d/store" >"$logs/torch-$r.log" 2>&1
+             echo "rank $r exit $?" >>"$logs/torch.log") &
+        done
+        wait
+        cat "$logs/torch-0.log" >>"$logs/torch.log"
+        grep -q "rank 0 exit 0" "$logs/torch.log" && grep -q "rank 1 exit 0" "$logs/torch.log" || status=1
+    fi
+    grep -E "passed|failed|cuda:|exit|Error" "$logs/torch.log" | head -20
+else
+    echo "gpu-check: no CUDA torch for python3 here: the torch backend's CUDA tensors were not run"
+fi
 exit $status

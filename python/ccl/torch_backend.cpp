@@ -21,6 +21,8 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -126,7 +128,8 @@ ccl_status_t with_op(ccl_comm_t* comm, const CclOp& o, ccl_dtype_t dt, const std
 }
 
 void check_tensor(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu(), "ccl: ", what, ": tensor on ", t.device(), "; this backend moves CPU tensors");
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "ccl: ", what, ": tensor on ", t.device(),
+              "; this backend moves CPU and CUDA tensors");
   TORCH_CHECK(t.is_contiguous(), "ccl: ", what, ": tensors must be contiguous");
   TORCH_CHECK(!t.is_sparse(), "ccl: ", what, ": sparse tensors are not supported");
 }
@@ -169,11 +172,25 @@ ccl_status_t grouped(size_t n, const std::function<ccl_status_t(size_t)>& call) 
   return st != CCL_OK ? st : end;
 }
 
+// CUDA tensors: libccl reads and writes device memory itself (staged, or
+// GPU-resident where every rank shares the GPU), on streams of its own. So
+// the worker first waits for the caller's stream (the inputs are written),
+// and a copy the worker makes around a libccl call (the list forms'
+// flatten and unflatten) is waited for before libccl reads it, or before
+// the Work completes.
+void settle(const at::Tensor& t) {
+  if (!t.defined() || !t.is_cuda()) return;
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  impl.getStream(t.device()).synchronize();
+}
+
 // Equal-sized tensors as the one flat buffer a libccl call takes, and back.
 at::Tensor flatten(const Tensors& ts) {
   Tensors flat;
   for (auto& t : ts) flat.push_back(t.view({-1}));
-  return at::cat(flat);
+  at::Tensor r = at::cat(flat);
+  settle(r);
+  return r;
 }
 
 void unflatten(const at::Tensor& flat, const Tensors& outs) {
@@ -181,6 +198,7 @@ void unflatten(const at::Tensor& flat, const Tensors& outs) {
     int64_t n = outs[i].numel();
     outs[i].view({-1}).copy_(flat.narrow(0, (int64_t)i * n, n));
   }
+  if (!outs.empty()) settle(outs[0]);
 }
 
 // One queued operation's handle: torch's Work plus a future holding the outputs.
@@ -569,9 +587,9 @@ class ProcessGroupCCL : public CclBase {
   // sub-group by splitting this communicator: no new rendezvous. ranks are
   // the new group's ranks in this group; a rank outside them takes part
   // (the split is collective) and gets no backend.
+#if TORCH_VERSION_MAJOR >= 2
   bool supportsSplitting() const override { return true; }
 
-#if TORCH_VERSION_MAJOR >= 2
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>&, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override {
     std::vector<int> sorted = ranks;
@@ -612,8 +630,14 @@ class ProcessGroupCCL : public CclBase {
       held.swap(held_);
     }
     bool all_groupable = std::all_of(held.begin(), held.end(), [](const Task& t) { return t.groupable; });
+    Tensors first;  // the block waits for the caller's stream where its calls are on CUDA
+    for (auto& t : held)
+      if (t.caller) {
+        first = t.work->result();
+        break;
+      }
     auto calls = std::make_shared<std::vector<Task>>(std::move(held));
-    auto work = enqueue(OpType::COALESCED, {}, [=] {
+    auto work = enqueue(OpType::COALESCED, first, [=] {
       // Calls that copy before or after their libccl call (the list
       // forms) cannot wait for a group's end: those run one by one.
       if (!all_groupable) {
@@ -727,7 +751,15 @@ class ProcessGroupCCL : public CclBase {
     c10::intrusive_ptr<WorkCCL> work;
     std::function<ccl_status_t()> call;
     bool groupable = false;  // nothing but libccl calls: it may run inside a libccl group
+    c10::optional<c10::Stream> caller;  // CUDA tensors: the caller's current stream then
   };
+
+  // The caller's current stream where the call's tensors are CUDA ones.
+  static c10::optional<c10::Stream> caller_stream(const Tensors& ts) {
+    for (auto& t : ts)
+      if (t.defined() && t.is_cuda()) return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(t.device());
+    return c10::nullopt;
+  }
 
   bool coalescing() {
     std::lock_guard<std::mutex> g(mu_);
@@ -736,6 +768,7 @@ class ProcessGroupCCL : public CclBase {
 
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, Tensors outputs, std::function<ccl_status_t()> call,
                                          bool groupable = false) {
+    auto caller = caller_stream(outputs);
     auto work = c10::make_intrusive<WorkCCL>(getRank(), type, std::move(outputs));
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -743,10 +776,10 @@ class ProcessGroupCCL : public CclBase {
       seq_++;
       if (coalescing_) {
         work->held_ = true;
-        held_.push_back(Task{work, std::move(call), groupable});
+        held_.push_back(Task{work, std::move(call), groupable, caller});
         return work;  // completes with endCoalescing's
       }
-      queue_.push_back(Task{work, std::move(call), groupable});
+      queue_.push_back(Task{work, std::move(call), groupable, caller});
     }
     cv_.notify_one();
     return work;
@@ -795,6 +828,11 @@ class ProcessGroupCCL : public CclBase {
       }
       std::exception_ptr error;
       try {
+        c10::OptionalDeviceGuard device;
+        if (task.caller) {
+          device.reset_device(task.caller->device());  // libccl binds the device current now
+          task.caller->synchronize();
+        }
         ccl_status_t st = task.call();
         if (st != CCL_OK)
           throw std::runtime_error(std::string("ccl: ") + ccl_status_string(st) + ": " + ccl_comm_last_error(comm_));

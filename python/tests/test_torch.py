@@ -94,6 +94,15 @@ def test_2d_mesh_dtensor_matches_one_process():
     print(outs[0][1])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: CUDA tensors are tested where "
+                    "there is one (tools/gpu-check.sh runs this test there)")
+@pytest.mark.parametrize("world", [2, 3])
+def test_cuda_tensors(world):
+    outs = launch("cuda", world)
+    expect_ok(outs, f"cuda on {world} ranks")
+    print(outs[0][1])
+
+
 def test_monitored_barrier_names_the_missing_rank():
     outs = launch("monitored", 3, deadline=120)
     for r in (0, 2):

@@ -493,7 +493,87 @@ def check_mesh2d(rank, world, gloo):
     compare_with_one_process(rank, full_params(model), f"2-D mesh dp x tp on {world} ranks", 4)
 
 
-SCENARIOS = {"ops": check_ops, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
+def check_cuda(rank, world, gloo):
+    """CUDA tensors (rank r on GPU r mod the GPU count, so ranks may share
+    one): every collective against a reference on the CPU, inputs written
+    by a slow kernel on the caller's own stream just before each call
+    (the backend waits for that stream), a large all-reduce, and DDP on
+    the GPU with parameters bit-identical on every rank."""
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    side = torch.cuda.Stream()
+    n = 1001
+
+    def on_gpu(t):
+        """t on the GPU, written last by a slow kernel on the side stream."""
+        with torch.cuda.stream(side):
+            g = t.to(dev, non_blocking=False)
+            busy = torch.randn(1024, 1024, device=dev)
+            for _ in range(8):
+                busy = busy @ busy
+                busy /= busy.norm()
+            g.add_((busy.sum() * 0).to(g.dtype))  # depends on the slow kernels
+        return g
+
+    for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8):
+        tag = f"{dt} on {dev}"
+        with torch.cuda.stream(side):
+            x = on_gpu(data(rank, n, dt))
+            dist.all_reduce(x)
+            same(x.cpu(), reduce_ref([data(q, n, dt) for q in range(world)], "sum"), f"all_reduce {tag}")
+            b = on_gpu(data(rank, n, dt, 1))
+            dist.broadcast(b, src=world - 1)
+            same(b.cpu(), data(world - 1, n, dt, 1), f"broadcast {tag}")
+            out = torch.zeros(n * world, dtype=dt, device=dev)
+            dist.all_gather_into_tensor(out, on_gpu(data(rank, n, dt, 2)))
+            same(out.cpu(), torch.cat([data(q, n, dt, 2) for q in range(world)]), f"all_gather_into_tensor {tag}")
+            outs = [torch.zeros(n, dtype=dt, device=dev) for _ in range(world)]
+            dist.all_gather(outs, on_gpu(data(rank, n, dt, 2)))
+            for q in range(world):
+                same(outs[q].cpu(), data(q, n, dt, 2), f"all_gather (list) from {q} {tag}")
+            rs = torch.zeros(n, dtype=dt, device=dev)
+            dist.reduce_scatter_tensor(rs, on_gpu(data(rank, n * world, dt, 3)))
+            same(rs.cpu(), reduce_ref([data(q, n * world, dt, 3)[rank * n:(rank + 1) * n] for q in range(world)], "sum"),
+                 f"reduce_scatter_tensor {tag}")
+            a_out = torch.zeros(n * world, dtype=dt, device=dev)
+            dist.all_to_all_single(a_out, on_gpu(torch.cat([data(rank * world + q, n, dt, 4) for q in range(world)])))
+            same(a_out.cpu(), torch.cat([data(q * world + rank, n, dt, 4) for q in range(world)]), f"all_to_all {tag}")
+            if dt.is_floating_point:
+                p = on_gpu(data(rank, n, dt, 5))
+                dist.all_reduce(p, op=dist._make_nccl_premul_sum(0.5))
+                same(p.cpu(), (reduce_ref([data(q, n, dt, 5) for q in range(world)], "sum").double() * 0.5).to(dt),
+                     f"all_reduce premul_sum {tag}")
+            if world > 1:
+                got = torch.zeros(n, dtype=dt, device=dev)
+                reqs = [dist.isend(on_gpu(data(rank, n, dt, 6)), (rank + 1) % world),
+                        dist.irecv(got, (rank - 1) % world)]
+                for r in reqs:
+                    r.wait()
+                same(got.cpu(), data((rank - 1) % world, n, dt, 6), f"send/recv ring {tag}")
+    big = torch.full((16 << 20,), float(rank + 1), device=dev)  # 64 MiB
+    dist.all_reduce(big)
+    assert bool((big == world * (world + 1) / 2).all()), "a 64 MiB all_reduce on the GPU"
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(mlp(0).to(dev), device_ids=[dev.index], bucket_cap_mb=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator(device="cpu").manual_seed(1234 + rank)
+    for _ in range(10):
+        x, y = torch.randn(16, 32, generator=g).to(dev), torch.randn(16, 4, generator=g).to(dev)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    p = flat_params(model).cpu()
+    everyone = [torch.zeros_like(p) for _ in range(world)]
+    dist.all_gather(everyone, p, group=gloo)
+    for q in range(world):
+        if not torch.equal(everyone[q], p):
+            raise AssertionError(f"DDP on the GPU: rank {q}'s parameters differ from rank {rank}'s")
+    if rank == 0:
+        print(f"cuda: every collective on {world} ranks over {torch.cuda.device_count()} GPU(s), "
+              f"64 MiB all_reduce, DDP 10 steps: ok")
+
+
+SCENARIOS = {"ops": check_ops, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
              "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
 
