@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """torch.distributed on the "libccl" backend against "gloo", in one run on the
-same ranks: all_reduce of float32 tensors over a size sweep, and the step
-time of DistributedDataParallel training a gradient-heavy MLP. The two
+same ranks: all_reduce of float32 tensors over a size sweep, the step time
+of DistributedDataParallel training a gradient-heavy MLP, and on torch 2.x
+the step time of the same MLP under FSDP2 (fully_shard). The two
 backends alternate (rounds), and each figure is the median over rounds.
 
     bench/torch-vs-gloo.py [--ranks 4] [--rounds 3] [--min 4K] [--max 64M]
                            [--ddp-params 24M] [--csv FILE]
 
 Run from a build tree (it sets CCL_LIBRARY to build/libccl.so.0 unless
-already set); needs Debian's python3-torch. Prints one line per size and
+already set); runs on Debian's torch 1.13 (/usr/bin/python3) and on torch 2.x. Prints one line per size and
 the DDP step times, with ccl's speed-up (gloo time / ccl time)."""
 import argparse
 import datetime
@@ -32,6 +33,21 @@ def fmt_size(b):
         if b >= m:
             return f"{b // m}{unit}"
     return f"{b}"
+
+
+def time_training(model, width, steps, barrier):
+    """Seconds a step of SGD on a batch of 8 takes, after one untimed step
+    (DDP builds its buckets then, FSDP its shards' buffers)."""
+    import torch
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(8, width)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    step()
+    return timed(step, steps, barrier)
 
 
 def timed(fn, iters, barrier):
@@ -86,16 +102,8 @@ def rank_main(args, rank, world, init):
             torch.manual_seed(0)
             model = DDP(nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]),
                         process_group=groups[name])
-            opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-            x = torch.randn(8, width)
-
-            def step():
-                opt.zero_grad()
-                model(x).square().mean().backward()
-                opt.step()
-            step()  # warm-up (DDP's first step builds its buckets)
-            steps[name].append(timed(step, args.ddp_steps, gloo_barrier))
-            del model, opt
+            steps[name].append(time_training(model, width, args.ddp_steps, gloo_barrier))
+            del model
     med = {k: statistics.median(v) for k, v in steps.items()}
     nparams = layers * (width * width + width)
     out.append(("ddp_step", nparams, med["ccl"], med["gloo"]))
@@ -103,6 +111,30 @@ def rank_main(args, rank, world, init):
         print(f"DDP step, {layers} x Linear({width}, {width}) = {nparams / 1e6:.1f}M parameters, batch 8: "
               f"ccl {med['ccl'] * 1e3:.1f} ms  gloo {med['gloo'] * 1e3:.1f} ms  speed-up "
               f"{med['gloo'] / med['ccl']:.2f}x", flush=True)
+
+    # FSDP2 (torch 2.x): the same layers, each sharded (fully_shard), so a
+    # step all-gathers every layer's parameters (forward and backward) and
+    # reduce-scatters its gradients.
+    if int(torch.__version__.split(".")[0]) >= 2:
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard
+        steps = {"ccl": [], "gloo": []}
+        for rnd in range(args.rounds):
+            for name in (("ccl", "gloo") if rnd % 2 == 0 else ("gloo", "ccl")):
+                torch.manual_seed(0)
+                model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+                mesh = DeviceMesh.from_group(groups[name] or dist.group.WORLD, "cpu")
+                for layer in model:
+                    fully_shard(layer, mesh=mesh)
+                fully_shard(model, mesh=mesh)
+                steps[name].append(time_training(model, width, args.ddp_steps, gloo_barrier))
+                del model
+        med = {k: statistics.median(v) for k, v in steps.items()}
+        out.append(("fsdp2_step", nparams, med["ccl"], med["gloo"]))
+        if rank == 0:
+            print(f"FSDP2 step, the same {nparams / 1e6:.1f}M parameters, each layer sharded: "
+                  f"ccl {med['ccl'] * 1e3:.1f} ms  gloo {med['gloo'] * 1e3:.1f} ms  speed-up "
+                  f"{med['gloo'] / med['ccl']:.2f}x", flush=True)
         if args.csv:
             with open(args.csv, "w") as f:
                 f.write("what,size,ccl_s,gloo_s,speedup\n")

@@ -4,8 +4,9 @@
  * reduce_scatter and reduce on every dtype, each rank with a scalar of its
  * own (negative ones too), in place and out, over every matrix shape; and
  * the op's life: a call keeps the scalar it was issued with when the op is
- * destroyed before the call completes, and a destroyed op or one of
- * another dtype is refused. Bit-exact: float inputs are quarters no larger
+ * destroyed before the call completes, a destroyed op or one of another
+ * dtype is refused, and under CCL_CHECK=1 a rank that passed one where
+ * the others passed CCL_SUM is named. Bit-exact: float inputs are quarters no larger
  * than 2 and the scalars 0.5, -1 and 2, so every product and every partial
  * sum is exact in any order (bfloat16's 8 bits included, up to 8 ranks);
  * integer products and sums wrap, which no order changes either.
@@ -197,11 +198,37 @@ START_TEST(premul_refused) {
 }
 END_TEST
 
+/* CCL_CHECK=1: a rank that passed a premultiplied sum where the others
+ * passed CCL_SUM is named on every rank, nothing moves, and the next call
+ * runs. */
+static int body_disagree(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    float x[5] = {1, 2, 3, 4, 5}, two = 2.0f;
+    ccl_op_t op = CCL_SUM;
+    if (rank == 0) EXPECT_OK(&t, ccl_op_create_premul_sum(comm, CCL_FLOAT32, &two, &op));
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_USAGE, ccl_all_reduce(x, x, 5, CCL_FLOAT32, op, comm));
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), "premul_sum") != NULL, "the mismatch names no premul_sum: %s",
+           ccl_comm_last_error(comm));
+    EXPECT(&t, x[0] == 1 && x[4] == 5, "a refused call wrote its buffer");
+    EXPECT_OK(&t, ccl_all_reduce(x, x, 5, CCL_FLOAT32, CCL_SUM, comm));
+    EXPECT(&t, x[4] == 5.0f * (float)nranks, "the call after: %g", x[4]);
+    if (rank == 0) EXPECT_OK(&t, ccl_op_destroy(comm, op));
+    return t.fails;
+}
+
+START_TEST(premul_disagree) {
+    struct harness_run run = {.nranks = 3, .body = body_disagree, .env = "CCL_CHECK=1", .deadline_s = 60};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("premul_sum");
     matrix_add_loop(s, "premul_sum", premul_sum, 300);
     TCase *tc = tcase_create("refused");
     tcase_add_test(tc, premul_refused);
+    tcase_add_test(tc, premul_disagree);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;

@@ -72,8 +72,7 @@ static void describe(const struct call_record *r, char *buf, size_t n) {
     o += snprintf(buf + o, n - (size_t)o, " (count %llu, %s", (unsigned long long)r->count,
                   (unsigned)r->dtype < CCL_NUM_DTYPES ? ccl_dtype_name((ccl_dtype_t)r->dtype) : "?");
     if (reducing(k) && (size_t)o < n)
-        o += snprintf(buf + o, n - (size_t)o, ", %s",
-                      (unsigned)r->op < CCL_NUM_OPS ? ccl_op_name((ccl_op_t)r->op) : "?");
+        o += snprintf(buf + o, n - (size_t)o, ", %s", ccl_op_name((ccl_op_t)r->op)); /* "premul_sum" too */
     if (rooted(k) && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", root %d", r->root);
     if ((size_t)o < n) snprintf(buf + o, n - (size_t)o, ")");
 }

@@ -170,8 +170,10 @@ def check_bitwise_premul(rank, world, gloo):
                 dist.all_reduce(x, op=op, group=g)
                 same(x, want, f"all_reduce {name} {dt} on {'gloo' if g else 'ccl'}")
     for dt in [torch.float16, torch.bfloat16, torch.float32, torch.float64]:
-        for factor in (0.5, torch.tensor([2.0], dtype=torch.float64)):
-            f = factor if isinstance(factor, float) else factor.item()
+        # torch 1.13 takes a tensor factor as a list of one
+        tensor_factor = torch.tensor([2.0], dtype=torch.float64)
+        for factor in (0.5, tensor_factor if TORCH2 else [tensor_factor]):
+            f = factor if isinstance(factor, float) else 2.0
             x = data(rank, n, dt)
             dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
             same(x, (reduce_ref([data(q, n, dt) for q in range(world)], "sum").double() * f).to(dt),
