@@ -202,6 +202,58 @@ void unflatten(const at::Tensor& flat, const Tensors& outs) {
 }
 
 // One queued operation's handle: torch's Work plus a future holding the outputs.
+// Runs future completions (and with them the callbacks chained on the
+// futures) off the worker thread. A callback may issue another call of
+// the same process group and wait for it (PowerSGD's DDP hook does): run
+// in the worker, it would wait for the worker itself. Here a callback that
+// blocks holds one thread, and the next completion starts another.
+class Completer {
+ public:
+  ~Completer() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void push(std::function<void()> fn) {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(std::move(fn));
+    if ((size_t)(idle_ + starting_) < queue_.size()) {
+      starting_++;
+      threads_.emplace_back([this] { loop(); });
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> g(mu_);
+    starting_--;
+    for (;;) {
+      idle_++;
+      cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
+      idle_--;
+      if (queue_.empty()) return;  // stopping, nothing left
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      g.unlock();
+      fn();
+      g.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> threads_;
+  int idle_ = 0, starting_ = 0;
+  bool stop_ = false;
+};
+
 class WorkCCL : public c10d::Work {
  public:
   WorkCCL(int rank, OpType type, Tensors outputs)
@@ -216,11 +268,17 @@ class WorkCCL : public c10d::Work {
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
-  void complete(std::exception_ptr error) {
-    for (auto& w : also_) w->complete(error);  // the calls of a coalesced block
+  // wait() returns here; the future (and what is chained on it) completes
+  // on the completer's threads.
+  void complete(std::exception_ptr error, Completer& completer) {
+    for (auto& w : also_) w->complete(error, completer);  // the calls of a coalesced block
     finish(error);  // wakes wait(), sets isCompleted/isSuccess/exception
-    if (error) future_->setError(error);
-    else future_->markCompleted(c10::IValue(outputs_));
+    auto future = future_;
+    Tensors outputs = outputs_;
+    completer.push([future, outputs, error] {
+      if (error) future->setError(error);
+      else future->markCompleted(c10::IValue(outputs));
+    });
   }
 
   // Issued inside a coalesced block: held until the block's end, and torch
@@ -839,12 +897,13 @@ class ProcessGroupCCL : public CclBase {
       } catch (...) {
         error = std::current_exception();
       }
-      task.work->complete(error);
+      task.work->complete(error, completer_);
     }
   }
 
   ccl_comm_t* comm_ = nullptr;
   double timeout_s_ = 0;
+  Completer completer_;  // declared before the worker: it outlives the worker's last completion
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -143,9 +143,12 @@ def test_torchrun():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # torchrun.py: torchrun itself, with the one parser PyTorch 1.13 gets wrong on Python 3.11 fixed
-    # under the earlier name, "ccl", which also works where oneCCL's bindings are not installed
-    out = subprocess.run([sys.executable, os.path.join(HERE, "torchrun.py"), "--nproc_per_node", "3", "--master_addr",
+    # torch 2.x: torchrun as it is. 1.13: torchrun.py, torchrun itself with the one parser PyTorch 1.13
+    # gets wrong on Python 3.11 fixed, under the earlier name "ccl" (which also works where oneCCL's
+    # bindings are not installed)
+    launcher = ["-m", "torch.distributed.run"] if TORCH2 else [os.path.join(HERE, "torchrun.py")]
+    out = subprocess.run([sys.executable, *launcher, "--nproc_per_node", "3", "--master_addr",
                           "127.0.0.1", "--master_port", str(port), SCEN, "ops", "0", "3", "env"],
-                         capture_output=True, text=True, timeout=300, env=dict(os.environ, CCL_TEST_BACKEND="ccl"))
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, CCL_TEST_BACKEND="libccl" if TORCH2 else "ccl"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

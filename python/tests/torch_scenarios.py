@@ -227,15 +227,37 @@ def flat_params(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def ddp_hook(model, pg, hook):
+    """DDP's gradient communication through a comm hook: fp16 compression,
+    or PowerSGD (rank-1 approximation from the third step, error feedback)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    if hook == "fp16":
+        model.register_comm_hook(pg, default_hooks.fp16_compress_hook)
+    elif hook == "powersgd":
+        state = powersgd.PowerSGDState(process_group=pg, matrix_approximation_rank=1, start_powerSGD_iter=3,
+                                       random_seed=0)
+        model.register_comm_hook(state, powersgd.powerSGD_hook)
+
+
+HOOK_TOLERANCE = {None: 1e-5, "fp16": 1e-3, "powersgd": 1e-3}  # libccl against gloo after 50 steps
+
+
 def check_ddp(rank, world, gloo):
-    """DDP for 50 steps on ccl and on gloo from the same start; ccl's
-    parameters are bit-identical on every rank and within 1e-5 of gloo's;
-    ZeroRedundancyOptimizer on ccl lands within the same tolerance."""
+    """DDP for 50 steps on ccl and on gloo from the same start, plain and
+    with the fp16-compression and PowerSGD comm hooks; ccl's parameters
+    are bit-identical on every rank and within HOOK_TOLERANCE of gloo's
+    (float sums in another order; fp16 rounds them too);
+    ZeroRedundancyOptimizer on ccl lands within 1e-5 of plain DDP."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel as DDP
     results = {}
-    for name, pg, zero in (("ccl", None, False), ("gloo", gloo, False), ("ccl+zero", None, True)):
+    runs = [("ccl", None, False, None), ("gloo", gloo, False, None), ("ccl+zero", None, True, None)]
+    for hook in ("fp16", "powersgd"):
+        runs += [(f"ccl+{hook}", None, False, hook), (f"gloo+{hook}", gloo, False, hook)]
+    for name, pg, zero, hook in runs:
         model = DDP(mlp(0), process_group=pg, bucket_cap_mb=1)
+        ddp_hook(model, pg, hook)
         if zero:
             opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.05,
                                           process_group=pg)
@@ -249,14 +271,16 @@ def check_ddp(rank, world, gloo):
         for q in range(world):
             if not torch.equal(everyone[q], p):
                 raise AssertionError(f"{name}: rank {q}'s parameters differ from rank {rank}'s")
-    for name in ("gloo", "ccl+zero"):
-        diff = (results["ccl"] - results[name]).abs().max().item()
-        if diff > 1e-5:
-            raise AssertionError(f"ccl and {name} differ by {diff} after 50 steps")
+    diffs = {}
+    for a, b, tol in (("ccl", "gloo", HOOK_TOLERANCE[None]), ("ccl", "ccl+zero", 1e-5),
+                      ("ccl+fp16", "gloo+fp16", HOOK_TOLERANCE["fp16"]),
+                      ("ccl+powersgd", "gloo+powersgd", HOOK_TOLERANCE["powersgd"])):
+        diffs[f"{a} vs {b}"] = d = (results[a] - results[b]).abs().max().item()
+        if d > tol:
+            raise AssertionError(f"{a} and {b} differ by {d} after 50 steps (tolerance {tol})")
     if rank == 0:
-        print(f"ddp: 50 steps, {results['ccl'].numel()} parameters, ccl vs gloo max diff "
-              f"{(results['ccl'] - results['gloo']).abs().max().item():.3g}, vs ccl+zero "
-              f"{(results['ccl'] - results['ccl+zero']).abs().max().item():.3g}")
+        print(f"ddp: 50 steps, {results['ccl'].numel()} parameters, max differences: "
+              + ", ".join(f"{k} {v:.3g}" for k, v in diffs.items()))
 
 
 def check_killed(rank, world, gloo):
