@@ -111,6 +111,13 @@ def test_monitored_barrier_names_the_missing_rank():
     assert "rank 1 did not reach the barrier within 3 s" in outs[0][1], outs[0][1][-3000:]
 
 
+@needs_torch2
+def test_abort_fails_pending_and_later_calls_everywhere():
+    outs = launch("abort", 2, deadline=120)
+    for r, (code, out) in enumerate(outs):
+        assert code == 0 and "abort: rank" in out, f"rank {r} exited {code}:\n{out[-3000:]}"
+
+
 def test_skipped_collective_raises_everywhere():
     outs = launch("skipped", 3, deadline=120)
     for r, (code, out) in enumerate(outs):

@@ -599,7 +599,35 @@ def check_cuda(rank, world, gloo):
               f"64 MiB all_reduce, DDP 10 steps: ok")
 
 
-SCENARIOS = {"ops": check_ops, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
+def check_abort(rank, world, gloo):
+    """The backend's abort (torch calls it from _abort_process_group and on
+    errors): rank 0's pending all_reduce fails at once, and rank 1, which
+    joins a second later, fails within a few seconds (rank 0 told it; its
+    first call may still complete on what rank 0 sent before aborting),
+    long before the 20 s timeout."""
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    t0 = time.time()
+    try:
+        if rank == 0:
+            work = dist.all_reduce(torch.ones(4), async_op=True)
+            time.sleep(0.5)
+            backend.abort()
+            work.wait()
+        else:
+            time.sleep(1.5)
+            # the first may still complete with what rank 0 had sent before it aborted
+            for _ in range(3):
+                dist.all_reduce(torch.ones(4))
+    except RuntimeError as e:
+        took = time.time() - t0
+        assert took < 8, f"raised after {took:.1f} s"
+        print(f"abort: rank {rank} raised after {took:.2f} s: {str(e).splitlines()[0][:200]}")
+        sys.stdout.flush()
+        os._exit(0)
+    raise AssertionError("a call on an aborted process group completed")
+
+
+SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
              "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
 
