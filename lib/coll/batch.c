@@ -51,14 +51,14 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
     if (comm->nranks == 1) {
         if (kind != CCL__K_BARRIER && !(kind == CCL__K_REDUCE && !a.recvbuf)) ccl__algo_local_copy(&a, a.id.count);
     } else if (a.id.count != 0 || kind == CCL__K_BARRIER) {
-        st = run_planned(comm, &a);
+        st = run_planned(comm, &a); /* a is this call's own copy: the plan may fill it in */
     }
     free(scratch);
     return st;
 }
 
-static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *ap) {
-    struct ccl__coll_args a = *ap;
+static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *call) {
+    struct ccl__coll_args a = *call;
     int kind = a.id.kind;
     ccl__algo_fn fn = ccl__plan_call(comm, &a);
     /* A forced algorithm that cannot run this call is refused before

@@ -29,10 +29,6 @@ struct call_record {
     int32_t algo; /* the forced algorithm, -1: the planner's choice */
 };
 
-static int reducing(int kind) {
-    return kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE_SCATTER || kind == CCL__K_REDUCE;
-}
-
 static int rooted(int kind) {
     return kind == CCL__K_BROADCAST || kind == CCL__K_REDUCE || kind == CCL__K_GATHER || kind == CCL__K_SCATTER;
 }
@@ -44,7 +40,7 @@ static struct call_record record_of(const struct ccl_comm *comm, const struct cc
     if (id->kind == CCL__K_BARRIER) return r;
     r.count = id->count;
     r.dtype = (int32_t)id->dtype;
-    if (reducing(id->kind)) r.op = (int32_t)id->op;
+    if (ccl__kind_reduces(id->kind)) r.op = (int32_t)id->op;
     if (rooted(id->kind)) r.root = id->root;
     return r;
 }
@@ -71,7 +67,7 @@ static void describe(const struct call_record *r, char *buf, size_t n) {
     }
     o += snprintf(buf + o, n - (size_t)o, " (count %llu, %s", (unsigned long long)r->count,
                   (unsigned)r->dtype < CCL_NUM_DTYPES ? ccl_dtype_name((ccl_dtype_t)r->dtype) : "?");
-    if (reducing(k) && (size_t)o < n)
+    if (ccl__kind_reduces(k) && (size_t)o < n)
         o += snprintf(buf + o, n - (size_t)o, ", %s", ccl_op_name((ccl_op_t)r->op)); /* "premul_sum" too */
     if (rooted(k) && (size_t)o < n) o += snprintf(buf + o, n - (size_t)o, ", root %d", r->root);
     if ((size_t)o < n) snprintf(buf + o, n - (size_t)o, ")");

@@ -10,6 +10,11 @@
 #include "core/exec.h"
 #include "prims/prims.h"
 
+/* The collectives that take a reduction op. */
+static inline int ccl__kind_reduces(int kind) {
+    return kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE_SCATTER || kind == CCL__K_REDUCE;
+}
+
 /* NULL or unknown comm -> status (and message for a known one). */
 ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what);
 /* How many count-element blocks a collective reads from sendbuf (*smult)

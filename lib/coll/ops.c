@@ -7,10 +7,6 @@
 #include "coll/coll.h"
 #include "reduce/reduce.h"
 
-static int kind_reduces(int kind) {
-    return kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE_SCATTER || kind == CCL__K_REDUCE;
-}
-
 CCL_API ccl_status_t ccl_op_create_premul_sum(ccl_comm_t *comm, ccl_dtype_t dtype, const void *scalar,
                                               ccl_op_t *op) {
     const char *what = "op_create_premul_sum";
@@ -62,7 +58,7 @@ CCL_API ccl_status_t ccl_op_destroy(ccl_comm_t *comm, ccl_op_t op) {
 }
 
 ccl_status_t ccl__op_take(struct ccl_comm *comm, struct ccl__coll_args *a, const char *what) {
-    if (!kind_reduces(a->id.kind)) return CCL_OK;
+    if (!ccl__kind_reduces(a->id.kind)) return CCL_OK;
     CCL_CHECK(ccl__check_dtype(comm, a->id.dtype, what));
     unsigned op = (unsigned)a->id.op;
     if (op < CCL_NUM_OPS) {

@@ -54,7 +54,7 @@ void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_arg
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what) {
     CCL_CHECK(ccl__check_dtype(comm, a->id.dtype, what));
     int k = a->id.kind, n = comm->nranks;
-    int reducing = k == CCL__K_ALL_REDUCE || k == CCL__K_REDUCE_SCATTER || k == CCL__K_REDUCE;
+    int reducing = ccl__kind_reduces(k);
     /* ccl__op_take vetted the op already; this catches a path that skipped it. */
     if (reducing && !ccl__op_fits(a->id.op, a->id.dtype) && a->id.op != CCL__OP_PREMUL_SUM)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "%s: invalid op %d", what, (int)a->id.op);

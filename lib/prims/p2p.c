@@ -306,9 +306,7 @@ static ccl_status_t poll_any_source(void *ctx, int *moved) {
 }
 
 static ccl_status_t pick_source(struct ccl_comm *comm, struct ccl__p2p_xfer *x, const char *what) {
-    struct any_source a = {.comm = comm, .found = -1};
-    if (comm->nranks == 1)
-        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "%s: no other rank can send to the only rank", what);
+    struct any_source a = {.comm = comm, .found = -1}; /* ccl_recv_any refused a one-rank comm */
     int n = 0;
     for (int p = 0; p < comm->nranks; p++)
         if (p != comm->rank) comm->scratch_conns[n++] = comm->conns[p];
