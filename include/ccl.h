@@ -155,6 +155,17 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_env(ccl_comm_t **comm);
  * *newcomm = NULL. */
 #define CCL_SPLIT_NOCOLOR (-1)
 CCL_API CCL_NODISCARD ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_comm_t **newcomm);
+/* Collective over the listed ranks of comm alone (as MPI_Comm_create_group):
+ * ranks[i] becomes rank i of *newcomm. Every member passes the same list, in
+ * the same order; ranks that are not listed make no call, so disjoint groups
+ * can be made at the same time. ranks[0] makes the new communicator's id
+ * and hands it to the others over comm, which must not be used by another
+ * thread meanwhile. The caller not in ranks, a repeated or out-of-range
+ * rank: CCL_ERR_INVALID_ARGUMENT or CCL_ERR_INVALID_USAGE at once; members
+ * given different lists: CCL_ERR_INVALID_USAGE on every member, naming one
+ * that disagrees. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_create_group(ccl_comm_t *comm, const int *ranks, int nranks,
+                                                         ccl_comm_t **newcomm);
 /* Waits for queued operations, then frees everything. Calls this thread's
  * open group recorded on comm do not run: their requests complete, and the
  * group's end returns, with CCL_ERR_INVALID_USAGE. Any later call on comm

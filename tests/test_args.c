@@ -203,6 +203,7 @@ static void bad_handles(struct harness_tally *t, struct state *s) {
     REJECT(t, s, ccl_comm_abort(NULL));
     ccl_comm_t *nc = NULL;
     REJECT(t, s, ccl_comm_split(NULL, 0, 0, &nc));
+    REJECT(t, s, ccl_comm_create_group(NULL, &r, 1, &nc));
     EXPECT(t, ccl_comm_last_error(NULL) != NULL, "ccl_comm_last_error(NULL) returned NULL");
     /* A pointer that was never a communicator. */
     ccl_comm_t *foreign = (ccl_comm_t *)s->out;
@@ -225,6 +226,7 @@ static void bad_handles(struct harness_tally *t, struct state *s) {
     REJECT(t, s, ccl_send_async(in, 8, CCL_FLOAT32, (s->rank + 1) % s->nranks, c, NULL));
     REJECT(t, s, ccl_recv_async(out, 8, CCL_FLOAT32, (s->rank + 1) % s->nranks, c, NULL));
     REJECT(t, s, ccl_comm_split(c, 0, 0, NULL));
+    REJECT(t, s, ccl_comm_create_group(c, &s->rank, 1, NULL));
     int done = 0;
     s->comm = NULL;
     REJECT(t, s, ccl_test(NULL, &done));

@@ -566,6 +566,67 @@ START_TEST(killed_before_first_use) {
 }
 END_TEST
 
+/* ccl_comm_create_group with a member killed before it: ranks 0 to 3 of 5
+ * make a group led by rank 0; rank 4 makes no call. The victim is the
+ * leader or a member; every living member fails within seconds, naming
+ * it. */
+#define GROUP_RANKS 5
+struct group_kill {
+    int victim;
+    const char *transport;
+};
+static const struct group_kill group_kills[] = {{2, "tcp"}, {0, "tcp"}, {2, "shm"}, {0, "shm"}};
+#define GROUP_KILL_CASES ((int)(sizeof group_kills / sizeof group_kills[0]))
+
+static int body_group_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks;
+    const struct group_kill *k = arg;
+    struct harness_tally t = {rank, 0};
+    EXPECT_OK(&t, ccl_barrier(comm));
+    if (rank == k->victim) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    if (rank == GROUP_RANKS - 1) return t.fails; /* not a member */
+    static const int members[4] = {0, 1, 2, 3};
+    ccl_comm_t *g = NULL;
+    double t0 = harness_now();
+    ccl_status_t st = ccl_comm_create_group(comm, members, 4, &g);
+    double took = harness_now() - t0;
+    const char *why = ccl_comm_last_error(comm);
+    char names[16];
+    snprintf(names, sizeof names, "rank %d", k->victim);
+    /* One host per rank over tcp, a member that hears of a member's death
+     * from the leader hears it second-hand: the leader's communicator
+     * failed and closed its links, and that is what such a member sees. */
+    int second_hand = strcmp(k->transport, "tcp") == 0 && k->victim != 0 && rank != 0 &&
+                      strstr(why, "rank 0 (") && strstr(why, "closed its connection");
+    EXPECT(&t, st == CCL_ERR_REMOTE && g == NULL && (strstr(why, names) != NULL || second_hand),
+           "create_group with rank %d dead returned %s: \"%s\"", k->victim, ccl_status_string(st), why);
+    EXPECT(&t, took < 8.0, "create_group took %.1f s to fail (CCL_TIMEOUT is %s s)", took, FAULT_CCL_TIMEOUT);
+    fprintf(stderr, "[faults] rank %d killed before create_group: rank %d failed after %.2f s: \"%s\"\n", k->victim,
+            rank, took, why);
+    if (g) ccl_comm_destroy(g);
+    return t.fails;
+}
+
+START_TEST(killed_before_create_group) {
+    const struct group_kill *k = &group_kills[_i];
+    struct harness_run run = {
+        .nranks = GROUP_RANKS,
+        .body = body_group_kill,
+        .arg = (void *)k,
+        .transport = k->transport,
+        .ranks_per_host = strcmp(k->transport, "tcp") == 0 ? 1 : 0,
+        .ccl_timeout = FAULT_CCL_TIMEOUT,
+        .lenient_destroy = 1,
+        .deadline_s = 60,
+    };
+    util_run_clean(&run, 1ull << k->victim, "rank %d (%s) of %d killed before create_group", k->victim,
+                   k->victim == 0 ? "the leader" : "a member", GROUP_RANKS);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("faults");
     int ncases;
@@ -576,6 +637,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "leaver_is_not_a_death", leaver_is_not_a_death, LEAVER_CASES, 100);
     util_add_loop_case(s, "timeout_names_rank_behind", timeout_names_rank_behind, BEHIND_CASES, 100);
     util_add_loop_case(s, "killed_before_first_use", killed_before_first_use, 3, 100);
+    util_add_loop_case(s, "killed_before_create_group", killed_before_create_group, GROUP_KILL_CASES, 100);
     return s;
 }
 

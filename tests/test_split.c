@@ -3,7 +3,10 @@
  * ccl_comm_split, on the short configuration list plus 8 ranks on shm:
  * odd and even halves running all_reduce at the same time, then the parent
  * again; ordering by key then parent rank (reversed keys, tied keys);
- * CCL_SPLIT_NOCOLOR giving NULL; a split of a split.
+ * CCL_SPLIT_NOCOLOR giving NULL; a split of a split. ccl_comm_create_group
+ * on the same configurations: two disjoint groups made and used at once,
+ * one listed in reverse; groups of one; every refusal; members given
+ * different lists, all told so, the parent usable after each.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -171,10 +174,102 @@ out:
 START_TEST(key_order_and_nocolor) { matrix_run_config(&split_configs[_i], body_keys, "split keys", NULL); }
 END_TEST
 
+/* Checks a group made from parent ranks list[0..n-1]: its shape, an
+ * all_reduce, and a broadcast from its rank 0 that shows the order is real. */
+static void expect_group(struct harness_tally *t, const char *what, ccl_comm_t *g, const int *list, int n, int rank,
+                         int32_t *in, int32_t *out) {
+    int me = 0, sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (list[i] == rank) me = i;
+        sum += list[i] + 1;
+    }
+    expect_shape(t, what, g, me, n);
+    expect_allreduce(t, what, g, rank, sum, in, out);
+    int32_t v = rank, got = -1;
+    EXPECT_OK(t, ccl_broadcast(&v, &got, 1, CCL_INT32, 0, g));
+    EXPECT(t, got == list[0], "%s: broadcast from new rank 0 came from parent rank %d, not %d", what, got, list[0]);
+}
+
+static int body_create_group(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    int32_t *in = malloc(SPLIT_COUNT * 4), *out = malloc(SPLIT_COUNT * 4);
+    int *list = malloc(sizeof(int) * (size_t)nranks);
+    ccl_comm_t *g = NULL;
+    if (!in || !out || !list) {
+        harness_fail(&t, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    int all = nranks * (nranks + 1) / 2;
+    /* The lower half in order and the upper half reversed, made and used at
+     * once: the other half makes no call. */
+    int lower = nranks / 2, n = 0;
+    if (rank < lower)
+        for (int r = 0; r < lower; r++) list[n++] = r;
+    else
+        for (int r = nranks - 1; r >= lower; r--) list[n++] = r;
+    if (EXPECT_OK(&t, ccl_comm_create_group(comm, list, n, &g)) == CCL_OK && g) {
+        for (int i = 0; i < HALF_ROUNDS && t.fails == 0; i++)
+            expect_group(&t, rank < lower ? "lower half" : "upper half reversed", g, list, n, rank, in, out);
+        EXPECT_OK(&t, ccl_comm_destroy(g));
+    }
+    g = NULL;
+    expect_allreduce(&t, "parent after two groups", comm, rank, all, in, out);
+    /* Every rank a group of its own. */
+    if (EXPECT_OK(&t, ccl_comm_create_group(comm, &rank, 1, &g)) == CCL_OK && g) {
+        expect_group(&t, "group of one", g, &rank, 1, rank, in, out);
+        EXPECT_OK(&t, ccl_comm_destroy(g));
+    }
+    g = NULL;
+    /* Every rank, led by the last. */
+    for (int i = 0; i < nranks; i++) list[i] = (nranks - 1 + i) % nranks;
+    if (EXPECT_OK(&t, ccl_comm_create_group(comm, list, nranks, &g)) == CCL_OK && g) {
+        expect_group(&t, "all, led by the last", g, list, nranks, rank, in, out);
+        EXPECT_OK(&t, ccl_comm_destroy(g));
+    }
+    g = NULL;
+    /* Refusals, local and at once. */
+    int bad[3] = {rank, rank, nranks};
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_comm_create_group(comm, NULL, 1, &g));
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_comm_create_group(comm, bad, 0, &g));
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_comm_create_group(comm, bad, nranks + 1, &g));
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_comm_create_group(comm, bad, 2, &g));
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), "are both") != NULL, "repeated rank: '%s'",
+           ccl_comm_last_error(comm));
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_comm_create_group(comm, bad + 2, 1, &g));
+    int other = (rank + 1) % nranks;
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_USAGE, ccl_comm_create_group(comm, &other, 1, &g));
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), "is not in ranks") != NULL, "caller not listed: '%s'",
+           ccl_comm_last_error(comm));
+    EXPECT_STATUS(&t, CCL_ERR_INVALID_ARGUMENT, ccl_comm_create_group(comm, &rank, 1, NULL));
+    EXPECT(&t, g == NULL, "a refused call gave a communicator");
+    /* Members given different lists: ranks 0, 1, 2 (1 and 2 swapped on
+     * rank 2); every one of them is told, and names rank 2. */
+    if (rank < 3) {
+        int mine[3] = {0, 1, 2}, swapped[3] = {0, 2, 1};
+        ccl_status_t st = ccl_comm_create_group(comm, rank == 2 ? swapped : mine, 3, &g);
+        EXPECT(&t, st == CCL_ERR_INVALID_USAGE && g == NULL, "different lists: %s", ccl_status_string(st));
+        const char *why = ccl_comm_last_error(comm);
+        EXPECT(&t, rank == 2 ? strstr(why, "the leader, rank 0, was given a different member list") != NULL
+                             : strstr(why, "rank 2 was given a different member list") != NULL,
+               "different lists, rank %d was told '%s'", rank, why);
+    }
+    expect_allreduce(&t, "parent after the refusals", comm, rank, all, in, out);
+out:
+    free(in);
+    free(out);
+    free(list);
+    return t.fails;
+}
+
+START_TEST(create_group) { matrix_run_config(&split_configs[_i], body_create_group, "create_group", NULL); }
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("split");
     util_add_loop_case(s, "odd_even_halves", odd_even_halves, SPLIT_CONFIGS, 300);
     util_add_loop_case(s, "key_order_and_nocolor", key_order_and_nocolor, SPLIT_CONFIGS, 300);
+    util_add_loop_case(s, "create_group", create_group, SPLIT_CONFIGS, 300);
     return s;
 }
 

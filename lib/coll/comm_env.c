@@ -1,5 +1,5 @@
 /*
- * Communicators from the launcher's environment, and splitting one.
+ * Communicators from the launcher's environment.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -220,54 +220,4 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
         }
     }
     return ccl__comm_create(comm, size, &uid, rank, NULL);
-}
-
-struct split_entry {
-    int32_t color, key;
-};
-
-CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_comm_t **newcomm) {
-    CCL_CHECK(ccl__check_comm(comm, "comm_split"));
-    if (!newcomm) return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "comm_split: newcomm is NULL");
-    *newcomm = NULL;
-    if (color < CCL_SPLIT_NOCOLOR)
-        return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "comm_split: color %d (must be >= 0 or CCL_SPLIT_NOCOLOR)",
-                              color);
-    int n = comm->nranks;
-    struct split_entry me = {color, key}, *all = malloc(sizeof(*all) * (size_t)n);
-    ccl_unique_id_t *ids = calloc((size_t)n, sizeof(*ids));
-    ccl_status_t st = all && ids ? CCL_OK : CCL_ERR_NO_MEMORY;
-    if (st == CCL_OK) st = ccl__own_all_gather(&me, all, sizeof(me), comm, "comm_split");
-    /* My new rank: members of my color ordered by (key, old rank). */
-    int newrank = 0, size = 0, leader = -1;
-    for (int r = 0; r < n && st == CCL_OK && color >= 0; r++) {
-        if (all[r].color != color) continue;
-        size++;
-        int before = all[r].key < key || (all[r].key == key && r < comm->rank);
-        newrank += before;
-        if (leader < 0 || all[r].key < all[leader].key) leader = r;
-    }
-    ccl_unique_id_t mine;
-    memset(&mine, 0, sizeof(mine));
-    if (st == CCL_OK) {
-        /* A leader that cannot make an id still joins the gather (with a zero
-         * id) so no rank is left waiting; its members then fail cleanly. */
-        if (color >= 0 && leader == comm->rank && ccl_get_unique_id(&mine) != CCL_OK) memset(&mine, 0, sizeof(mine));
-        st = ccl__own_all_gather(&mine, ids, sizeof(mine), comm, "comm_split");
-    }
-    if (st == CCL_OK && color >= 0) {
-        struct ccl__unique_id uid;
-        memcpy(&uid, ids[leader].internal, sizeof(uid));
-        if (uid.magic != CCL__UID_MAGIC)
-            st = ccl__set_error(comm, CCL_ERR_REMOTE, "comm_split: rank %d could not create the new communicator",
-                                leader);
-        else {
-            /* the parent's timeout and algorithms, wherever they came from */
-            struct ccl__comm_options opt = {comm->params.timeout_s, comm->params.algo, comm->params.algo_source};
-            st = ccl__comm_create(newcomm, size, &uid, newrank, &opt);
-        }
-    }
-    free(all);
-    free(ids);
-    return st;
 }

@@ -290,6 +290,18 @@ class Comm:
         c._adopt(ptr)
         return c
 
+    def create_group(self, ranks):
+        """Collective over the listed ranks alone (the others make no call):
+        ranks[i] becomes rank i of the new Comm. Every member passes the
+        same list, in the same order."""
+        ranks = [_c_int(r, "create_group: ranks") for r in ranks]
+        arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+        ptr = ctypes.c_void_p()
+        _check(_c.ccl_comm_create_group(self._p(), arr, len(ranks), ctypes.byref(ptr)), self._ptr, "create_group")
+        c = Comm.__new__(Comm)
+        c._adopt(ptr)
+        return c
+
     def register(self, buf):
         """Registers a buffer for zero-copy transfers (RDMA) until
         deregister(handle); a no-op handle on shm and tcp."""

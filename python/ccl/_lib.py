@@ -82,6 +82,7 @@ _protos = {
     "ccl_comm_init_rank_config": (_i, [ctypes.POINTER(_comm), _i, UniqueIdStruct, _i, ctypes.POINTER(ConfigStruct)]),
     "ccl_comm_init_env": (_i, [ctypes.POINTER(_comm)]),
     "ccl_comm_split": (_i, [_comm, _i, _i, ctypes.POINTER(_comm)]),
+    "ccl_comm_create_group": (_i, [_comm, ctypes.POINTER(_i), _i, ctypes.POINTER(_comm)]),
     "ccl_comm_destroy": (_i, [_comm]),
     "ccl_comm_abort": (_i, [_comm]),
     "ccl_comm_rank": (_i, [_comm, ctypes.POINTER(_i)]),

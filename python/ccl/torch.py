@@ -8,10 +8,12 @@
 installed: then "ccl" stays theirs and "libccl" is this backend's only name.
 
 Works under torchrun and with an explicit store; rank 0 makes libccl's
-unique id and shares it through the store. The process group's timeout is
-the communicator's (ccl_comm_init_rank_config). CPU tensors only. Runs on
-Debian's torch 1.13 and on torch 2.x (tested with 2.11, which
-tools/install-deps.sh installs from PyPI).
+unique id and shares it through the store. new_group (and DeviceMesh)
+make sub-groups on the default group's communicator, by their members
+alone (ccl_comm_create_group). The process group's timeout is the
+communicator's. CPU and CUDA tensors. Runs on Debian's torch 1.13 and on
+torch 2.x (tested with 2.11, which tools/install-deps.sh installs from
+PyPI).
 
 The C++ part (torch_backend.cpp) is compiled against the installed
 PyTorch and the libccl that `import ccl` loaded the first time it is
@@ -71,8 +73,41 @@ def _load_extension():
 _ext = _load_extension()
 
 
-def _create(store, rank, size, timeout):
-    return _ext.create_process_group(store, rank, size, timeout)
+def _default_backend():
+    """The default group's libccl backend object, or None."""
+    try:
+        pg = dist.distributed_c10d._get_default_group()
+    except (RuntimeError, ValueError):
+        return None
+    if hasattr(pg, "_get_backend"):  # torch 2.x: the backend behind the group
+        try:
+            return pg._get_backend(torch.device("cpu"))
+        except RuntimeError:
+            return None
+    return pg  # torch 1.13: the group is the backend
+
+
+def _create(opts, backend_options=None):
+    """torch's extended creator: the default group rendezvous through the
+    store; a sub-group (new_group, DeviceMesh) is made on the default
+    group's communicator by its members alone, where that group is libccl."""
+    ranks = list(opts.global_ranks_in_group)
+    if ranks and len(ranks) == opts.group_size:
+        parent = _default_backend()
+        if parent is not None:
+            group = _ext.create_group(parent, ranks, opts.timeout)
+            if group is not None:
+                return group
+    return _ext.create_process_group(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+
+
+def origin(group):
+    """How a process group's libccl communicator was made: "store" (a
+    rendezvous through torch's store), "ccl_comm_split" (split_group) or
+    "ccl_comm_create_group" (new_group, DeviceMesh); None where the group
+    is not this backend's."""
+    backend = group._get_backend(torch.device("cpu")) if hasattr(group, "_get_backend") else group
+    return _ext.origin(backend)
 
 
 def _register(name):
@@ -82,9 +117,9 @@ def _register(name):
         # torch 2.x asks which devices a backend serves. "cuda" too, though
         # CUDA tensors are refused with a sentence: torch's split_group
         # looks for the process group's "cuda" backend to split.
-        dist.Backend.register_backend(name, _create, devices=["cpu", "cuda"])
+        dist.Backend.register_backend(name, _create, extended_api=True, devices=["cpu", "cuda"])
     else:
-        dist.Backend.register_backend(name, _create)
+        dist.Backend.register_backend(name, _create, extended_api=True)
 
 
 def oneccl_installed():

@@ -331,13 +331,17 @@ class ProcessGroupCCL : public CclBase {
     worker_ = std::thread([this] { run(); });
   }
 
-  // A communicator split from another's (split()): no rendezvous.
-  ProcessGroupCCL(ccl_comm_t* comm, int rank, int size, double timeout_s) : CclBase(rank, size), comm_(comm) {
+  // A communicator made from another's (split(), create_group()): no
+  // rendezvous through the store.
+  ProcessGroupCCL(ccl_comm_t* comm, int rank, int size, double timeout_s, const char* origin)
+      : CclBase(rank, size), comm_(comm), origin_(origin) {
     timeout_s_ = timeout_s;
     worker_ = std::thread([this] { run(); });
   }
 
   ~ProcessGroupCCL() override { stop(); }
+
+  const char* origin() const { return origin_; }
 
   const std::string getBackendName() const override { return "libccl"; }
 
@@ -665,9 +669,27 @@ class ProcessGroupCCL : public CclBase {
     if (!sub) return nullptr;
     double timeout_s = opts ? std::chrono::duration<double>(opts->timeout).count() : 0;
     if (timeout_s > 0 && ccl_comm_set_timeout(sub, timeout_s) != CCL_OK) timeout_s = 0;  // keeps the parent's
-    return c10::make_intrusive<ProcessGroupCCL>(sub, key, (int)sorted.size(), timeout_s > 0 ? timeout_s : timeout_s_);
+    return c10::make_intrusive<ProcessGroupCCL>(sub, key, (int)sorted.size(), timeout_s > 0 ? timeout_s : timeout_s_,
+                                                "ccl_comm_split");
   }
 
+#endif
+
+  // new_group (and a DeviceMesh on CPU) creates a sub-group on its members
+  // alone, the others make no call: ccl_comm_create_group over this
+  // communicator, no rendezvous through the store. ranks are this group's
+  // ranks, sorted as torch gives them.
+  c10::intrusive_ptr<CclBase> create_group(const std::vector<int>& ranks, double timeout_s) {
+    ccl_comm_t* sub = nullptr;
+    ccl_status_t st = run_now([&] { return ccl_comm_create_group(comm_, ranks.data(), (int)ranks.size(), &sub); });
+    TORCH_CHECK(st == CCL_OK, "ccl: new_group: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
+    if (timeout_s > 0 && ccl_comm_set_timeout(sub, timeout_s) != CCL_OK) timeout_s = 0;  // keeps the parent's
+    int rank = (int)(std::find(ranks.begin(), ranks.end(), getRank()) - ranks.begin());
+    return c10::make_intrusive<ProcessGroupCCL>(sub, rank, (int)ranks.size(), timeout_s > 0 ? timeout_s : timeout_s_,
+                                                "ccl_comm_create_group");
+  }
+
+#if TORCH_VERSION_MAJOR >= 2
   // Coalesced calls (dist._coalescing_manager, batch_isend_irecv) run as
   // one libccl group: every call between the two is held, then issued
   // together; each call's Work completes with the group's.
@@ -902,6 +924,7 @@ class ProcessGroupCCL : public CclBase {
   }
 
   ccl_comm_t* comm_ = nullptr;
+  const char* origin_ = "store";  // how the communicator was made (origin(), for tests)
   double timeout_s_ = 0;
   Completer completer_;  // declared before the worker: it outlives the worker's last completion
   std::thread worker_;
@@ -919,10 +942,35 @@ c10::intrusive_ptr<CclBase> create(const c10::intrusive_ptr<c10d::Store>& store,
   return c10::make_intrusive<ProcessGroupCCL>(store, rank, size, (double)timeout.count());
 }
 
+// A group of the parent's ranks, made on the parent's communicator; None
+// where the parent is not this backend (torch's debug wrapper, another
+// backend), and the caller then makes it through the store.
+c10::optional<c10::intrusive_ptr<CclBase>> create_group(const c10::intrusive_ptr<CclBase>& parent,
+                                                        const std::vector<int>& ranks,
+                                                        const std::chrono::duration<float>& timeout) {
+  auto* p = dynamic_cast<ProcessGroupCCL*>(parent.get());
+  if (!p) return c10::nullopt;
+  return p->create_group(ranks, (double)timeout.count());
+}
+
+// How a ccl process group's communicator was made: "store" (a
+// rendezvous), "ccl_comm_split" or "ccl_comm_create_group"; None for
+// another backend.
+c10::optional<std::string> origin(const c10::intrusive_ptr<CclBase>& pg) {
+  auto* p = dynamic_cast<ProcessGroupCCL*>(pg.get());
+  if (!p) return c10::nullopt;
+  return std::string(p->origin());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "libccl as a torch.distributed process group";
   m.def("create_process_group", &create, "store, rank, world size, timeout -> a ccl process group",
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
+  m.def("create_group", &create_group,
+        "parent process group, its ranks in the new group, timeout -> a ccl process group made on the parent's "
+        "communicator by the members alone, or None where the parent is not a ccl process group",
+        pybind11::arg("parent"), pybind11::arg("ranks"), pybind11::arg("timeout"));
+  m.def("origin", &origin, "how a ccl process group's communicator was made", pybind11::arg("pg"));
 }

@@ -204,6 +204,18 @@ def test_split_describe_and_register():
         sub.all_reduce(x)
         assert x[0] == sum(r for r in range(comm.size) if r % 2 == comm.rank % 2)
         assert comm.split(None) is None
+        # The upper ranks, led by the last; the rest make no call.
+        if comm.rank >= 2:
+            members = list(range(comm.size - 1, 1, -1))
+            g = comm.create_group(members)
+            assert (g.rank, g.size) == (members.index(comm.rank), len(members))
+            y = np.array([comm.rank], np.int32)
+            g.broadcast(y, root=0)
+            assert y[0] == comm.size - 1
+            g.destroy()
+        with pytest.raises(ccl.InvalidUsage) as e:
+            comm.create_group([(comm.rank + 1) % comm.size])
+        assert "is not in ranks" in str(e.value)
         assert "ranks=%d" % comm.size in comm.describe()
         buf = np.zeros(1 << 20, np.uint8)
         h = comm.register(buf)
@@ -247,6 +259,8 @@ def test_bad_arguments_are_caught_before_sending():
             (lambda: comm.all_to_all_v(x, [1.0, 1, 1], np.zeros(8, np.float32), [1, 1, 1]), "must be an integer"),
             (lambda: comm.broadcast(x, root=0.0), "must be an integer"),
             (lambda: comm.split(2**32), "does not fit"),
+            (lambda: comm.create_group([comm.rank, 2**32]), "does not fit"),
+            (lambda: comm.create_group([comm.rank, comm.rank]), "are both"),
             (lambda: ccl.Comm(2**32 + 1, 0, ccl.get_unique_id()), "nranks = 4294967297 does not fit"),
         ]
         for call, words in bad:

@@ -94,6 +94,13 @@ def test_2d_mesh_dtensor_matches_one_process():
     print(outs[0][1])
 
 
+@pytest.mark.skipif(not TORCH2, reason="Backend.set_timeout is torch 2.x's")
+def test_set_timeout_is_honoured():
+    outs = launch("set_timeout", 2, deadline=120)
+    expect_ok(outs, "set_timeout")
+    assert "timeout: raised after" in outs[0][1]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: CUDA tensors are tested where "
                     "there is one (tools/gpu-check.sh runs this test there)")
 @pytest.mark.parametrize("world", [2, 3])

@@ -64,7 +64,8 @@ def check_coalesced(rank, world, n, dt, tag):
 
 def check_ops(rank, world, gloo):
     """Every process-group operation, on every dtype, against a reference
-    computed here and (for gloo's dtypes) against gloo's own result."""
+    computed here and (for gloo's dtypes) against gloo's own result;
+    new_group on subsets."""
     n = 7  # elements per rank: divides nothing
     for dt in DTYPES:
         both = [None] + ([gloo] if dt in GLOO_DTYPES else [])
@@ -146,6 +147,7 @@ def check_ops(rank, world, gloo):
             r.wait()
         same(got, torch.full((5,), float((rank - 1) % world)), "send/recv ring")
         check_recv_any(rank, world)
+    check_new_group(rank, world)
     dist.barrier()
 
 
@@ -188,6 +190,29 @@ def check_bitwise_premul(rank, world, gloo):
         raise AssertionError("a bitwise all_reduce of floats was accepted")
     except (RuntimeError, ValueError) as e:
         assert "bitwise op" in str(e), str(e)
+
+
+def check_new_group(rank, world):
+    """new_group on the even and the odd ranks (every rank calls both, in
+    order; the members alone make each one's communicator, on the
+    world's): an all_reduce and a broadcast from the group's last rank on
+    each, and the world after them."""
+    evens, odds = list(range(0, world, 2)), list(range(1, world, 2))
+    groups = [(dist.new_group(m), m) for m in (evens, odds) if m]
+    for g, members in groups:
+        if rank not in members:
+            continue
+        made = ccl.torch.origin(g)
+        assert made == "ccl_comm_create_group", made
+        x = data(rank, 9, torch.int64)
+        dist.all_reduce(x, group=g)
+        same(x, reduce_ref([data(q, 9, torch.int64) for q in members], "sum"), f"all_reduce on new_group {members}")
+        y = data(rank, 9, torch.float32)
+        dist.broadcast(y, src=members[-1], group=g)
+        same(y, data(members[-1], 9, torch.float32), f"broadcast on new_group {members}")
+    z = data(rank, 9, torch.int32)
+    dist.all_reduce(z)
+    same(z, reduce_ref([data(q, 9, torch.int32) for q in range(world)], "sum"), "all_reduce after new_group")
 
 
 def check_recv_any(rank, world):
@@ -299,6 +324,13 @@ def check_killed(rank, world, gloo):
     raise AssertionError("trained 10000 steps next to a dead rank")
 
 
+def check_set_timeout(rank, world, gloo):
+    """The backend's set_timeout (3 s, after an init with 20 s) holds: as
+    "timeout"."""
+    dist.group.WORLD._get_backend(torch.device("cpu")).set_timeout(datetime.timedelta(seconds=3))
+    check_timeout(rank, world, gloo)
+
+
 def check_timeout(rank, world, gloo):
     """init_process_group's timeout (3 s here): an all-reduce rank 1 never
     joins raises on rank 0 after about that long."""
@@ -353,14 +385,17 @@ def check_api2(rank, world, gloo):
     seqs = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(seqs, seq, group=gloo)
     assert all(int(x) == int(seq) and int(seq) > 0 for x in seqs), [int(x) for x in seqs]
-    # the timeout, changed for the group (the fault scenarios test that it holds)
-    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=17), pg)
+    # the timeout, changed for the group's backend (torch 2.11's
+    # _set_pg_timeout reaches nccl and gloo alone; "set_timeout" tests that
+    # the change holds)
+    pg._get_backend(torch.device("cpu")).set_timeout(datetime.timedelta(seconds=17))
     # split_group's path: the world split into its first world-1 ranks and the last
     if world > 1:
         mine = list(range(world - 1)) if rank < world - 1 else [world - 1]
         sub = pg.split_group(mine, timeout=datetime.timedelta(seconds=20), group_name=f"split{len(mine)}{rank in mine}",
                              group_desc="split")
         assert sub is not None and sub.size() == len(mine), (sub, mine)
+        assert ccl.torch.origin(sub) == "ccl_comm_split", ccl.torch.origin(sub)
         z = data(rank, n, torch.int64)
         dist.all_reduce(z, group=sub)
         same(z, reduce_ref([data(q, n, torch.int64) for q in mine], "sum"), f"all_reduce on the split {mine}")
@@ -368,6 +403,7 @@ def check_api2(rank, world, gloo):
     members = [0, 2] if world > 2 else [0]
     g = dist.new_group(members)
     if rank in members:
+        assert ccl.torch.origin(g) == "ccl_comm_create_group", ccl.torch.origin(g)
         z = data(rank, n, torch.float64)
         dist.all_reduce(z, group=g)
         same(z, reduce_ref([data(q, n, torch.float64) for q in members], "sum"), "all_reduce on new_group [0, 2]")
@@ -509,6 +545,9 @@ def check_mesh2d(rank, world, gloo):
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):  # the mesh's groups are made on the world's communicator
+        made = ccl.torch.origin(mesh[dim].get_group())
+        assert made == "ccl_comm_create_group", (dim, made)
     torch.manual_seed(0)
     model = Block()
     parallelize_module(model, mesh["tp"], {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
@@ -628,6 +667,7 @@ def check_abort(rank, world, gloo):
 
 
 SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
+             "set_timeout": check_set_timeout,
              "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
 
