@@ -98,7 +98,7 @@ def _create(opts, backend_options=None):
             group = _ext.create_group(parent, ranks, opts.timeout)
             if group is not None:
                 return group
-    return _ext.create_process_group(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    return _ext.create_process_group(opts.store, opts.group_rank, opts.group_size, opts.timeout, ranks)
 
 
 def origin(group):
@@ -108,6 +108,17 @@ def origin(group):
     is not this backend's."""
     backend = group._get_backend(torch.device("cpu")) if hasattr(group, "_get_backend") else group
     return _ext.origin(backend)
+
+
+def flight_recorder_dump():
+    """This process's flight recorder (the last calls of every libccl
+    process group), pickled in the format of torch's own recorder, as
+    torch._C._distributed_c10d._dump_nccl_trace() gives NCCL's. Its size is
+    torch's TORCH_FR_BUFFER_SIZE (2000 calls by default; 0: off). The
+    first failed call also writes it to $TORCH_FR_DUMP_TEMP_FILE<rank>,
+    where that variable is set; python -m ccl.fr_trace DIR analyzes the
+    files of every rank with torch's analyzer."""
+    return _ext.flight_recorder_dump()
 
 
 def _register(name):

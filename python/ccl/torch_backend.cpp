@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "ccl.h"
+#include "torch_flight.h"
 
 namespace {
 
@@ -302,8 +303,9 @@ class WorkCCL : public c10d::Work {
 
 class ProcessGroupCCL : public CclBase {
  public:
-  ProcessGroupCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s)
-      : CclBase(rank, size) {
+  ProcessGroupCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
+                  std::vector<int> global_ranks)
+      : CclBase(rank, size), global_ranks_(std::move(global_ranks)) {
     // Rank 0 makes the rendezvous point and publishes it through the store,
     // as the NCCL backend does with its unique id.
     ccl_unique_id_t id;
@@ -333,8 +335,9 @@ class ProcessGroupCCL : public CclBase {
 
   // A communicator made from another's (split(), create_group()): no
   // rendezvous through the store.
-  ProcessGroupCCL(ccl_comm_t* comm, int rank, int size, double timeout_s, const char* origin)
-      : CclBase(rank, size), comm_(comm), origin_(origin) {
+  ProcessGroupCCL(ccl_comm_t* comm, int rank, int size, double timeout_s, const char* origin,
+                  std::vector<int> global_ranks)
+      : CclBase(rank, size), comm_(comm), origin_(origin), global_ranks_(std::move(global_ranks)) {
     timeout_s_ = timeout_s;
     worker_ = std::thread([this] { run(); });
   }
@@ -342,6 +345,13 @@ class ProcessGroupCCL : public CclBase {
   ~ProcessGroupCCL() override { stop(); }
 
   const char* origin() const { return origin_; }
+
+  // Ranks of this group in the default group (where torch said), else in this one.
+  std::vector<int> global(const std::vector<int>& ranks) const {
+    std::vector<int> out;
+    for (int r : ranks) out.push_back(r >= 0 && r < (int)global_ranks_.size() ? global_ranks_[r] : r);
+    return out;
+  }
 
   const std::string getBackendName() const override { return "libccl"; }
 
@@ -409,7 +419,7 @@ class ProcessGroupCCL : public CclBase {
           ccl_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), to_ccl(in.scalar_type(), what), comm_);
       if (st == CCL_OK) unflatten(flat, outs);
       return st;
-    });
+    }, /*groupable=*/false, {in});
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -423,7 +433,7 @@ class ProcessGroupCCL : public CclBase {
     at::Tensor in = input, out = output;
     return enqueue(OpType::_ALLGATHER_BASE, {out}, [=] {
       return ccl_all_gather(in.data_ptr(), out.data_ptr(), in.numel(), to_ccl(in.scalar_type(), what), comm_);
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, {in});
   }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -440,7 +450,7 @@ class ProcessGroupCCL : public CclBase {
         return ccl_all_gather(ins[i].data_ptr(), outs[i].data_ptr(), ins[i].numel(),
                               to_ccl(ins[i].scalar_type(), what), comm_);
       });
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, ins);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
@@ -460,7 +470,7 @@ class ProcessGroupCCL : public CclBase {
                                     to_ccl(outs[i].scalar_type(), what), o, comm_);
         });
       });
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, ins);
   }
 #endif
 
@@ -484,7 +494,7 @@ class ProcessGroupCCL : public CclBase {
                                    to_ccl(in.scalar_type(), what), root, comm_);
       if (st == CCL_OK) unflatten(flat, outs);
       return st;
-    });
+    }, /*groupable=*/false, {in});
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(Tensors& outputs, std::vector<Tensors>& inputs,
@@ -505,7 +515,7 @@ class ProcessGroupCCL : public CclBase {
       at::Tensor flat = ins.empty() ? at::Tensor() : flatten(ins);
       return ccl_scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(),
                          to_ccl(out.scalar_type(), what), root, comm_);
-    });
+    }, /*groupable=*/false, ins);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
@@ -523,7 +533,7 @@ class ProcessGroupCCL : public CclBase {
       return with_op(comm_, op, dt, [&](ccl_op_t o) {
         return ccl_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dt, o, comm_);
       });
-    });
+    }, /*groupable=*/false, ins);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -541,7 +551,7 @@ class ProcessGroupCCL : public CclBase {
       return with_op(comm_, op, dt, [&](ccl_op_t o) {
         return ccl_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), dt, o, comm_);
       });
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, {in});
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -559,7 +569,7 @@ class ProcessGroupCCL : public CclBase {
                   "same number of elements, a multiple of ", n, " (ranks)");
       return enqueue(OpType::ALLTOALL_BASE, {out}, [=] {
         return ccl_all_to_all(in.data_ptr(), out.data_ptr(), in.numel() / n, to_ccl(in.scalar_type(), what), comm_);
-      }, /*groupable=*/true);
+      }, /*groupable=*/true, {in});
     }
     // Splits count rows (the first dimension); empty means equal parts.
     auto layout = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* side) {
@@ -583,7 +593,7 @@ class ProcessGroupCCL : public CclBase {
     return enqueue(OpType::ALLTOALL_BASE, {out}, [=] {
       return ccl_all_to_all_v(in.data_ptr(), s.first.data(), s.second.data(), out.data_ptr(), r.first.data(),
                               r.second.data(), to_ccl(in.scalar_type(), what), comm_);
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, {in});
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions&) override {
@@ -608,7 +618,7 @@ class ProcessGroupCCL : public CclBase {
                             : ccl_recv(outs[p].data_ptr(), outs[p].numel(), to_ccl(outs[p].scalar_type(), what), p,
                                        comm_);
       });
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, ins);
   }
 
   c10::intrusive_ptr<c10d::Work> send(Tensors& tensors, int dst, int) override {
@@ -616,7 +626,7 @@ class ProcessGroupCCL : public CclBase {
     at::Tensor t = single(tensors, what);
     return enqueue(OpType::SEND, {t}, [=] {
       return ccl_send(t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), dst, comm_);
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, {}, dst);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(Tensors& tensors, int src, int) override {
@@ -624,7 +634,7 @@ class ProcessGroupCCL : public CclBase {
     at::Tensor t = single(tensors, what);
     return enqueue(OpType::RECV, {t}, [=] {
       return ccl_recv(t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), src, comm_);
-    }, /*groupable=*/true);
+    }, /*groupable=*/true, {}, src);
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors& tensors, int) override {
@@ -670,7 +680,7 @@ class ProcessGroupCCL : public CclBase {
     double timeout_s = opts ? std::chrono::duration<double>(opts->timeout).count() : 0;
     if (timeout_s > 0 && ccl_comm_set_timeout(sub, timeout_s) != CCL_OK) timeout_s = 0;  // keeps the parent's
     return c10::make_intrusive<ProcessGroupCCL>(sub, key, (int)sorted.size(), timeout_s > 0 ? timeout_s : timeout_s_,
-                                                "ccl_comm_split");
+                                                "ccl_comm_split", global(sorted));
   }
 
 #endif
@@ -686,7 +696,7 @@ class ProcessGroupCCL : public CclBase {
     if (timeout_s > 0 && ccl_comm_set_timeout(sub, timeout_s) != CCL_OK) timeout_s = 0;  // keeps the parent's
     int rank = (int)(std::find(ranks.begin(), ranks.end(), getRank()) - ranks.begin());
     return c10::make_intrusive<ProcessGroupCCL>(sub, rank, (int)ranks.size(), timeout_s > 0 ? timeout_s : timeout_s_,
-                                                "ccl_comm_create_group");
+                                                "ccl_comm_create_group", global(ranks));
   }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -827,11 +837,60 @@ class ProcessGroupCCL : public CclBase {
   }
 
  private:
+  // torch's names for the calls, as its analyzer knows them.
+  static const char* flight_name(OpType t) {
+    switch (t) {
+      case OpType::BROADCAST: return "broadcast";
+      case OpType::ALLREDUCE: return "all_reduce";
+      case OpType::ALLREDUCE_COALESCED: return "allreduce_coalesced";
+      case OpType::REDUCE: return "reduce";
+      case OpType::ALLGATHER: return "all_gather";
+      case OpType::_ALLGATHER_BASE: return "_all_gather_base";
+      case OpType::GATHER: return "gather";
+      case OpType::SCATTER: return "scatter";
+      case OpType::REDUCE_SCATTER: return "reduce_scatter";
+      case OpType::_REDUCE_SCATTER_BASE: return "_reduce_scatter_base";
+      case OpType::ALLTOALL_BASE:
+      case OpType::ALLTOALL: return "all_to_all";
+      case OpType::SEND: return "send";
+      case OpType::RECV:
+      case OpType::RECVANYSOURCE: return "recv";
+      case OpType::BARRIER: return "all_reduce_barrier";
+      default: return "coalesced";
+    }
+  }
+
+  ccl_flight::Call flight_call(OpType type, const Tensors& outputs, const Tensors& inputs, int peer) {
+    ccl_flight::Call c;
+    c.pg_id = pg_id_;
+#if TORCH_VERSION_MAJOR >= 2
+    c.pg_name = getGroupUid();
+    c.pg_desc = getGroupDesc();
+#endif
+    if (c.pg_name.empty()) c.pg_name = std::to_string(pg_id_);
+    if (c.pg_desc.empty()) c.pg_desc = "undefined";
+    c.name = flight_name(type);
+    c.p2p = type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
+    if (type == OpType::SEND) c.name += " " + std::to_string(getRank()) + "->" + std::to_string(peer);
+    if (type == OpType::RECV) c.name += " " + std::to_string(getRank()) + "<-" + std::to_string(peer);
+    if (type == OpType::RECVANYSOURCE) c.name += " " + std::to_string(getRank()) + "<--1";
+    c.outputs = outputs;
+    c.inputs = inputs.empty() ? outputs : inputs;
+    c.timeout_ms = (int64_t)(timeout_s_ * 1000);
+    if (!flight_group_told_.exchange(true)) {
+      std::vector<int> all(getSize());
+      for (int r = 0; r < getSize(); r++) all[r] = r;
+      ccl_flight::Recorder::get().group(c.pg_name, c.pg_desc, global(all));
+    }
+    return c;
+  }
+
   struct Task {
     c10::intrusive_ptr<WorkCCL> work;
     std::function<ccl_status_t()> call;
     bool groupable = false;  // nothing but libccl calls: it may run inside a libccl group
     c10::optional<c10::Stream> caller;  // CUDA tensors: the caller's current stream then
+    int64_t flight = -1;                 // its flight-recorder entry (none: -1)
   };
 
   // The caller's current stream where the call's tensors are CUDA ones.
@@ -846,20 +905,25 @@ class ProcessGroupCCL : public CclBase {
     return coalescing_;
   }
 
+  // inputs: where they are not the outputs (in-place calls leave them
+  // empty); peer: a send's or receive's. Both for the flight recorder.
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, Tensors outputs, std::function<ccl_status_t()> call,
-                                         bool groupable = false) {
+                                         bool groupable = false, Tensors inputs = {}, int peer = -1) {
     auto caller = caller_stream(outputs);
+    ccl_flight::Call rec;
+    if (ccl_flight::Recorder::get().enabled()) rec = flight_call(type, outputs, inputs, peer);
     auto work = c10::make_intrusive<WorkCCL>(getRank(), type, std::move(outputs));
     {
       std::lock_guard<std::mutex> g(mu_);
       TORCH_CHECK(!stop_, "ccl: the process group was shut down");
       seq_++;
-      if (coalescing_) {
+      if (coalescing_) {  // the block is recorded as one call, as torch's NCCL backend records it
         work->held_ = true;
         held_.push_back(Task{work, std::move(call), groupable, caller});
         return work;  // completes with endCoalescing's
       }
-      queue_.push_back(Task{work, std::move(call), groupable, caller});
+      int64_t flight = ccl_flight::Recorder::get().enabled() ? ccl_flight::Recorder::get().issued(rec) : -1;
+      queue_.push_back(Task{work, std::move(call), groupable, caller, flight});
     }
     cv_.notify_one();
     return work;
@@ -883,6 +947,11 @@ class ProcessGroupCCL : public CclBase {
       work->wait();
     }
     return st;
+  }
+
+  static std::atomic<size_t>& next_pg_id() {
+    static std::atomic<size_t> n{0};
+    return n;
   }
 
   void stop() {
@@ -913,11 +982,16 @@ class ProcessGroupCCL : public CclBase {
           device.reset_device(task.caller->device());  // libccl binds the device current now
           task.caller->synchronize();
         }
+        ccl_flight::Recorder::get().started(task.flight);
         ccl_status_t st = task.call();
         if (st != CCL_OK)
           throw std::runtime_error(std::string("ccl: ") + ccl_status_string(st) + ": " + ccl_comm_last_error(comm_));
       } catch (...) {
         error = std::current_exception();
+      }
+      if (task.flight >= 0) {
+        ccl_flight::Recorder::get().ended(task.flight, !error);
+        if (error) ccl_flight::Recorder::get().dump_on_failure(global({getRank()})[0]);
       }
       task.work->complete(error, completer_);
     }
@@ -925,6 +999,9 @@ class ProcessGroupCCL : public CclBase {
 
   ccl_comm_t* comm_ = nullptr;
   const char* origin_ = "store";  // how the communicator was made (origin(), for tests)
+  std::vector<int> global_ranks_;  // this group's ranks in the default group (empty: unknown)
+  size_t pg_id_ = next_pg_id()++;  // the flight recorder's number for it, in creation order
+  std::atomic<bool> flight_group_told_{false};
   double timeout_s_ = 0;
   Completer completer_;  // declared before the worker: it outlives the worker's last completion
   std::thread worker_;
@@ -938,9 +1015,13 @@ class ProcessGroupCCL : public CclBase {
 };
 
 c10::intrusive_ptr<CclBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   const std::chrono::duration<float>& timeout) {
-  return c10::make_intrusive<ProcessGroupCCL>(store, rank, size, (double)timeout.count());
+                                   const std::chrono::duration<float>& timeout, std::vector<int> global_ranks) {
+  if (global_ranks.empty())  // the default group
+    for (int r = 0; r < size; r++) global_ranks.push_back(r);
+  return c10::make_intrusive<ProcessGroupCCL>(store, rank, size, (double)timeout.count(), std::move(global_ranks));
 }
+
+pybind11::bytes flight_recorder_dump() { return pybind11::bytes(ccl_flight::Recorder::get().dump()); }
 
 // A group of the parent's ranks, made on the parent's communicator; None
 // where the parent is not this backend (torch's debug wrapper, another
@@ -967,7 +1048,10 @@ c10::optional<std::string> origin(const c10::intrusive_ptr<CclBase>& pg) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "libccl as a torch.distributed process group";
   m.def("create_process_group", &create, "store, rank, world size, timeout -> a ccl process group",
-        pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
+        pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
+        pybind11::arg("global_ranks") = std::vector<int>{});
+  m.def("flight_recorder_dump", &flight_recorder_dump,
+        "the flight recorder of this process's ccl process groups, pickled as torch's recorder pickles its own");
   m.def("create_group", &create_group,
         "parent process group, its ranks in the new group, timeout -> a ccl process group made on the parent's "
         "communicator by the members alone, or None where the parent is not a ccl process group",

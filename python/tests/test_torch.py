@@ -20,13 +20,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCEN = os.path.join(HERE, "torch_scenarios.py")
 
 
-def launch(scenario, world, deadline=300):
-    """Starts `world` ranks, returns their (exit code, output) after all
-    exited; kills the rest and fails past the deadline."""
+def launch(scenario, world, deadline=300, env=None):
+    """Starts `world` ranks (with env added to the environment), returns
+    their (exit code, output) after all exited; kills the rest and fails
+    past the deadline."""
     with tempfile.TemporaryDirectory() as d:
         init = os.path.join(d, "store")
+        full_env = dict(os.environ, **(env or {}))
         procs = [subprocess.Popen([sys.executable, SCEN, scenario, str(r), str(world), init], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for r in range(world)]
+                                  stderr=subprocess.STDOUT, text=True, env=full_env) for r in range(world)]
         outs = []
         for p in procs:
             try:
@@ -129,6 +131,35 @@ def test_skipped_collective_raises_everywhere():
     outs = launch("skipped", 3, deadline=120)
     for r, (code, out) in enumerate(outs):
         assert code == 0 and "skipped: rank" in out and "destroyed in" in out, f"rank {r} exited {code}:\n{out[-3000:]}"
+
+
+@needs_torch2
+def test_flight_recorder_names_the_divergence(tmp_path):
+    """The skipped collective again, with torch's TORCH_FR_DUMP_TEMP_FILE:
+    every rank writes its flight recorder at the failure, in torch's
+    format, and torch's analyzer (through python -m ccl.fr_trace) finds
+    the call at which rank 2 went its own way."""
+    import pickle
+    prefix = "libccl_trace_rank_"
+    outs = launch("skipped", 3, deadline=120, env={"TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / prefix)})
+    for r, (code, out) in enumerate(outs):
+        assert code == 0 and f"flight recorder written to {tmp_path / prefix}{r}" in out, \
+            f"rank {r} exited {code}:\n{out[-3000:]}"
+    for r in range(3):
+        with open(tmp_path / f"{prefix}{r}", "rb") as f:
+            dump = pickle.load(f)
+        assert dump["version"] == "2.10" and dump["pg_config"]["0"]["ranks"] == "[0, 1, 2]", dump
+        last = dump["entries"][-1]
+        want = "libccl:_all_gather_base" if r == 2 else "libccl:all_reduce"
+        assert (last["profiling_name"], last["collective_seq_id"], last["state"]) == (want, 1, "started"), last
+        assert last["input_sizes"] == [[8]] and last["output_sizes"] == ([[24]] if r == 2 else [[8]]), last
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(HERE),
+                                                                      os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-m", "ccl.fr_trace", str(tmp_path), "--prefix", prefix],
+                         capture_output=True, text=True, env=env, timeout=120)
+    report = out.stdout + out.stderr
+    assert out.returncode == 0 and "Collective sequence number: 1 has errors" in report, report[-3000:]
+    assert "COLLECTIVE_TYPE_MISMATCH" in report and "'all_reduce'" in report, report[-3000:]
 
 
 NAMES = """
