@@ -1057,4 +1057,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "communicator by the members alone, or None where the parent is not a ccl process group",
         pybind11::arg("parent"), pybind11::arg("ranks"), pybind11::arg("timeout"));
   m.def("origin", &origin, "how a ccl process group's communicator was made", pybind11::arg("pg"));
+  // The backend's own Python type, so that what torch asks of a backend
+  // it can split (beyond the Backend interface) is there: with a bound
+  // device (init_process_group(device_id=...)), new_group has each
+  // non-member call perform_nocolor_split on the parent, as
+  // ncclCommSplit needs; ccl_comm_create_group needs nothing of them.
+  pybind11::class_<ProcessGroupCCL, CclBase, c10::intrusive_ptr<ProcessGroupCCL>>(m, "ProcessGroupCCL")
+      .def("perform_nocolor_split", [](ProcessGroupCCL&, const pybind11::object&) {},
+           "a non-member's part in making a group: nothing (the members make it alone)", pybind11::arg("device"));
 }

@@ -96,6 +96,12 @@ def test_2d_mesh_dtensor_matches_one_process():
     print(outs[0][1])
 
 
+@needs_torch2
+@pytest.mark.parametrize("world", [1, 3])
+def test_new_group_with_a_bound_device(world):
+    expect_ok(launch("bound", world), f"bound on {world} ranks")
+
+
 @pytest.mark.skipif(not TORCH2, reason="Backend.set_timeout is torch 2.x's")
 def test_set_timeout_is_honoured():
     outs = launch("set_timeout", 2, deadline=120)

@@ -324,6 +324,25 @@ def check_killed(rank, world, gloo):
     raise AssertionError("trained 10000 steps next to a dead rank")
 
 
+def check_bound(rank, world, gloo):
+    """What torch does after init_process_group(device_id=cuda:N), short of
+    a GPU: the world's bound device set as init sets it (its index needs
+    no device until a CUDA tensor is used). new_group then makes each
+    non-member call perform_nocolor_split on the world's backend, and the
+    members' groups are still made by ccl_comm_create_group."""
+    pg = dist.group.WORLD
+    pg.bound_device_id = torch.device("cuda", 0)
+    assert dist.distributed_c10d._get_split_source(pg) is not None, "the backend is no split source"
+    check_new_group(rank, world)
+    for g in (dist.new_group([world - 1]), dist.new_group(list(range(world)))):
+        if rank in dist.get_process_group_ranks(g):
+            x = data(rank, 5, torch.float32)
+            dist.all_reduce(x, group=g)
+            members = dist.get_process_group_ranks(g)
+            same(x, reduce_ref([data(q, 5, torch.float32) for q in members], "sum"), f"all_reduce on {members}")
+    pg.bound_device_id = None
+
+
 def check_set_timeout(rank, world, gloo):
     """The backend's set_timeout (3 s, after an init with 20 s) holds: as
     "timeout"."""
@@ -667,7 +686,7 @@ def check_abort(rank, world, gloo):
 
 
 SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
-             "set_timeout": check_set_timeout,
+             "set_timeout": check_set_timeout, "bound": check_bound,
              "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
 
