@@ -67,6 +67,13 @@ static ccl_status_t p2p(int is_send, void *buf, size_t count, ccl_dtype_t dtype,
     return p2p_on(is_send, buf, count, dtype, peer, comm, async, req, what, NULL);
 }
 
+ccl_status_t ccl__own_send(const void *buf, size_t bytes, int peer, ccl_comm_t *comm, const char *what) {
+    return p2p(1, (void *)buf, bytes, CCL_UINT8, peer, comm, BLOCKING, NULL, what);
+}
+ccl_status_t ccl__own_recv(void *buf, size_t bytes, int peer, ccl_comm_t *comm, const char *what) {
+    return p2p(0, buf, bytes, CCL_UINT8, peer, comm, BLOCKING, NULL, what);
+}
+
 CCL_API ccl_status_t ccl_all_reduce(const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op,
                                     ccl_comm_t *comm) {
     return coll(CCL__K_ALL_REDUCE, s, r, count, dt, op, -1, comm, BLOCKING, NULL, "all_reduce");

@@ -70,6 +70,11 @@ ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out);
  * ccl_comm_set_algo forces one that could not run it (rd on 3 ranks). */
 ccl_status_t ccl__own_all_gather(const void *sendbuf, void *recvbuf, size_t bytes, ccl_comm_t *comm,
                                  const char *what);
+/* The library's own point-to-point messages (a new group's id handed from
+ * its leader), checked and issued as a user's are but without the public
+ * layer; bytes of CCL_UINT8. */
+ccl_status_t ccl__own_send(const void *buf, size_t bytes, int peer, ccl_comm_t *comm, const char *what);
+ccl_status_t ccl__own_recv(void *buf, size_t bytes, int peer, ccl_comm_t *comm, const char *what);
 /* The same for n calls of comm that make one operation (gather, scatter,
  * all_to_all_v): one batch named what, one request (completing with the
  * group's end when a group is open). */

@@ -100,10 +100,10 @@ static uint64_t list_hash(const int *ranks, int n) {
 }
 
 static ccl_status_t send_bytes(const void *p, size_t n, int peer, ccl_comm_t *comm) {
-    return ccl_send(p, n, CCL_UINT8, peer, comm);
+    return ccl__own_send(p, n, peer, comm, "comm_create_group");
 }
 static ccl_status_t recv_bytes(void *p, size_t n, int peer, ccl_comm_t *comm) {
-    return ccl_recv(p, n, CCL_UINT8, peer, comm);
+    return ccl__own_recv(p, n, peer, comm, "comm_create_group");
 }
 
 /* The leader: offer, hear every member's verdict, then answer each one.
