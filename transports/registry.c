@@ -33,6 +33,14 @@ int ccl__transport_index(const struct ccl__transport *t) {
     return -1;
 }
 
+const char *ccl__transport_missing_why(const char *name) {
+#ifndef CCL_HAVE_IB
+    if (strcmp(name, "ib") == 0) return "; this build has no RDMA: build with libibverbs-dev installed";
+#endif
+    (void)name;
+    return "";
+}
+
 void ccl__transport_names(char *buf, size_t n) {
     size_t o = 0;
     if (n) buf[0] = 0;

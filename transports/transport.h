@@ -8,7 +8,9 @@
  * Adding a transport: a folder under transports/, a `const struct
  * ccl__transport`, and one line in registry.c. Nothing outside its folder
  * names it: the connection manager (manager.c) runs every registered
- * transport's life cycle, and the planner picks one per pair by score.
+ * transport's life cycle, the planner picks one per pair by score and
+ * costs the pair by the transport's link_class, and a refusal of a
+ * transport this build lacks says why through the registry.
  * What a transport must trade pair by pair beyond its blob (queue-pair
  * numbers, memory keys, device handles) goes through the pair channel
  * (core/boot_pair.h), at set-up or later.
@@ -60,6 +62,10 @@ struct ccl__conn {
 struct ccl__transport {
     const char *name;
     unsigned caps;
+    /* The planner's link class for a pair this transport connects, by the
+     * class's name (plan/cost.c's ccl__link_names: "tcp", "rdma"); NULL
+     * for shared memory, whose class the two ranks' places decide. */
+    const char *link_class;
     /* Score > 0 if this transport can connect a and b (higher wins); 0 if
      * not. Asked only about ranks where this transport's local_init worked. */
     int (*can_connect)(const struct ccl__peer_info *a, const struct ccl__peer_info *b);
@@ -195,6 +201,9 @@ const struct ccl__transport *ccl__transport_by_name(const char *name);
 int ccl__transport_index(const struct ccl__transport *t);
 /* "shm, tcp": for messages. */
 void ccl__transport_names(char *buf, size_t n);
+/* Why a transport libccl has is not in this build ("" when name is none
+ * of libccl's), for the message that refuses CCL_TRANSPORT=name. */
+const char *ccl__transport_missing_why(const char *name);
 
 /* A transport's private per-communicator state slot. */
 static inline void **ccl__tstate(struct ccl_comm *comm, const struct ccl__transport *t) {

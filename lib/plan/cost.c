@@ -33,7 +33,6 @@
 const char *const ccl__link_names[CCL__NUM_LINKS] = {"numa", "cross-numa", "cross-socket", "tcp", "rdma", "cuda"};
 
 int ccl__link_by_name(const char *name) {
-    if (strcmp(name, "ib") == 0) return CCL__LINK_RDMA; /* the transport's name for its link class */
     for (int c = 0; c < CCL__NUM_LINKS; c++)
         if (strcmp(name, ccl__link_names[c]) == 0) return c;
     return -1;

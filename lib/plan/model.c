@@ -30,10 +30,13 @@ struct ccl__cost_state {
 };
 
 /* The link class of the transport connecting a and b: its own for a
- * network or device transport, -1 for shared memory (the places decide). */
+ * network or device transport, -1 for shared memory (the places decide).
+ * A pair no transport connects counts as a network link. */
 static int pair_transport_class(void *ctx, int a, int b) {
     int t = ccl__plan_pair_transport(ctx, a, b);
-    return ccl__link_by_name(t >= 0 ? ccl__transports[t]->name : "tcp");
+    if (t < 0) return CCL__LINK_TCP;
+    const char *c = ccl__transports[t]->link_class;
+    return c ? ccl__link_by_name(c) : -1;
 }
 
 int ccl__plan_shm_class(const struct ccl__place *p, const struct ccl__place *q) {

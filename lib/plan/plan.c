@@ -59,10 +59,7 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
         char names[128];
         ccl__transport_names(names, sizeof(names));
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "init: CCL_TRANSPORT=%s is not a transport (%s)%s",
-                              comm->params.transport, names,
-                              strcmp(comm->params.transport, "ib") == 0
-                                  ? "; this build has no RDMA: build with libibverbs-dev installed"
-                                  : "");
+                              comm->params.transport, names, ccl__transport_missing_why(comm->params.transport));
     }
     const struct ccl__peer_info *me = &comm->peers[comm->rank];
     for (int p = 0; p < comm->nranks; p++) {

@@ -551,6 +551,7 @@ static size_t ib_slot_bytes(const struct ccl__params *params) { return params->i
 const struct ccl__transport ccl__transport_ib = {
     .name = "ib",
     .caps = CCL__CAP_CROSS_HOST | CCL__CAP_POLLABLE,
+    .link_class = "rdma",
     .can_connect = ccl__ib_can_connect,
     .local_init = ccl__ib_local_init,
     .setup = ccl__ib_setup,

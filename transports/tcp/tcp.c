@@ -533,6 +533,7 @@ static size_t tcp_slot_bytes(const struct ccl__params *params) { return params->
 const struct ccl__transport ccl__transport_tcp = {
     .name = "tcp",
     .caps = CCL__CAP_CROSS_HOST | CCL__CAP_POLLABLE,
+    .link_class = "tcp",
     .can_connect = ccl__tcp_can_connect,
     .local_init = ccl__tcp_local_init,
     .setup = ccl__tcp_setup,
