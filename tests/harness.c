@@ -7,6 +7,7 @@
 #include "container.h"
 
 #include "core/params.h"
+#include "transports/shm/shm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -110,8 +111,9 @@ static void check_params_took_effect(const struct harness_run *run, int rank, st
     if (per_host > 0) snprintf(host, sizeof host, "host%d", rank / per_host);
     const char *set = getenv("CCL_TIMEOUT"); /* the run's, or this rank's own (rank_env) */
     double timeout = atof(set ? set : DEFAULT_CCL_TIMEOUT);
+    const struct ccl__shm_knobs *shm = ccl__transport_knobs(&ccl__transport_shm);
     if ((run->transport && strcmp(p->transport, run->transport) != 0) || (host[0] && strcmp(p->host_id, host) != 0) ||
-        strcmp(p->shm_prefix, run->shm_prefix) != 0 || p->timeout_s != timeout)
+        !shm || strcmp(shm->prefix, run->shm_prefix) != 0 || p->timeout_s != timeout)
         harness_fail(t, __FILE__, __LINE__,
                      "the library's parameters were loaded before the harness forked, so the environment it set "
                      "(transport %s, host %s, shm prefix %s) was ignored: run one harness per test process",

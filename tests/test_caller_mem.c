@@ -38,8 +38,8 @@ static void fake_dereg(struct ccl_comm *comm, void *handle) {
     (void)comm, (void)handle;
     fake.deregs++;
 }
-static size_t fake_zc_min(const struct ccl__params *params) {
-    (void)params;
+static size_t fake_zc_min(const void *knobs) {
+    (void)knobs;
     return ZC_BYTES;
 }
 static ccl_status_t fake_commit_from(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *payload,

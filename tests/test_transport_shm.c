@@ -196,14 +196,14 @@ static struct ccl_comm *comm_new(const struct rank_ctx *c, uint64_t comm_id, int
     comm->comm_id = comm_id;
     memset(comm->secret, SECRET_BYTE, sizeof(comm->secret));
     comm->params = *ccl__params_get();
-    snprintf(comm->params.shm_prefix, sizeof(comm->params.shm_prefix), "%s", c->prefix);
     comm->params.slots = slots;
-    comm->params.shm_slot_bytes = slot_bytes;
+    if (ccl__conns_alloc(comm) != CCL_OK) abort(); /* tstate, and the transports' knobs */
+    snprintf(ccl__shm_knobs(comm)->prefix, sizeof(ccl__shm_knobs(comm)->prefix), "%s", c->prefix);
+    ccl__shm_knobs(comm)->slot_bytes = slot_bytes;
     comm->peers = calloc((size_t)c->nranks, sizeof(*comm->peers));
     comm->conns = calloc((size_t)c->nranks, sizeof(*comm->conns));
-    comm->tstate = calloc((size_t)ccl__ntransports, sizeof(*comm->tstate));
     comm->blobs = calloc((size_t)c->nranks * (size_t)ccl__ntransports, CCL__TRANSPORT_BLOB_BYTES);
-    if (!comm->peers || !comm->conns || !comm->tstate || !comm->blobs) abort();
+    if (!comm->peers || !comm->conns || !comm->blobs) abort();
     comm->wake = &comm->local_wake;
     comm->event_fd = -1;
     pthread_mutex_init(&comm->err_lock, NULL);
@@ -214,7 +214,7 @@ static void comm_free(struct ccl_comm *comm) {
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peers);
     free(comm->conns);
-    free(comm->tstate);
+    ccl__conns_free(comm);
     free(comm->blobs);
     free(comm);
 }
@@ -318,7 +318,7 @@ static int check_msg(struct rank_ctx *c, const void *buf, const struct ccl__slot
 /* Messages [first, last) both ways with every used peer at once. */
 static void stream(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use, int first, int last) {
     int sent[MAX_RANKS], got[MAX_RANKS];
-    size_t slot = comm->params.shm_slot_bytes;
+    size_t slot = ccl__shm_knobs(comm)->slot_bytes;
     uint8_t *scratch = malloc(slot + 1);
     if (!scratch) abort();
     for (int p = 0; p < c->nranks; p++) sent[p] = got[p] = first;
@@ -375,7 +375,7 @@ out:
  * returns the same slot. Messages [0, depth). */
 static void fill_to_depth(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
     int depth = comm->params.slots;
-    size_t slot = comm->params.shm_slot_bytes;
+    size_t slot = ccl__shm_knobs(comm)->slot_bytes;
     uint8_t *scratch = malloc(slot + 1);
     if (!scratch) abort();
     for (int p = 0; p < c->nranks; p++) {
@@ -867,7 +867,7 @@ START_TEST(impossible_geometry_is_refused) {
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "shmt%d-ge", (int)getpid());
     struct ccl_comm *comm = solo_comm(prefix);
-    comm->params.shm_slot_bytes = (size_t)1 << 40;
+    ccl__shm_knobs(comm)->slot_bytes = (size_t)1 << 40;
     uint8_t blob[CCL__TRANSPORT_BLOB_BYTES];
     const uint8_t use[2] = {0, 1};
     ck_assert_int_eq(shm->local_init(comm, blob), CCL_OK);
@@ -898,7 +898,8 @@ START_TEST(ops_table_is_complete) {
     ck_assert_ptr_eq(ccl__transports[ccl__transport_index(shm)], shm);
     ck_assert_ptr_eq(ccl__transport_by_name("shm"), shm);
     ck_assert(shm->window && shm->wake && shm->shared_wake);
-    ck_assert_uint_eq(shm->caps, CCL__CAP_SAME_HOST_ONLY);
+    ck_assert_ptr_null(shm->link_class); /* shared memory: the places decide */
+    ck_assert(shm->knobs_load && shm->knobs_bytes == sizeof(struct ccl__shm_knobs) && shm->slot_bytes);
     ck_assert(shm->can_connect && shm->local_init && shm->setup && shm->connect && shm->setup_done &&
               shm->teardown && shm->send_acquire && shm->send_commit && shm->recv_acquire && shm->recv_release &&
               shm->progress && shm->flushed && shm->wait_fd && shm->check_peer && shm->poison);

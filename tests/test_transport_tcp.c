@@ -25,6 +25,7 @@
 #include "core/params.h"
 #include "core/socket.h"
 #include "harness.h"
+#include "transports/manager.h"
 #include "transports/tcp/tcp.h"
 #include "transports/transport.h"
 #include "util.h"
@@ -129,14 +130,14 @@ static struct ccl_comm *comm_new(int rank, size_t slot_bytes, int slots, double 
     comm->comm_id = COMM_ID;
     memset(comm->secret, SECRET_BYTE, sizeof(comm->secret));
     comm->params = *ccl__params_get();
-    comm->params.tcp_slot_bytes = slot_bytes;
     comm->params.slots = slots;
     comm->params.timeout_s = timeout_s;
+    if (ccl__conns_alloc(comm) != CCL_OK) abort(); /* tstate, and the transports' knobs */
+    ccl__tcp_knobs(comm)->slot_bytes = slot_bytes;
     comm->peers = calloc(2, sizeof(*comm->peers));
     comm->conns = calloc(2, sizeof(*comm->conns));
-    comm->tstate = calloc((size_t)ccl__ntransports, sizeof(*comm->tstate));
     comm->blobs = calloc(2 * (size_t)ccl__ntransports, CCL__TRANSPORT_BLOB_BYTES);
-    if (!comm->peers || !comm->conns || !comm->tstate || !comm->blobs) abort();
+    if (!comm->peers || !comm->conns || !comm->blobs) abort();
     comm->wake = &comm->local_wake;
     comm->event_fd = -1;
     snprintf(comm->boot_addr, sizeof(comm->boot_addr), "127.0.0.1");
@@ -149,7 +150,7 @@ static void comm_free(struct ccl_comm *comm) {
     pthread_mutex_destroy(&comm->err_lock);
     free(comm->peers);
     free(comm->conns);
-    free(comm->tstate);
+    ccl__conns_free(comm);
     free(comm->blobs);
     free(comm);
 }
@@ -182,7 +183,7 @@ static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_
     EXPECT_OK(&c->t, tcp->setup_done(comm));
     struct ccl__conn *cn = comm->conns[1 - c->rank];
     EXPECT(&c->t, cn && cn->t == tcp && cn->comm == comm && cn->peer == 1 - c->rank, "conn to the peer");
-    EXPECT(&c->t, cn && cn->slot_bytes == comm->params.tcp_slot_bytes, "slot size from params");
+    EXPECT(&c->t, cn && cn->slot_bytes == ccl__tcp_knobs(comm)->slot_bytes, "slot size from params");
     EXPECT(&c->t, comm->conns[c->rank] == NULL, "no conn to self");
     /* CCL_TCP_SOCKET_BYTES (4 MiB by default) fixes both buffers of the
      * connection where the kernel's caps allow it: the kernel keeps twice
@@ -196,10 +197,10 @@ static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_
     char why[128];
     int probe = socket(AF_INET, SOCK_STREAM, 0), rcv = 0;
     socklen_t len = sizeof(rcv);
-    if (cn && probe >= 0 && ccl__sock_buffers(probe, comm->params.tcp_socket_bytes, why, sizeof(why))) {
+    if (cn && probe >= 0 && ccl__sock_buffers(probe, ccl__tcp_knobs(comm)->socket_bytes, why, sizeof(why))) {
         getsockopt(((struct ccl__tcp_conn *)cn)->fd, SOL_SOCKET, SO_RCVBUF, &rcv, &len);
-        EXPECT(&c->t, (size_t)rcv == 2 * comm->params.tcp_socket_bytes, "connection's receive buffer %d, want 2 x %zu",
-               rcv, comm->params.tcp_socket_bytes);
+        EXPECT(&c->t, (size_t)rcv == 2 * ccl__tcp_knobs(comm)->socket_bytes, "connection's receive buffer %d, want 2 x %zu",
+               rcv, ccl__tcp_knobs(comm)->socket_bytes);
     }
     if (probe >= 0) close(probe);
 }
@@ -526,7 +527,7 @@ static void expect_big(struct rank_ctx *c, struct ccl__conn *cn, const uint8_t *
  *    fails the connection, instead of losing those bytes silently. */
 static void caller_memory_body(struct rank_ctx *c) {
     struct ccl_comm *comm = comm_new(c->rank, BIG_FRAME, 4, 30);
-    comm->params.tcp_socket_bytes = 64 << 10; /* a big frame cannot be in flight whole */
+    ccl__tcp_knobs(comm)->socket_bytes = 64 << 10; /* a big frame cannot be in flight whole */
     struct ccl__conn *cn = bring_up(c, comm);
     uint8_t *mem = malloc(BIG_FRAME);
     char b = 'g';
@@ -982,8 +983,8 @@ START_TEST(can_connect_any_pair) {
     ck_assert_int_eq(tcp->can_connect(&a, &a), 1);
     ck_assert_int_lt(tcp->can_connect(&a, &a), ccl__transport_by_name("shm")->can_connect(&a, &a));
     ck_assert_str_eq(tcp->name, "tcp");
-    ck_assert(tcp->caps & CCL__CAP_CROSS_HOST);
-    ck_assert(tcp->caps & CCL__CAP_POLLABLE);
+    ck_assert_str_eq(tcp->link_class, "tcp");
+    ck_assert(tcp->knobs_load && tcp->knobs_bytes == sizeof(struct ccl__tcp_knobs) && tcp->slot_bytes);
     ck_assert_ptr_eq(ccl__transport_by_name("tcp"), tcp);
     ck_assert_ptr_eq(ccl__transports[ccl__transport_index(tcp)], tcp);
 }

@@ -16,6 +16,7 @@
 
 #include "plan/plan.h"
 #include "plan/tune.h"
+#include "transports/shm/shm.h"
 
 static const char usage[] =
     "Usage: ccl-plan [options]\n"
@@ -205,17 +206,30 @@ static void print_sweep(const struct ccl__job_shape *j, const struct ccl__figure
     }
 }
 
+/* The slot of the transport that carries link class c: the one naming
+ * it, or shared memory's for the shared-memory classes; 0 where this build
+ * has none (rdma without libibverbs). */
+static size_t class_slot(int c) {
+    for (int t = 0; t < ccl__ntransports; t++) {
+        const struct ccl__transport *tr = ccl__transports[t];
+        const void *knobs = ccl__transport_knobs(tr);
+        int tc = tr->link_class ? ccl__link_by_name(tr->link_class) : -1;
+        int shared_memory = c != CCL__LINK_TCP && c != CCL__LINK_RDMA && c != CCL__LINK_CUDA;
+        if (knobs && (tc == c || (tc < 0 && shared_memory))) return tr->slot_bytes(knobs);
+    }
+    return 0;
+}
+
 /* The chunk of calls over these links, as a job picks it (plan/plan.c):
  * the smallest slot among them. No links (one rank): the job copies in
  * shared memory's slots. */
-static size_t links_slot(unsigned links, const struct ccl__params *p) {
+static size_t links_slot(unsigned links) {
     size_t slot = SIZE_MAX;
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
-        if (!(links >> c & 1u)) continue;
-        size_t s = c == CCL__LINK_TCP ? p->tcp_slot_bytes : c == CCL__LINK_RDMA ? p->ib_slot_bytes : p->shm_slot_bytes;
-        if (s < slot) slot = s;
+        size_t s = links >> c & 1u ? class_slot(c) : 0;
+        if (s && s < slot) slot = s;
     }
-    return slot == SIZE_MAX ? p->shm_slot_bytes : slot;
+    return slot == SIZE_MAX ? class_slot(CCL__LINK_NUMA) : slot;
 }
 
 int main(int argc, char **argv) {
@@ -251,11 +265,13 @@ int main(int argc, char **argv) {
     struct ccl__job_shape shape;
     if (ccl__plan_shape(n, peers, ring, pair_class, NULL, &shape) != 0) return 1;
     const struct ccl__params *params = ccl__params_get();
-    shape.windows = o.hosts == 1 && n > 1 && params->shm_window_bytes > 0;
-    shape.ring_chunk = links_slot(shape.ring_links, params);
-    shape.any_chunk = links_slot(shape.all_links, params);
+    const struct ccl__shm_knobs *shm = ccl__transport_knobs(&ccl__transport_shm);
+    size_t window = shm ? shm->window_bytes : 0;
+    shape.windows = o.hosts == 1 && n > 1 && window > 0;
+    shape.ring_chunk = links_slot(shape.ring_links);
+    shape.any_chunk = links_slot(shape.all_links);
     o.chunk = params->chunk_bytes;
-    shape.window_area = shape.windows ? ccl__direct_area(params->shm_window_bytes) : 0;
+    shape.window_area = shape.windows ? ccl__direct_area(window) : 0;
 
     struct ccl__figures f;
     ccl__cost_defaults(&f);

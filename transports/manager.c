@@ -10,7 +10,23 @@
 
 ccl_status_t ccl__conns_alloc(struct ccl_comm *comm) {
     comm->tstate = calloc((size_t)ccl__ntransports, sizeof(*comm->tstate));
-    return comm->tstate ? CCL_OK : CCL_ERR_NO_MEMORY;
+    comm->tknobs = calloc((size_t)ccl__ntransports, sizeof(*comm->tknobs));
+    if (!comm->tstate || !comm->tknobs) return CCL_ERR_NO_MEMORY;
+    for (int t = 0; t < ccl__ntransports; t++) {
+        const struct ccl__transport *tr = ccl__transports[t];
+        const void *read = ccl__transport_knobs(tr);
+        if (!read || !(comm->tknobs[t] = malloc(tr->knobs_bytes))) return CCL_ERR_NO_MEMORY;
+        memcpy(comm->tknobs[t], read, tr->knobs_bytes);
+    }
+    return CCL_OK;
+}
+
+void ccl__conns_free(struct ccl_comm *comm) {
+    for (int t = 0; comm->tknobs && t < ccl__ntransports; t++) free(comm->tknobs[t]);
+    free(comm->tknobs);
+    free(comm->tstate);
+    comm->tknobs = NULL;
+    comm->tstate = NULL;
 }
 
 static size_t blobs_bytes(void) { return (size_t)ccl__ntransports * CCL__TRANSPORT_BLOB_BYTES; }
@@ -110,9 +126,7 @@ void ccl__conns_poison(struct ccl_comm *comm, ccl_status_t status) {
 
 void ccl__conns_teardown(struct ccl_comm *comm) {
     ccl__conns_private_wake(comm);
-    if (!comm->tstate) return;
-    for (int t = 0; t < ccl__ntransports; t++)
+    for (int t = 0; comm->tstate && t < ccl__ntransports; t++)
         if (comm->tstate[t]) ccl__transports[t]->teardown(comm);
-    free(comm->tstate);
-    comm->tstate = NULL;
+    ccl__conns_free(comm);
 }

@@ -15,8 +15,12 @@
 #include "core/comm.h"
 #include "core/peer.h"
 
-/* The per-transport state table (comm->tstate); before anything else. */
+/* The per-transport tables, before anything else: comm->tstate, and
+ * comm->tknobs with every transport's knobs read from the environment. */
 ccl_status_t ccl__conns_alloc(struct ccl_comm *comm);
+/* Frees both (after every transport's teardown); what alloc left
+ * half-made too. */
+void ccl__conns_free(struct ccl_comm *comm);
 
 /* Bytes of one rank's bootstrap record: the same on every rank. */
 size_t ccl__conns_record_bytes(void);

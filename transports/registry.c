@@ -1,5 +1,7 @@
 /* Every transport compiled in: adding one is a line here. */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "transports/transport.h"
@@ -31,6 +33,23 @@ int ccl__transport_index(const struct ccl__transport *t) {
     for (int i = 0; i < ccl__ntransports; i++)
         if (ccl__transports[i] == t) return i;
     return -1;
+}
+
+/* Every transport's knobs, read once per process as the library's own
+ * are (core/params.c), so a bad value is warned about once. */
+static void *process_knobs[sizeof(ccl__transports) / sizeof(ccl__transports[0])];
+static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
+
+static void knobs_read(void) {
+    for (int t = 0; t < ccl__ntransports; t++)
+        if ((process_knobs[t] = calloc(1, ccl__transports[t]->knobs_bytes)))
+            ccl__transports[t]->knobs_load(process_knobs[t]);
+}
+
+const void *ccl__transport_knobs(const struct ccl__transport *t) {
+    pthread_once(&knobs_once, knobs_read);
+    int i = ccl__transport_index(t);
+    return i >= 0 ? process_knobs[i] : NULL;
 }
 
 const char *ccl__transport_missing_why(const char *name) {

@@ -25,12 +25,6 @@
 #include "core/comm.h"
 #include "core/peer.h"
 
-enum ccl__transport_caps {
-    CCL__CAP_SAME_HOST_ONLY = 1u << 0, /* connects ranks on one machine only */
-    CCL__CAP_CROSS_HOST = 1u << 1,     /* connects ranks on different machines */
-    CCL__CAP_POLLABLE = 1u << 2,       /* waiting can poll() a file descriptor */
-};
-
 /* The planner's use[p] for a pair a transport serves (0: not served):
  * connect it at set-up, or, where the transport can, when a call first
  * needs it (transports that cannot treat both alike). The same on both
@@ -61,7 +55,6 @@ struct ccl__conn {
 
 struct ccl__transport {
     const char *name;
-    unsigned caps;
     /* The planner's link class for a pair this transport connects, by the
      * class's name (plan/cost.c's ccl__link_names: "tcp", "rdma"); NULL
      * for shared memory, whose class the two ranks' places decide. */
@@ -133,9 +126,16 @@ struct ccl__transport {
     ccl_status_t (*check_peer)(struct ccl__conn *c);
     /* This rank failed: make every peer of this transport notice quickly. */
     void (*poison)(struct ccl_comm *comm, int status);
-    /* Capacity of one slot with these parameters: the planner cuts ring
-     * chunks to the smallest slot on the ring. */
-    size_t (*slot_bytes)(const struct ccl__params *params);
+    /* The transport's own environment knobs (CCL_SHM_*, CCL_TCP_*,
+     * CCL_IB_*): a struct of knobs_bytes that knobs_load fills, with the
+     * rules every knob follows (core/params.h: ccl__env_long and friends).
+     * The process reads them once (ccl__transport_knobs), and each
+     * communicator copies them at init (comm->tknobs, ccl__tknobs). */
+    size_t knobs_bytes;
+    void (*knobs_load)(void *knobs);
+    /* Capacity of one slot with these knobs: the planner cuts ring chunks
+     * to the smallest slot on the ring. */
+    size_t (*slot_bytes)(const void *knobs);
 
     /* The direct path (both NULL when the transport has none). window():
      * the shared window `rank` exposes, as mapped in this process (this
@@ -181,7 +181,7 @@ struct ccl__transport {
      * this side's part of the last offer (is_send) or take is over: the
      * receiver has every byte. One offer and one take at a time per
      * connection. */
-    size_t (*zc_min_bytes)(const struct ccl__params *params);
+    size_t (*zc_min_bytes)(const void *knobs);
     ccl_status_t (*zc_offer)(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
                              void *reg);
     ccl_status_t (*zc_take)(struct ccl__conn *c, void *buf, size_t bytes, void *reg);
@@ -201,10 +201,19 @@ const struct ccl__transport *ccl__transport_by_name(const char *name);
 int ccl__transport_index(const struct ccl__transport *t);
 /* "shm, tcp": for messages. */
 void ccl__transport_names(char *buf, size_t n);
+/* t's knobs as this process read them, once (NULL: out of memory); a
+ * communicator copies them at init (comm->tknobs). */
+const void *ccl__transport_knobs(const struct ccl__transport *t);
 /* Why a transport libccl has is not in this build ("" when name is none
  * of libccl's), for the message that refuses CCL_TRANSPORT=name. */
 const char *ccl__transport_missing_why(const char *name);
 
+/* A transport's knobs as comm read them (its own struct); NULL for a
+ * transport outside the registry (a test's stand-in) or before init. */
+static inline void *ccl__tknobs(const struct ccl_comm *comm, const struct ccl__transport *t) {
+    int i = ccl__transport_index(t);
+    return i >= 0 && comm->tknobs ? comm->tknobs[i] : NULL;
+}
 /* A transport's private per-communicator state slot. */
 static inline void **ccl__tstate(struct ccl_comm *comm, const struct ccl__transport *t) {
     return &comm->tstate[ccl__transport_index(t)];

@@ -30,6 +30,8 @@
 CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
     if (!id) return refuse_init(-1, "ccl_get_unique_id: id is NULL");
     const struct ccl__params *prm = ccl__params_get();
+    /* the transports' knobs too: a bad value is warned about now, with the library's own */
+    for (int t = 0; t < ccl__ntransports; t++) (void)ccl__transport_knobs(ccl__transports[t]);
     struct ccl__unique_id uid;
     ccl_status_t st = ccl__boot_make_id(&uid, prm->ifname, prm->timeout_s, ccl__conns_record_bytes());
     if (st != CCL_OK) {

@@ -39,6 +39,7 @@ struct ccl_comm {
 
     /* transports */
     void **tstate;                      /* [ccl__ntransports]: each transport's private state (ccl__tstate) */
+    void **tknobs;                      /* [ccl__ntransports]: each transport's knobs, read at init (ccl__tknobs) */
     uint8_t *blobs;                     /* [nranks][ccl__ntransports][CCL__TRANSPORT_BLOB_BYTES] (ccl__peer_blob) */
     struct ccl__conn **conns;           /* [nranks], full duplex; NULL for self */
     uint32_t slot_kinds;                /* memory kinds of every connection's slots (bit per kind) */

@@ -101,22 +101,22 @@ static void plan_ring_chunk(struct ccl_comm *comm) {
     size_t chunk = SIZE_MAX, zc = SIZE_MAX;
     for (int i = 0; i < comm->nranks && comm->nranks > 1; i++) {
         int t = choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
-        size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(&comm->params) : SIZE_MAX;
+        size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(ccl__tknobs(comm, ccl__transports[t])) : SIZE_MAX;
         if (slot < chunk) chunk = slot;
-        size_t min = t >= 0 && ccl__transports[t]->zc_offer ? ccl__transports[t]->zc_min_bytes(&comm->params) : 0;
+        size_t min = t >= 0 && ccl__transports[t]->zc_offer ? ccl__transports[t]->zc_min_bytes(ccl__tknobs(comm, ccl__transports[t])) : 0;
         if (min && min < zc) zc = min;
     }
     /* One rank: no ring links, and no slices either (nothing is copied
      * through a slot), so any size does; the first transport's keeps the
      * local copies in pieces of a familiar size. */
-    comm->ring_chunk_bytes = chunk == SIZE_MAX ? ccl__transports[0]->slot_bytes(&comm->params) : chunk;
+    comm->ring_chunk_bytes = chunk == SIZE_MAX ? ccl__transports[0]->slot_bytes(ccl__tknobs(comm, ccl__transports[0])) : chunk;
     comm->ring_zc_bytes = zc == SIZE_MAX ? 0 : zc;
     /* Other algorithms may use any pair. */
     size_t any = comm->ring_chunk_bytes;
     for (int a = 0; a < comm->nranks; a++)
         for (int b = a + 1; b < comm->nranks; b++) {
             int t = choose(comm, forced, a, b);
-            size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(&comm->params) : SIZE_MAX;
+            size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(ccl__tknobs(comm, ccl__transports[t])) : SIZE_MAX;
             if (slot < any) any = slot;
         }
     comm->chunk_bytes = any;

@@ -39,7 +39,7 @@ static int holds(const struct ccl__call_buf *b, uintptr_t lo, size_t bytes) {
  * large as the transport's zero-copy messages: in the soft-RoCE VM a MiB
  * registers and deregisters in about 120 us and copies in about 530. */
 static int worth_registering(struct ccl_comm *comm, const struct ccl__transport *t, const struct ccl__call_buf *b) {
-    size_t zc = t->zc_min_bytes ? t->zc_min_bytes(&comm->params) : 0;
+    size_t zc = t->zc_min_bytes ? t->zc_min_bytes(ccl__tknobs(comm, t)) : 0;
     return comm->params.reg_cache || (zc && b->bytes >= zc) || ccl__reg_is_pinned(comm, t, b->buf, b->bytes);
 }
 

@@ -109,7 +109,7 @@ static void next_step(struct lane *l) {
 }
 
 static int wants_zc(struct ccl_comm *comm, const struct ccl__conn *c, const struct ccl__p2p_xfer *x) {
-    size_t bytes = x->bytes, min = c->t->zc_min_bytes(&comm->params);
+    size_t bytes = x->bytes, min = c->t->zc_min_bytes(ccl__tknobs(comm, c->t));
     return (min && bytes >= min) || (bytes > c->slot_bytes && ccl__reg_is_pinned(comm, c->t, x->buf, bytes));
 }
 

@@ -546,12 +546,25 @@ static ccl_status_t ib_check_peer(struct ccl__conn *base) {
     return CCL_OK;
 }
 
-static size_t ib_slot_bytes(const struct ccl__params *params) { return params->ib_slot_bytes; }
+static void ib_knobs_load(void *knobs) {
+    struct ccl__ib_knobs *k = knobs;
+    k->slot_bytes = (size_t)ccl__env_long("CCL_IB_SLOT_BYTES", 256 << 10, 4096, 64 << 20) & ~(size_t)63;
+    ccl__env_str("CCL_IB_HCA", "", k->hca, sizeof k->hca);
+    k->gid_index = (int)ccl__env_long("CCL_IB_GID_INDEX", 0, 0, 255);
+    k->qps = (int)ccl__env_long("CCL_IB_QPS", 1, 1, 8);
+    /* 0: 256 KiB, the pieces soft-RoCE pulled fastest at 1 and 4 MiB (ib.h) */
+    long pull = ccl__env_long("CCL_IB_PULL_BYTES", 0, 0, 1L << 30);
+    k->pull_bytes = pull == 0 ? (size_t)256 << 10 : (size_t)(pull < 4096 ? 4096 : pull);
+    k->zcopy_bytes = (size_t)ccl__env_long("CCL_IB_ZCOPY_BYTES", 512 << 10, 0, 1L << 40);
+}
+
+static size_t ib_slot_bytes(const void *knobs) { return ((const struct ccl__ib_knobs *)knobs)->slot_bytes; }
 
 const struct ccl__transport ccl__transport_ib = {
     .name = "ib",
-    .caps = CCL__CAP_CROSS_HOST | CCL__CAP_POLLABLE,
     .link_class = "rdma",
+    .knobs_bytes = sizeof(struct ccl__ib_knobs),
+    .knobs_load = ib_knobs_load,
     .can_connect = ccl__ib_can_connect,
     .local_init = ccl__ib_local_init,
     .setup = ccl__ib_setup,

@@ -79,6 +79,19 @@
 
 extern const struct ccl__transport ccl__transport_ib;
 
+/* CCL_IB_* (read in ib.c). */
+struct ccl__ib_knobs {
+    size_t slot_bytes;  /* CCL_IB_SLOT_BYTES: bytes per FIFO slot, a multiple of 64 */
+    char hca[64];       /* CCL_IB_HCA: RDMA device ("mlx5_0" or "mlx5_0:1"; "" the first active) */
+    int gid_index;      /* CCL_IB_GID_INDEX */
+    int qps;            /* CCL_IB_QPS: queue pairs a connection's slots are spread over */
+    size_t pull_bytes;  /* CCL_IB_PULL_BYTES: a zero-copy read's piece, at least 4096 */
+    size_t zcopy_bytes; /* CCL_IB_ZCOPY_BYTES: smallest zero-copy message (0: registered buffers only) */
+};
+static inline struct ccl__ib_knobs *ccl__ib_knobs(const struct ccl_comm *comm) {
+    return (struct ccl__ib_knobs *)ccl__tknobs(comm, &ccl__transport_ib);
+}
+
 /* ---- private to transports/ib ---- */
 
 /* An immediate's top two bits say what it is; the rest is a count (or,
@@ -158,9 +171,9 @@ struct ccl__ib_blob {
 /* CCL_IB_QPS, lowered to divide the slots, so that each slot keeps one
  * lane. Every rank publishes it; set-up fails on all of them when two
  * differ. */
-static inline unsigned ccl__ib_lanes(const struct ccl__params *params) {
-    unsigned lanes = (unsigned)params->ib_qps;
-    while (lanes > 1 && params->slots % (int)lanes) lanes--;
+static inline unsigned ccl__ib_lanes(const struct ccl_comm *comm) {
+    unsigned lanes = (unsigned)ccl__ib_knobs(comm)->qps;
+    while (lanes > 1 && comm->params.slots % (int)lanes) lanes--;
     return lanes;
 }
 
@@ -318,7 +331,7 @@ ccl_status_t ccl__ib_post_recv(struct ccl__ib_conn *c, unsigned lane);
 /* Memory registration and zero-copy (ib_zc.c). */
 ccl_status_t ccl__ib_reg(struct ccl_comm *comm, void *addr, size_t bytes, void **handle);
 void ccl__ib_dereg(struct ccl_comm *comm, void *handle);
-size_t ccl__ib_zc_min_bytes(const struct ccl__params *params);
+size_t ccl__ib_zc_min_bytes(const void *knobs);
 ccl_status_t ccl__ib_zc_offer(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
                               void *reg);
 ccl_status_t ccl__ib_zc_take(struct ccl__conn *c, void *buf, size_t bytes, void *reg);

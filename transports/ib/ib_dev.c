@@ -47,8 +47,8 @@ static int is_software(struct ibv_device *dev) {
  * the rank that has an active port: first in comm->rdma_near (the
  * planner's hwloc order), devices it does not list after, in verbs' order. */
 static ccl_status_t open_device(struct ccl_comm *comm, struct ccl__ib_state *s) {
-    char want[sizeof(comm->params.ib_hca)];
-    snprintf(want, sizeof(want), "%s", comm->params.ib_hca);
+    char want[sizeof(ccl__ib_knobs(comm)->hca)];
+    snprintf(want, sizeof(want), "%s", ccl__ib_knobs(comm)->hca);
     uint8_t want_port = 0;
     char *colon = strchr(want, ':');
     if (colon) {
@@ -119,7 +119,7 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
     ccl_status_t st = open_device(comm, s);
     if (st != CCL_OK) return st;
 
-    s->gid_index = comm->params.ib_gid_index;
+    s->gid_index = ccl__ib_knobs(comm)->gid_index;
     if (ibv_query_gid(s->ctx, s->port, s->gid_index, &s->gid) != 0) {
         char why[160];
         snprintf(why, sizeof(why), "%s port %u has no GID at index %d (CCL_IB_GID_INDEX)", s->dev, s->port,
@@ -148,7 +148,7 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
         return unavailable(comm, CCL_ERR_SYSTEM, "cannot make the completion channel non-blocking");
 
     struct ccl__ib_blob b = {.magic = CCL__IB_BLOB_MAGIC, .port = s->port, .link_layer = s->link_layer, .lid = s->lid,
-                             .lanes = ccl__ib_lanes(&comm->params)};
+                             .lanes = ccl__ib_lanes(comm)};
     memcpy(b.gid, s->gid.raw, sizeof(b.gid));
     snprintf(b.dev, sizeof(b.dev), "%s", s->dev);
     memset(blob, 0, CCL__TRANSPORT_BLOB_BYTES);
@@ -159,7 +159,7 @@ ccl_status_t ccl__ib_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPO
     CCL_INFO(CCL__SUB_NET, comm->rank, "ib: using %s port %u (%s%s, lid %u, GID %d %s, MTU %d; %s)", s->dev,
              s->port, s->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
              s->software ? " in software, on this machine's CPUs" : "", s->lid, s->gid_index, gid, 128 << s->mtu,
-             comm->params.ib_hca[0] ? "CCL_IB_HCA"
+             ccl__ib_knobs(comm)->hca[0] ? "CCL_IB_HCA"
              : comm->rdma_near[0]   ? "the nearest by hwloc"
                                     : "hwloc places no RDMA device: the first active one");
     return CCL_OK;

@@ -115,7 +115,7 @@ static ccl_status_t conn_alloc(struct ccl_comm *comm, struct ccl__ib_state *s, i
     if (!c) return CCL_ERR_NO_MEMORY;
     *out = c;
     c->base = (struct ccl__conn){.t = &ccl__transport_ib, .comm = comm, .peer = peer,
-                                 .slot_bytes = comm->params.ib_slot_bytes, .cpu_adapter = s->software};
+                                 .slot_bytes = ccl__ib_knobs(comm)->slot_bytes, .cpu_adapter = s->software};
     return CCL_OK;
 }
 
@@ -124,7 +124,7 @@ ccl_status_t ccl__ib_conn_build(struct ccl_comm *comm, struct ccl__ib_state *s, 
     unsigned depth = (unsigned)comm->params.slots;
     int peer = c->base.peer;
     c->nslots = depth;
-    c->lanes = ccl__ib_lanes(&comm->params);
+    c->lanes = ccl__ib_lanes(comm);
     c->landed = calloc(depth, 1);
     if (!c->landed) return CCL_ERR_NO_MEMORY;
     c->stride = (CCL__IB_HDR_BYTES + slot + 63) & ~(size_t)63;
@@ -241,7 +241,7 @@ static ccl_status_t to_rtr_rts(struct ccl_comm *comm, struct ccl__ib_state *s, s
         .min_rnr_timer = 12,
         .ah_attr = {.dlid = peer->lid, .sl = 0, .src_path_bits = 0, .port_num = s->port},
     };
-    if (s->link_layer == IBV_LINK_LAYER_ETHERNET || comm->params.ib_gid_index > 0) {
+    if (s->link_layer == IBV_LINK_LAYER_ETHERNET || ccl__ib_knobs(comm)->gid_index > 0) {
         a.ah_attr.is_global = 1;
         memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
         a.ah_attr.grh.sgid_index = (uint8_t)s->gid_index;

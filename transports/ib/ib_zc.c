@@ -36,7 +36,7 @@ void ccl__ib_dereg(struct ccl_comm *comm, void *handle) {
     if (handle) ibv_dereg_mr(handle);
 }
 
-size_t ccl__ib_zc_min_bytes(const struct ccl__params *params) { return params->ib_zcopy_bytes; }
+size_t ccl__ib_zc_min_bytes(const void *knobs) { return ((const struct ccl__ib_knobs *)knobs)->zcopy_bytes; }
 
 ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
                               void *reg) {
@@ -69,7 +69,7 @@ ccl_status_t ccl__ib_zc_offer(struct ccl__conn *base, const struct ccl__slot_met
  * rd_depth in flight (all pieces but the last are whole, so bytes in
  * flight count them). */
 static ccl_status_t post_reads(struct ccl__ib_conn *c) {
-    size_t piece = c->base.comm->params.ib_pull_bytes;
+    size_t piece = ccl__ib_knobs(c->base.comm)->pull_bytes;
     while (c->pull_posted < c->pull_bytes && c->sq_busy < c->sq_depth &&
            c->pull_posted - c->pull_done < (size_t)c->rd_depth * piece) {
         size_t left = c->pull_bytes - c->pull_posted;

@@ -7,9 +7,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/log.h"
+#include "core/params.h"
 #include "transports/shm/shm.h"
 
 static inline struct ccl__shm_conn *shm_conn(struct ccl__conn *c) { return (struct ccl__shm_conn *)c; }
@@ -193,13 +196,28 @@ static int shm_can_connect(const struct ccl__peer_info *a, const struct ccl__pee
     return 10;
 }
 
-static size_t shm_slot_bytes(const struct ccl__params *params) { return params->shm_slot_bytes; }
+static void shm_knobs_load(void *knobs) {
+    struct ccl__shm_knobs *k = knobs;
+    k->slot_bytes = (size_t)ccl__env_long("CCL_SHM_SLOT_BYTES", 128 << 10, 4096, 64 << 20) & ~(size_t)63;
+    /* 0, or at least 64 KiB (the window holds four staging areas); whole pages */
+    long window = ccl__env_long("CCL_SHM_WINDOW_BYTES", 2 << 20, 0, 1L << 30);
+    if (window > 0 && window < (64 << 10)) {
+        CCL_WARN(CCL__SUB_ENV, -1, "CCL_SHM_WINDOW_BYTES=%s is below the window's least, 65536 (0 turns it off); "
+                 "using 65536", getenv("CCL_SHM_WINDOW_BYTES"));
+        window = 64 << 10;
+    }
+    k->window_bytes = (size_t)window & ~(size_t)4095;
+    ccl__env_str("CCL_SHM_PREFIX", "ccl", k->prefix, sizeof k->prefix);
+}
+
+static size_t shm_slot_bytes(const void *knobs) { return ((const struct ccl__shm_knobs *)knobs)->slot_bytes; }
 
 static void shm_wake(struct ccl__conn *c) { ccl__wake_ring(shm_conn(c)->peer_wake); }
 
 const struct ccl__transport ccl__transport_shm = {
     .name = "shm",
-    .caps = CCL__CAP_SAME_HOST_ONLY,
+    .knobs_bytes = sizeof(struct ccl__shm_knobs),
+    .knobs_load = shm_knobs_load,
     .can_connect = shm_can_connect,
     .local_init = ccl__shm_local_init,
     .setup = ccl__shm_setup,

@@ -28,6 +28,16 @@
 
 extern const struct ccl__transport ccl__transport_shm;
 
+/* CCL_SHM_* (read in shm.c). */
+struct ccl__shm_knobs {
+    size_t slot_bytes;   /* CCL_SHM_SLOT_BYTES: bytes per FIFO slot, a multiple of 64 */
+    size_t window_bytes; /* CCL_SHM_WINDOW_BYTES: the direct path's window per rank, whole pages, 0 none */
+    char prefix[32];     /* CCL_SHM_PREFIX: start of /dev/shm segment names */
+};
+static inline struct ccl__shm_knobs *ccl__shm_knobs(const struct ccl_comm *comm) {
+    return (struct ccl__shm_knobs *)ccl__tknobs(comm, &ccl__transport_shm);
+}
+
 /* ---- private to transports/shm (and its white-box test) ---- */
 
 /* Counters of one FIFO; each is written by one side only and sits on its

@@ -216,7 +216,7 @@ static void sweep_orphans(struct ccl_comm *comm, const char *prefix) {
 }
 
 ccl_status_t ccl__shm_local_init(struct ccl_comm *comm, uint8_t blob[CCL__TRANSPORT_BLOB_BYTES]) {
-    const char *prefix = comm->params.shm_prefix[0] ? comm->params.shm_prefix : "ccl";
+    const char *prefix = ccl__shm_knobs(comm)->prefix[0] ? ccl__shm_knobs(comm)->prefix : "ccl";
     if (strchr(prefix, '/'))
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: CCL_SHM_PREFIX \"%s\" must not contain '/'", prefix);
     sweep_orphans(comm, prefix);
@@ -296,11 +296,11 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
     struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || st->peers) return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: setup out of order");
     int n = comm->nranks;
-    if (comm->params.slots < 1 || comm->params.shm_slot_bytes < 1 || comm->params.shm_slot_bytes > UINT32_MAX)
+    if (comm->params.slots < 1 || ccl__shm_knobs(comm)->slot_bytes < 1 || ccl__shm_knobs(comm)->slot_bytes > UINT32_MAX)
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: bad geometry: CCL_SLOTS=%d CCL_SHM_SLOT_BYTES=%zu",
-                              comm->params.slots, comm->params.shm_slot_bytes);
+                              comm->params.slots, ccl__shm_knobs(comm)->slot_bytes);
     uint32_t depth = (uint32_t)comm->params.slots;
-    uint64_t slot_bytes = comm->params.shm_slot_bytes;
+    uint64_t slot_bytes = ccl__shm_knobs(comm)->slot_bytes;
     size_t one_fifo = fifo_bytes(depth, slot_bytes);
 
     st->peers = calloc((size_t)n, sizeof(*st->peers));
@@ -318,7 +318,7 @@ ccl_status_t ccl__shm_setup(struct ccl_comm *comm, const uint8_t *use) {
                               nfifos, depth, (unsigned long long)slot_bytes);
     bytes += (size_t)nfifos * one_fifo;
     /* The window goes last, after the FIFOs, on its own pages. */
-    size_t window_offset = bytes, window = comm->params.shm_window_bytes;
+    size_t window_offset = bytes, window = ccl__shm_knobs(comm)->window_bytes;
     if (window > SIZE_MAX - bytes)
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: CCL_SHM_WINDOW_BYTES=%zu does not fit in memory",
                               window);
@@ -390,12 +390,12 @@ static ccl_status_t attach_peer(struct ccl_comm *comm, struct shm_state *st, int
         !ccl__secret_equal(h->secret, comm->secret, sizeof(h->secret)))
         return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's segment %s belongs to another communicator", p,
                               blob);
-    if (h->slots != (uint32_t)comm->params.slots || h->slot_bytes != comm->params.shm_slot_bytes)
+    if (h->slots != (uint32_t)comm->params.slots || h->slot_bytes != ccl__shm_knobs(comm)->slot_bytes)
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
                               "shm: rank %d uses CCL_SLOTS=%u CCL_SHM_SLOT_BYTES=%llu but rank %d uses %d and %zu; "
                               "set them alike on every rank",
                               p, h->slots, (unsigned long long)h->slot_bytes, comm->rank, comm->params.slots,
-                              comm->params.shm_slot_bytes);
+                              ccl__shm_knobs(comm)->slot_bytes);
     uint64_t off = h->fifo_offset[comm->rank];
     if (off == 0)
         return ccl__set_error(comm, CCL_ERR_INTERNAL,
@@ -420,7 +420,7 @@ ccl_status_t ccl__shm_connect(struct ccl_comm *comm, const uint8_t *use, struct 
     struct shm_state *st = *ccl__tstate(comm, &ccl__transport_shm);
     if (!st || !st->peers) return ccl__set_error(comm, CCL_ERR_INTERNAL, "shm: connect before setup");
     uint32_t depth = (uint32_t)comm->params.slots;
-    uint64_t slot_bytes = comm->params.shm_slot_bytes;
+    uint64_t slot_bytes = ccl__shm_knobs(comm)->slot_bytes;
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank || !use[p]) continue;
         if (!st->hdr || st->hdr->fifo_offset[p] == 0)
@@ -504,12 +504,12 @@ void ccl__shm_poison(struct ccl_comm *comm, int status) {
  * last mapping. */
 static void remove_peer_names(struct ccl_comm *comm, const struct shm_state *st) {
     if (!comm->blobs || !comm->peers) return;
-    size_t plen = strlen(comm->params.shm_prefix);
+    size_t plen = strlen(ccl__shm_knobs(comm)->prefix);
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank) continue;
         const char *name = peer_segment_name(comm, p);
         /* Only names this transport makes: "/<prefix>-<hex>" */
-        if (!name || strncmp(name + 1, comm->params.shm_prefix, plen) != 0 || name[1 + plen] != '-' ||
+        if (!name || strncmp(name + 1, ccl__shm_knobs(comm)->prefix, plen) != 0 || name[1 + plen] != '-' ||
             strcmp(name, st->name) == 0)
             continue;
         if (shm_unlink(name) == 0)

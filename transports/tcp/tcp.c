@@ -465,7 +465,7 @@ static void *alloc_slots(size_t bytes) {
 
 ccl_status_t ccl__tcp_conn_new(struct ccl_comm *comm, int peer, struct ccl__tcp_conn **out) {
     *out = NULL;
-    size_t slot = comm->params.tcp_slot_bytes;
+    size_t slot = ccl__tcp_knobs(comm)->slot_bytes;
     int depth = comm->params.slots;
     if (slot == 0 || slot >= CCL__TCP_GOODBYE_BYTES || depth < 1 || (size_t)depth > SIZE_MAX / 2 / slot)
         return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "tcp: unusable slot geometry (%d slots of %zu bytes)",
@@ -495,7 +495,7 @@ ccl_status_t ccl__tcp_conn_link(struct ccl__tcp_conn *c, int fd) {
     ccl__sock_nodelay(fd);
     ccl__sock_keepalive(fd, comm->params.link_timeout_s);
     char why[128];
-    size_t want = comm->params.tcp_socket_bytes;
+    size_t want = ccl__tcp_knobs(comm)->socket_bytes;
     if (ccl__sock_buffers(fd, want, why, sizeof(why)))
         CCL_TRACE(CCL__SUB_NET, comm->rank, "tcp: rank %d: socket buffers fixed at %zu bytes", peer, want);
     else if (want)
@@ -528,12 +528,19 @@ void ccl__tcp_conn_free(struct ccl__tcp_conn *c) {
     free(c);
 }
 
-static size_t tcp_slot_bytes(const struct ccl__params *params) { return params->tcp_slot_bytes; }
+static void tcp_knobs_load(void *knobs) {
+    struct ccl__tcp_knobs *k = knobs;
+    k->slot_bytes = (size_t)ccl__env_long("CCL_TCP_SLOT_BYTES", 512 << 10, 4096, 64 << 20) & ~(size_t)63;
+    k->socket_bytes = (size_t)ccl__env_long("CCL_TCP_SOCKET_BYTES", 4 << 20, 0, 1L << 30);
+}
+
+static size_t tcp_slot_bytes(const void *knobs) { return ((const struct ccl__tcp_knobs *)knobs)->slot_bytes; }
 
 const struct ccl__transport ccl__transport_tcp = {
     .name = "tcp",
-    .caps = CCL__CAP_CROSS_HOST | CCL__CAP_POLLABLE,
     .link_class = "tcp",
+    .knobs_bytes = sizeof(struct ccl__tcp_knobs),
+    .knobs_load = tcp_knobs_load,
     .can_connect = ccl__tcp_can_connect,
     .local_init = ccl__tcp_local_init,
     .setup = ccl__tcp_setup,

@@ -36,6 +36,15 @@
 
 extern const struct ccl__transport ccl__transport_tcp;
 
+/* CCL_TCP_* (read in tcp.c). */
+struct ccl__tcp_knobs {
+    size_t slot_bytes;   /* CCL_TCP_SLOT_BYTES: bytes per staging slot, a multiple of 64 */
+    size_t socket_bytes; /* CCL_TCP_SOCKET_BYTES: both socket buffers of a connection (0: autotuned) */
+};
+static inline struct ccl__tcp_knobs *ccl__tcp_knobs(const struct ccl_comm *comm) {
+    return (struct ccl__tcp_knobs *)ccl__tknobs(comm, &ccl__transport_tcp);
+}
+
 /* ---- private to transports/tcp (and its white-box test) ---- */
 
 /* A frame header whose `bytes` holds this value is not a slot: the peer tore
