@@ -112,6 +112,8 @@ struct ccl__comm_options {
 struct ccl__unique_id;
 ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__unique_id *uid, int rank,
                               const struct ccl__comm_options *opt);
+/* A fresh id (ccl_get_unique_id's work): its root listens from now on. */
+ccl_status_t ccl__make_id(struct ccl__unique_id *uid);
 
 /* Frees every ccl_comm_register handle still live (register.c): destroy. */
 void ccl__user_regs_free(struct ccl_comm *comm);

@@ -135,9 +135,9 @@ static ccl_status_t init_singleton(ccl_comm_t **comm) {
              "init from environment: no launcher variables (CCL_RANK, RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, "
              "PMI_RANK), so this process runs as a communicator of 1 rank; start it with cclrun -n N (or torchrun, "
              "srun, mpirun) for more");
-    ccl_unique_id_t id;
-    ccl_status_t st = ccl_get_unique_id(&id);
-    return st != CCL_OK ? st : ccl_comm_init_rank(comm, 1, id, 0);
+    struct ccl__unique_id uid;
+    ccl_status_t st = ccl__make_id(&uid);
+    return st != CCL_OK ? st : ccl__comm_create(comm, 1, &uid, 0, NULL);
 }
 
 /* The root address: CCL_ROOT_ADDR, else MASTER_ADDR:MASTER_PORT. torchrun's

@@ -27,17 +27,21 @@
  * communicator can read why. */
 #define refuse_init(rank, ...) ccl__init_failed((rank), CCL_ERR_INVALID_ARGUMENT, "", __VA_ARGS__)
 
-CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
-    if (!id) return refuse_init(-1, "ccl_get_unique_id: id is NULL");
+ccl_status_t ccl__make_id(struct ccl__unique_id *uid) {
     const struct ccl__params *prm = ccl__params_get();
     /* the transports' knobs too: a bad value is warned about now, with the library's own */
     for (int t = 0; t < ccl__ntransports; t++) (void)ccl__transport_knobs(ccl__transports[t]);
-    struct ccl__unique_id uid;
-    ccl_status_t st = ccl__boot_make_id(&uid, prm->ifname, prm->timeout_s, ccl__conns_record_bytes());
-    if (st != CCL_OK) {
+    ccl_status_t st = ccl__boot_make_id(uid, prm->ifname, prm->timeout_s, ccl__conns_record_bytes());
+    if (st != CCL_OK)
         return ccl__init_failed(-1, st, "", "ccl_get_unique_id: cannot start the bootstrap root (%s)",
                                 ccl_status_string(st));
-    }
+    return CCL_OK;
+}
+
+CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
+    if (!id) return refuse_init(-1, "ccl_get_unique_id: id is NULL");
+    struct ccl__unique_id uid;
+    CCL_CHECK(ccl__make_id(&uid));
     memset(id, 0, sizeof(*id));
     memcpy(id->internal, &uid, sizeof(uid));
     return CCL_OK;
@@ -198,12 +202,20 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
     return CCL_OK;
 }
 
+static ccl_status_t init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id, int rank,
+                              const ccl_config_t *config);
+
 CCL_API ccl_status_t ccl_comm_init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id, int rank) {
-    return ccl_comm_init_rank_config(comm, nranks, id, rank, NULL);
+    return init_rank(comm, nranks, id, rank, NULL);
 }
 
 CCL_API ccl_status_t ccl_comm_init_rank_config(ccl_comm_t **comm, int nranks, ccl_unique_id_t id, int rank,
                                                const ccl_config_t *config) {
+    return init_rank(comm, nranks, id, rank, config);
+}
+
+static ccl_status_t init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id, int rank,
+                              const ccl_config_t *config) {
     if (!comm) return refuse_init(rank, "ccl_comm_init_rank: comm (where the communicator goes) is NULL");
     *comm = NULL;
     if (nranks <= 0 || rank < 0 || rank >= nranks)

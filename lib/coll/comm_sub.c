@@ -16,19 +16,13 @@
 
 /* A new communicator keeps the parent's timeout and algorithms, wherever
  * they came from. */
-static ccl_status_t create_from(ccl_comm_t *parent, ccl_comm_t **newcomm, int size, const ccl_unique_id_t *id,
+static ccl_status_t create_from(ccl_comm_t *parent, ccl_comm_t **newcomm, int size, const struct ccl__unique_id *uid,
                                 int newrank) {
-    struct ccl__unique_id uid;
-    memcpy(&uid, id->internal, sizeof(uid));
     struct ccl__comm_options opt = {parent->params.timeout_s, parent->params.algo, parent->params.algo_source};
-    return ccl__comm_create(newcomm, size, &uid, newrank, &opt);
+    return ccl__comm_create(newcomm, size, uid, newrank, &opt);
 }
 
-static int id_valid(const ccl_unique_id_t *id) {
-    struct ccl__unique_id uid;
-    memcpy(&uid, id->internal, sizeof(uid));
-    return uid.magic == CCL__UID_MAGIC;
-}
+static int id_valid(const struct ccl__unique_id *uid) { return uid->magic == CCL__UID_MAGIC; }
 
 struct split_entry {
     int32_t color, key;
@@ -43,7 +37,7 @@ CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_co
                               color);
     int n = comm->nranks;
     struct split_entry me = {color, key}, *all = malloc(sizeof(*all) * (size_t)n);
-    ccl_unique_id_t *ids = calloc((size_t)n, sizeof(*ids));
+    struct ccl__unique_id *ids = calloc((size_t)n, sizeof(*ids));
     ccl_status_t st = all && ids ? CCL_OK : CCL_ERR_NO_MEMORY;
     if (st == CCL_OK) st = ccl__own_all_gather(&me, all, sizeof(me), comm, "comm_split");
     /* My new rank: members of my color ordered by (key, old rank). */
@@ -55,12 +49,12 @@ CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_co
         newrank += before;
         if (leader < 0 || all[r].key < all[leader].key) leader = r;
     }
-    ccl_unique_id_t mine;
+    struct ccl__unique_id mine;
     memset(&mine, 0, sizeof(mine));
     if (st == CCL_OK) {
         /* A leader that cannot make an id still joins the gather (with a zero
          * id) so no rank is left waiting; its members then fail cleanly. */
-        if (color >= 0 && leader == comm->rank && ccl_get_unique_id(&mine) != CCL_OK) memset(&mine, 0, sizeof(mine));
+        if (color >= 0 && leader == comm->rank && ccl__make_id(&mine) != CCL_OK) memset(&mine, 0, sizeof(mine));
         st = ccl__own_all_gather(&mine, ids, sizeof(mine), comm, "comm_split");
     }
     if (st == CCL_OK && color >= 0) {
@@ -81,7 +75,7 @@ struct group_offer {
     uint64_t list_hash;
     int32_t nranks;
     int32_t pad;
-    ccl_unique_id_t id;
+    struct ccl__unique_id id;
 };
 
 /* The leader's answer once every member has compared lists: go, or why
@@ -210,7 +204,7 @@ CCL_API ccl_status_t ccl_comm_create_group(ccl_comm_t *comm, const int *ranks, i
     if (me == 0) {
         offer.list_hash = list_hash(ranks, nranks);
         offer.nranks = nranks;
-        if (ccl_get_unique_id(&offer.id) != CCL_OK) memset(&offer.id, 0, sizeof(offer.id));
+        if (ccl__make_id(&offer.id) != CCL_OK) memset(&offer.id, 0, sizeof(offer.id));
         st = lead_group(comm, ranks, nranks, &offer);
     } else {
         st = join_group(comm, ranks, nranks, &offer);

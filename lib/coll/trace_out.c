@@ -175,14 +175,17 @@ struct trace_head {
 
 /* Collective: every rank's events to rank 0, which writes the file. Only
  * point-to-point messages: a CCL_ALGO forced for the application's
- * collectives (rd gathers on 2^k ranks only) must not stop the trace. */
+ * collectives (rd gathers on 2^k ranks only) must not stop the trace.
+ * Rank 0 takes the heads, then the events, rank after rank: a head is
+ * small enough to wait in a slot, and a rank whose events are not taken
+ * yet waits for its turn. */
 static ccl_status_t gather_and_write(struct ccl_comm *comm, struct ccl__trace *t, const char *path) {
     int n = comm->nranks;
     size_t esz = sizeof(struct ccl__trace_event);
     struct trace_head mine = {t->n, t->dropped, comm->clock_offset};
     if (comm->rank != 0) {
-        ccl_status_t st = ccl_send(&mine, sizeof(mine), CCL_UINT8, 0, comm);
-        if (st == CCL_OK) st = ccl_send(t->ev, t->n * esz, CCL_UINT8, 0, comm);
+        ccl_status_t st = ccl__own_send(&mine, sizeof(mine), 0, comm, "trace");
+        if (st == CCL_OK) st = ccl__own_send(t->ev, t->n * esz, 0, comm, "trace");
         return st;
     }
     struct trace_head *heads = calloc((size_t)n, sizeof(*heads));
@@ -192,10 +195,7 @@ static ccl_status_t gather_and_write(struct ccl_comm *comm, struct ccl__trace *t
     ccl_status_t st = heads && per && offsets ? CCL_OK : CCL_ERR_NO_MEMORY;
     if (st == CCL_OK) {
         heads[0] = mine;
-        st = ccl_group_start();
-        for (int r = 1; r < n && st == CCL_OK; r++) st = ccl_recv(&heads[r], sizeof(heads[r]), CCL_UINT8, r, comm);
-        ccl_status_t end = ccl_group_end();
-        if (st == CCL_OK) st = end;
+        for (int r = 1; r < n && st == CCL_OK; r++) st = ccl__own_recv(&heads[r], sizeof(heads[r]), r, comm, "trace");
     }
     uint64_t total = 0, dropped = 0;
     for (int r = 0; r < n && st == CCL_OK; r++)
@@ -207,13 +207,10 @@ static ccl_status_t gather_and_write(struct ccl_comm *comm, struct ccl__trace *t
     if (st == CCL_OK) {
         if (per[0]) memcpy(all, t->ev, esz * per[0]); /* no events: t->ev may be NULL */
         uint64_t at = per[0];
-        st = ccl_group_start();
         for (int r = 1; r < n && st == CCL_OK; r++) {
-            st = ccl_recv(all + at, per[r] * esz, CCL_UINT8, r, comm);
+            st = ccl__own_recv(all + at, per[r] * esz, r, comm, "trace");
             at += per[r];
         }
-        ccl_status_t end = ccl_group_end();
-        if (st == CCL_OK) st = end;
         if (st == CCL_OK) st = write_file(comm, path, all, per, offsets, dropped);
     }
     free(all);
