@@ -1,9 +1,9 @@
 /* ctest: TIMEOUT 180 */
 /*
  * White-box test of the shared-memory transport. Ranks are forked processes
- * with hand-built communicators; they exchange peer infos and barriers
- * through pipes made before the fork and drive the transport's phases
- * directly, the way the library does at init. Children never call Check:
+ * with hand-built communicators (the transport rig, transport_rig.h); they
+ * exchange peer infos and barriers through the rig's channel and drive the
+ * transport's phases directly, the way the library does at init. Children never call Check:
  * they count failures (EXPECT) and exit with the count.
  */
 #define _GNU_SOURCE
@@ -30,62 +30,20 @@
 #include "transports/manager.h"
 #include "transports/shm/shm.h"
 #include "transports/transport.h"
+#include "transport_rig.h"
 
 #define MAX_RANKS 3
-#define RANK_ALARM_S 60
 #define STALL_S 30.0
 #define SECRET_BYTE 0x5a
 
 static const struct ccl__transport *const shm = &ccl__transport_shm;
 
-/* ---- ranks as processes ---- */
+/* ---- ranks as processes (the transport rig) ---- */
 
-struct rank_ctx {
-    int rank, nranks;
-    int rd[MAX_RANKS]; /* pipe from rank i */
-    int wr[MAX_RANKS]; /* pipe to rank j */
-    const char *prefix;
-    const void *arg;
-    struct harness_tally t;
-};
+/* This run's segment prefix: every rank's, set before the ranks fork. */
+static char run_prefix[32];
 
-typedef void (*rank_body_fn)(struct rank_ctx *c);
-
-static int write_all(int fd, const void *buf, size_t n) {
-    for (const char *p = buf; n;) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n) {
-    for (char *p = buf; n;) {
-        ssize_t k = read(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* A peer that died closes its pipes: stop here rather than hang. */
-static void peer_gone(struct rank_ctx *c, int peer) {
-    harness_fail(&c->t, __FILE__, __LINE__, "rank %d's pipe closed early", peer);
-    _exit(c->t.fails > 100 ? 100 : c->t.fails);
-}
-
-static void barrier(struct rank_ctx *c) {
-    char b = 'b';
-    for (int j = 0; j < c->nranks; j++)
-        if (j != c->rank && write_all(c->wr[j], &b, 1) != 0) peer_gone(c, j);
-    for (int i = 0; i < c->nranks; i++)
-        if (i != c->rank && read_all(c->rd[i], &b, 1) != 0) peer_gone(c, i);
-}
+static void barrier(struct rig_rank *c) { rig_barrier(c); }
 
 /* This rank's shm blob in the hand-built communicator's table. */
 static uint8_t *my_blob(struct ccl_comm *comm) {
@@ -93,19 +51,8 @@ static uint8_t *my_blob(struct ccl_comm *comm) {
 }
 
 /* The bootstrap's job: every rank's info and shm blob to every rank. */
-static void allgather_info(struct rank_ctx *c, struct ccl_comm *comm, const struct ccl__peer_info *mine) {
-    const size_t bb = CCL__TRANSPORT_BLOB_BYTES;
-    for (int j = 0; j < c->nranks; j++)
-        if (j != c->rank && (write_all(c->wr[j], mine, sizeof(*mine)) != 0 ||
-                             write_all(c->wr[j], ccl__peer_blob(comm, c->rank, shm), bb) != 0))
-            peer_gone(c, j);
-    for (int i = 0; i < c->nranks; i++) {
-        if (i == c->rank)
-            comm->peers[i] = *mine;
-        else if (read_all(c->rd[i], &comm->peers[i], sizeof(comm->peers[i])) != 0 ||
-                 read_all(c->rd[i], (uint8_t *)ccl__peer_blob(comm, i, shm), bb) != 0)
-            peer_gone(c, i);
-    }
+static void allgather_info(struct rig_rank *c, struct ccl_comm *comm, const struct ccl__peer_info *mine) {
+    rig_exchange(c, comm, shm, mine);
 }
 
 /* A failed run must not leave its segments for the next one. */
@@ -121,60 +68,16 @@ static void remove_segments(const char *prefix) {
     closedir(d);
 }
 
-enum reap { REAP_IN_RANK_ORDER, REAP_ANY_ORDER };
-
 /* Forks nranks ranks running body, waits for them, and asserts that each
  * exited 0 and that no segment with this run's prefix is left. */
-static void run_ranks(int nranks, const char *tag, rank_body_fn body, const void *arg, enum reap reap) {
-    char prefix[32];
-    snprintf(prefix, sizeof(prefix), "shmt%d-%s", (int)getpid(), tag);
-    int pipes[MAX_RANKS][MAX_RANKS][2];
-    for (int i = 0; i < nranks; i++)
-        for (int j = 0; j < nranks; j++)
-            if (i != j) ck_assert_int_eq(pipe(pipes[i][j]), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid[MAX_RANKS];
-    for (int r = 0; r < nranks; r++) {
-        pid[r] = fork();
-        ck_assert_int_ge(pid[r], 0);
-        if (pid[r] > 0) continue;
-        struct rank_ctx c = {.rank = r, .nranks = nranks, .prefix = prefix, .arg = arg, .t = {.rank = r}};
-        for (int i = 0; i < nranks; i++)
-            for (int j = 0; j < nranks; j++) {
-                if (i == j) continue;
-                if (j == r) c.rd[i] = pipes[i][j][0]; else close(pipes[i][j][0]);
-                if (i == r) c.wr[j] = pipes[i][j][1]; else close(pipes[i][j][1]);
-            }
-        alarm(RANK_ALARM_S);
-        signal(SIGPIPE, SIG_IGN); /* a dead peer's pipe: EPIPE, reported */
-        body(&c);
-        /* exit, not _exit: LeakSanitizer checks each rank. */
-        exit(c.t.fails > 100 ? 100 : c.t.fails);
-    }
-    for (int i = 0; i < nranks; i++)
-        for (int j = 0; j < nranks; j++)
-            if (i != j) close(pipes[i][j][0]), close(pipes[i][j][1]);
-
-    int status[MAX_RANKS];
-    for (int n = 0; n < nranks; n++) {
-        if (reap == REAP_IN_RANK_ORDER) {
-            ck_assert_int_eq(waitpid(pid[n], &status[n], 0), pid[n]);
-            continue;
-        }
-        int st;
-        pid_t got = waitpid(-1, &st, 0);
-        for (int r = 0; r < nranks; r++)
-            if (got == pid[r]) status[r] = st;
-    }
-    int left = harness_shm_count(prefix);
-    if (left) remove_segments(prefix);
-    for (int r = 0; r < nranks; r++) {
-        int st = status[r];
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d of %d %s %d", tag, r, nranks,
-                      WIFEXITED(st) ? "had failures:" : "died of signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-    }
-    ck_assert_msg(left == 0, "%d /dev/shm entries named %s* left behind", left, prefix);
+static void run_ranks(int nranks, const char *tag, rig_body_fn body, const void *arg, enum rig_reap reap) {
+    snprintf(run_prefix, sizeof(run_prefix), "shmt%d-%s", (int)getpid(), tag);
+    struct rig_run run = {.nranks = nranks, .tag = tag, .body = {body}, .arg = arg, .reap = reap,
+                          .ignore_sigpipe = 1};
+    rig_run(&run);
+    int left = harness_shm_count(run_prefix);
+    if (left) remove_segments(run_prefix);
+    ck_assert_msg(left == 0, "%d /dev/shm entries named %s* left behind", left, run_prefix);
 }
 
 /* ---- a hand-built communicator ---- */
@@ -186,38 +89,14 @@ static void shm_down(struct ccl_comm *comm) {
     shm->teardown(comm);
 }
 
-static struct ccl_comm *comm_new(const struct rank_ctx *c, uint64_t comm_id, int slots, size_t slot_bytes) {
-    struct ccl_comm *comm = calloc(1, sizeof(*comm));
-    if (!comm) abort();
-    comm->boot_fd = -1; /* no bootstrap root: set-up steps have nobody to hear from */
-    comm->magic = CCL__COMM_MAGIC;
-    comm->rank = c->rank;
-    comm->nranks = c->nranks;
-    comm->comm_id = comm_id;
-    memset(comm->secret, SECRET_BYTE, sizeof(comm->secret));
-    comm->params = *ccl__params_get();
-    comm->params.slots = slots;
-    if (ccl__conns_alloc(comm) != CCL_OK) abort(); /* tstate, and the transports' knobs */
-    snprintf(ccl__shm_knobs(comm)->prefix, sizeof(ccl__shm_knobs(comm)->prefix), "%s", c->prefix);
+static struct ccl_comm *comm_new(const struct rig_rank *c, uint64_t comm_id, int slots, size_t slot_bytes) {
+    struct ccl_comm *comm = rig_comm_new(c, comm_id, slots, 0, SECRET_BYTE);
+    snprintf(ccl__shm_knobs(comm)->prefix, sizeof(ccl__shm_knobs(comm)->prefix), "%s", run_prefix);
     ccl__shm_knobs(comm)->slot_bytes = slot_bytes;
-    comm->peers = calloc((size_t)c->nranks, sizeof(*comm->peers));
-    comm->conns = calloc((size_t)c->nranks, sizeof(*comm->conns));
-    comm->blobs = calloc((size_t)c->nranks * (size_t)ccl__ntransports, CCL__TRANSPORT_BLOB_BYTES);
-    if (!comm->peers || !comm->conns || !comm->blobs) abort();
-    comm->wake = &comm->local_wake;
-    comm->event_fd = -1;
-    pthread_mutex_init(&comm->err_lock, NULL);
     return comm;
 }
 
-static void comm_free(struct ccl_comm *comm) {
-    pthread_mutex_destroy(&comm->err_lock);
-    free(comm->peers);
-    free(comm->conns);
-    ccl__conns_free(comm);
-    free(comm->blobs);
-    free(comm);
-}
+static void comm_free(struct ccl_comm *comm) { rig_comm_free(comm); }
 
 /* As init reports it: pids are compared only within one PID namespace. */
 static uint32_t own_pid_ns(void) {
@@ -226,7 +105,7 @@ static uint32_t own_pid_ns(void) {
 }
 
 /* local_init, the info exchange, setup: returns setup's status. */
-static ccl_status_t up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+static ccl_status_t up_to_setup(struct rig_rank *c, struct ccl_comm *comm, const uint8_t *use) {
     struct ccl__peer_info me = {.rank = c->rank, .pid = getpid(), .ncores = 1, .pid_ns = own_pid_ns()};
     snprintf(me.host_id, sizeof(me.host_id), "%s", comm->params.host_id);
     gethostname(me.hostname, sizeof(me.hostname) - 1);
@@ -240,20 +119,20 @@ static ccl_status_t up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, const
 
 /* Every phase up to setup_done, each followed by a barrier as in the
  * library. Rank 0 checks /dev/shm on the way. */
-static void bring_up(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+static void bring_up(struct rig_rank *c, struct ccl_comm *comm, const uint8_t *use) {
     EXPECT_OK(&c->t, up_to_setup(c, comm, use));
     barrier(c);
-    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == c->nranks, "one segment per rank");
+    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(run_prefix) == c->nranks, "one segment per rank");
     EXPECT_OK(&c->t, shm->connect(comm, use, comm->conns));
     barrier(c);
     EXPECT_OK(&c->t, shm->setup_done(comm));
     barrier(c);
-    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == 0, "segments are unlinked after setup_done");
+    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(run_prefix) == 0, "segments are unlinked after setup_done");
     for (int p = 0; p < c->nranks; p++)
         EXPECT(&c->t, (comm->conns[p] != NULL) == (p != c->rank && use[p]), "conns[%d] set iff used", p);
 }
 
-static void all_but_self(const struct rank_ctx *c, uint8_t *use) {
+static void all_but_self(const struct rig_rank *c, uint8_t *use) {
     for (int p = 0; p < c->nranks; p++) use[p] = p != c->rank;
 }
 
@@ -289,14 +168,14 @@ static struct ccl__slot_meta msg_meta(int src, int dst, int i, uint32_t slot) {
         .count = (uint64_t)n * 3 + 1};
 }
 
-static void send_msg(struct rank_ctx *c, struct ccl__conn *cn, void *buf, int dst, int i) {
+static void send_msg(struct rig_rank *c, struct ccl__conn *cn, void *buf, int dst, int i) {
     struct ccl__slot_meta m = msg_meta(c->rank, dst, i, (uint32_t)cn->slot_bytes);
     fill(buf, m.bytes, c->rank, dst, i);
     EXPECT_OK(&c->t, shm->send_commit(cn, &m));
 }
 
 /* Checks a received slot against what src's message i must hold. */
-static int check_msg(struct rank_ctx *c, const void *buf, const struct ccl__slot_meta *m, int src, int i,
+static int check_msg(struct rig_rank *c, const void *buf, const struct ccl__slot_meta *m, int src, int i,
                      uint8_t *scratch, size_t slot) {
     struct ccl__slot_meta want = msg_meta(src, c->rank, i, (uint32_t)slot);
     if (memcmp(m, &want, sizeof(want)) != 0) {
@@ -316,7 +195,7 @@ static int check_msg(struct rank_ctx *c, const void *buf, const struct ccl__slot
 }
 
 /* Messages [first, last) both ways with every used peer at once. */
-static void stream(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use, int first, int last) {
+static void stream(struct rig_rank *c, struct ccl_comm *comm, const uint8_t *use, int first, int last) {
     int sent[MAX_RANKS], got[MAX_RANKS];
     size_t slot = ccl__shm_knobs(comm)->slot_bytes;
     uint8_t *scratch = malloc(slot + 1);
@@ -373,7 +252,7 @@ out:
 /* Sends `depth` slots to every peer without receiving: the FIFOs must take
  * exactly that many. Then receives them and checks a repeated acquire
  * returns the same slot. Messages [0, depth). */
-static void fill_to_depth(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+static void fill_to_depth(struct rig_rank *c, struct ccl_comm *comm, const uint8_t *use) {
     int depth = comm->params.slots;
     size_t slot = ccl__shm_knobs(comm)->slot_bytes;
     uint8_t *scratch = malloc(slot + 1);
@@ -427,7 +306,7 @@ struct stream_spec {
     uint8_t use[MAX_RANKS][MAX_RANKS]; /* all zero: every pair */
 };
 
-static void body_stream(struct rank_ctx *c) {
+static void body_stream(struct rig_rank *c) {
     const struct stream_spec *s = c->arg;
     struct ccl_comm *comm = comm_new(c, 0x1234abcd, s->slots, s->slot_bytes);
     comm->own_core = s->spread;
@@ -452,7 +331,7 @@ static void body_stream(struct rank_ctx *c) {
 /* Sleeps on this rank's bell as the library's waiter does (armed before
  * the barrier, so a ring that comes first is not lost) and checks that a
  * peer's action rang it. */
-static void sleep_until_rung(struct rank_ctx *c, struct ccl_comm *comm, const char *why) {
+static void sleep_until_rung(struct rig_rank *c, struct ccl_comm *comm, const char *why) {
     uint32_t armed = atomic_load(&comm->wake->bell);
     atomic_store(&comm->wake->sleeping, 1);
     barrier(c);
@@ -466,7 +345,7 @@ static void sleep_until_rung(struct rank_ctx *c, struct ccl_comm *comm, const ch
     EXPECT(&c->t, atomic_load(&comm->wake->bell) != armed, "%s: bell bumped", why);
 }
 
-static void body_futex_wake(struct rank_ctx *c) {
+static void body_futex_wake(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c, 77, 2, 4096);
     uint8_t use[MAX_RANKS];
     all_but_self(c, use);
@@ -505,7 +384,7 @@ static void body_futex_wake(struct rank_ctx *c) {
     comm_free(comm);
 }
 
-static void body_poison(struct rank_ctx *c) {
+static void body_poison(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c, 99, 2, 4096);
     uint8_t use[MAX_RANKS];
     all_but_self(c, use);
@@ -523,8 +402,8 @@ static void body_poison(struct rank_ctx *c) {
     comm_free(comm);
 }
 
-static void body_check_peer(struct rank_ctx *c) {
-    const enum reap *reap = c->arg;
+static void body_check_peer(struct rig_rank *c) {
+    const enum rig_reap *reap = c->arg;
     struct ccl_comm *comm = comm_new(c, 5, 2, 4096);
     uint8_t use[MAX_RANKS];
     all_but_self(c, use);
@@ -535,7 +414,7 @@ static void body_check_peer(struct rank_ctx *c) {
     if (c->rank == 1) _exit(c->t.fails); /* a crash: no teardown */
 
     pid_t dead = comm->peers[1].pid;
-    if (*reap == REAP_ANY_ORDER) /* the parent reaps it: wait until the pid is gone */
+    if (*reap == RIG_REAP_ANY_ORDER) /* the parent reaps it: wait until the pid is gone */
         for (double t0 = harness_now(); kill(dead, 0) == 0 && harness_now() - t0 < 10;) usleep(1000);
     ccl_status_t st = CCL_OK;
     for (double t0 = harness_now(); st == CCL_OK && harness_now() - t0 < 3;) {
@@ -548,7 +427,7 @@ static void body_check_peer(struct rank_ctx *c) {
     EXPECT(&c->t, strstr(comm->last_error, want) && strstr(comm->last_error, "exited"), "message: %s",
            comm->last_error);
     /* Unreaped, the pid still exists: only the segment lock tells. */
-    if (*reap == REAP_IN_RANK_ORDER)
+    if (*reap == RIG_REAP_IN_RANK_ORDER)
         EXPECT(&c->t, strstr(comm->last_error, "left the communicator"), "message: %s", comm->last_error);
     else
         EXPECT(&c->t, !strstr(comm->last_error, "left the communicator"), "message: %s", comm->last_error);
@@ -578,7 +457,7 @@ static const struct {
     {FAIL_NO_CONNECT, 2, "fc", CCL_OK, NULL},
 };
 
-static void body_failure(struct rank_ctx *c) {
+static void body_failure(struct rig_rank *c) {
     const __typeof__(failures[0]) *w = c->arg;
     int culprit = c->rank == c->nranks - 1;
     struct ccl_comm *comm =
@@ -601,7 +480,7 @@ static void body_failure(struct rank_ctx *c) {
     EXPECT_OK(&c->t, up_to_setup(c, comm, use));
     barrier(c);
     if (w->f == FAIL_NO_CONNECT) {
-        if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == c->nranks, "every segment exists");
+        if (c->rank == 0) EXPECT(&c->t, harness_shm_count(run_prefix) == c->nranks, "every segment exists");
     } else {
         int fails = c->rank == 0 || (culprit && w->f != FAIL_ASYMMETRIC_USE);
         ccl_status_t want = fails ? w->st : CCL_OK;
@@ -616,7 +495,7 @@ static void body_failure(struct rank_ctx *c) {
     barrier(c);
     shm_down(comm);
     barrier(c);
-    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(c->prefix) == 0, "teardown removed every segment");
+    if (c->rank == 0) EXPECT(&c->t, harness_shm_count(run_prefix) == 0, "teardown removed every segment");
     comm_free(comm);
 }
 
@@ -625,13 +504,13 @@ static void body_failure(struct rank_ctx *c) {
 START_TEST(stream_two_ranks) {
     /* 4000 is not a multiple of 64: slots are padded apart. */
     static const struct stream_spec s = {.slots = 4, .slot_bytes = 4000, .messages = 3000};
-    run_ranks(2, "st2", body_stream, &s, REAP_IN_RANK_ORDER);
+    run_ranks(2, "st2", body_stream, &s, RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
 START_TEST(stream_three_ranks) {
     static const struct stream_spec s = {.slots = 3, .slot_bytes = 9000, .messages = 2000};
-    run_ranks(3, "st3", body_stream, &s, REAP_IN_RANK_ORDER);
+    run_ranks(3, "st3", body_stream, &s, RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
@@ -639,7 +518,7 @@ START_TEST(stream_three_ranks_partial) {
     /* Ranks 0 and 2 do not use shm with each other: no FIFO between them. */
     static const struct stream_spec s = {
         .slots = 2, .slot_bytes = 64 << 10, .messages = 300, .use = {{0, 1, 0}, {1, 0, 1}, {0, 1, 0}}};
-    run_ranks(3, "stp", body_stream, &s, REAP_IN_RANK_ORDER);
+    run_ranks(3, "stp", body_stream, &s, RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
@@ -647,13 +526,13 @@ START_TEST(stream_two_ranks_spread) {
     /* Sizes from 0 to the slot: some go to the hot area, the rest round
      * the ring of bytes, skipping its end now and then. */
     static const struct stream_spec s = {.spread = 1, .slots = 4, .slot_bytes = 30000, .messages = 3000};
-    run_ranks(2, "sr2", body_stream, &s, REAP_IN_RANK_ORDER);
+    run_ranks(2, "sr2", body_stream, &s, RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
 START_TEST(stream_three_ranks_spread) {
     static const struct stream_spec s = {.spread = 1, .slots = 2, .slot_bytes = 64 << 10, .messages = 1000};
-    run_ranks(3, "sr3", body_stream, &s, REAP_IN_RANK_ORDER);
+    run_ranks(3, "sr3", body_stream, &s, RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
@@ -666,7 +545,7 @@ struct placement_spec {
     long where[8]; /* from the ring area's start; -1 - k: hot slot k */
 };
 
-static void body_placement(struct rank_ctx *c) {
+static void body_placement(struct rig_rank *c) {
     const struct placement_spec *s = c->arg;
     struct ccl_comm *comm = comm_new(c, 4242, 4, 64 << 10);
     comm->own_core = s->spread;
@@ -708,7 +587,7 @@ START_TEST(placement_fixed_slots) {
     /* Not alone on its core: slot i % 4 of the ring area, whatever the size. */
     static const struct placement_spec s = {
         .n = 6, .sizes = {100, 65536, 20000, 1, 20000, 0}, .where = {0, 65536, 131072, 196608, 0, 65536}};
-    run_ranks(2, "plf", body_placement, &s, REAP_IN_RANK_ORDER);
+    run_ranks(2, "plf", body_placement, &s, RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
@@ -721,24 +600,24 @@ START_TEST(placement_ring_of_bytes) {
         .n = 8,
         .sizes = {20000, 16384, 16383, 65536, 65536, 65536, 65536, 65536},
         .where = {0, 20032, -3, 36416, 101952, 167488, 233024, 0}};
-    run_ranks(2, "plr", body_placement, &s, REAP_IN_RANK_ORDER);
+    run_ranks(2, "plr", body_placement, &s, RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
-START_TEST(futex_wake_crosses_processes) { run_ranks(2, "fut", body_futex_wake, NULL, REAP_IN_RANK_ORDER); }
+START_TEST(futex_wake_crosses_processes) { run_ranks(2, "fut", body_futex_wake, NULL, RIG_REAP_IN_RANK_ORDER); }
 END_TEST
 
-START_TEST(poison_reaches_every_peer) { run_ranks(3, "poi", body_poison, NULL, REAP_IN_RANK_ORDER); }
+START_TEST(poison_reaches_every_peer) { run_ranks(3, "poi", body_poison, NULL, RIG_REAP_IN_RANK_ORDER); }
 END_TEST
 
 START_TEST(check_peer_sees_zombie) {
-    static const enum reap r = REAP_IN_RANK_ORDER;
+    static const enum rig_reap r = RIG_REAP_IN_RANK_ORDER;
     run_ranks(2, "cpz", body_check_peer, &r, r);
 }
 END_TEST
 
 START_TEST(check_peer_sees_reaped_pid) {
-    static const enum reap r = REAP_ANY_ORDER;
+    static const enum rig_reap r = RIG_REAP_ANY_ORDER;
     run_ranks(2, "cpr", body_check_peer, &r, r);
 }
 END_TEST
@@ -753,7 +632,7 @@ static int name_exists(const char *name) {
     return fd >= 0;
 }
 
-static void body_orphan(struct rank_ctx *c) {
+static void body_orphan(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c, 7, 2, 4096);
     uint8_t use[MAX_RANKS];
     all_but_self(c, use);
@@ -775,17 +654,18 @@ static void body_orphan(struct rank_ctx *c) {
     comm_free(comm);
 }
 
-START_TEST(orphan_removed_by_next_setup) { run_ranks(2, "orp", body_orphan, NULL, REAP_ANY_ORDER); }
+START_TEST(orphan_removed_by_next_setup) { run_ranks(2, "orp", body_orphan, NULL, RIG_REAP_ANY_ORDER); }
 END_TEST
 
 START_TEST(failed_setups_leave_nothing) {
-    run_ranks(failures[_i].nranks, failures[_i].tag, body_failure, &failures[_i], REAP_IN_RANK_ORDER);
+    run_ranks(failures[_i].nranks, failures[_i].tag, body_failure, &failures[_i], RIG_REAP_IN_RANK_ORDER);
 }
 END_TEST
 
 /* In-process tests: one "rank" of a two-rank communicator. */
 static struct ccl_comm *solo_comm(const char *prefix) {
-    const struct rank_ctx c = {.rank = 0, .nranks = 2, .prefix = prefix};
+    snprintf(run_prefix, sizeof(run_prefix), "%s", prefix);
+    const struct rig_rank c = {.rank = 0, .nranks = 2};
     return comm_new(&c, 1, 4, 4096);
 }
 

@@ -1,11 +1,12 @@
 /* ctest: TIMEOUT 180 */
 /*
  * White-box test of the TCP transport. Two ranks are forked processes with
- * hand-built communicators; they exchange peer infos and barriers through a
- * socketpair made before the fork and drive the transport's phases the way
- * the library does at init. Children never call Check: they count failures
- * (EXPECT) and exit with the count. SIGPIPE keeps its default action (kill),
- * so a write to a dead peer that raised it would fail the test.
+ * hand-built communicators (the transport rig, transport_rig.h); they
+ * exchange peer infos and barriers through the rig's channel and drive the
+ * transport's phases the way the library does at init. Children never call
+ * Check: they count failures (EXPECT) and exit with the count. SIGPIPE
+ * keeps its default action (kill), so a write to a dead peer that raised
+ * it would fail the test.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -28,90 +29,27 @@
 #include "transports/manager.h"
 #include "transports/tcp/tcp.h"
 #include "transports/transport.h"
+#include "transport_rig.h"
 #include "util.h"
 
-#define RANK_ALARM_S 60
 #define RUN_DEADLINE_S 90.0
 #define COMM_ID 0x0123456789abcdefull
 #define SECRET_BYTE 0xa5
 
 static const struct ccl__transport *const tcp = &ccl__transport_tcp;
 
-/* ---- two ranks as processes ---- */
+/* ---- two ranks as processes (the transport rig) ---- */
 
-struct rank_ctx {
-    int rank;
-    int chan; /* socketpair end to the other rank */
-    const void *arg;
-    struct harness_tally t;
-};
+static void chan_send(struct rig_rank *c, const void *buf, size_t n) { rig_send(c, 1 - c->rank, buf, n); }
+static void chan_recv(struct rig_rank *c, void *buf, size_t n) { rig_recv(c, 1 - c->rank, buf, n); }
+static void barrier(struct rig_rank *c) { rig_barrier(c); }
 
-typedef void (*rank_body_fn)(struct rank_ctx *c);
-
-static void peer_gone(struct rank_ctx *c) {
-    harness_fail(&c->t, __FILE__, __LINE__, "the other rank's channel closed early");
-    exit(c->t.fails > 100 ? 100 : c->t.fails);
-}
-
-static void chan_send(struct rank_ctx *c, const void *buf, size_t n) {
-    if (ccl__sock_send_all(c->chan, buf, n, ccl__now() + RANK_ALARM_S) != CCL_OK) peer_gone(c);
-}
-
-static void chan_recv(struct rank_ctx *c, void *buf, size_t n) {
-    if (ccl__sock_recv_all(c->chan, buf, n, ccl__now() + RANK_ALARM_S) != CCL_OK) peer_gone(c);
-}
-
-static void barrier(struct rank_ctx *c) {
-    char b = 'b';
-    chan_send(c, &b, 1);
-    chan_recv(c, &b, 1);
-}
-
-/* Forks rank 0 and rank 1, waits for both (killing both at the deadline)
- * and asserts each exited 0, or died of SIGKILL where killed_mask says so. */
-static void run_pair(const char *tag, rank_body_fn body0, rank_body_fn body1, const void *arg, unsigned killed_mask) {
-    int sv[2];
-    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    fflush(NULL);
-    pid_t pid[2];
-    for (int r = 0; r < 2; r++) {
-        pid[r] = fork();
-        ck_assert_int_ge(pid[r], 0);
-        if (pid[r] > 0) continue;
-        close(sv[1 - r]);
-        struct rank_ctx c = {.rank = r, .chan = sv[r], .arg = arg, .t = {.rank = r}};
-        alarm(RANK_ALARM_S);
-        (r == 0 ? body0 : body1)(&c);
-        close(c.chan);
-        fflush(NULL);
-        exit(c.t.fails > 100 ? 100 : c.t.fails); /* exit: LeakSanitizer checks each rank */
-    }
-    close(sv[0]);
-    close(sv[1]);
-    int status[2] = {0, 0}, done[2] = {0, 0};
-    double deadline = ccl__now() + RUN_DEADLINE_S;
-    while (!(done[0] && done[1])) {
-        for (int r = 0; r < 2; r++)
-            if (!done[r] && waitpid(pid[r], &status[r], WNOHANG) == pid[r]) done[r] = 1;
-        if (ccl__now() > deadline) {
-            for (int r = 0; r < 2; r++)
-                if (!done[r]) kill(pid[r], SIGKILL), waitpid(pid[r], &status[r], 0);
-            ck_abort_msg("%s: ranks still running after %.0f s (rank 0 %s, rank 1 %s)", tag, RUN_DEADLINE_S,
-                         done[0] ? "done" : "hung", done[1] ? "done" : "hung");
-        }
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    for (int r = 0; r < 2; r++) {
-        int st = status[r];
-        if (killed_mask & (1u << r))
-            ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "%s: rank %d was to die of SIGKILL (0x%x)", tag,
-                          r, st);
-        else
-            ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d %s %d", tag, r,
-                          WIFEXITED(st) ? "had failures:" : "died of signal",
-                          WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-    }
+/* Rank 0 runs body0, rank 1 body1; each exits 0, or dies of SIGKILL where
+ * killed_mask says so. SIGPIPE keeps its default action. */
+static void run_pair(const char *tag, rig_body_fn body0, rig_body_fn body1, const void *arg, unsigned killed_mask) {
+    struct rig_run run = {.nranks = 2, .tag = tag, .body = {body0, body1}, .arg = arg, .killed_mask = killed_mask,
+                          .reap = RIG_REAP_ANY_ORDER, .deadline_s = RUN_DEADLINE_S};
+    rig_run(&run);
 }
 
 /* ---- a hand-built communicator ---- */
@@ -121,44 +59,21 @@ static void run_pair(const char *tag, rank_body_fn body0, rank_body_fn body1, co
 static uint8_t *blob_of(struct ccl_comm *comm, int r) { return (uint8_t *)ccl__peer_blob(comm, r, tcp); }
 
 static struct ccl_comm *comm_new(int rank, size_t slot_bytes, int slots, double timeout_s) {
-    struct ccl_comm *comm = calloc(1, sizeof(*comm));
-    if (!comm) abort();
-    comm->boot_fd = -1; /* no bootstrap root: set-up steps have nobody to hear from */
-    comm->magic = CCL__COMM_MAGIC;
-    comm->rank = rank;
-    comm->nranks = 2;
-    comm->comm_id = COMM_ID;
-    memset(comm->secret, SECRET_BYTE, sizeof(comm->secret));
-    comm->params = *ccl__params_get();
-    comm->params.slots = slots;
-    comm->params.timeout_s = timeout_s;
-    if (ccl__conns_alloc(comm) != CCL_OK) abort(); /* tstate, and the transports' knobs */
+    struct rig_rank me = {.rank = rank, .nranks = 2};
+    struct ccl_comm *comm = rig_comm_new(&me, COMM_ID, slots, timeout_s, SECRET_BYTE);
     ccl__tcp_knobs(comm)->slot_bytes = slot_bytes;
-    comm->peers = calloc(2, sizeof(*comm->peers));
-    comm->conns = calloc(2, sizeof(*comm->conns));
-    comm->blobs = calloc(2 * (size_t)ccl__ntransports, CCL__TRANSPORT_BLOB_BYTES);
-    if (!comm->peers || !comm->conns || !comm->blobs) abort();
-    comm->wake = &comm->local_wake;
-    comm->event_fd = -1;
-    snprintf(comm->boot_addr, sizeof(comm->boot_addr), "127.0.0.1");
-    pthread_mutex_init(&comm->err_lock, NULL);
     return comm;
 }
 
 static void comm_free(struct ccl_comm *comm) {
     tcp->teardown(comm);
-    pthread_mutex_destroy(&comm->err_lock);
-    free(comm->peers);
-    free(comm->conns);
-    ccl__conns_free(comm);
-    free(comm->blobs);
-    free(comm);
+    rig_comm_free(comm);
 }
 
 static int error_says(struct ccl_comm *comm, const char *words) { return strstr(comm->last_error, words) != NULL; }
 
 /* local_init, the info exchange and setup, then a barrier. */
-static void up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, uint8_t *use, uint8_t when) {
+static void up_to_setup(struct rig_rank *c, struct ccl_comm *comm, uint8_t *use, uint8_t when) {
     struct ccl__peer_info *me = &comm->peers[c->rank];
     me->rank = c->rank;
     me->pid = getpid();
@@ -177,7 +92,7 @@ static void up_to_setup(struct rank_ctx *c, struct ccl_comm *comm, uint8_t *use,
 }
 
 /* connect, barrier, setup_done, barrier: the rest of the set-up. */
-static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use) {
+static void finish_setup(struct rig_rank *c, struct ccl_comm *comm, const uint8_t *use) {
     EXPECT_OK(&c->t, tcp->connect(comm, use, comm->conns));
     barrier(c);
     EXPECT_OK(&c->t, tcp->setup_done(comm));
@@ -207,7 +122,7 @@ static void finish_setup(struct rank_ctx *c, struct ccl_comm *comm, const uint8_
 
 /* when: CCL__USE_AT_INIT, or CCL__USE_ON_FIRST_USE for a pair linked by
  * the first call that waits on it. */
-static struct ccl__conn *bring_up_as(struct rank_ctx *c, struct ccl_comm *comm, uint8_t when) {
+static struct ccl__conn *bring_up_as(struct rig_rank *c, struct ccl_comm *comm, uint8_t when) {
     uint8_t use[2];
     up_to_setup(c, comm, use, when);
     finish_setup(c, comm, use);
@@ -215,7 +130,7 @@ static struct ccl__conn *bring_up_as(struct rank_ctx *c, struct ccl_comm *comm, 
     return comm->conns[1 - c->rank];
 }
 
-static struct ccl__conn *bring_up(struct rank_ctx *c, struct ccl_comm *comm) {
+static struct ccl__conn *bring_up(struct rig_rank *c, struct ccl_comm *comm) {
     return bring_up_as(c, comm, CCL__USE_AT_INIT);
 }
 
@@ -268,7 +183,7 @@ struct pump {
     uint8_t *out, *in;
 };
 
-static void check_frame(struct rank_ctx *c, struct pump *p, const void *buf, const struct ccl__slot_meta *m,
+static void check_frame(struct rig_rank *c, struct pump *p, const void *buf, const struct ccl__slot_meta *m,
                         int src, size_t slot) {
     struct ccl__slot_meta want = frame_meta(src, p->received, (uint32_t)slot);
     if (memcmp(m, &want, sizeof(want)) != 0) {
@@ -284,7 +199,7 @@ static void check_frame(struct rank_ctx *c, struct pump *p, const void *buf, con
 /* Sends and receives at once until both counts are done and everything is
  * written, sleeping in poll() on wait_fd when nothing moves. Returns CCL_OK
  * or the first failure the transport reported. */
-static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pump *p, double timeout_s) {
+static ccl_status_t pump_run(struct rig_rank *c, struct ccl__conn *cn, struct pump *p, double timeout_s) {
     double deadline = ccl__now() + timeout_s;
     uint32_t slot = (uint32_t)cn->slot_bytes;
     ccl_status_t st;
@@ -344,7 +259,7 @@ static ccl_status_t pump_run(struct rank_ctx *c, struct ccl__conn *cn, struct pu
 
 /* ---- streaming ---- */
 
-static int stranger(struct rank_ctx *c, const union ccl__sa *at, const void *bytes, size_t n, int then_close);
+static int stranger(struct rig_rank *c, const union ccl__sa *at, const void *bytes, size_t n, int then_close);
 
 struct stream_cfg {
     size_t slot_bytes;
@@ -369,7 +284,7 @@ static const struct stream_cfg stream_cfgs[] = {
 
 /* Both ranks stream at once; then rank 0 tears down and rank 1 checks that
  * a goodbye is not a failure but a receive after it is. */
-static void stream_body(struct rank_ctx *c) {
+static void stream_body(struct rig_rank *c) {
     const struct stream_cfg *cfg = c->arg;
     struct ccl_comm *comm = comm_new(c->rank, cfg->slot_bytes, cfg->slots, 30);
     struct ccl__conn *cn = bring_up_as(c, comm, cfg->lazy ? CCL__USE_ON_FIRST_USE : CCL__USE_AT_INIT);
@@ -424,7 +339,7 @@ END_TEST
 /* Rank 1 reads nothing for a while: rank 0's sends back up until
  * send_acquire says INPROGRESS, with POLLOUT wanted; rank 1's slots fill
  * and it stops wanting POLLIN. Then everything drains, intact. */
-static void backpressure_body(struct rank_ctx *c) {
+static void backpressure_body(struct rig_rank *c) {
     const int slots = 4, frames = 2000; /* ~64 MB: more than socket buffers hold */
     struct ccl_comm *comm = comm_new(c->rank, 64 << 10, slots, 30);
     struct ccl__conn *cn = bring_up(c, comm);
@@ -492,7 +407,7 @@ static ccl_status_t await_frame(struct ccl__conn *cn, const void **buf, struct c
 
 /* Commits frame i of BIG_FRAME bytes from the caller's memory, which is
  * scribbled over at once: the transport must have what it still needs. */
-static void send_big_from_caller(struct rank_ctx *c, struct ccl__conn *cn, uint8_t *out, int i, uint32_t bytes) {
+static void send_big_from_caller(struct rig_rank *c, struct ccl__conn *cn, uint8_t *out, int i, uint32_t bytes) {
     void *slot;
     EXPECT_OK(&c->t, tcp->send_acquire(cn, cn->slot_bytes, &slot));
     struct ccl__slot_meta m = frame_meta(0, i, BIG_FRAME);
@@ -502,7 +417,7 @@ static void send_big_from_caller(struct rank_ctx *c, struct ccl__conn *cn, uint8
     memset(out, 0xa5, bytes);
 }
 
-static void expect_big(struct rank_ctx *c, struct ccl__conn *cn, const uint8_t *in, int i, uint32_t bytes,
+static void expect_big(struct rig_rank *c, struct ccl__conn *cn, const uint8_t *in, int i, uint32_t bytes,
                        int in_caller) {
     const void *buf;
     struct ccl__slot_meta m;
@@ -525,7 +440,7 @@ static void expect_big(struct rank_ctx *c, struct ccl__conn *cn, const uint8_t *
  *    while nobody reads: the rest is copied, the caller's memory reused;
  * 5. a receive withdrawn once part of its frame is in the caller's memory
  *    fails the connection, instead of losing those bytes silently. */
-static void caller_memory_body(struct rank_ctx *c) {
+static void caller_memory_body(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c->rank, BIG_FRAME, 4, 30);
     ccl__tcp_knobs(comm)->socket_bytes = 64 << 10; /* a big frame cannot be in flight whole */
     struct ccl__conn *cn = bring_up(c, comm);
@@ -593,7 +508,7 @@ END_TEST
 
 /* ---- strangers at set-up ---- */
 
-static int stranger(struct rank_ctx *c, const union ccl__sa *at, const void *bytes, size_t n, int then_close) {
+static int stranger(struct rig_rank *c, const union ccl__sa *at, const void *bytes, size_t n, int then_close) {
     int fd = -1;
     EXPECT_OK(&c->t, ccl__sock_connect(at, ccl__now() + 5, &fd));
     if (fd >= 0 && n) EXPECT_OK(&c->t, ccl__sock_send_all(fd, bytes, n, ccl__now() + 5));
@@ -602,7 +517,7 @@ static int stranger(struct rank_ctx *c, const union ccl__sa *at, const void *byt
 }
 
 /* The acceptor must have closed fd: end-of-file (or a reset) soon. */
-static void expect_dropped(struct rank_ctx *c, int fd, const char *what) {
+static void expect_dropped(struct rig_rank *c, int fd, const char *what) {
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     char b;
     EXPECT(&c->t, poll(&pf, 1, 5000) == 1, "%s: still open", what);
@@ -612,7 +527,7 @@ static void expect_dropped(struct rank_ctx *c, int fd, const char *what) {
     close(fd);
 }
 
-static void strangers_rank0(struct rank_ctx *c) {
+static void strangers_rank0(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
     uint8_t use[2];
     up_to_setup(c, comm, use, CCL__USE_AT_INIT);
@@ -627,7 +542,7 @@ static void strangers_rank0(struct rank_ctx *c) {
     free(p.scratch);
 }
 
-static void strangers_rank1(struct rank_ctx *c) {
+static void strangers_rank1(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(1, 4096, 4, 30);
     uint8_t use[2];
     up_to_setup(c, comm, use, CCL__USE_AT_INIT);
@@ -677,7 +592,7 @@ END_TEST
  * only after half a second of silence: 1000 strangers delayed set-up 8 s). */
 #define FLOOD 1000
 
-static void flood_rank0(struct rank_ctx *c) {
+static void flood_rank0(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(0, 4096, 4, 30);
     uint8_t use[2];
     up_to_setup(c, comm, use, CCL__USE_AT_INIT);
@@ -689,7 +604,7 @@ static void flood_rank0(struct rank_ctx *c) {
     comm_free(comm);
 }
 
-static void flood_rank1(struct rank_ctx *c) {
+static void flood_rank1(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(1, 4096, 4, 30);
     uint8_t use[2];
     up_to_setup(c, comm, use, CCL__USE_AT_INIT);
@@ -712,7 +627,7 @@ END_TEST
 
 /* Rank 1 sends frames bigger than rank 0's slots (its own slots are
  * bigger): rank 0 must call that garbage, not overrun its buffer. */
-static void malformed_body(struct rank_ctx *c) {
+static void malformed_body(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c->rank, c->rank == 0 ? 4096 : 8192, 4, 30);
     struct ccl__conn *cn = bring_up(c, comm);
     char b = 'm';
@@ -750,7 +665,7 @@ struct kill_cfg {
 };
 static const struct kill_cfg kill_cfgs[] = {{0, 1}, {1, 0}, {1, 1}};
 
-static void killed_body(struct rank_ctx *c) {
+static void killed_body(struct rig_rank *c) {
     const struct kill_cfg *k = c->arg;
     struct ccl_comm *comm = comm_new(c->rank, 16 << 10, 4, 30);
     struct ccl__conn *cn = bring_up(c, comm);
@@ -781,7 +696,7 @@ END_TEST
  * left fails within seconds, naming the dead rank, whichever side it is.
  * The lower rank (rank 0) has no socket to see the death on: its probe of
  * rank 1's listener is refused. The higher rank's dial is refused. */
-static void killed_before_use_body(struct rank_ctx *c) {
+static void killed_before_use_body(struct rig_rank *c) {
     const int *victim = c->arg;
     struct ccl_comm *comm = comm_new(c->rank, 16 << 10, 4, 30);
     struct ccl__conn *cn = bring_up_as(c, comm, CCL__USE_ON_FIRST_USE);
@@ -791,7 +706,7 @@ static void killed_before_use_body(struct rank_ctx *c) {
         raise(SIGKILL);
     }
     char b;
-    EXPECT(&c->t, recv(c->chan, &b, 1, 0) == 0, "the victim's channel closes as it dies");
+    EXPECT(&c->t, recv(c->chan[1 - c->rank], &b, 1, 0) == 0, "the victim's channel closes as it dies");
     struct pump p = {.nrecv = 1, .scratch = malloc(16 << 10)};
     double t0 = ccl__now();
     EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, pump_run(c, cn, &p, 20));
@@ -818,7 +733,7 @@ END_TEST
 /* Rank 0 fails (its communicator is marked failed first, as ccl__comm_fail
  * does) and poisons: rank 1, blocked on a receive, hears of it at once,
  * and rank 0's own error message is not replaced by the hang-up. */
-static void poison_body(struct rank_ctx *c) {
+static void poison_body(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c->rank, 16 << 10, 4, 30);
     struct ccl__conn *cn = bring_up(c, comm);
     double when;
@@ -852,7 +767,7 @@ END_TEST
 
 /* connect must give up at CCL_TIMEOUT (0.5 s in these tests), not much
  * later, with an error naming the missing rank in `names_missing`'s words. */
-static void expect_connect_timeout(struct rank_ctx *c, struct ccl_comm *comm, const uint8_t *use,
+static void expect_connect_timeout(struct rig_rank *c, struct ccl_comm *comm, const uint8_t *use,
                                    const char *names_missing) {
     double t0 = ccl__now();
     EXPECT_STATUS(&c->t, CCL_ERR_TIMEOUT, tcp->connect(comm, use, comm->conns));
@@ -863,7 +778,7 @@ static void expect_connect_timeout(struct rank_ctx *c, struct ccl_comm *comm, co
 
 /* Rank 1 never connects: rank 0's accept gives up at CCL_TIMEOUT and says
  * who is missing; both tear down without trouble (rank 1 never connected). */
-static void accept_timeout_body(struct rank_ctx *c) {
+static void accept_timeout_body(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c->rank, 4096, 4, 0.5);
     uint8_t use[2];
     up_to_setup(c, comm, use, CCL__USE_AT_INIT);
@@ -883,7 +798,7 @@ END_TEST
 
 /* Rank 0's listener is gone before rank 1 connects: rank 1 retries the
  * refused connection until CCL_TIMEOUT, then names rank 0. */
-static void dial_timeout_body(struct rank_ctx *c) {
+static void dial_timeout_body(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c->rank, 4096, 4, 0.5);
     uint8_t use[2];
     up_to_setup(c, comm, use, CCL__USE_AT_INIT);
