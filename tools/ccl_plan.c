@@ -214,7 +214,7 @@ static size_t class_slot(int c) {
         const struct ccl__transport *tr = ccl__transports[t];
         const void *knobs = ccl__transport_knobs(tr);
         int tc = tr->link_class ? ccl__link_by_name(tr->link_class) : -1;
-        int shared_memory = c != CCL__LINK_TCP && c != CCL__LINK_RDMA && c != CCL__LINK_CUDA;
+        int shared_memory = c != CCL__LINK_TCP && c != CCL__LINK_RDMA;
         if (knobs && (tc == c || (tc < 0 && shared_memory))) return tr->slot_bytes(knobs);
     }
     return 0;

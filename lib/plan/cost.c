@@ -30,7 +30,7 @@
 #include "algo/algo.h"
 #include "plan/cost.h"
 
-const char *const ccl__link_names[CCL__NUM_LINKS] = {"numa", "cross-numa", "cross-socket", "tcp", "rdma", "cuda"};
+const char *const ccl__link_names[CCL__NUM_LINKS] = {"numa", "cross-numa", "cross-socket", "tcp", "rdma"};
 
 int ccl__link_by_name(const char *name) {
     for (int c = 0; c < CCL__NUM_LINKS; c++)
@@ -42,12 +42,12 @@ void ccl__cost_defaults(struct ccl__figures *f) {
     /* From bench/algo-table on the 2-core development machine: a 2-rank
      * shm all-reduce of 8 bytes (0.7 us) and 16 MiB (5.4 ms), the same
      * over loopback TCP (8 us, 12 ms); crossing NUMA nodes and sockets,
-     * RDMA and CUDA are textbook guesses until a probe or ccl-tune
+     * and RDMA are textbook guesses until a probe or ccl-tune
      * measures them. */
     static const struct ccl__link_figure link[CCL__NUM_LINKS] = {
         [CCL__LINK_NUMA] = {0.6, 4400, 0, 0},  [CCL__LINK_XNUMA] = {0.9, 3500, 0, 0},
         [CCL__LINK_XPACKAGE] = {1.2, 2500, 0, 0}, [CCL__LINK_TCP] = {7.5, 1550, 0, 0},
-        [CCL__LINK_RDMA] = {4.0, 3000, 0, 0},  [CCL__LINK_CUDA] = {10.0, 20000, 0, 0},
+        [CCL__LINK_RDMA] = {4.0, 3000, 0, 0},
     };
     memcpy(f->link, link, sizeof link);
     f->copy_bytes_per_us = 8000;

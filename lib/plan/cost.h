@@ -18,7 +18,6 @@ enum ccl__link_class {
     CCL__LINK_XPACKAGE, /* shared memory, two packages (sockets) */
     CCL__LINK_TCP,
     CCL__LINK_RDMA,
-    CCL__LINK_CUDA,
     CCL__NUM_LINKS
 };
 extern const char *const ccl__link_names[CCL__NUM_LINKS];
