@@ -47,12 +47,20 @@ CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
     return CCL_OK;
 }
 
+/* The communicator failed: every transport tells its peers, and ranks
+ * waiting on the GPU-resident path's words are let go (core calls this
+ * one hook; it cannot name what lies above it). */
+static void on_fail(struct ccl_comm *comm, ccl_status_t st) {
+    ccl__conns_poison(comm, st);
+    ccl__gpu_direct_release(comm);
+}
+
 static void comm_free(struct ccl_comm *comm) {
     if (!comm) return;
     ccl__exec_destroy(comm);
     ccl__user_regs_free(comm); /* handles the application did not deregister */
     ccl__device_free(comm);    /* nothing queued is left to stage or release */
-    comm->on_fail_gpu = NULL;  /* its words go with the windows below */
+    comm->gpu_direct = 0;      /* a late failure releases no words: they go with the windows below */
     ccl__reg_clear(comm);      /* registrations belong to the transports: first */
     ccl__conns_teardown(comm);
     ccl__pair_close(comm);
@@ -90,7 +98,7 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     comm->wake = &comm->local_wake;
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     comm->boot_fd = -1;
-    comm->on_fail = ccl__conns_poison;
+    comm->on_fail = on_fail;
     comm->conns = calloc((size_t)nranks, sizeof(*comm->conns));
     comm->scratch_conns = calloc((size_t)nranks, sizeof(*comm->scratch_conns));
     comm->staged = calloc((size_t)nranks, sizeof(*comm->staged));
@@ -151,7 +159,6 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
         }
     if (st == CCL_OK) st = ccl__plan_direct(comm);
     if (st == CCL_OK) ccl__gpu_direct_plan(comm);
-    if (comm->gpu_direct) comm->on_fail_gpu = ccl__gpu_direct_release;
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK) st = ccl__plan_model(comm);
     /* The model's probe (the tuning file's check, or the figures it lacks)

@@ -105,12 +105,10 @@ struct ccl_comm {
     _Atomic int failed_status;          /* first error that failed the comm, CCL_OK while healthy */
     _Atomic int32_t culprit;            /* rank + 1 of the rank whose death or failure failed it, 0: this one */
     _Atomic int32_t culprit_cause;      /* enum ccl__culprit_cause: what was found wrong with it */
-    /* Set by the layer that owns the transports: tells every peer we failed
-     * (core cannot call transports: layers point down only). */
+    /* Set by the API layer, the one failure hook: tells every peer we
+     * failed and lets go of the GPU-resident path's waiters (core cannot
+     * call up: layers point down only). */
     void (*on_fail)(struct ccl_comm *comm, ccl_status_t st);
-    /* Set with the GPU-resident path: lets its waiting ranks go (plain
-     * stores). */
-    void (*on_fail_gpu)(struct ccl_comm *comm);
     pthread_mutex_t err_lock;
     char last_error[CCL__ERR_BYTES];
     struct ccl__made_ops made_ops;      /* ccl_op_create_premul_sum's (coll/ops.c) */

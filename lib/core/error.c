@@ -50,7 +50,6 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st) {
     CCL_WARN(CCL__SUB_ALL, comm->rank, "communicator failed (%s): %s", ccl_status_string(st), comm->last_error);
     pthread_mutex_unlock(&comm->err_lock);
     if (comm->on_fail) comm->on_fail(comm, st);
-    if (comm->on_fail_gpu) comm->on_fail_gpu(comm);
     return st;
 }
 
