@@ -402,17 +402,21 @@ END_TEST
 
 struct behind_case {
     const char *name, *transport, *env;
+    int set_in_code; /* the timeout set by ccl_comm_set_timeout, CCL_TIMEOUT left at the faults' 20 s */
 };
 
 static const struct behind_case behind_cases[] = {
-    {"3 ranks shm, ring", "shm", "CCL_ALGO=allreduce:ring"},
-    {"4 ranks tcp, ring", "tcp", "CCL_ALGO=allreduce:ring"},
+    {"3 ranks shm, ring", "shm", "CCL_ALGO=allreduce:ring", 0},
+    {"4 ranks tcp, ring", "tcp", "CCL_ALGO=allreduce:ring", 0},
+    {"3 ranks shm, ring, timeout set in code", "shm", "CCL_ALGO=allreduce:ring", 1},
 };
 #define BEHIND_CASES ((int)(sizeof behind_cases / sizeof behind_cases[0]))
 
 static int body_behind(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    (void)nranks, (void)arg;
+    (void)nranks;
+    const struct behind_case *bc = arg;
     struct harness_tally t = {rank, 0};
+    if (bc->set_in_code) EXPECT_OK(&t, ccl_comm_set_timeout(comm, atof(BEHIND_TIMEOUT)));
     if (rank == BEHIND_RANK) {
         struct timespec ts = {BEHIND_SLEEP_S, 0};
         nanosleep(&ts, NULL);
@@ -428,6 +432,10 @@ static int body_behind(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     harness_child_send("named %d", named);
     if (st == CCL_ERR_TIMEOUT) fprintf(stderr, "[faults] rank %d timed out: %s\n", rank, why);
     if (st == CCL_ERR_TIMEOUT) EXPECT(&t, named, "the timeout does not name rank %d as behind: %s", BEHIND_RANK, why);
+    /* and says where the timeout came from */
+    const char *source = bc->set_in_code ? "(timeout " BEHIND_TIMEOUT " s, set by ccl_comm_set_timeout)"
+                                         : "(CCL_TIMEOUT=" BEHIND_TIMEOUT ")";
+    if (st == CCL_ERR_TIMEOUT) EXPECT(&t, strstr(why, source) != NULL, "the timeout does not say %s: %s", source, why);
     return t.fails;
 }
 
@@ -449,9 +457,10 @@ START_TEST(timeout_names_rank_behind) {
     struct harness_run run = {
         .nranks = bc->transport[0] == 't' ? 4 : 3,
         .body = body_behind,
+        .arg = (void *)bc,
         .transport = bc->transport,
         .env = bc->env,
-        .ccl_timeout = BEHIND_TIMEOUT,
+        .ccl_timeout = bc->set_in_code ? FAULT_CCL_TIMEOUT : BEHIND_TIMEOUT,
         .parent = parent_behind,
         .lenient_destroy = 1,
         .deadline_s = 60,

@@ -102,6 +102,7 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
  * environment: a config's fields, or a split's parent's. */
 struct ccl__comm_options {
     double timeout_s; /* > 0: overrides CCL_TIMEOUT */
+    const char *timeout_source; /* what set it, for messages (NULL: "config.timeout_s") */
     const char *algo; /* non-NULL: overrides CCL_ALGO */
     const char *algo_source; /* what set it, for messages ("config.algo") */
 };

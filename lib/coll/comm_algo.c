@@ -69,6 +69,7 @@ CCL_API ccl_status_t ccl_comm_set_timeout(ccl_comm_t *comm, double seconds) {
                               "set_timeout: operations are still in flight on rank %d: wait for them first",
                               comm->rank);
     comm->params.timeout_s = seconds;
+    snprintf(comm->params.timeout_source, sizeof comm->params.timeout_source, "ccl_comm_set_timeout");
     ccl__exec_inline_done(comm);
     return CCL_OK;
 }

@@ -182,7 +182,11 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
                               const struct ccl__comm_options *opt) {
     struct ccl_comm *comm = comm_alloc(nranks, rank);
     if (!comm) return CCL_ERR_NO_MEMORY;
-    if (opt && opt->timeout_s > 0) comm->params.timeout_s = opt->timeout_s;
+    if (opt && opt->timeout_s > 0) {
+        comm->params.timeout_s = opt->timeout_s;
+        snprintf(comm->params.timeout_source, sizeof comm->params.timeout_source, "%s",
+                 opt->timeout_source ? opt->timeout_source : "config.timeout_s");
+    }
     if (opt && opt->algo) {
         snprintf(comm->params.algo, sizeof comm->params.algo, "%s", opt->algo);
         comm->params.algo_too_long = 0;
@@ -233,7 +237,7 @@ static ccl_status_t init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
     if (uid.magic != CCL__UID_MAGIC)
         return refuse_init(rank, "ccl_comm_init_rank: the id was not made by ccl_get_unique_id (a foreign or "
                                  "corrupted id)");
-    struct ccl__comm_options opt = {0, NULL, "config.algo"};
+    struct ccl__comm_options opt = {0, NULL, NULL, "config.algo"};
     if (config) {
         /* Fields past what the caller's version of the struct has keep their defaults. */
         if (config->size < sizeof(size_t))

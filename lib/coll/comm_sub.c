@@ -18,7 +18,8 @@
  * they came from. */
 static ccl_status_t create_from(ccl_comm_t *parent, ccl_comm_t **newcomm, int size, const struct ccl__unique_id *uid,
                                 int newrank) {
-    struct ccl__comm_options opt = {parent->params.timeout_s, parent->params.algo, parent->params.algo_source};
+    struct ccl__comm_options opt = {parent->params.timeout_s, parent->params.timeout_source, parent->params.algo,
+                                    parent->params.algo_source};
     return ccl__comm_create(newcomm, size, uid, newrank, &opt);
 }
 

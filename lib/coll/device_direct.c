@@ -287,13 +287,15 @@ struct host_wait {
 
 /* A wait that lasted CCL_TIMEOUT: the communicator fails, naming it. */
 static ccl_status_t host_wait_timeout(struct ccl_comm *comm, const struct host_wait *w, double waited) {
+    char said[64];
+    ccl__timeout_words(comm, said, sizeof said);
     if (w->go)
         ccl__set_error(comm, CCL_ERR_TIMEOUT,
                        "GPU-resident path: no word from rank %d, which runs the call's kernel, for %.1f s "
-                       "(CCL_TIMEOUT=%g; is it stopped, or stuck outside the library?)",
-                       LEADER, waited, comm->params.timeout_s);
-    else ccl__set_error(comm, CCL_ERR_TIMEOUT, "GPU-resident path: %s did not finish within %.1f s (CCL_TIMEOUT=%g)",
-                        w->what, waited, comm->params.timeout_s);
+                       "(%s; is it stopped, or stuck outside the library?)",
+                       LEADER, waited, said);
+    else ccl__set_error(comm, CCL_ERR_TIMEOUT, "GPU-resident path: %s did not finish within %.1f s (%s)", w->what,
+                        waited, said);
     return ccl__comm_fail(comm, CCL_ERR_TIMEOUT);
 }
 

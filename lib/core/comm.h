@@ -10,6 +10,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "ccl.h"
 #include "core/log.h"
@@ -151,6 +153,15 @@ __attribute__((format(printf, 4, 5))) ccl_status_t ccl__init_failed(int rank, cc
 /* `rank` (a peer that died or cannot be reached, or whose failure this
  * rank heard of) is what failed comm: the peers this rank tells name it and
  * the cause, not this rank. The first blame stays. */
+/* The timeout as messages say it: "CCL_TIMEOUT=3" where the environment
+ * set it, else "timeout 3 s, set by ccl_comm_set_timeout". */
+static inline const char *ccl__timeout_words(const struct ccl_comm *comm, char *buf, size_t n) {
+    if (strcmp(comm->params.timeout_source, "CCL_TIMEOUT") == 0)
+        snprintf(buf, n, "CCL_TIMEOUT=%g", comm->params.timeout_s);
+    else snprintf(buf, n, "timeout %g s, set by %s", comm->params.timeout_s, comm->params.timeout_source);
+    return buf;
+}
+
 static inline void ccl__comm_blame(struct ccl_comm *comm, int rank, enum ccl__culprit_cause cause) {
     int32_t none = 0;
     if (atomic_compare_exchange_strong(&comm->culprit, &none, rank + 1)) atomic_store(&comm->culprit_cause, (int32_t)cause);

@@ -121,6 +121,7 @@ void ccl__params_tuning_file(char *dst, size_t n) {
 static void params_load(void) {
     ccl__log_init();
     params.timeout_s = env_seconds("CCL_TIMEOUT", 300.0);
+    copy_str(params.timeout_source, sizeof(params.timeout_source), "CCL_TIMEOUT");
     params.link_timeout_s = (double)env_long("CCL_LINK_TIMEOUT", 10, 0, 86400);
     env_str("CCL_TRANSPORT", "", params.transport, sizeof params.transport);
     default_machine_id(params.machine_id, sizeof(params.machine_id));

@@ -13,6 +13,7 @@
 
 struct ccl__params {
     double timeout_s;         /* CCL_TIMEOUT: longest wait without progress */
+    char timeout_source[24];  /* what set it, for messages: "CCL_TIMEOUT", "config.timeout_s", "ccl_comm_set_timeout" */
     char test_kill_at[16];    /* CCL_TEST_KILL_AT: a set-up phase where this process dies (fault tests) */
     char test_stall_at[16];   /* CCL_TEST_STALL_AT: a set-up phase where this process sleeps 0.2 s (fault tests) */
     double link_timeout_s;    /* CCL_LINK_TIMEOUT: longest silence of a peer's host or adapter */

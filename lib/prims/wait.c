@@ -185,8 +185,9 @@ static ccl_status_t timeout_error(struct ccl__waiter *w, double idle) {
     for (int i = 0; i < *w->nconns && o + 12 < sizeof(peers); i++)
         if (w->conns[i]) o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "", w->conns[i]->peer);
     trace_blame(w, blame, sizeof(blame));
-    ccl__set_error(w->comm, CCL_ERR_TIMEOUT, "%s: no progress for %.1f s (CCL_TIMEOUT=%g) waiting on rank(s) %s%s",
-                   w->what, idle, w->comm->params.timeout_s, o ? peers : "-", blame);
+    char said[64];
+    ccl__set_error(w->comm, CCL_ERR_TIMEOUT, "%s: no progress for %.1f s (%s) waiting on rank(s) %s%s", w->what, idle,
+                   ccl__timeout_words(w->comm, said, sizeof said), o ? peers : "-", blame);
     return ccl__comm_fail(w->comm, CCL_ERR_TIMEOUT);
 }
 

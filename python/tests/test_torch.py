@@ -107,6 +107,7 @@ def test_set_timeout_is_honoured():
     outs = launch("set_timeout", 2, deadline=120)
     expect_ok(outs, "set_timeout")
     assert "timeout: raised after" in outs[0][1]
+    assert "timeout 3 s, set by ccl_comm_set_timeout" in outs[0][1], outs[0][1][-3000:]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: CUDA tensors are tested where "
