@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "core/hash.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
 #include "transports/manager.h"
@@ -104,8 +105,7 @@ static void derive_secret(const char *root, uint8_t out[CCL__SECRET_BYTES]) {
     snprintf(seed, sizeof(seed), "libccl|%s|%s", root, job ? job : "");
     /* FNV-1a, re-seeded per 8-byte lane: a fixed mapping, not cryptography. */
     for (int lane = 0; lane < CCL__SECRET_BYTES / 8; lane++) {
-        uint64_t h = 1469598103934665603ull ^ (uint64_t)lane;
-        for (const char *p = seed; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        uint64_t h = ccl__fnv1a(CCL__FNV_OFFSET ^ (uint64_t)lane, seed, strlen(seed));
         memcpy(out + lane * 8, &h, 8);
     }
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "core/hash.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
 
@@ -87,11 +88,9 @@ struct group_answer {
 };
 enum { GROUP_GO, GROUP_NO_ID, GROUP_DISAGREES, GROUP_UNREACHABLE };
 
+/* Over the length and the ranks, in order. */
 static uint64_t list_hash(const int *ranks, int n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over the length and the ranks, in order */
-    h = (h ^ (uint64_t)(uint32_t)n) * 1099511628211ull;
-    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)ranks[i]) * 1099511628211ull;
-    return h;
+    return ccl__fnv1a(ccl__fnv1a(CCL__FNV_OFFSET, &n, sizeof n), ranks, sizeof(*ranks) * (size_t)n);
 }
 
 static ccl_status_t send_bytes(const void *p, size_t n, int peer, ccl_comm_t *comm) {

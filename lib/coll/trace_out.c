@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "core/hash.h"
 #include "core/pattern.h"
 #include "core/trace.h"
 #include "transports/transport.h"
@@ -49,11 +50,7 @@ static pthread_mutex_t written_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t written[WRITTEN_MAX];
 static int nwritten;
 
-static uint64_t path_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
+static uint64_t path_hash(const char *s) { return ccl__fnv1a(CCL__FNV_OFFSET, s, strlen(s)); }
 
 /* 1 if this process already wrote path (then it is not claimed again). */
 static int claim_path(const char *path) {
