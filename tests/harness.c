@@ -4,6 +4,8 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+
+#include "ccl_spawn.h"
 #include "container.h"
 
 #include "core/params.h"
@@ -247,24 +249,16 @@ static void wait_children(struct harness_run *run, int *alive) {
     }
 }
 
-/* Sends the unique id to every child; on failure closes the channels so
+/* Sends the unique id to every child (the spawner's hand-out, channels
+ * kept open for the control messages); on failure closes the channels so
  * the children give up at once. */
-static void hand_out_id(struct harness_run *run) {
+static void hand_out_id(struct harness_run *run, struct ccl_spawn *sp) {
     setenv("CCL_TIMEOUT", run->ccl_timeout ? run->ccl_timeout : DEFAULT_CCL_TIMEOUT, 1); /* for the root */
     run->id_status = ccl_get_unique_id(&run->id);
     if (run->id_status != CCL_OK)
         fprintf(stderr, "harness: ccl_get_unique_id returned %s\n", ccl_status_string(run->id_status));
-    for (int r = 0; r < run->nranks; r++) {
-        ssize_t w = -1;
-        if (run->id_status == CCL_OK) {
-            do w = send(run->ctrl_fd[r], &run->id, sizeof run->id, MSG_NOSIGNAL);
-            while (w < 0 && errno == EINTR);
-        }
-        if (w != (ssize_t)sizeof run->id) {
-            close(run->ctrl_fd[r]);
-            run->ctrl_fd[r] = -1;
-        }
-    }
+    ccl_spawn_hand_id(sp, run->id_status == CCL_OK ? &run->id : NULL, sizeof run->id, 0);
+    for (int r = 0; r < run->nranks; r++) run->ctrl_fd[r] = sp->fd[r];
 }
 
 int harness_run(struct harness_run *run) {
@@ -282,32 +276,20 @@ int harness_run(struct harness_run *run) {
     run->start = harness_now();
     run->deadline = run->start + run->deadline_s;
     pid_t self = getpid();
-    for (int r = 0; r < run->nranks; r++) {
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-            perror("harness: socketpair");
-            run->parent_failures++;
-            run->nranks = r; /* wait for the ones already started */
-            break;
-        }
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(sv[0]);
-            child_main(run, r, sv[1], self);
-        }
-        close(sv[1]);
-        if (pid < 0) {
-            perror("harness: fork");
-            close(sv[0]);
-            run->parent_failures++;
-            run->nranks = r;
-            break;
-        }
-        run->pid[r] = pid;
-        run->ctrl_fd[r] = sv[0];
+    static struct ccl_spawn sp; /* the project's one spawner: ranks first, the id after */
+    struct ccl_spawned me;
+    int forked = ccl_spawn_fork(&sp, run->nranks, CCL_SPAWN_SEQPACKET, &me);
+    if (forked == 1) child_main(run, me.rank, me.fd, self);
+    if (forked != 0) {
+        run->parent_failures++;
+        run->nranks = sp.started; /* wait for the ones already started */
+    }
+    for (int r = 0; r < sp.started; r++) {
+        run->pid[r] = sp.pid[r];
+        run->ctrl_fd[r] = sp.fd[r];
         alive[r] = 1;
     }
-    hand_out_id(run);
+    hand_out_id(run, &sp);
     if (run->parent && run->nranks > 0 && run->id_status == CCL_OK)
         run->parent_failures += run->parent(run, run->arg);
     wait_children(run, alive);

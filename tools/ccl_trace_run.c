@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "ccl.h"
+#include "ccl_spawn.h"
 
 #define MAX_RANKS 256
 #define ERR_LEN 240
@@ -244,7 +245,8 @@ static ccl_status_t run_coll(const struct opts *o, const void *in, void *out, cc
     return CCL_ERR_INVALID_ARGUMENT;
 }
 
-static int rank_main(const struct opts *o, int r, int id_fd, const char *trace, const struct shared *sh) {
+static int rank_main(const struct opts *o, const struct ccl_spawned *me, const char *trace, const struct shared *sh) {
+    int r = me->rank;
     struct rank_result *res = result_of(sh, r);
     /* before the first library call: the library reads its environment once */
     if (trace) setenv("CCL_TRACE", trace, 1);
@@ -256,14 +258,9 @@ static int rank_main(const struct opts *o, int r, int id_fd, const char *trace, 
         setenv("CCL_HOST_ID", host, 1);
     }
     ccl_unique_id_t id;
-    size_t got = 0;
-    while (got < sizeof id) {
-        ssize_t n = read(id_fd, (char *)&id + got, sizeof id - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return report(res, CCL_ERR_SYSTEM, "no unique id from the coordinator", NULL);
-        got += (size_t)n;
-    }
-    close(id_fd);
+    if (ccl_spawn_take_id(me, &id, sizeof id) != 0)
+        return report(res, CCL_ERR_SYSTEM, "no unique id from the coordinator", NULL);
+    close(me->fd);
     ccl_comm_t *comm = NULL;
     ccl_status_t st = ccl_comm_init_rank(&comm, o->ranks, id, r);
     if (st != CCL_OK) return report(res, st, "ccl_comm_init_rank", comm);
@@ -302,39 +299,24 @@ static double now_s(void) {
 }
 
 static int coordinator_main(const struct opts *o, const char *trace, const struct shared *sh) {
-    pid_t pids[MAX_RANKS];
-    int wfd[MAX_RANKS];
-    for (int r = 0; r < o->ranks; r++) {
-        int p[2];
-        if (pipe(p)) {
-            perror("ccl_trace_run: pipe");
-            return 1;
+    static struct ccl_spawn sp;
+    struct ccl_spawned me;
+    int forked = ccl_spawn_fork(&sp, o->ranks, CCL_SPAWN_PIPE, &me);
+    /* exit, not _exit: a fresh process whose sanitizers' exit checks (leaks) should run */
+    if (forked == 1) exit(rank_main(o, &me, trace, sh));
+    pid_t *pids = sp.pid;
+    if (forked != 0) {
+        ccl_spawn_hand_id(&sp, NULL, 0, 1); /* the ranks that started exit by themselves */
+        while (waitpid(-1, NULL, 0) > 0) {
         }
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("ccl_trace_run: fork");
-            return 1;
-        }
-        if (pid == 0) {
-            close(p[1]);
-            for (int q = 0; q < r; q++) close(wfd[q]);
-            /* exit, not _exit: a fresh process whose sanitizers' exit checks (leaks) should run */
-            exit(rank_main(o, r, p[0], trace, sh));
-        }
-        close(p[0]);
-        pids[r] = pid;
-        wfd[r] = p[1];
+        return 1;
     }
-    signal(SIGPIPE, SIG_IGN); /* a rank that died early must not kill us */
     ccl_unique_id_t id;
     ccl_status_t st = ccl_get_unique_id(&id);
     if (st != CCL_OK) fprintf(stderr, "ccl_trace_run: ccl_get_unique_id: %s\n", ccl_status_string(st));
-    for (int r = 0; r < o->ranks; r++) {
-        /* the id (128 bytes) fits a pipe's buffer; a rank that gets no id says so */
-        if (st == CCL_OK && write(wfd[r], &id, sizeof id) != (ssize_t)sizeof id)
-            fprintf(stderr, "ccl_trace_run: cannot hand the id to rank %d: %s\n", r, strerror(errno));
-        close(wfd[r]);
-    }
+    /* a rank that gets no id says so */
+    if (ccl_spawn_hand_id(&sp, st == CCL_OK ? &id : NULL, sizeof id, 1) != 0)
+        fprintf(stderr, "ccl_trace_run: cannot hand the id to every rank: %s\n", strerror(errno));
     int alive = o->ranks, failed = 0;
     double deadline = now_s() + o->timeout_s;
     while (alive > 0) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ccl.h"
+#include "ccl_spawn.h"
 #include "core/params.h"
 #include "plan/tune.h"
 
@@ -24,11 +25,8 @@ static const char usage[] = "Usage: ccl-tune [--ranks N] [--reps R] [--output PA
                             "  (default: CCL_TUNING_FILE, else ~/.cache/libccl/tuning-<host>)\n";
 
 /* One job of n ranks (transport shm or tcp) whose init writes its figures
- * to path. 0 when every rank succeeded. The job's coordinator forks its
- * ranks before it calls ccl_get_unique_id, which starts the bootstrap
- * root's thread: a child forked while that thread holds a lock (the
- * allocator's, under a sanitizer) would wait for it forever. The id reaches
- * the ranks through a pipe; a closed pipe tells them there is none. */
+ * to path. 0 when every rank succeeded. The job's coordinator starts its
+ * ranks through the project's spawner (fork first, then the id). */
 static int one_job(int n, const char *transport, const char *path) {
     pid_t job = fork();
     if (job < 0) return -1;
@@ -36,31 +34,23 @@ static int one_job(int n, const char *transport, const char *path) {
         setenv("CCL_TUNING_FILE", path, 1);
         setenv("CCL_TRANSPORT", transport, 1);
         setenv("CCL_BIND", "core", 1);
-        int id_pipe[2];
-        if (pipe(id_pipe) != 0) _exit(3);
-        int bad = 0, st;
-        for (int r = 0; r < n; r++) {
-            pid_t p = fork();
-            if (p == 0) {
-                close(id_pipe[1]);
-                ccl_unique_id_t id;
-                if (read(id_pipe[0], &id, sizeof id) != (ssize_t)sizeof id) _exit(3);
-                char host[32];
-                snprintf(host, sizeof host, "ccl-tune-host%d", r);
-                if (strcmp(transport, "tcp") == 0) setenv("CCL_HOST_ID", host, 1);
-                ccl_comm_t *comm;
-                if (ccl_comm_init_rank(&comm, n, id, r) != CCL_OK) _exit(4);
-                _exit(ccl_comm_destroy(comm) == CCL_OK ? 0 : 5);
-            }
-            bad |= p < 0;
+        static struct ccl_spawn s;
+        struct ccl_spawned me;
+        int forked = ccl_spawn_fork(&s, n, CCL_SPAWN_PIPE, &me), bad = forked != 0, st;
+        if (forked == 1) {
+            ccl_unique_id_t id;
+            if (ccl_spawn_take_id(&me, &id, sizeof id) != 0) _exit(3);
+            close(me.fd);
+            char host[32];
+            snprintf(host, sizeof host, "ccl-tune-host%d", me.rank);
+            if (strcmp(transport, "tcp") == 0) setenv("CCL_HOST_ID", host, 1);
+            ccl_comm_t *comm;
+            if (ccl_comm_init_rank(&comm, n, id, me.rank) != CCL_OK) _exit(4);
+            _exit(ccl_comm_destroy(comm) == CCL_OK ? 0 : 5);
         }
-        close(id_pipe[0]);
         ccl_unique_id_t id;
-        if (!bad && ccl_get_unique_id(&id) == CCL_OK) /* ids of 128 bytes: each write is atomic */
-            for (int r = 0; r < n; r++) bad |= write(id_pipe[1], &id, sizeof id) != (ssize_t)sizeof id;
-        else
-            bad = 1;
-        close(id_pipe[1]);
+        bad |= bad || ccl_get_unique_id(&id) != CCL_OK;
+        bad |= ccl_spawn_hand_id(&s, bad ? NULL : &id, sizeof id, 1) != 0;
         while (wait(&st) > 0) bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
         _exit(bad);
     }

@@ -1,4 +1,4 @@
-/* --ranks N: fork, hand out the unique id, wait, and stop everyone if one fails. */
+/* --ranks N: fork (the project's spawner), hand out the unique id, wait, and stop everyone if one fails. */
 #define _GNU_SOURCE
 #include "launch.h"
 
@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ccl_spawn.h"
 #include "common/bench.h"
 
 #define GRACE_S 3.0 /* between SIGTERM and SIGKILL for the others when one failed */
@@ -22,33 +23,14 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int read_full(int fd, void *buf, size_t n) {
-    for (size_t got = 0; got < n;) {
-        ssize_t r = read(fd, (char *)buf + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n) {
-    for (size_t put = 0; put < n;) {
-        ssize_t w = write(fd, (const char *)buf + put, n - put);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        put += (size_t)w;
-    }
-    return 0;
-}
-
 static __attribute__((noreturn)) void child_fail(int rank, const char *what) {
     fprintf(stderr, "[rank %d] --ranks: %s\n", rank, what);
     _exit(BENCH_EXIT_ERROR);
 }
 
 /* In the child: becomes rank r once the id arrives. */
-static void become_rank(int r, int host_per_rank, int id_fd, pid_t parent, ccl_unique_id_t *id) {
+static void become_rank(const struct ccl_spawned *me, int host_per_rank, pid_t parent, ccl_unique_id_t *id) {
+    int r = me->rank;
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the launcher */
     if (getppid() != parent) _exit(BENCH_EXIT_ERROR);
     if (host_per_rank) {
@@ -56,8 +38,8 @@ static void become_rank(int r, int host_per_rank, int id_fd, pid_t parent, ccl_u
         snprintf(host, sizeof host, "bench-host%d", r);
         setenv("CCL_HOST_ID", host, 1);
     }
-    if (read_full(id_fd, id, sizeof(*id))) child_fail(r, "the launcher gave no unique id");
-    close(id_fd);
+    if (ccl_spawn_take_id(me, id, sizeof(*id))) child_fail(r, "the launcher gave no unique id");
+    close(me->fd);
 }
 
 static void signal_all(const pid_t *pids, int n, int sig) {
@@ -97,61 +79,26 @@ static int wait_all(pid_t *pids, int n) {
 }
 
 int bench_fork_ranks(int n, int host_per_rank, int *rank, ccl_unique_id_t *id, int *exit_status) {
-    pid_t *pids = calloc((size_t)n, sizeof(*pids));
-    int *id_fds = calloc((size_t)n, sizeof(*id_fds));
-    int started = 0, failed = 0;
+    static struct ccl_spawn s;
+    struct ccl_spawned me;
     pid_t parent = getpid();
-    if (!pids || !id_fds) {
-        fprintf(stderr, "--ranks: out of memory\n");
-        failed = 1;
-    }
     /* One core per rank, as MPI launchers do (see CCL_BIND); the user's
      * own CCL_BIND wins. */
     setenv("CCL_BIND", "core", 0);
-    fflush(stdout);
-    fflush(stderr);
-    for (; !failed && started < n; started++) {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC)) {
-            perror("--ranks: pipe");
-            failed = 1;
-            break;
-        }
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(p[1]);
-            for (int r = 0; r < started; r++) close(id_fds[r]);
-            free(pids);
-            free(id_fds);
-            become_rank(started, host_per_rank, p[0], parent, id);
-            *rank = started;
-            return 1;
-        }
-        close(p[0]);
-        if (pid < 0) {
-            perror("--ranks: fork");
-            close(p[1]);
-            failed = 1;
-            break;
-        }
-        pids[started] = pid;
-        id_fds[started] = p[1];
+    int forked = ccl_spawn_fork(&s, n, CCL_SPAWN_PIPE, &me), failed = forked != 0;
+    if (forked == 1) {
+        become_rank(&me, host_per_rank, parent, id);
+        *rank = me.rank;
+        return 1;
     }
-    /* A child that died already must not kill the launcher through SIGPIPE. */
-    signal(SIGPIPE, SIG_IGN);
     ccl_status_t st = failed ? CCL_ERR_SYSTEM : ccl_get_unique_id(id);
     if (!failed && st != CCL_OK) {
         fprintf(stderr, "--ranks: ccl_get_unique_id: %s\n", ccl_status_string(st));
         failed = 1;
     }
-    /* Children that get no id (their pipe closes empty) exit by themselves. */
-    for (int r = 0; r < started; r++) {
-        if (!failed) write_full(id_fds[r], id, sizeof(*id));
-        close(id_fds[r]);
-    }
-    int first = pids ? wait_all(pids, n) : 0;
+    /* Children that get no id (their channel closes empty) exit by themselves. */
+    ccl_spawn_hand_id(&s, failed ? NULL : id, sizeof(*id), 1);
+    int first = wait_all(s.pid, s.started);
     *exit_status = failed ? BENCH_EXIT_ERROR : first;
-    free(pids);
-    free(id_fds);
     return 0;
 }

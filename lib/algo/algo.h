@@ -36,6 +36,9 @@ struct ccl__coll_args {
     /* The library's own call (split's exchange of colors and ids): the
      * planner's choice, whatever CCL_ALGO forces on the user's calls. */
     int planner_only;
+    /* CCL_CHECK compared this call across the ranks already (the
+     * GPU-resident try, which the staged path follows): once is enough. */
+    int agreed;
     struct ccl__call_plan plan;
     /* The scalar of a premultiplied sum (id.op CCL__OP_PREMUL_SUM), one
      * element of id.dtype, copied when the call was issued. */
@@ -85,6 +88,20 @@ struct ccl__ring_spec {
 };
 ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a, const struct ccl__ring_spec *s);
 
+/* How many count-element blocks a collective reads from sendbuf (*smult)
+ * and writes to recvbuf (*rmult) on this rank; 0: the buffer is ignored
+ * here (a broadcast's sendbuf off the root, a reduce's recvbuf). */
+void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult);
+/* The same for rank (the GPU-resident path's leader works for every rank). */
+void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
+                         size_t *rmult);
+/* The stamps of the library's own exchanges made for a call
+ * (ccl__ring_gather_bytes): the call's number with one of these bits, so
+ * that their slots never pass for a user call's, or for each other's. */
+#define CCL__SEQ_CHECK 0x80000000u        /* CCL_CHECK's argument records */
+#define CCL__SEQ_CHECK_COUNTS 0x40000000u /* and all_to_all_v's counts */
+#define CCL__SEQ_GPU_TRADE 0x20000000u    /* the GPU-resident path's buffer records */
+
 /* The library's own all-gather of bytes per rank (CCL_CHECK's argument
  * records, the planner's probe): the ring, whatever CCL_ALGO forces, host
  * memory, stamped seq so its slots never pass for a user call's. */
@@ -105,7 +122,7 @@ int ccl__dtree_depth(int n);
  * window_bytes (its in or out area). */
 size_t ccl__direct_area(size_t window_bytes);
 /* Where in a window's control page the GPU-resident path keeps its words
- * (coll/device_direct.c): the direct algorithm's control block ends
+ * (device/gpu_direct.c): the direct algorithm's control block ends
  * before it. */
 #define CCL__WINDOW_GPU_WORDS 2048
 

@@ -31,3 +31,22 @@ size_t ccl__block_off(size_t count, int n, int b) {
 size_t ccl__block_len(size_t count, int n, int b) {
     return count / (size_t)n + ((size_t)b < count % (size_t)n);
 }
+
+void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult) {
+    ccl__coll_extent_of(comm, a, comm->rank, smult, rmult);
+}
+
+void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
+                         size_t *rmult) {
+    size_t n = (size_t)comm->nranks;
+    int root = a->id.root == rank;
+    switch (a->id.kind) {
+    case CCL__K_REDUCE_SCATTER: *smult = n, *rmult = 1; break;
+    case CCL__K_ALL_GATHER: *smult = 1, *rmult = n; break;
+    case CCL__K_ALL_TO_ALL: *smult = n, *rmult = n; break;
+    case CCL__K_BROADCAST: *smult = root, *rmult = 1; break; /* only the root's sendbuf is read */
+    case CCL__K_REDUCE: *smult = 1, *rmult = root; break;    /* only the root's recvbuf is written */
+    case CCL__K_BARRIER: *smult = 0, *rmult = 0; break;
+    default: *smult = 1, *rmult = 1; break;
+    }
+}

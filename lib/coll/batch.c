@@ -1,14 +1,14 @@
-/* A batch: the calls of one communicator that run as one operation (a
- * single call, or everything a group recorded for that communicator). */
+/* Running batches: the calls of one communicator that run as one
+ * operation (a single call, or everything a group recorded for that
+ * communicator), queued on the executor or inline. Which calls form a
+ * batch, and how it is dispatched, is issue.c's. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll/coll.h"
-#include "coll/device.h"
-#include "coll/device_direct.h"
+#include "device/device.h"
 #include "core/log.h"
 #include "core/socket.h"
-#include "cuda/driver.h"
 #include "plan/plan.h"
 
 struct batch_op {
@@ -44,7 +44,7 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
     int kind = a.id.kind;
     /* Before the count-0 shortcut: a rank called with nothing to move
      * must still find out that the others were not. */
-    if (comm->nranks > 1 && comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &a));
+    if (comm->nranks > 1 && comm->params.check && !a.agreed) CCL_CHECK(ccl__check_args_agree(comm, &a));
     void *scratch = NULL;
     if (a.id.op == CCL__OP_PREMUL_SUM) CCL_CHECK(ccl__premul_apply(comm, &a, &scratch));
     ccl_status_t st = CCL_OK;
@@ -131,7 +131,7 @@ static ccl_status_t run_calls(struct batch_op *b) {
 }
 
 /* A stream-ordered batch first waits for its stream; device buffers are
- * staged around the run (coll/device.h). */
+ * staged around the run (device/device.h). */
 static ccl_status_t batch_run(struct ccl__op *base) {
     struct batch_op *b = (struct batch_op *)base;
     struct ccl_comm *comm = base->comm;
@@ -145,7 +145,7 @@ static ccl_status_t batch_run(struct ccl__op *base) {
 
 /* A blocking call on an idle communicator: run it here, with nothing
  * allocated (this is the small-message latency path). */
-static ccl_status_t run_inline(struct ccl__call *call) {
+ccl_status_t ccl__run_inline(struct ccl__call *call) {
     struct ccl_comm *comm = call->comm;
     ccl_status_t st = ccl__comm_health(comm);
     if (st == CCL_OK && !call->is_p2p) {
@@ -194,63 +194,4 @@ ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, i
     b->base.release = batch_release;
     ccl__exec_submit(comm, &b->base, inline_ok && blocking_req != NULL);
     return CCL_OK;
-}
-
-/* A collective outside a group that the GPU-resident path may take
- * (device_direct.h): its status, or 1 when it did not take it. Async ones
- * too (they complete before they return): whether a rank tries must not
- * depend on what differs between ranks. */
-static ccl_status_t run_on_gpu(struct ccl_comm *comm, struct ccl__call *call) {
-    if (!comm->gpu_direct || call->is_p2p || call->coll.planner_only) return 1;
-    int done = 0;
-    ccl_status_t st = ccl__gpu_direct_try(comm, call, 0, NULL, &done);
-    return st < 0 || done ? st : 1;
-}
-
-ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, int n, ccl_request_t **req_out,
-                              const char *what) {
-    ccl_status_t st = ccl__comm_health(comm);
-    if (st < 0) return st;
-    if (ccl__cuda_in_process())
-        CCL_CHECK(ccl__device_classify(comm, calls, n, what ? what : calls[0].is_p2p ? "send/recv" : ccl__op_kind_name(calls[0].coll.id.kind)));
-    struct ccl_request *req = NULL;
-    if (req_out) {
-        req = ccl__request_new(comm);
-        if (!req) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory for a request");
-    }
-    calls[0].req = req; /* the batch completes it with the rest */
-    for (int i = 0; i < n; i++)
-        if (!calls[i].is_p2p) calls[i].coll.id.seq = comm->coll_seq++;
-    if (ccl__group_open()) {
-        for (int i = 0; i < n && st == CCL_OK; i++) st = ccl__group_record(&calls[i]);
-    } else if (n == 1 && (st = run_on_gpu(comm, calls)) != 1) {
-        if (req && st == CCL_OK) {
-            req->status = CCL_OK; /* done already: its wait returns at once */
-            atomic_store_explicit(&req->done, 1, memory_order_release);
-            *req_out = req;
-        } else if (req) {
-            ccl__request_retire(req);
-        }
-        return st;
-    } else if (req) {
-        st = ccl__submit_batch(comm, calls, n, NULL, 0, what, NULL);
-    } else if (n == 1 && !calls[0].device && ccl__exec_try_inline(comm)) {
-        return run_inline(calls);
-    } else {
-        struct ccl_request local;
-        ccl__request_init(&local, comm);
-        st = ccl__submit_batch(comm, calls, n, &local, 1, what, NULL);
-        if (st == CCL_OK) st = ccl__request_wait(&local);
-        return st;
-    }
-    if (st < 0) {
-        if (req) ccl__request_retire(req);
-        return st;
-    }
-    if (req_out) *req_out = req;
-    return CCL_OK;
-}
-
-ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out) {
-    return ccl__issue_calls(call->comm, call, 1, req_out, NULL);
 }

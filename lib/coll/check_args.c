@@ -14,12 +14,10 @@
 
 #include "coll/coll.h"
 
-/* The check's all-gather is stamped with the call's number and this bit,
- * so its slots can never pass for a user call's: a rank without CCL_CHECK
- * facing one with it fails on the stamp instead of taking the record as
- * data. */
-#define CHECK_SEQ_BIT 0x80000000u
-#define CHECK_COUNTS_BIT 0x40000000u /* all_to_all_v's second record */
+/* The check's all-gather is stamped with the call's number and
+ * CCL__SEQ_CHECK (algo.h), so its slots can never pass for a user call's:
+ * a rank without CCL_CHECK facing one with it fails on the stamp instead
+ * of taking the record as data. */
 
 struct call_record {
     int32_t kind;
@@ -78,7 +76,7 @@ ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll
     struct call_record mine = record_of(comm, a), *all = malloc(sizeof(*all) * (size_t)n);
     if (!all) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "CCL_CHECK: out of memory");
     /* The records live in host memory, whatever memory the call's buffers are. */
-    ccl_status_t st = ccl__ring_gather_bytes(comm, a->id.seq | CHECK_SEQ_BIT, &mine, all, sizeof(mine));
+    ccl_status_t st = ccl__ring_gather_bytes(comm, a->id.seq | CCL__SEQ_CHECK, &mine, all, sizeof(mine));
     for (int q = 1; q < n && st == CCL_OK; q++) {
         if (same(&all[0], &all[q])) continue;
         char first[160], other[160];
@@ -103,7 +101,7 @@ ccl_status_t ccl__check_counts_agree(struct ccl_comm *comm, uint32_t seq, const 
         memcpy(mine, send, sizeof(uint64_t) * n);
         memcpy(mine + n, recv, sizeof(uint64_t) * n);
         /* the second record of this call: its own stamp */
-        st = ccl__ring_gather_bytes(comm, seq | CHECK_SEQ_BIT | CHECK_COUNTS_BIT, mine, all,
+        st = ccl__ring_gather_bytes(comm, seq | CCL__SEQ_CHECK | CCL__SEQ_CHECK_COUNTS, mine, all,
                                     sizeof(uint64_t) * row);
     }
     for (size_t p = 0; p < n && st == CCL_OK; p++)

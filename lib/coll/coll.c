@@ -198,13 +198,10 @@ CCL_API ccl_status_t ccl_wait(ccl_request_t *req) {
 /* The _stream twins: the call carries its stream, in a group of its own
  * ended on that stream (inside an open group, the group's end orders each
  * communicator's calls on the stream they name). */
-static void group_open(void) {
-    ccl_status_t st = ccl_group_start(); /* cannot fail */
-    (void)st;
-}
+static void group_open(void) { ccl__group_begin(); }
 
 static ccl_status_t on_stream(ccl_status_t call_st, ccl_stream_t stream) {
-    ccl_status_t st = ccl_group_end_stream(stream);
+    ccl_status_t st = ccl__group_end_on(stream);
     return call_st < 0 ? call_st : st;
 }
 

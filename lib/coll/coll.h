@@ -1,6 +1,7 @@
 /*
  * The API layer's shared pieces: argument checks, turning a call into an
- * operation, and issuing it (now, queued, or recorded into a group).
+ * operation, and the one issue path (issue.c): recorded into a group, or
+ * dispatched as a group of its own.
  */
 #ifndef CCL_COLL_H
 #define CCL_COLL_H
@@ -8,6 +9,7 @@
 #include "algo/algo.h"
 #include "core/comm.h"
 #include "core/exec.h"
+#include "device/call.h"
 #include "prims/prims.h"
 
 /* The collectives that take a reduction op. */
@@ -17,13 +19,6 @@ static inline int ccl__kind_reduces(int kind) {
 
 /* NULL or unknown comm -> status (and message for a known one). */
 ccl_status_t ccl__check_comm(const struct ccl_comm *comm, const char *what);
-/* How many count-element blocks a collective reads from sendbuf (*smult)
- * and writes to recvbuf (*rmult) on this rank; 0: the buffer is ignored
- * here (a broadcast's sendbuf off the root, a reduce's recvbuf). */
-void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult);
-/* The same for rank (the GPU-resident path's leader works for every rank). */
-void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
-                         size_t *rmult);
 /* A reducing call's op (coll/ops.c): a built-in op that fits the dtype
  * passes; an op of ccl_op_create_premul_sum becomes CCL__OP_PREMUL_SUM with
  * its scalar copied into a->premul; anything else is refused. */
@@ -41,18 +36,6 @@ ccl_status_t ccl__check_count(struct ccl_comm *comm, size_t count, size_t mult, 
 ccl_status_t ccl__check_p2p(struct ccl_comm *comm, const void *buf, size_t count, ccl_dtype_t dtype, int peer,
                             const char *what);
 
-/* One recorded call: a collective, or a send/recv. */
-struct ccl__call {
-    struct ccl_comm *comm;
-    int is_p2p;
-    struct ccl__coll_args coll;
-    struct ccl__p2p_xfer xfer;
-    struct ccl_request *req; /* the user's async request, or NULL */
-    int device;              /* CCL__DEV_SEND | CCL__DEV_RECV: device buffers the batch stages (coll/device.h) */
-    int on_stream;           /* a _stream twin: ordered on stream at the group's end */
-    void *stream;
-};
-
 /* CCL_CHECK=1 (check_args.c): the ranks compare this collective's
  * arguments before it runs; a difference is CCL_ERR_INVALID_USAGE on every
  * rank, naming two ranks and both calls. */
@@ -62,8 +45,29 @@ ccl_status_t ccl__check_args_agree(struct ccl_comm *comm, const struct ccl__coll
 ccl_status_t ccl__check_counts_agree(struct ccl_comm *comm, uint32_t seq, const uint64_t *send, const uint64_t *recv);
 
 /* Issue a validated call: recorded if a group is open on this thread,
- * else run. With req_out, returns at once with a request. */
+ * else dispatched at once (a group of its own). With req_out, returns at
+ * once with a request. */
 ccl_status_t ccl__issue(struct ccl__call *call, ccl_request_t **req_out);
+
+/* How a group ends: on a stream (ccl_group_end_stream, a _stream twin's
+ * own group) or not. */
+struct ccl__group_end {
+    int on_stream;
+    void *stream;
+};
+/* One communicator's calls at a group's end (or one call outside any
+ * group): the GPU-resident try, the stream link, then one batch, inline
+ * when alone (the group's only communicator) and waited for, else queued.
+ * When *must_wait is set, the caller waits on w for the blocking calls.
+ * Calls that did not get to run complete their requests with the failure. */
+ccl_status_t ccl__dispatch(struct ccl_comm *comm, struct ccl__call *calls, int n, const struct ccl__group_end *end,
+                           int alone, struct ccl_request *w, int *must_wait, const char *what);
+/* A call that ran already or never will: its request, if any, completes
+ * with st. */
+void ccl__call_complete(struct ccl__call *call, ccl_status_t st);
+/* The allocation-free path (batch.c): one blocking host call, run in this
+ * thread on a communicator ccl__exec_try_inline claimed. */
+ccl_status_t ccl__run_inline(struct ccl__call *call);
 
 /* A blocking all-gather of `bytes` per rank that the library makes for
  * itself: the planner picks its algorithm even where CCL_ALGO or
@@ -85,14 +89,18 @@ ccl_status_t ccl__check_req(struct ccl_comm *comm, int async, ccl_request_t **re
 
 /* Groups (group.c). */
 int ccl__group_open(void);
+/* A _stream twin's own group: opened, then ended on its stream (the
+ * public ccl_group_start/ccl_group_end_stream's work). */
+void ccl__group_begin(void);
+ccl_status_t ccl__group_end_on(void *stream);
 ccl_status_t ccl__group_record(const struct ccl__call *call);
 /* comm is being destroyed: drop this thread's recorded calls on it (their
  * requests complete with CCL_ERR_INVALID_USAGE, and so does the group's end). */
 void ccl__group_forget(const struct ccl_comm *comm);
-/* Runs a batch of calls of one communicator as one operation. With
+/* Batches (batch.c): runs calls of one communicator as one operation. With
  * inline_ok, an idle communicator runs it in this thread. what names its
  * point-to-point transfers in errors (NULL: "send/recv" or "group"). With
- * link, the batch is ordered on a CUDA stream (coll/device.h; the batch
+ * link, the batch is ordered on a CUDA stream (device/device.h; the batch
  * owns it from here, even on failure). */
 struct ccl__stream_link;
 ccl_status_t ccl__submit_batch(struct ccl_comm *comm, struct ccl__call *calls, int n, struct ccl_request *blocking_req,

@@ -3,7 +3,8 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "coll/device_direct.h"
+#include "device/device.h"
+#include "device/gpu_direct.h"
 #include "transports/manager.h"
 #include "transports/transport.h"
 
@@ -59,4 +60,12 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
              comm->rank, comm->nranks, count_hosts(comm), comm->machine_ranks, comm->machine_cpus, comm->spin_s * 1e6,
              comm->own_core, tr, ring, gpu, comm->params.algo[0] ? comm->params.algo : "auto", o ? " last: " : "", algo);
     return CCL_OK;
+}
+
+CCL_API int ccl_is_device_pointer(const void *p) { return ccl__device_pointer(p); }
+
+CCL_API ccl_status_t ccl_comm_cuda_device(const ccl_comm_t *comm, int *device) {
+    if (!device) return CCL_ERR_INVALID_ARGUMENT;
+    CCL_CHECK(ccl__check_comm(comm, "cuda_device"));
+    return ccl__device_ordinal(comm, device);
 }

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
-#include "coll/device.h"
-#include "coll/device_direct.h"
+#include "device/device.h"
+#include "device/gpu_direct.h"
 #include "core/boot_pair.h"
 #include "core/bootstrap.h"
 #include "core/log.h"
@@ -52,7 +52,7 @@ CCL_API ccl_status_t ccl_get_unique_id(ccl_unique_id_t *id) {
  * one hook; it cannot name what lies above it). */
 static void on_fail(struct ccl_comm *comm, ccl_status_t st) {
     ccl__conns_poison(comm, st);
-    ccl__gpu_direct_release(comm);
+    ccl__device_failed(comm);
 }
 
 static void comm_free(struct ccl_comm *comm) {

@@ -3,8 +3,6 @@
 #include <stdlib.h>
 
 #include "coll/coll.h"
-#include "coll/device.h"
-#include "coll/device_direct.h"
 #include "core/log.h"
 
 static _Thread_local int group_depth;
@@ -12,18 +10,9 @@ static _Thread_local struct ccl__call *group_calls;
 static _Thread_local int group_n, group_cap;
 static _Thread_local int group_lost; /* a recorded call's communicator was destroyed before the end */
 
-/* A recorded call that will never run, or ran already: its request (if
- * any) completes with st, the status the group end returns. */
-static void drop_call(struct ccl__call *call, ccl_status_t st) {
-    if (call->req) {
-        call->req->status = st;
-        atomic_store_explicit(&call->req->done, 1, memory_order_release);
-    }
-}
-
 /* One whose communicator was destroyed. */
 static void lose_call(struct ccl__call *call) {
-    drop_call(call, CCL_ERR_INVALID_USAGE);
+    ccl__call_complete(call, CCL_ERR_INVALID_USAGE);
     group_lost = 1;
 }
 
@@ -50,55 +39,19 @@ ccl_status_t ccl__group_record(const struct ccl__call *call) {
     return CCL_OK;
 }
 
+void ccl__group_begin(void) { group_depth++; }
+
 CCL_API ccl_status_t ccl_group_start(void) {
-    group_depth++;
+    ccl__group_begin();
     return CCL_OK;
 }
 
-/* The stream a batch is ordered on: the end's, else the one its calls
- * name (they must agree). *ordered = 0 runs it now: no stream, or the
- * default stream in a process without CUDA. */
-static ccl_status_t batch_stream(struct ccl_comm *comm, struct ccl__call *b, int m, int end_on_stream,
-                                 void *end_stream, int *ordered, struct ccl__stream_link **link) {
-    int named = end_on_stream;
-    void *stream = end_stream;
-    for (int k = 0; k < m && !end_on_stream; k++) {
-        if (!b[k].on_stream) continue;
-        if (named && b[k].stream != stream)
-            return ccl__set_error(comm, CCL_ERR_INVALID_USAGE,
-                                  "group: calls on one communicator name two CUDA streams; a group orders each "
-                                  "communicator's calls on one stream");
-        named = 1;
-        stream = b[k].stream;
-    }
-    *ordered = 0;
-    if (!named) return CCL_OK;
-    char why[700];
-    ccl_status_t st = ccl__stream_usable(stream, ordered, why, sizeof why);
-    if (st < 0) return ccl__set_error(comm, st, "%s", why);
-    return *ordered ? ccl__stream_link_new(comm, stream, b, m, link) : CCL_OK;
-}
-
-/* A group's one collective on a communicator that the GPU-resident path
- * may take (device_direct.h), on the stream the group orders it on: its
- * status, or 1 when it did not take it. */
-static ccl_status_t run_on_gpu(struct ccl_comm *comm, struct ccl__call *c, int end_on_stream, void *end_stream) {
-    if (!comm->gpu_direct || c->is_p2p || c->coll.planner_only) return 1;
-    int named = end_on_stream || c->on_stream, ordered = 0, done = 0;
-    void *stream = end_on_stream ? end_stream : c->stream;
-    char why[700];
-    ccl_status_t st = named ? ccl__stream_usable(stream, &ordered, why, sizeof why) : CCL_OK;
-    if (st < 0) return ccl__set_error(comm, st, "%s", why);
-    st = ccl__gpu_direct_try(comm, c, ordered, stream, &done);
-    return st < 0 || done ? st : 1;
-}
-
-/* Submit one batch per communicator (all before waiting on any, so groups
- * spanning communicators progress together), then wait for the batches
- * that hold blocking calls. A batch whose calls name a stream (all of
- * stream, when the end names one) is ordered on it and nothing waits for
- * it (device.h). */
-static ccl_status_t run_group(struct ccl__call *calls, int n, int end_on_stream, void *end_stream) {
+/* Dispatch one batch per communicator (all before waiting on any, so
+ * groups spanning communicators progress together), then wait for the
+ * batches that hold blocking calls. A batch whose calls name a stream (all
+ * of stream, when the end names one) is ordered on it and nothing waits
+ * for it (device/device.h). */
+static ccl_status_t run_group(struct ccl__call *calls, int n, const struct ccl__group_end *end) {
     ccl_status_t first = CCL_OK;
     struct ccl_request *waits = calloc((size_t)n, sizeof(*waits));
     int *done = calloc((size_t)n, sizeof(int));
@@ -126,37 +79,16 @@ static ccl_status_t run_group(struct ccl__call *calls, int n, int end_on_stream,
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
         struct ccl_comm *comm = calls[i].comm;
-        int m = 0, blocking = 0;
+        int m = 0;
         for (int k = i; k < n; k++)
             if (!done[k] && calls[k].comm == comm) {
                 batch[m++] = calls[k];
-                blocking |= calls[k].req == NULL;
                 done[k] = 1;
             }
-        struct ccl_request *w = NULL;
-        struct ccl__stream_link *link = NULL;
-        int ordered = 0;
-        ccl_status_t st = m == 1 ? run_on_gpu(comm, batch, end_on_stream, end_stream) : 1;
-        if (st != 1) {
-            drop_call(&batch[0], st); /* it ran already */
-            if (st < 0 && first == CCL_OK) first = st;
-            continue;
-        }
-        st = batch_stream(comm, batch, m, end_on_stream, end_stream, &ordered, &link);
-        if (st < 0) {
-            for (int k = 0; k < m; k++) drop_call(&batch[k], st);
-            if (first == CCL_OK) first = st;
-            continue;
-        }
-        if (!ordered && blocking) {
-            w = &waits[nwaits++];
-            ccl__request_init(w, comm);
-        }
-        st = ccl__submit_batch(comm, batch, m, w, ncomms == 1 && !ordered, NULL, link);
-        if (st < 0) {
-            if (w) nwaits--;
-            if (first == CCL_OK) first = st;
-        }
+        int must_wait = 0;
+        ccl_status_t st = ccl__dispatch(comm, batch, m, end, ncomms == 1, &waits[nwaits], &must_wait, NULL);
+        nwaits += must_wait;
+        if (st < 0 && first == CCL_OK) first = st;
     }
     for (int i = 0; i < nwaits; i++) {
         ccl_status_t st = ccl__request_wait(&waits[i]);
@@ -174,7 +106,8 @@ out:
 static ccl_status_t group_end(int on_stream, void *stream) {
     if (group_depth == 0) return CCL_ERR_INVALID_USAGE;
     if (--group_depth > 0) return CCL_OK;
-    ccl_status_t st = group_n ? run_group(group_calls, group_n, on_stream, stream) : CCL_OK;
+    const struct ccl__group_end end = {.on_stream = on_stream, .stream = stream};
+    ccl_status_t st = group_n ? run_group(group_calls, group_n, &end) : CCL_OK;
     if (group_lost) {
         CCL_WARN(CCL__SUB_COLL, -1, "ccl_group_end: a communicator was destroyed after the group recorded calls on it; "
                                    "those calls did not run");
@@ -189,3 +122,5 @@ static ccl_status_t group_end(int on_stream, void *stream) {
 CCL_API ccl_status_t ccl_group_end(void) { return group_end(0, NULL); }
 
 CCL_API ccl_status_t ccl_group_end_stream(ccl_stream_t stream) { return group_end(1, stream); }
+
+ccl_status_t ccl__group_end_on(void *stream) { return group_end(1, stream); }

@@ -32,25 +32,6 @@ ccl_status_t ccl__check_count(struct ccl_comm *comm, size_t count, size_t mult, 
     return CCL_OK;
 }
 
-void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult) {
-    ccl__coll_extent_of(comm, a, comm->rank, smult, rmult);
-}
-
-void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
-                         size_t *rmult) {
-    size_t n = (size_t)comm->nranks;
-    int root = a->id.root == rank;
-    switch (a->id.kind) {
-    case CCL__K_REDUCE_SCATTER: *smult = n, *rmult = 1; break;
-    case CCL__K_ALL_GATHER: *smult = 1, *rmult = n; break;
-    case CCL__K_ALL_TO_ALL: *smult = n, *rmult = n; break;
-    case CCL__K_BROADCAST: *smult = root, *rmult = 1; break; /* only the root's sendbuf is read */
-    case CCL__K_REDUCE: *smult = 1, *rmult = root; break;    /* only the root's recvbuf is written */
-    case CCL__K_BARRIER: *smult = 0, *rmult = 0; break;
-    default: *smult = 1, *rmult = 1; break;
-    }
-}
-
 ccl_status_t ccl__check_coll(struct ccl_comm *comm, const struct ccl__coll_args *a, const char *what) {
     CCL_CHECK(ccl__check_dtype(comm, a->id.dtype, what));
     int k = a->id.kind, n = comm->nranks;

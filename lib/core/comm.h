@@ -51,7 +51,7 @@ struct ccl_comm {
     struct ccl__conn **staged;          /* [nranks]: connections holding committed bytes not yet sent */
     struct ccl__regcache *regcache;     /* registrations kept for reuse (prims/regcache.h); NULL until used */
     struct ccl__user_reg *user_regs;    /* ccl_comm_register's live handles (coll/register.c) */
-    struct ccl__device_state *device;   /* CUDA staging and stream tickets (coll/device.c); NULL until used */
+    struct ccl__device_state *device;   /* CUDA staging and stream tickets (lib/device); NULL until used */
     int nstaged;
     /* The running collective's host buffers and the registrations its
      * steps made of them, to send from in place of slots
@@ -91,7 +91,7 @@ struct ccl_comm {
     size_t window_bytes;                /* the smallest window of any rank */
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
     unsigned direct_narrow;             /* bit g % 2: only one peer read this rank's window in round g (direct.c) */
-    int gpu_direct;                     /* the GPU-resident path is on (coll/device_direct.h) */
+    int gpu_direct;                     /* the GPU-resident path is on (device/gpu_direct.h) */
     signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
     signed char algo_last[CCL__MAX_OP_KINDS];   /* the algorithm of each collective's last call, -1 none */
     char algo_why[CCL__MAX_OP_KINDS][64];       /* and why it was chosen */

@@ -183,6 +183,10 @@ void ccl__exec_inline_done(struct ccl_comm *comm) {
     pthread_mutex_unlock(&e->lock);
 }
 
+/* Not through ccl__wait (which lies above core): a request completes
+ * when its operation ends, and every wait inside an operation goes
+ * through ccl__wait with its deadline and failure checks, so this one
+ * ends when they do. */
 ccl_status_t ccl__request_wait(struct ccl_request *req) {
     if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
         struct ccl__exec *e = req->exec;

@@ -36,7 +36,7 @@ struct ccl__params {
     char algo_source[24];     /* what set algo, for messages: "CCL_ALGO", "config.algo" or "ccl_comm_set_algo" */
     char trace[PATH_MAX];         /* CCL_TRACE: trace file written at destroy ("" = off) */
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
-    int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (coll/device_direct.h) */
+    int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (device/gpu_direct.h) */
     size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */
 };
 

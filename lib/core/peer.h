@@ -59,7 +59,7 @@ struct ccl__peer_info {
     union ccl__sa pair_addr;          /* where this rank's pair channel listens (core/boot_pair.h) */
     struct ccl__topo_summary topo;
     struct ccl__tuned_record tuned;
-    uint8_t gpu_uuid[16]; /* the GPU current at init (coll/device_direct.h) */
+    uint8_t gpu_uuid[16]; /* the GPU current at init (device/gpu_direct.h) */
     uint8_t gpu_usable;   /* and this rank can take the GPU-resident path */
 };
 

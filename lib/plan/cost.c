@@ -107,12 +107,12 @@ static double core_factor(const struct ccl__job_shape *j, const struct ccl__figu
  * at copies the CPU does (core: who receives from where, when known: ring
  * neighbours on one core pass their data in its cache; measured, 4 and 8
  * ranks on 2 cores, 2 MiB ring all-reduce 1107 and 2663 us, where charging
- * every rank's bytes at the link's speed predicted 1746 and 4159). TCP is
- * both: the kernel copies its bytes on the ranks' cores (measured:
+ * every rank's bytes at the link's speed predicted 1746 and 4159). A
+ * kernel network stack (CCL__CPU_COPIED_LINKS) is both: the kernel copies its bytes on the ranks' cores (measured:
  * loopback TCP, 4 ranks on 2 cores, 16 MiB ring all-reduce 44 ms where the
  * adapter's share alone predicted 16 ms). */
 static double load(const struct model *m, int c, int share, struct ccl__core_load core) {
-    if (c == CCL__LINK_TCP) return fmax(share, m->j->oversub);
+    if (CCL__CPU_COPIED_LINKS >> c & 1u) return fmax(share, m->j->oversub);
     return CCL__NETWORK_LINKS >> c & 1u ? share : core_factor(m->j, m->f, core, m->f->link[c].bytes_per_us);
 }
 

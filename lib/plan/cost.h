@@ -11,7 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Link classes, by what lies between two ranks. */
+/* Link classes, by what lies between two ranks: the planner's vocabulary
+ * of links, not of transports. A transport says which class its
+ * connections are (struct ccl__transport.link_class, by name: "tcp" is a
+ * network reached through the kernel's stack, "rdma" one whose adapter
+ * moves the bytes); shared memory's class follows the two ranks' places.
+ * What the model does with a class is said by the properties below, never
+ * by which transport it came from. */
 enum ccl__link_class {
     CCL__LINK_NUMA = 0, /* shared memory, one NUMA node */
     CCL__LINK_XNUMA,    /* shared memory, two NUMA nodes of one package */
@@ -23,6 +29,13 @@ enum ccl__link_class {
 extern const char *const ccl__link_names[CCL__NUM_LINKS];
 /* The classes that cross a network adapter (its share, a large point). */
 #define CCL__NETWORK_LINKS ((1u << CCL__LINK_TCP) | (1u << CCL__LINK_RDMA))
+/* The network classes whose bytes the ranks' own cores copy (a kernel
+ * network stack): ranks sharing cores slow them too. */
+#define CCL__CPU_COPIED_LINKS (1u << CCL__LINK_TCP)
+/* The class of a pair no transport connects: the slowest network's, so
+ * the planner never counts on a link it does not have. */
+#define CCL__LINK_UNCONNECTED CCL__LINK_TCP
+static inline int ccl__link_is_shared_memory(int c) { return !(CCL__NETWORK_LINKS >> c & 1u); }
 int ccl__link_by_name(const char *name);
 
 /* The size of the steps a link's bandwidth is measured with. */

@@ -31,10 +31,10 @@ struct ccl__cost_state {
 
 /* The link class of the transport connecting a and b: its own for a
  * network or device transport, -1 for shared memory (the places decide).
- * A pair no transport connects counts as a network link. */
+ * A pair no transport connects counts as the slowest network link. */
 static int pair_transport_class(void *ctx, int a, int b) {
     int t = ccl__plan_pair_transport(ctx, a, b);
-    if (t < 0) return CCL__LINK_TCP;
+    if (t < 0) return CCL__LINK_UNCONNECTED;
     const char *c = ccl__transports[t]->link_class;
     return c ? ccl__link_by_name(c) : -1;
 }

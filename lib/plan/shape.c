@@ -38,7 +38,7 @@ static struct ccl__core_load core_load(int n, const uint8_t *cls, const int *gro
     for (int r = 0; r < n; r++) {
         int s = from[r];
         if (s < 0 || s == r) continue;
-        int same = group[s] == group[r] && cls[s * n + r] < CCL__LINK_TCP;
+        int same = group[s] == group[r] && ccl__link_is_shared_memory(cls[s * n + r]);
         int *c = &count[2 * group[r] + same];
         if (++*c > (same ? most.same : most.cross)) *(same ? &most.same : &most.cross) = *c;
     }

@@ -57,7 +57,7 @@ void *ccl__prims_caller_reg(struct ccl_comm *comm, const struct ccl__transport *
         if (ccl__reg_get(comm, t, b->buf, b->bytes, &b->reg) != CCL_OK) {
             b->reg = NULL;
             CCL_INFO(CCL__SUB_COLL, comm->rank, "sends from %zu bytes at %p go through slots: %s", b->bytes, b->buf,
-                     ccl_comm_last_error(comm));
+                     comm->last_error);
             continue;
         }
         return b->reg->handle;

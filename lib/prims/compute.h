@@ -33,8 +33,6 @@ struct ccl__compute {
      * result that is still in the first-level cache (host). A device
      * engine wants whole steps: one launch each. */
     size_t piece_bytes;
-    /* 1 when this engine can touch memory of kind k. */
-    int (*serves)(int kind);
     /* dst <- src (bytes). */
     void (*copy)(void *dst, const void *src, size_t bytes);
     /* dst <- a OP b over n elements (dst may alias a or b exactly). */

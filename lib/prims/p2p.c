@@ -127,7 +127,7 @@ static ccl_status_t zc_start(struct lane *l, int *moved) {
         if (!wants_zc(comm, c, x)) return CCL_OK;
         if (ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg) != CCL_OK) {
             CCL_INFO(CCL__SUB_P2P, comm->rank, "%s: %zu bytes to rank %d go through slots: %s",
-                     ccl__prims_what(&l->p), bytes, x->peer, ccl_comm_last_error(comm));
+                     ccl__prims_what(&l->p), bytes, x->peer, comm->last_error);
             return CCL_OK;
         }
     } else {

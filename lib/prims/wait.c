@@ -48,11 +48,15 @@ struct ccl__waiter {
     double next_check; /* next liveness check of the peers */
     ccl_status_t gone; /* a waited-on peer's liveness check failed: look once more before failing */
     const char *what;  /* for the timeout message */
+    const struct ccl__wait_opts *o;
 };
 
+static const struct ccl__wait_opts plain_wait;
+
 static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl__conn *const *conns, const int *nconns,
-                        const char *what) {
+                        const char *what, const struct ccl__wait_opts *o) {
     w->comm = comm;
+    w->o = o;
     w->conns = conns;
     w->nconns = nconns;
     w->armed_bell = 0;
@@ -80,6 +84,7 @@ double ccl__wait_next_yield(double yield_s, double base_s, double max_s, int sle
 
 static void waiter_learn(struct ccl__waiter *w, double now) {
     struct ccl_comm *c = w->comm;
+    if (w->o->detached) return; /* the executor's to learn */
     c->yield_s = ccl__wait_next_yield(c->yield_s, c->yield_base_s, c->yield_max_s, w->slept, now - w->idle_since);
 }
 
@@ -184,7 +189,8 @@ static ccl_status_t timeout_error(struct ccl__waiter *w, double idle) {
     size_t o = 0;
     for (int i = 0; i < *w->nconns && o + 12 < sizeof(peers); i++)
         if (w->conns[i]) o += (size_t)snprintf(peers + o, sizeof(peers) - o, "%s%d", o ? "," : "", w->conns[i]->peer);
-    trace_blame(w, blame, sizeof(blame));
+    if (w->o->detached) blame[0] = 0; /* the pair channel is the executor's */
+    else trace_blame(w, blame, sizeof(blame));
     char said[64];
     ccl__set_error(w->comm, CCL_ERR_TIMEOUT, "%s: no progress for %.1f s (%s) waiting on rank(s) %s%s", w->what, idle,
                    ccl__timeout_words(w->comm, said, sizeof said), o ? peers : "-", blame);
@@ -247,6 +253,14 @@ static int waiter_in_flight(const struct ccl__waiter *w) {
  * Shared-memory connections have no descriptor: when any takes part, sleep
  * on the bell and poll sockets only briefly in between. */
 static void sleep_once(struct ccl__waiter *w, double left) {
+    if (w->o->nap_s > 0 || w->o->detached) {
+        /* Nothing rings the bell for this work (or the bell is the
+         * executor's): a short nap, never past the deadline. */
+        double nap = w->o->nap_s > 0 ? w->o->nap_s : 20e-6;
+        nap = left < nap ? (left > 0 ? left : 0) : nap;
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = (long)(nap * 1e9)}, NULL);
+        return;
+    }
     struct pollfd fds[MAX_POLLFDS];
     int n = 0, fdless = 0;
     for (int i = 0; i < *w->nconns; i++) {
@@ -305,9 +319,9 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
             w->no_spin = w->comm->spin_unless_in_flight && waiter_in_flight(w);
         }
     }
-    ccl_status_t st = check_failures(w);
+    ccl_status_t st = w->o->through_failures ? CCL_OK : check_failures(w);
     if (st < 0) return st;
-    double spin_s = w->no_spin ? 0 : w->comm->spin_s, idle = now - w->idle_since;
+    double spin_s = w->no_spin ? 0 : fmax(w->comm->spin_s, w->o->spin_s), idle = now - w->idle_since;
     if (idle < spin_s) {
         /* Past the first microseconds, a spinning rank also yields: when the
          * scheduler has put the peer it waits for on the same core, a pure
@@ -327,7 +341,7 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     if (idle > w->comm->params.timeout_s) return timeout_error(w, idle);
     if (now >= w->next_check) {
         w->next_check = now + LIVENESS_PERIOD_S;
-        answer_where(w);
+        if (!w->o->detached) answer_where(w);
         for (int i = 0; i < *w->nconns; i++) {
             struct ccl__conn *c = w->conns[i];
             if (c && (st = c->t->check_peer(c)) < 0) {
@@ -336,7 +350,7 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
             }
         }
     }
-    if (idle < spin_s + w->comm->yield_s) {
+    if (idle < spin_s + fmax(w->comm->yield_s, w->o->yield_s)) {
         sched_yield();
         return CCL_OK;
     }
@@ -355,6 +369,7 @@ void ccl__note_staged(struct ccl_comm *comm, struct ccl__conn *c) {
  * waited on, and every one still holding committed bytes (dropped from the
  * list once flushed). */
 static ccl_status_t progress_conns(struct ccl__waiter *w, int *moved) {
+    if (w->o->detached) return CCL_OK; /* the executor's connections */
     for (int i = 0; i < *w->nconns; i++) {
         struct ccl__conn *c = w->conns[i];
         int m = 0;
@@ -392,11 +407,16 @@ void ccl__wake_peers(struct ccl_comm *comm) {
 
 ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
                        ccl__poll_fn poll, void *ctx) {
+    return ccl__wait_with(comm, what, conns, nconns, poll, ctx, &plain_wait);
+}
+
+ccl_status_t ccl__wait_with(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
+                            ccl__poll_fn poll, void *ctx, const struct ccl__wait_opts *opts) {
     int moved = 0;
     ccl_status_t st = poll(ctx, &moved); /* the fast path: no clock read */
     if (st != CCL_INPROGRESS) return st;
     struct ccl__waiter w;
-    waiter_init(&w, comm, conns, nconns, what);
+    waiter_init(&w, comm, conns, nconns, what, opts ? opts : &plain_wait);
     for (;;) {
         waiter_arm(&w);
         moved = 0;

@@ -24,6 +24,26 @@ typedef ccl_status_t (*ccl__poll_fn)(void *ctx, int *moved);
 ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
                        ccl__poll_fn poll, void *ctx);
 
+/* How a wait on work that rings no bell differs (a GPU's stream, a word a
+ * stream or another rank's kernel leader stores). Zeroed fields keep the
+ * communicator's own behaviour. */
+struct ccl__wait_opts {
+    double spin_s;  /* spin at least this long before yielding (a budget: a 64 MiB kernel takes ~0.1 ms) */
+    double yield_s; /* then yield at least this long before sleeping */
+    double nap_s;   /* the longest one sleep: nothing will ring the bell when this work ends */
+    /* A failure of the communicator does not end the wait, only the work
+     * or CCL_TIMEOUT does: a kernel or copy that still reads and writes
+     * the caller's buffers must end before the call may return. */
+    int through_failures;
+    /* The wait runs outside the communicator's executor (at issue, in the
+     * caller's thread, while the executor may be running): it progresses
+     * no connection, learns nothing into the communicator, answers no
+     * peer, and naps instead of sleeping on the communicator's bell. */
+    int detached;
+};
+ccl_status_t ccl__wait_with(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
+                            ccl__poll_fn poll, void *ctx, const struct ccl__wait_opts *opts);
+
 /* Records that c holds committed bytes a stream transport has not sent
  * yet. Every wait keeps such connections moving, whatever it waits on:
  * otherwise a rank that finished its sends and waits on a receive could

@@ -1,7 +1,7 @@
 /*
  * One element of a reduction: the bit views, the float16/bfloat16
  * conversions and the NaN and signed-zero rules, written once for the
- * host (reduce.c) and for the GPU (cuda/kernels.cu), so that a reduction
+ * host (reduce.c) and for the GPU (device/kernels.cu), so that a reduction
  * gives the same bits wherever it runs. Plain C99 that nvcc also compiles;
  * CCL_ELEM makes each function a device function there.
  */

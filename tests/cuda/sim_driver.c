@@ -17,7 +17,7 @@
  *
  * For the GPU-resident path: IPC handles name an allocation's memory file
  * by its owner's pid and descriptor, which another process opens through
- * /proc; the one kernel that path launches (ccl_fold_*, cuda/fold_args.h)
+ * /proc; the one kernel that path launches (ccl_fold_*, device/fold_args.h)
  * runs on the stream's thread, built from the same element functions as
  * the real one (reduce/elem.h). CCL_SIM_FOLD_STALL=S makes that kernel
  * take S seconds more, a GPU that hangs for a while. Not simulated: other kernels, blocking
@@ -34,7 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda/fold_args.h"
+#include "device/fold_args.h"
 #include "reduce/elem.h"
 
 typedef int CUresult;

@@ -1,5 +1,5 @@
 /* Loading and launching the embedded GPU reductions (see kernels.h). */
-#include "cuda/kernels.h"
+#include "device/kernels.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cuda/fold_args.h"
+#include "device/fold_args.h"
 #include "reduce/elem.h"
 
 /* The GPU-resident path's kernel (coll/device_direct.c). Group g =

@@ -1,6 +1,11 @@
 /*
- * Device (CUDA) buffers and stream-ordered calls, on top of the host data
- * path.
+ * The device layer (lib/device): a communicator's CUDA state with one
+ * owner (bound at the first device buffer or stream, released on
+ * failure, freed with the communicator), device buffers and
+ * stream-ordered calls on top of the host data path, the GPU-resident
+ * path (gpu_direct.h), and the CUDA driver and kernels it loads
+ * (driver.h, kernels.h). The API layer above asks it; nothing below
+ * knows it exists.
  *
  * A call whose buffers are device memory is staged: its executor copies
  * the device data it reads into pinned host memory, runs the operation on
@@ -21,15 +26,11 @@
  * stream memory operations are not supported), so the executor makes no
  * CUDA call for it.
  */
-#ifndef CCL_COLL_DEVICE_H
-#define CCL_COLL_DEVICE_H
+#ifndef CCL_DEVICE_DEVICE_H
+#define CCL_DEVICE_DEVICE_H
 
-#include "coll/coll.h"
-#include "cuda/driver.h"
-
-/* call->device: which of a call's buffers are device memory. */
-#define CCL__DEV_SEND 1
-#define CCL__DEV_RECV 2
+#include "device/call.h"
+#include "device/driver.h"
 
 /* Marks the calls whose buffers are device memory (call->device); an error
  * (buffers on two devices, or on another device than this communicator's)
@@ -81,7 +82,16 @@ ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t wh
 /* A new communicator belongs to the calling thread's current CUDA context,
  * if the process has one (NCCL's rule: the device current at init). */
 void ccl__device_adopt_current(struct ccl_comm *comm);
-/* comm's CUDA resources (destroy). */
+/* comm failed: lets every rank waiting on it go (the GPU-resident path's
+ * words); plain stores, safe from any thread (the failure hook). */
+void ccl__device_failed(struct ccl_comm *comm);
+/* comm's CUDA resources, the GPU-resident path's included (destroy). */
 void ccl__device_free(struct ccl_comm *comm);
+
+/* 1 when p is device memory (ccl_is_device_pointer); 0 without CUDA. */
+int ccl__device_pointer(const void *p);
+/* The ordinal of comm's device (its bound context, else the calling
+ * thread's current one): CCL_ERR_UNSUPPORTED without either. */
+ccl_status_t ccl__device_ordinal(const struct ccl_comm *comm, int *device);
 
 #endif

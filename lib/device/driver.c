@@ -1,6 +1,6 @@
 /* Loading the CUDA driver at run time (see driver.h). */
 #define _GNU_SOURCE
-#include "cuda/driver.h"
+#include "device/driver.h"
 
 #include <dlfcn.h>
 #include <link.h>

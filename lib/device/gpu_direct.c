@@ -17,8 +17,9 @@
  *   1. every rank waits for the work before the call (its stream's, or the
  *      legacy default stream's for a call without one), so its buffers are
  *      ready;
- *   2. the ranks trade one small record (an all-gather of the library's
- *      own on host memory): each rank's buffers as IPC handles and
+ *   2. the ranks trade one small record (the engine's own all-gather on
+ *      host memory, stamped with the call's number; the whole try runs on
+ *      the communicator's executor): each rank's buffers as IPC handles and
  *      offsets, and whether they can go this way at all. The path is taken
  *      only when every rank says yes, else every rank stages the call, so
  *      the ranks always agree;
@@ -27,11 +28,12 @@
  *      of the direct path's windows); each peer waits for its word. A
  *      leader that cannot map a peer's buffer says so with the go word,
  *      and every rank stages the call.
- * A call returns with its results written, stream-ordered or not. Waits
- * check every 100 ms that the peers are alive, and a failed communicator
- * lets every waiter go (plain stores: safe from any thread).
+ * A call returns with its results written, stream-ordered or not. Every
+ * wait goes through ccl__wait with a spin budget (host_wait): a peer's
+ * wait checks every 100 ms that the leader is alive, and a failed
+ * communicator lets every waiter go (plain stores: safe from any thread).
  */
-#include "coll/device_direct.h"
+#include "device/gpu_direct.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -41,11 +43,11 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
-#include "coll/device.h"
-#include "coll/device_state.h"
+#include "device/device.h"
+#include "device/state.h"
 #include "core/log.h"
 #include "core/socket.h"
-#include "cuda/kernels.h"
+#include "device/kernels.h"
 #include "prims/wait.h"
 #include "transports/transport.h"
 
@@ -136,12 +138,10 @@ static int kind_fits(int kind) {
            kind == CCL__K_ALL_GATHER || kind == CCL__K_BROADCAST;
 }
 
-static ccl_status_t state(struct ccl_comm *comm, struct ccl__gpu_direct **out) {
+ccl_status_t ccl__gpu_direct_ready(struct ccl_comm *comm) {
     struct ccl__device_state *d = ccl__device_state(comm);
-    *out = NULL;
     if (!d || (!d->gpu && !(d->gpu = calloc(1, sizeof(*d->gpu)))))
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "GPU-resident path: out of memory");
-    *out = d->gpu;
     return CCL_OK;
 }
 
@@ -278,33 +278,21 @@ static ccl_status_t fold_plan(struct ccl_comm *comm, const struct ccl__cu *cu, s
 
 /* What a host wait waits for. */
 struct host_wait {
+    struct ccl_comm *comm;
     const struct ccl__cu *cu;
     CUstream s;           /* a stream to go idle, or */
     _Atomic uint32_t *go; /* a go word to reach seq */
     uint32_t seq;
-    const char *what;     /* a stream's work, for the timeout's message */
 };
 
-/* A wait that lasted CCL_TIMEOUT: the communicator fails, naming it. */
-static ccl_status_t host_wait_timeout(struct ccl_comm *comm, const struct host_wait *w, double waited) {
-    char said[64];
-    ccl__timeout_words(comm, said, sizeof said);
-    if (w->go)
-        ccl__set_error(comm, CCL_ERR_TIMEOUT,
-                       "GPU-resident path: no word from rank %d, which runs the call's kernel, for %.1f s "
-                       "(%s; is it stopped, or stuck outside the library?)",
-                       LEADER, waited, said);
-    else ccl__set_error(comm, CCL_ERR_TIMEOUT, "GPU-resident path: %s did not finish within %.1f s (%s)", w->what,
-                        waited, said);
-    return ccl__comm_fail(comm, CCL_ERR_TIMEOUT);
-}
-
-/* 1 done, 0 not yet, or a failure. */
-static ccl_status_t host_wait_poll(struct ccl_comm *comm, const struct host_wait *w) {
-    if (w->go) return atomic_load_explicit(w->go, memory_order_acquire) >= w->seq;
+static ccl_status_t host_wait_poll(void *ctx, int *moved) {
+    struct host_wait *w = ctx;
+    (void)moved;
+    if (w->go) return atomic_load_explicit(w->go, memory_order_acquire) >= w->seq ? CCL_OK : CCL_INPROGRESS;
     CUresult r = w->cu->StreamQuery(w->s);
-    if (r == CCL__CUDA_SUCCESS) return 1;
-    return r == CCL__CUDA_ERROR_NOT_READY ? 0 : ccl__device_fail(comm, r, "cuStreamQuery", "GPU-resident path");
+    if (r == CCL__CUDA_SUCCESS) return CCL_OK;
+    return r == CCL__CUDA_ERROR_NOT_READY ? CCL_INPROGRESS
+                                          : ccl__device_fail(w->comm, r, "cuStreamQuery", "GPU-resident path");
 }
 
 /* Every peer's liveness and failures, as seen from here: the first
@@ -316,64 +304,66 @@ static ccl_status_t check_peers(struct ccl_comm *comm) {
     return st;
 }
 
+struct reason_wait {
+    struct ccl_comm *comm;
+    double until;
+};
+
+static ccl_status_t reason_poll(void *ctx, int *moved) {
+    struct reason_wait *w = ctx;
+    (void)moved;
+    ccl_status_t st = check_peers(w->comm);
+    return st < 0 ? st : ccl__now() < w->until ? CCL_INPROGRESS : CCL_OK;
+}
+
 /* A go word released (ccl__gpu_direct_release): some rank's communicator
  * failed, and the call did not run. Its reason comes by its transport,
- * which may trail the word a moment; the call fails either way. */
+ * which may trail the word a moment (a second at most); the call fails
+ * either way. */
 static ccl_status_t released_by_failure(struct ccl_comm *comm) {
-    double until = ccl__now() + 1.0;
-    ccl_status_t st;
-    while ((st = check_peers(comm)) == CCL_OK && ccl__now() < until) usleep(1000);
+    struct reason_wait w = {.comm = comm, .until = ccl__now() + 1.0};
+    int none = 0;
+    ccl_status_t st = ccl__wait_with(comm, "GPU-resident path", NULL, &none, reason_poll, &w,
+                                     &(struct ccl__wait_opts){.nap_s = 1e-3});
     if (st < 0) return st;
     ccl__set_error(comm, CCL_ERR_REMOTE, "GPU-resident path: another rank's communicator failed during the call (its "
                                          "reason did not reach this rank)");
     return ccl__comm_fail(comm, CCL_ERR_REMOTE);
 }
 
-/* Polls w, checking every 100 ms that every peer is alive (a dead one
- * fails the communicator). A stream is waited for even then: the kernel
- * may still read and write the buffers, and it waits on nothing, so it
- * ends; but no wait outlasts CCL_TIMEOUT (a kernel that long is a GPU
- * gone wrong, a peer that long without a word is stopped or stuck). It
- * spins for the first SPIN_S (a call of 64 MiB takes about a
- * tenth of that on an H200; a sleep, however short, lasts some 60 us),
- * then yields until YIELD_S, then sleeps. */
+/* The budget of a host wait: it spins for the first SPIN_S (a call of
+ * 64 MiB takes about a tenth of that on an H200; a sleep, however short,
+ * lasts some 60 us), then yields until YIELD_S, then naps NAP_S at a time
+ * (nothing rings a bell when a kernel ends). */
 #define SPIN_S 1e-3
 #define YIELD_S 10e-3
-static ccl_status_t host_wait(struct ccl_comm *comm, const struct host_wait *w) {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    double next_check = 0.1;
-    ccl_status_t failed = CCL_OK;
-    for (;;) {
-        ccl_status_t st = host_wait_poll(comm, w);
-        if (st == 1) {
-            if (failed < 0) return failed;
-            st = ccl__comm_health(comm);
-            if (st < 0 || !w->go || atomic_load_explicit(w->go, memory_order_acquire) != RELEASED) return st;
-            return released_by_failure(comm);
-        }
-        if (st < 0) return st;
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        double el = (double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9;
-        if (el < SPIN_S) continue;
-        if (el < YIELD_S) sched_yield();
-        else nanosleep(&(struct timespec){0, 10000}, NULL);
-        if (el > comm->params.timeout_s) return failed < 0 ? failed : host_wait_timeout(comm, w, el);
-        if (el < next_check || failed < 0) continue;
-        next_check = el + 0.1;
-        st = check_peers(comm);
-        if (st < 0 && w->go) return st;
-        failed = st;
-    }
+#define NAP_S 10e-6
+
+/* Waits through ccl__wait for a go word from the leader (its liveness
+ * checked every 100 ms: a dead leader fails the communicator) or for a
+ * stream to go idle. A stream is waited for even when the communicator
+ * fails meanwhile: the kernel may still read and write the buffers, and
+ * it waits on nothing, so it ends; but no wait outlasts CCL_TIMEOUT (a
+ * kernel that long is a GPU gone wrong, a leader that long without a word
+ * is stopped or stuck). */
+static ccl_status_t host_wait(struct ccl_comm *comm, struct host_wait *w, const char *what) {
+    w->comm = comm;
+    int one = w->go && comm->conns[LEADER] ? 1 : 0;
+    struct ccl__wait_opts o = {.spin_s = SPIN_S, .yield_s = YIELD_S - SPIN_S, .nap_s = NAP_S, .through_failures = !w->go};
+    ccl_status_t st = ccl__wait_with(comm, what, &comm->conns[LEADER], &one, host_wait_poll, w, &o);
+    if (st < 0) return st;
+    /* A stream's wait went on through failures: whatever failed meanwhile,
+     * here or at a peer, fails the call now. */
+    st = w->go ? ccl__comm_health(comm) : check_peers(comm);
+    if (st < 0 || !w->go || atomic_load_explicit(w->go, memory_order_acquire) != RELEASED) return st;
+    return released_by_failure(comm);
 }
 
 /* The leader could not map a peer's buffer: every rank stages the call
  * (the peers learn it with their go word), and the leader's records say
  * no from now on, so later calls are staged at once. */
 static ccl_status_t cannot_open(struct ccl_comm *comm, struct ccl__gpu_direct *g, uint32_t seq) {
-    CCL_WARN(CCL__SUB_ALL, comm->rank, "GPU-resident path: %s; device buffers are staged from now on",
-             comm->last_error);
+    CCL_WARN(CCL__SUB_ALL, comm->rank, "%s; device buffers are staged from now on", comm->last_error);
     g->cannot_open = 1;
     for (int p = 0; p < comm->nranks; p++)
         if (p != comm->rank) {
@@ -391,7 +381,8 @@ static ccl_status_t run(struct ccl_comm *comm, const struct ccl__cu *cu, struct 
     int me = comm->rank, n = comm->nranks;
     if (me != LEADER) {
         struct gpu_words *w = words_of(comm, me);
-        CCL_CHECK(host_wait(comm, &(struct host_wait){.go = &w->go, .seq = seq}));
+        CCL_CHECK(host_wait(comm, &(struct host_wait){.go = &w->go, .seq = seq},
+                            "GPU-resident path: no word from rank 0, which runs the call's kernel"));
         if (atomic_load_explicit(&w->staged, memory_order_relaxed) == seq) return 1;
         g->ran++;
         return CCL_OK;
@@ -402,8 +393,8 @@ static ccl_status_t run(struct ccl_comm *comm, const struct ccl__cu *cu, struct 
     char why[300];
     if (ccl__cuda_fold(c->coll.id.dtype, c->coll.id.op, &a, groups, s, why, sizeof why) < 0)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "GPU-resident path: %s", why);
-    CCL_CHECK(host_wait(comm, &(struct host_wait){
-        .cu = cu, .s = s, .what = "the call's kernel (it may still read and write every rank's buffers)"}));
+    CCL_CHECK(host_wait(comm, &(struct host_wait){.cu = cu, .s = s},
+                        "GPU-resident path: the call's kernel"));
     for (int p = 0; p < n; p++)
         if (p != me) atomic_store_explicit(&words_of(comm, p)->go, seq, memory_order_release);
     g->ran++;
@@ -414,10 +405,6 @@ ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *
                                  int *done) {
     *done = 0;
     if (!comm->gpu_direct || c->is_p2p) return CCL_OK;
-    /* CCL_CHECK: before the ranks part ways on what they were called with
-     * (a count of 0 here, another kind there); the staged path checks
-     * again, alike on every rank. */
-    if (comm->params.check) CCL_CHECK(ccl__check_args_agree(comm, &c->coll));
     /* A premultiplied sum's scaling is the staged path's (coll/ops.c). */
     if (!kind_fits(c->coll.id.kind) || c->coll.id.count == 0 || c->coll.id.op == CCL__OP_PREMUL_SUM) return CCL_OK;
     const struct ccl__cu *cu = ccl__cuda();
@@ -429,8 +416,7 @@ ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *
         CUresult r = stream ? cu->StreamGetCtx(stream, &sctx) : cu->CtxGetCurrent(&sctx);
         if (r == CCL__CUDA_SUCCESS && sctx) CCL_CHECK(ccl__device_bind(comm, sctx, what));
     }
-    struct ccl__gpu_direct *g;
-    CCL_CHECK(state(comm, &g));
+    struct ccl__gpu_direct *g = comm->device->gpu; /* ccl__gpu_direct_ready made it */
     CUcontext prev = NULL, ctx = comm->device->ctx;
     cu->CtxGetCurrent(&prev);
     if (ctx && prev != ctx) cu->CtxSetCurrent(ctx);
@@ -438,14 +424,15 @@ ccl_status_t ccl__gpu_direct_try(struct ccl_comm *comm, const struct ccl__call *
      * at issue already: classify). */
     ccl_status_t st = CCL_OK;
     if (ordered)
-        st = host_wait(comm, &(struct host_wait){.cu = cu, .s = stream, .what = "the work queued before the call on its stream"});
+        st = host_wait(comm, &(struct host_wait){.cu = cu, .s = stream},
+                       "GPU-resident path: the work queued before the call on its stream");
     struct call_record mine, *all = calloc((size_t)comm->nranks, sizeof(*all));
     if (!all && st == CCL_OK) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "GPU-resident path: out of memory");
     if (ctx && st == CCL_OK) my_record(comm, cu, g, c, &mine);
     else memset(&mine, 0, sizeof(mine)); /* (a failed rank still trades, saying no: nobody waits for it) */
     /* Step 2. */
     if (all) {
-        ccl_status_t ag = ccl__own_all_gather(&mine, all, sizeof(mine), comm, what);
+        ccl_status_t ag = ccl__ring_gather_bytes(comm, c->coll.id.seq | CCL__SEQ_GPU_TRADE, &mine, all, sizeof(mine));
         if (st == CCL_OK) st = ag;
     }
     int every = st == CCL_OK;

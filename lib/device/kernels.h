@@ -10,8 +10,8 @@
 #include <stddef.h>
 
 #include "ccl.h"
-#include "cuda/driver.h"
-#include "cuda/fold_args.h"
+#include "device/driver.h"
+#include "device/fold_args.h"
 
 /* 1 when this build carries GPU kernels. */
 int ccl__cuda_have_kernels(void);

@@ -4,9 +4,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "coll/device.h"
-#include "coll/device_state.h"
+#include "device/device.h"
+#include "device/state.h"
 #include "core/log.h"
+#include "prims/wait.h"
 
 /* Words in pinned, device-mapped memory that streams and executors pass
  * to each other, so that an executor makes no CUDA call for a
@@ -137,7 +138,11 @@ static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, 
 }
 
 /* A host function that holds its stream until the batch lets it go (it
- * makes no CUDA call, as host functions must not). */
+ * makes no CUDA call, as host functions must not). It cannot wait through
+ * ccl__wait: it runs on the driver's thread, which owns no communicator
+ * and must not touch one that may be gone by then. Its end is certain
+ * all the same: every batch releases its link, run or not
+ * (ccl__stream_link_release), and a batch's own waits have deadlines. */
 static void host_wait_fn(void *arg) {
     struct host_wait *w = arg;
     while (!atomic_load_explicit(&w->go, memory_order_acquire)) nanosleep(&(struct timespec){0, 20000}, NULL);
@@ -208,13 +213,18 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
     return CCL_OK;
 }
 
+static ccl_status_t ready_poll(void *ctx, int *moved) {
+    (void)moved;
+    return atomic_load_explicit((_Atomic uint32_t *)ctx, memory_order_acquire) ? CCL_OK : CCL_INPROGRESS;
+}
+
+/* Through ccl__wait, so an abort, a failure or CCL_TIMEOUT ends it; the
+ * stream rings no bell when it sets the word: after the communicator's
+ * spin and yield the wait naps 20 us at a time. */
 ccl_status_t ccl__stream_link_wait(struct ccl_comm *comm, struct ccl__stream_link *l) {
-    for (int spins = 0; !atomic_load_explicit(l->ready, memory_order_acquire); spins++) {
-        ccl_status_t h = ccl__comm_health(comm);
-        if (h < 0) return h;
-        if (spins > 1000) nanosleep(&(struct timespec){0, 20000}, NULL);
-    }
-    return CCL_OK;
+    int none = 0;
+    return ccl__wait_with(comm, "a stream-ordered call, waiting for the work queued before it on its stream", NULL,
+                          &none, ready_poll, (void *)l->ready, &(struct ccl__wait_opts){.nap_s = 20e-6});
 }
 
 void ccl__stream_link_release(struct ccl__stream_link *l) {

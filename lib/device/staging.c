@@ -1,8 +1,8 @@
 /* Device buffers: which calls have them, and staging them through pinned
  * host memory (see device.h). */
-#include "coll/device.h"
-#include "coll/device_state.h"
-#include "coll/device_direct.h"
+#include "device/device.h"
+#include "device/state.h"
+#include "device/gpu_direct.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -10,8 +10,9 @@
 #include <time.h>
 
 #include "core/log.h"
-#include "cuda/driver.h"
+#include "device/driver.h"
 #include "prims/compute.h"
+#include "prims/wait.h"
 
 
 /* One staged buffer of a call. */
@@ -29,11 +30,6 @@ struct ccl__stage {
     int n;
     char *base; /* on a stream: the pinned buffer the regions are in */
 };
-
-ccl_status_t ccl__device_fail(struct ccl_comm *comm, CUresult res, const char *call, const char *what) {
-    char buf[200];
-    return ccl__set_error(comm, CCL_ERR_SYSTEM, "%s: %s", what, ccl__cuda_error(res, call, buf, sizeof buf));
-}
 
 /* The bytes a call reads (send) and writes (recv) on this rank. */
 static void call_bytes(const struct ccl_comm *comm, const struct ccl__call *c, size_t *sb, size_t *rb) {
@@ -59,67 +55,46 @@ static void call_buffers(struct ccl__call *c, void ***send, void ***recv) {
     }
 }
 
-struct ccl__device_state *ccl__device_state(struct ccl_comm *comm) {
-    if (comm->device) return comm->device;
-    struct ccl__device_state *d = calloc(1, sizeof(*d));
-    if (!d) return NULL;
-    pthread_mutex_init(&d->lock, NULL);
-    /* Only the issuing thread creates it; later readers see it through the
-     * executor's queue hand-off. */
-    comm->device = d;
-    return d;
+struct drain {
+    struct ccl_comm *comm;
+    const struct ccl__cu *cu;
+    CUstream s;
+    const char *what;
+};
+
+static ccl_status_t drain_poll(void *ctx, int *moved) {
+    struct drain *d = ctx;
+    (void)moved;
+    CUresult r = d->cu->StreamQuery(d->s);
+    if (r == CCL__CUDA_SUCCESS) return CCL_OK;
+    return r == CCL__CUDA_ERROR_NOT_READY ? CCL_INPROGRESS : ccl__device_fail(d->comm, r, "cuStreamQuery", d->what);
 }
 
-/* CCL__MEM_CUDA with its context, or CCL__MEM_HOST (host, pinned host and
- * managed memory: the CPU reaches all three). */
-static int mem_kind(const struct ccl__cu *cu, const void *p, CUcontext *ctx) {
-    unsigned type = 0, managed = 0;
-    CUdeviceptr a = (CUdeviceptr)(uintptr_t)p;
-    if (cu->PointerGetAttribute(&type, CCL__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a) != CCL__CUDA_SUCCESS ||
-        type != CCL__CU_MEMORYTYPE_DEVICE)
-        return CCL__MEM_HOST;
-    if (cu->PointerGetAttribute(&managed, CCL__CU_POINTER_ATTRIBUTE_IS_MANAGED, a) == CCL__CUDA_SUCCESS && managed)
-        return CCL__MEM_HOST;
-    if (cu->PointerGetAttribute(ctx, CCL__CU_POINTER_ATTRIBUTE_CONTEXT, a) != CCL__CUDA_SUCCESS) *ctx = NULL;
-    return CCL__MEM_CUDA;
-}
-
-/* comm's context is ctx from now on (the first device buffer or stream
- * names it); another one is an error. */
-ccl_status_t ccl__device_bind(struct ccl_comm *comm, CUcontext ctx, const char *what) {
-    struct ccl__device_state *d = ccl__device_state(comm);
-    if (!d) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", what);
-    pthread_mutex_lock(&d->lock);
-    if (!d->ctx) d->ctx = ctx;
-    int same = d->ctx == ctx;
-    pthread_mutex_unlock(&d->lock);
-    if (!same)
-        return ccl__set_error(comm, CCL_ERR_UNSUPPORTED,
-                              "%s: device buffers or streams of two CUDA contexts (devices) on one communicator; "
-                              "make one communicator per device",
-                              what);
-    return CCL_OK;
-}
-
-/* Polls a stream to idle. */
-static CUresult stream_drain(const struct ccl__cu *cu, CUstream s) {
-    CUresult r;
-    for (int spins = 0; (r = cu->StreamQuery(s)) == CCL__CUDA_ERROR_NOT_READY; spins++)
-        if (spins > 1000) nanosleep(&(struct timespec){0, 20000}, NULL);
-    return r;
+/* Waits for s to go idle, through ccl__wait: copies that read or write
+ * the caller's buffers end before the call goes on, whatever fails
+ * meanwhile (only CCL_TIMEOUT ends the wait early: a copy that long is a
+ * GPU gone wrong). Nothing rings a bell when a stream goes idle: after
+ * the communicator's spin and yield, the wait naps 20 us at a time.
+ * detached: at issue, in the caller's thread, beside the executor. */
+static ccl_status_t stream_drain(struct ccl_comm *comm, CUstream s, int detached, const char *what) {
+    struct drain d = {.comm = comm, .cu = ccl__cuda(), .s = s, .what = what};
+    int none = 0;
+    struct ccl__wait_opts o = {.nap_s = 20e-6, .through_failures = 1, .detached = detached};
+    return ccl__wait_with(comm, what, NULL, &none, drain_poll, &d, &o);
 }
 
 /* A call without a stream whose buffers are device memory follows the work
  * queued before it on the legacy default stream, as cudaMemcpy does. It is
  * waited for here, at issue, because the staging stream does not follow
- * that stream (see stage_ready). */
+ * that stream (see stage_ready), and the executor may only come to the
+ * call after the caller has queued more on it. */
 static ccl_status_t follow_default_stream(struct ccl_comm *comm, const struct ccl__cu *cu, const char *what) {
     CUcontext prev = NULL, ctx = comm->device->ctx;
     cu->CtxGetCurrent(&prev);
     if (prev != ctx) cu->CtxSetCurrent(ctx);
-    CUresult r = stream_drain(cu, CCL__CU_STREAM_LEGACY);
+    ccl_status_t st = stream_drain(comm, CCL__CU_STREAM_LEGACY, 1, what);
     if (prev != ctx) cu->CtxSetCurrent(prev);
-    return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, "cuStreamQuery", what);
+    return st;
 }
 
 ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls, int n, const char *what) {
@@ -136,7 +111,7 @@ ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls
         const int bit[2] = {CCL__DEV_SEND, CCL__DEV_RECV};
         for (int k = 0; k < 2; k++) {
             CUcontext ctx = NULL;
-            if (!bufs[k] || mem_kind(cu, bufs[k], &ctx) != CCL__MEM_CUDA) continue;
+            if (!bufs[k] || ccl__device_mem_kind(cu, bufs[k], &ctx) != CCL__MEM_CUDA) continue;
             c->device |= bit[k];
             follow |= !c->on_stream;
             CCL_CHECK(ccl__device_bind(comm, ctx, what));
@@ -273,10 +248,11 @@ ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n
     }
     stage_point(st, comm->device->stage);
     CUresult r = stage_copies(cu, st, comm->device->stage, 1, comm->device->stream);
-    if (r == CCL__CUDA_SUCCESS) r = stream_drain(cu, comm->device->stream);
-    if (r != CCL__CUDA_SUCCESS) {
+    s = r == CCL__CUDA_SUCCESS ? stream_drain(comm, comm->device->stream, 0, "copying device buffers in")
+                               : ccl__device_fail(comm, r, "cuMemcpyAsync", "copying device buffers in");
+    if (s != CCL_OK) {
         stage_free(st);
-        return ccl__device_fail(comm, r, "cuMemcpyAsync", "copying device buffers in");
+        return s;
     }
     *out = st;
     return CCL_OK;
@@ -285,12 +261,13 @@ ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n
 ccl_status_t ccl__stage_out(struct ccl_comm *comm, struct ccl__stage *st, int ok) {
     if (!st) return CCL_OK;
     const struct ccl__cu *cu = ccl__cuda();
-    CUresult r = CCL__CUDA_SUCCESS;
-    if (ok) r = stage_copies(cu, st, comm->device->stage, 0, comm->device->stream);
-    if (ok && r == CCL__CUDA_SUCCESS) r = stream_drain(cu, comm->device->stream);
+    const char *what = "copying results to device buffers";
+    CUresult r = ok ? stage_copies(cu, st, comm->device->stage, 0, comm->device->stream) : CCL__CUDA_SUCCESS;
+    ccl_status_t s = r != CCL__CUDA_SUCCESS ? ccl__device_fail(comm, r, "cuMemcpyAsync", what)
+                     : ok                   ? stream_drain(comm, comm->device->stream, 0, what)
+                                            : CCL_OK;
     stage_free(st);
-    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuMemcpyAsync", "copying results to device buffers");
-    return CCL_OK;
+    return s;
 }
 
 ccl_status_t ccl__stage_on_stream_in(struct ccl_comm *comm, struct ccl__call *calls, int n, CUstream s,
@@ -335,47 +312,3 @@ ccl_status_t ccl__stage_on_stream_out(struct ccl_comm *comm, struct ccl__stage *
     return r == CCL__CUDA_SUCCESS ? CCL_OK : ccl__device_fail(comm, r, call, "staging results on the stream");
 }
 
-void ccl__device_free(struct ccl_comm *comm) {
-    struct ccl__device_state *d = comm->device;
-    if (!d) return;
-    ccl__gpu_direct_free(comm);
-    const struct ccl__cu *cu = ccl__cuda();
-    if (cu && d->ctx && cu->CtxSetCurrent(d->ctx) == CCL__CUDA_SUCCESS) {
-        if (d->stream) cu->StreamDestroy(d->stream);
-        if (d->stage) cu->MemFreeHost(d->stage);
-        if (d->ostage) cu->MemFreeHost(d->ostage);
-        if (d->ostage_free) cu->EventDestroy(d->ostage_free);
-        for (int i = 0; i < d->nretired; i++) cu->MemFreeHost(d->retired[i]);
-    }
-    ccl__stream_ticket_free(d);
-    pthread_mutex_destroy(&d->lock);
-    free(d);
-    comm->device = NULL;
-}
-
-CCL_API int ccl_is_device_pointer(const void *p) {
-    CUcontext ctx;
-    return p && ccl__cuda_in_process() && mem_kind(ccl__cuda(), p, &ctx) == CCL__MEM_CUDA;
-}
-
-void ccl__device_adopt_current(struct ccl_comm *comm) {
-    const struct ccl__cu *cu = ccl__cuda_in_process() ? ccl__cuda() : NULL;
-    CUcontext ctx = NULL;
-    if (cu && cu->CtxGetCurrent(&ctx) == CCL__CUDA_SUCCESS && ctx) (void)ccl__device_bind(comm, ctx, "init");
-}
-
-CCL_API ccl_status_t ccl_comm_cuda_device(const ccl_comm_t *comm, int *device) {
-    if (!device) return CCL_ERR_INVALID_ARGUMENT;
-    CCL_CHECK(ccl__check_comm(comm, "cuda_device"));
-    const struct ccl__cu *cu = ccl__cuda_in_process() ? ccl__cuda() : NULL;
-    if (!cu) return CCL_ERR_UNSUPPORTED;
-    CUcontext prev = NULL, ctx = comm->device ? comm->device->ctx : NULL;
-    cu->CtxGetCurrent(&prev);
-    if (ctx && ctx != prev) cu->CtxSetCurrent(ctx);
-    CUdevice dev = -1;
-    CUresult r = (ctx || prev) ? cu->CtxGetDevice(&dev) : 1;
-    if (ctx && ctx != prev) cu->CtxSetCurrent(prev);
-    if (r != CCL__CUDA_SUCCESS) return CCL_ERR_UNSUPPORTED;
-    *device = dev;
-    return CCL_OK;
-}

@@ -1,0 +1,29 @@
+/*
+ * One recorded call: a collective, or a send/recv. The API layer records
+ * and dispatches calls; the device layer is the lowest one that needs
+ * whole calls (it stages every device buffer of a batch and orders it on
+ * a stream), so the shape lives here.
+ */
+#ifndef CCL_DEVICE_CALL_H
+#define CCL_DEVICE_CALL_H
+
+#include "algo/algo.h"
+#include "core/exec.h"
+#include "prims/prims.h"
+
+/* call->device: which of a call's buffers are device memory. */
+#define CCL__DEV_SEND 1
+#define CCL__DEV_RECV 2
+
+struct ccl__call {
+    struct ccl_comm *comm;
+    int is_p2p;
+    struct ccl__coll_args coll;
+    struct ccl__p2p_xfer xfer;
+    struct ccl_request *req; /* the user's async request, or NULL */
+    int device;              /* CCL__DEV_SEND | CCL__DEV_RECV: device buffers the batch stages (device.h) */
+    int on_stream;           /* a _stream twin: ordered on stream at the group's end */
+    void *stream;
+};
+
+#endif
