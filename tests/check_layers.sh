@@ -3,10 +3,10 @@
 #   1. a file includes headers of its own layer or of a lower one, in this
 #      order from the bottom: core, reduce, transports, prims, algo,
 #      device, plan, coll;
-#   2. outside transports/, no file names a transport (includes a header
+#   2. outside lib/transports/, no file names a transport (includes a header
 #      of transports/<name>/); the registry, the interface and the
 #      connection manager are what the rest may use;
-#   3. no file of lib/ or transports/ calls the public API (include/ccl.h)
+#   3. no file of lib/ calls the public API (include/ccl.h)
 #      but for its pure naming helpers: the library's own work goes
 #      through its internal calls (ccl__own_send, ccl__group_begin, ...).
 # Usage: check_layers.sh SOURCE_DIR [--self-test]
@@ -26,11 +26,8 @@ rank() {
 check() {
   root=$1
   n=0
-  for f in $(cd "$root" && find lib transports -name '*.c' -o -name '*.h' -o -name '*.cu' | sort); do
-    case $f in
-      transports/*) layer=transports ;;
-      lib/*) layer=$(echo "$f" | cut -d/ -f2) ;;
-    esac
+  for f in $(cd "$root" && find lib -name '*.c' -o -name '*.h' -o -name '*.cu' | sort); do
+    layer=$(echo "$f" | cut -d/ -f2)
     own=$(rank "$layer")
     [ "$own" -ge 0 ] || { echo "$f: in no layer the rules know ($layer)"; n=$((n + 1)); continue; }
     # "#include "x/..." lines, with their numbers
@@ -60,7 +57,7 @@ public_calls() {
   names=$(grep -ohE '\bccl_[a-z0-9_]+[[:space:]]*\(' "$root/include/ccl.h" | sed 's/[[:space:](]//g' | sort -u |
     grep -vxE 'ccl_dtype_size|ccl_dtype_name|ccl_status_string|ccl_op_name')
   pattern=$(echo $names | tr ' ' '|')
-  (cd "$root" && grep -rnE "(^|[^a-z0-9_])($pattern)\(" lib transports --include='*.c' --include='*.h') |
+  (cd "$root" && grep -rnE "(^|[^a-z0-9_])($pattern)\(" lib --include='*.c' --include='*.h') |
     grep -v 'CCL_API' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*(/\*|\*|//)' |
     sed 's/^\([^:]*:[0-9]*\):.*/\1: calls the public API (a call of include\/ccl.h from inside the library)/'
 }
@@ -68,7 +65,7 @@ public_calls() {
 if [ "${2:-}" = --self-test ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  cp -r "$src/lib" "$src/transports" "$src/include" "$tmp/"
+  cp -r "$src/lib" "$src/include" "$tmp/"
   [ -z "$(check "$tmp")$(public_calls "$tmp")" ] ||
     { echo "check_layers: the copy has breaches before any was planted"; exit 1; }
   echo '#include "coll/coll.h"' >> "$tmp/lib/core/log.h"
@@ -91,4 +88,4 @@ if [ -n "$found" ]; then
   echo "check_layers: $(echo "$found" | wc -l) breach(es) of the layer rules (docs/design.md, Layers)"
   exit 1
 fi
-echo "check_layers: every include of lib/ and transports/ keeps the layer rules, and nothing there calls the public API"
+echo "check_layers: every include of lib/ keeps the layer rules, and nothing there calls the public API"
