@@ -5,7 +5,9 @@
  * stream-ordered calls on top of the host data path, the GPU-resident
  * path (gpu_direct.h), and the CUDA driver and kernels it loads
  * (driver.h, kernels.h). The API layer above asks it; nothing below
- * knows it exists.
+ * knows it exists. The device compute engine (a CCL__MEM_CUDA engine for
+ * the steps, behind prims/compute.h) will live here too, handed to the
+ * engine layer below rather than named by it.
  *
  * A call whose buffers are device memory is staged: its executor copies
  * the device data it reads into pinned host memory, runs the operation on
