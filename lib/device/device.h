@@ -16,7 +16,7 @@
  * Any transport, algorithm and collective thus takes device buffers, and
  * peers on other hosts see ordinary host data (host staging over tcp and
  * ib). Where every rank shares one GPU, the GPU-resident path
- * (device_direct.h) runs most collectives there instead; a device executor
+^ * (gpu_direct.h) runs most collectives there instead; a device executor
  * and a CUDA IPC transport for ranks on several GPUs would plug in below
  * the engine (prims/compute.h) without changing this.
  *

@@ -77,7 +77,7 @@ struct ccl__cu {
     CUresult (*ModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);
     CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                              unsigned bz, unsigned shared_bytes, CUstream stream, void **params, void **extra);
-    /* Optional: the GPU-resident path (coll/device_direct.c) needs them
+    /* Optional: the GPU-resident path (device/gpu_direct.c) needs them
      * all (has_ipc); NULL where the driver lacks one. */
     int has_ipc;
     CUresult (*DeviceGetUuid)(CCL__CUuuid *uuid, CUdevice device);

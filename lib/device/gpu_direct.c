@@ -1,7 +1,7 @@
 /*
  * The GPU-resident path: collectives on device buffers of ranks that share
  * one GPU, run by one kernel on that GPU instead of being staged through
- * host memory (see device_direct.h).
+ * host memory (see gpu_direct.h).
  *
  * Ranks on one GPU take turns on it (their contexts are time-sliced), so
  * splitting the work among them buys nothing: the leader (rank 0) reads

@@ -15,7 +15,7 @@
 #include "device/fold_args.h"
 #include "reduce/elem.h"
 
-/* The GPU-resident path's kernel (coll/device_direct.c). Group g =
+/* The GPU-resident path's kernel (device/gpu_direct.c). Group g =
  * blockIdx.y reads its sources (src[g] alone when src_one, else src[k] +
  * g src_step for every k), folds them in source order with the element
  * function, as the host's direct algorithm folds ranks in rank order

@@ -147,7 +147,7 @@ ccl_status_t ccl__device_stream(struct ccl_comm *comm, CUstream *s) {
     CUresult r = cu->CtxSetCurrent(d->ctx);
     if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuCtxSetCurrent", "staging device buffers");
     /* Non-blocking: a stream-ordered call on the legacy default stream
-     * leaves that stream waiting for its batch (stream.c), and a copy on a
+     * leaves that stream waiting for its batch (stream_link.c), and a copy on a
      * blocking stream would wait for it in turn. */
     if (!d->stream && (r = cu->StreamCreate(&d->stream, CCL__CU_STREAM_NON_BLOCKING)) != CCL__CUDA_SUCCESS)
         return ccl__device_fail(comm, r, "cuStreamCreate", "staging device buffers");
