@@ -206,6 +206,29 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_comm_register(ccl_comm_t *comm, void *buf
  * memory keeps it registered until it ends). */
 CCL_API ccl_status_t ccl_comm_deregister(ccl_comm_t *comm, void *handle);
 
+/* ---- shared allocations (zero-copy on one host) ----
+ * ccl_mem_alloc gives this rank bytes of memory that every other rank of
+ * comm on this host maps too, so that a collective whose buffers all lie
+ * in such memory reads the peers' inputs where they are and writes
+ * results straight into the outputs, with nothing staged (NCCL's
+ * ncclMemAlloc with a symmetric window). Collective: every rank of comm
+ * calls it, in the same order, with the same bytes (ranks that disagree
+ * all get CCL_ERR_INVALID_USAGE and nothing is allocated). The memory is
+ * zeroed, page-aligned, and usable as any memory, with any communicator;
+ * only calls on comm whose buffers on every rank lie in its allocations
+ * (at any offsets) take the zero-copy path, and only on one host (comm's
+ * direct path) and from CCL_ZERO_COPY_MIN bytes up (README). Where the
+ * peers' memory cannot be mapped (ranks in other PID namespaces), the
+ * calls run as on any memory.
+ * ccl_mem_free is collective too, in the same order as the allocations
+ * are freed on every rank; it runs after every call issued before it on
+ * comm has finished, so memory an asynchronous call still uses is never
+ * unmapped under it. A pointer that ccl_mem_alloc did not return on comm,
+ * or one freed already, is CCL_ERR_INVALID_ARGUMENT and changes nothing.
+ * The communicator's destroy frees what is left. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_mem_alloc(ccl_comm_t *comm, size_t bytes, void **ptr);
+CCL_API ccl_status_t ccl_mem_free(ccl_comm_t *comm, void *ptr);
+
 /* ---- tracing (docs/trace-format.md) ----
  * Records every chunk movement and reduction of this rank. Call on every
  * rank between the same two operations. CCL_TRACE=FILE starts it at init and

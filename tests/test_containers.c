@@ -5,6 +5,8 @@
  *  - PID namespaces of their own, sharing /dev/shm: shared memory is used,
  *    nobody is declared dead while idle (pids mean nothing across the
  *    boundary), and a rank killed inside one is still noticed at once;
+ *    shared allocations (ccl_mem_alloc) work, their calls running as on
+ *    any memory (no rank can open another's through /proc);
  *  - a private /dev/shm: that rank talks tcp, the others shm, and the job
  *    runs (before: init failed on a segment it could not open);
  *  - hostnames of their own: still one machine, so 4 ranks on 2 CPUs count
@@ -92,6 +94,30 @@ static int body_pid_ns(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(pid_namespaces) {
     struct harness_run run = {.nranks = 3, .body = body_pid_ns, .containers = pid_ns_ranks, .ccl_timeout = "30"};
     util_run_clean(&run, 0, "ranks 1 and 2 in PID namespaces of their own");
+}
+END_TEST
+
+/* Shared allocations across PID namespaces: no rank can open another's
+ * memory through /proc, so calls on them run as on any memory, right. */
+static int body_shared_alloc(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    float *buf = NULL;
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, COUNT * sizeof(float), (void **)&buf)) != CCL_OK) return t.fails;
+    for (size_t i = 0; i < COUNT; i++) buf[i] = (float)((rank + 1) * (int)(i % 13));
+    EXPECT_OK(&t, ccl_all_reduce(buf, buf, COUNT, CCL_FLOAT32, CCL_SUM, comm));
+    size_t bad = 0;
+    for (size_t i = 0; i < COUNT; i++) bad += buf[i] != (float)((nranks * (nranks + 1) / 2) * (int)(i % 13));
+    EXPECT(&t, bad == 0, "%zu of %zu results differ from the reference", bad, COUNT);
+    EXPECT(&t, describe_has(comm, "zero_copy_calls=0"), "a call ran zero-copy across PID namespaces");
+    EXPECT_OK(&t, ccl_mem_free(comm, buf));
+    return t.fails;
+}
+
+START_TEST(shared_alloc_across_pid_namespaces) {
+    struct harness_run run = {.nranks = 3, .body = body_shared_alloc, .containers = pid_ns_ranks,
+                              .ccl_timeout = "30", .env = "CCL_ZERO_COPY_MIN=0"};
+    util_run_clean(&run, 0, "shared allocations, ranks 1 and 2 in PID namespaces of their own");
 }
 END_TEST
 
@@ -341,6 +367,7 @@ static Suite *suite(int with_cgroup) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, pid_namespaces);
     tcase_add_test(tc, killed_in_pid_namespace);
+    tcase_add_test(tc, shared_alloc_across_pid_namespaces);
     tcase_add_test(tc, private_dev_shm);
     tcase_add_test(tc, own_hostnames);
     tcase_add_test(tc, small_dev_shm);

@@ -242,6 +242,15 @@ static void ccl_give_up(struct bench_comm *c) {
     ccl_comm_abort(c->comm);
 }
 
+static void *ccl_shared_alloc(struct bench_comm *c, size_t bytes) {
+    void *p = NULL;
+    return failed(c, ccl_mem_alloc(c->measured ? c->measured : c->comm, bytes, &p), "ccl_mem_alloc") ? NULL : p;
+}
+
+static void ccl_shared_free(struct bench_comm *c, void *p) {
+    failed(c, ccl_mem_free(c->measured ? c->measured : c->comm, p), "ccl_mem_free");
+}
+
 static int ccl_finish(struct bench_comm *c, int exit_status) {
     ccl_status_t st = CCL_OK;
     if (c->measured) st = ccl_comm_destroy(c->measured);
@@ -271,5 +280,7 @@ const struct bench_backend bench_ccl_backend = {
     .combine = ccl_combine,
     .last_error = ccl_error_text,
     .abort = ccl_give_up,
+    .shared_alloc = ccl_shared_alloc,
+    .shared_free = ccl_shared_free,
     .finish = ccl_finish,
 };

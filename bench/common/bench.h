@@ -52,6 +52,7 @@ struct bench_options {
     int iters, warmup, agg, cycles;
     int check, nonblocking, stats;
     int device; /* --device: buffers in GPU memory */
+    int shared; /* --shared-mem: buffers from the library's shared allocation (zero-copy) */
     double steady; /* --steady's factor (0: off): time blocks again that a slow spell touched (steady.h) */
     enum bench_combine_mode combine;
     unsigned dtype_mask; /* bit per ccl_dtype_t */
@@ -127,6 +128,10 @@ struct bench_backend {
     const char *(*last_error)(const struct bench_comm *c);
     /* Tells the other ranks that this one gives up (they fail rather than hang). */
     void (*abort)(struct bench_comm *c);
+    /* --shared-mem: bytes of the library's shared memory on the measured
+     * communicator (collective), and its free; NULL where it has none. */
+    void *(*shared_alloc)(struct bench_comm *c, size_t bytes);
+    void (*shared_free)(struct bench_comm *c, void *p);
     /* Frees everything; returns the exit status the process should use. */
     int (*finish)(struct bench_comm *c, int exit_status);
 };

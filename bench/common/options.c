@@ -15,7 +15,7 @@
 #include "steady.h"
 #include "values.h"
 
-enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY, OPT_DEVICE, OPT_TRANSPORT,
+enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY, OPT_DEVICE, OPT_SHARED, OPT_TRANSPORT,
        OPT_NONBLOCKING };
 
 static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
@@ -73,6 +73,10 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
                 "      --device            buffers in GPU memory (rank r on GPU r %% GPUs; the CUDA\n"
                 "                          driver is loaded at run time); the roofline is then the\n"
                 "                          GPU's device-to-device copy\n");
+    if (be->shared_alloc)
+        fprintf(f,
+                "      --shared-mem        buffers from the library's shared allocation\n"
+                "                          (ccl_mem_alloc): collectives on one host run zero-copy\n");
     fprintf(f,
             "  -h, --help              show this help\n"
             "\n"
@@ -177,6 +181,7 @@ static const struct option long_opts[] = {
     {"host-per-rank", no_argument, 0, OPT_HOST_PER_RANK}, {"help", no_argument, 0, 'h'},
     {"rounds", required_argument, 0, OPT_ROUNDS}, {"steady", optional_argument, 0, OPT_STEADY},
     {"device", no_argument, 0, OPT_DEVICE},
+    {"shared-mem", no_argument, 0, OPT_SHARED},
     {0, 0, 0, 0},
 };
 
@@ -294,6 +299,10 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
     case OPT_DEVICE:
         if (!be->device_buffers) return usage_error(p, "this program does not take --device (GPU memory)");
         o->device = 1;
+        return 0;
+    case OPT_SHARED:
+        if (!be->shared_alloc) return usage_error(p, "this library has no shared allocation (--shared-mem)");
+        o->shared = 1;
         return 0;
     case OPT_STEADY:
         o->steady = BENCH_STEADY_FACTOR;

@@ -353,8 +353,10 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
     }
     sw->buf_bytes = bytes;
     if (sw->coll != BENCH_BARRIER) {
-        sw->send = o->device ? bench_device_alloc(bytes) : aligned_alloc(4096, bytes);
-        sw->recv = o->device ? bench_device_alloc(bytes) : aligned_alloc(4096, bytes);
+        sw->send = o->device ? bench_device_alloc(bytes) : o->shared ? sw->be->shared_alloc(sw->c, bytes)
+                                                                     : aligned_alloc(4096, bytes);
+        sw->recv = o->device ? bench_device_alloc(bytes) : o->shared ? sw->be->shared_alloc(sw->c, bytes)
+                                                                     : aligned_alloc(4096, bytes);
         if (o->device) {
             sw->hsend = calloc(1, bytes);
             sw->hrecv = calloc(1, bytes);
@@ -442,6 +444,9 @@ int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_b
         bench_device_free(sw.recv);
         free(sw.hsend);
         free(sw.hrecv);
+    } else if (o.shared) {
+        if (sw.send) be->shared_free(c, sw.send);
+        if (sw.recv) be->shared_free(c, sw.recv);
     } else {
         free(sw.send);
         free(sw.recv);

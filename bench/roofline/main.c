@@ -13,6 +13,11 @@
  * 2(N-1)/N x size / time, is therefore at most 2(N-1)/N^2 x what those
  * cores copy in all, however it moves its data; a real algorithm moves more.
  *
+ * The zero-copy path reads more than that bound counts (each rank reads
+ * its peers' finished slices too) but copies nothing into shared memory
+ * first: its own bound, from the bytes it must read and write, is
+ * printed beside.
+ *
  * TCP over the loopback between two processes (each on a core of its own
  * when there are two): one way, and both ways at once, per size, the
  * fastest of every way tried (socket buffers, waiting asleep or spinning,
@@ -142,6 +147,19 @@ static int report_copy(const int *cpus, int ncpus, const struct opts *o) {
         for (int i = 0; i < o->nranks; i++) {
             int n = o->ranks[i], k = n < ncpus ? n : ncpus;
             double bound = 2.0 * (n - 1) / ((double)n * n) * copy_at(cpus, k, o, cache);
+            printf("%8d %7d %15.2f %19.2f\n", n, k, bound, bound / one);
+        }
+        /* The zero-copy path (ccl_mem_alloc buffers, docs/design.md): a rank
+         * reads N slices of every input and N - 1 slices of the others'
+         * outputs, (2N - 1)/N x size, and writes its output once; counting a
+         * memcpy as one read and one write, the N ranks move (3N - 1)/2 x
+         * size of memcpy, so busbw is at most 4(N-1)/(N(3N-1)) x the rate. */
+        printf("#\n# zero-copy all-reduce (ccl_mem_alloc buffers: each rank reads (2N-1)/N x size and writes\n"
+               "# size once, no staging): busbw at most 4(N-1)/(N(3N-1)) x what min(N, cpus) cores copy\n");
+        printf("#  ranks   cores   busbw at most   / memcpy one core\n");
+        for (int i = 0; i < o->nranks; i++) {
+            int n = o->ranks[i], k = n < ncpus ? n : ncpus;
+            double bound = 4.0 * (n - 1) / ((double)n * (3 * n - 1)) * copy_at(cpus, k, o, cache);
             printf("%8d %7d %15.2f %19.2f\n", n, k, bound, bound / one);
         }
     }

@@ -95,6 +95,14 @@ void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *
 /* The same for rank (the GPU-resident path's leader works for every rank). */
 void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
                          size_t *rmult);
+/* The zero-copy path (zero_copy.c): a collective of a kind it runs whose
+ * buffers lie, on every rank, in shared allocations (ccl_mem_alloc) runs
+ * in place over them (*done = 1); otherwise *done = 0 on every rank alike
+ * and the caller runs the call its own way. Needs the direct path's
+ * windows (one host) and at least two ranks; collective. */
+int ccl__zero_copy_fits(int kind);
+ccl_status_t ccl__zero_copy_try(struct ccl_comm *comm, const struct ccl__coll_args *a, int *done);
+
 /* The stamps of the library's own exchanges made for a call
  * (ccl__ring_gather_bytes): the call's number with one of these bits, so
  * that their slots never pass for a user call's, or for each other's. */

@@ -40,6 +40,7 @@
 #include <stdio.h>
 
 #include "algo/algo.h"
+#include "algo/direct_round.h"
 #include "prims/wait.h"
 
 #define CTRL_BYTES 4096
@@ -57,45 +58,32 @@ _Static_assert(CCL__WINDOW_GPU_WORDS + 128 <= CTRL_BYTES, "the GPU words fit the
  * cache line: one transfer between cores per peer and round, not two. */
 _Static_assert(offsetof(struct ctrl, meta) + sizeof(((struct ctrl *)0)->meta) <= 64, "posted and meta share a line");
 
-/* FREE: the peer no longer reads the buffer of round `want` + 2; it has
- * published done >= want, or posted >= want + 1 (a rank posts a round
- * only after it finished the one before, so in the steady state the line
- * it must read anyway answers, and `done` is never fetched). */
-enum flag { POSTED, REDUCED, DONE, FREE };
+static struct ctrl *ctrl_of(const struct ccl__direct *d, int rank) { return (struct ctrl *)(void *)d->comm->windows[rank]; }
 
-struct direct {
-    struct ccl__prims p; /* the call's identity and compute engine */
-    struct ccl_comm *comm;
-    int n, r;
-    size_t area; /* bytes of one in or out area */
-    uint64_t g;  /* the current round */
-    uint64_t g0; /* the round before the call's first (trace: the call's round number is g - 1 - g0) */
-};
+uint8_t *ccl__direct_ctrl_page(const struct ccl__direct *d, int rank) { return d->comm->windows[rank]; }
 
-static struct ctrl *ctrl_of(const struct direct *d, int rank) { return (struct ctrl *)(void *)d->comm->windows[rank]; }
-
-static _Atomic uint64_t *flag_of(const struct direct *d, int rank, enum flag f) {
+static _Atomic uint64_t *flag_of(const struct ccl__direct *d, int rank, enum ccl__direct_flag f) {
     struct ctrl *c = ctrl_of(d, rank);
-    return f == POSTED ? &c->posted : f == REDUCED ? &c->reduced : &c->done;
+    return f == CCL__DIRECT_POSTED ? &c->posted : f == CCL__DIRECT_REDUCED ? &c->reduced : &c->done;
 }
 
-static int reached(const struct direct *d, int rank, enum flag f, uint64_t want) {
-    if (f == FREE) {
+static int reached(const struct ccl__direct *d, int rank, enum ccl__direct_flag f, uint64_t want) {
+    if (f == CCL__DIRECT_FREE) {
         if (atomic_load_explicit(&ctrl_of(d, rank)->posted, memory_order_acquire) > want) return 1;
-        f = DONE;
+        f = CCL__DIRECT_DONE;
     }
     return atomic_load_explicit(flag_of(d, rank, f), memory_order_acquire) >= want;
 }
 
-static uint8_t *in_area(const struct direct *d, int rank) {
+static uint8_t *in_area(const struct ccl__direct *d, int rank) {
     return d->comm->windows[rank] + CTRL_BYTES + (size_t)(d->g & 1) * 2 * d->area;
 }
 
 size_t ccl__direct_area(size_t window_bytes) { return ((window_bytes - CTRL_BYTES) / 4) & ~(size_t)63; }
 
-static uint8_t *out_area(const struct direct *d, int rank) { return in_area(d, rank) + d->area; }
+static uint8_t *out_area(const struct ccl__direct *d, int rank) { return in_area(d, rank) + d->area; }
 
-static ccl_status_t direct_init(struct direct *d, struct ccl_comm *comm, const struct ccl__coll_args *a) {
+ccl_status_t ccl__direct_init(struct ccl__direct *d, struct ccl_comm *comm, const struct ccl__coll_args *a) {
     d->comm = comm;
     d->n = comm->nranks;
     d->r = comm->rank;
@@ -107,8 +95,8 @@ static ccl_status_t direct_init(struct direct *d, struct ccl_comm *comm, const s
 /* ---- waiting on peers' counters ---- */
 
 struct flag_wait {
-    const struct direct *d;
-    enum flag f;
+    const struct ccl__direct *d;
+    enum ccl__direct_flag f;
     uint64_t want;
     struct ccl__conn **pending; /* peers not there yet; shrinks as they arrive */
     int npending;
@@ -127,7 +115,7 @@ static ccl_status_t poll_flag(void *ctx, int *moved) {
 
 /* Waits until `rank`'s counter f reaches want (rank < 0: every peer's).
  * A timeout names the peers still missing. */
-static ccl_status_t wait_flag(const struct direct *d, enum flag f, uint64_t want, int rank) {
+ccl_status_t ccl__direct_wait(const struct ccl__direct *d, enum ccl__direct_flag f, uint64_t want, int rank) {
     struct ccl_comm *comm = d->comm;
     struct flag_wait w = {.d = d, .f = f, .want = want, .pending = comm->scratch_conns};
     for (int q = 0; q < d->n; q++)
@@ -136,7 +124,7 @@ static ccl_status_t wait_flag(const struct direct *d, enum flag f, uint64_t want
 }
 
 /* Publishes counter f = the current round and rings every peer. */
-static void publish(const struct direct *d, enum flag f) {
+void ccl__direct_publish(const struct ccl__direct *d, enum ccl__direct_flag f) {
     atomic_store_explicit(flag_of(d, d->r, f), d->g, memory_order_release);
     ccl__wake_peers(d->comm);
 }
@@ -154,7 +142,7 @@ static ccl_status_t poll_settled(void *ctx, int *moved) {
 
 /* Waits for the copies and reductions submitted so far: a counter is
  * published only over data that is really there. */
-static ccl_status_t settle(const struct direct *d) {
+ccl_status_t ccl__direct_settle(const struct ccl__direct *d) {
     struct settle_wait w = {.cu = d->p.compute, .t = d->p.compute->fence()};
     int none = 0;
     return ccl__wait(d->comm, ccl__prims_what(&d->p), NULL, &none, poll_settled, &w);
@@ -168,28 +156,28 @@ static ccl_status_t settle(const struct direct *d) {
  * that may have been every peer, in another call, so a round read by one
  * peer waits for that one only when the round before it was read by the
  * same one alone (comm->direct_narrow remembers, per buffer). */
-static ccl_status_t begin_round(struct direct *d, int reader) {
+ccl_status_t ccl__direct_begin(struct ccl__direct *d, int reader) {
     struct ccl_comm *comm = d->comm;
     d->g = ++comm->direct_rounds;
     unsigned bit = 1u << (d->g & 1);
     int wait_on = reader >= 0 && (comm->direct_narrow & bit) ? reader : -1;
-    if (d->g > 2) CCL_CHECK(wait_flag(d, FREE, d->g - 2, wait_on));
+    if (d->g > 2) CCL_CHECK(ccl__direct_wait(d, CCL__DIRECT_FREE, d->g - 2, wait_on));
     comm->direct_narrow = reader >= 0 ? comm->direct_narrow | bit : comm->direct_narrow & ~bit;
     return CCL_OK;
 }
 
 /* The in area has been filled with `bytes` of this call: tell the peers. */
-static ccl_status_t post(struct direct *d, size_t bytes) {
-    CCL_CHECK(settle(d));
+ccl_status_t ccl__direct_post(struct ccl__direct *d, size_t bytes) {
+    CCL_CHECK(ccl__direct_settle(d));
     ctrl_of(d, d->r)->meta[d->g & 1] = ccl__prims_stamp(&d->p, bytes);
-    publish(d, POSTED);
+    ccl__direct_publish(d, CCL__DIRECT_POSTED);
     return CCL_OK;
 }
 
 /* Waits for rank's (rank < 0: every peer's) input of this round and checks
  * that it belongs to the same call. */
-static ccl_status_t await_posted(struct direct *d, size_t bytes, int rank) {
-    CCL_CHECK(wait_flag(d, POSTED, d->g, rank));
+ccl_status_t ccl__direct_await_posted(struct ccl__direct *d, size_t bytes, int rank) {
+    CCL_CHECK(ccl__direct_wait(d, CCL__DIRECT_POSTED, d->g, rank));
     for (int q = 0; q < d->n; q++)
         if (q != d->r && (rank < 0 || q == rank))
             CCL_CHECK(ccl__prims_check_meta(&d->p, q, &ctrl_of(d, q)->meta[d->g & 1], bytes));
@@ -198,21 +186,21 @@ static ccl_status_t await_posted(struct direct *d, size_t bytes, int rank) {
 
 /* This rank's input for the round is in its in area: publish it and wait
  * for every peer's. */
-static ccl_status_t exchange_inputs(struct direct *d, size_t bytes) {
-    CCL_CHECK(post(d, bytes));
-    return await_posted(d, bytes, -1);
+static ccl_status_t exchange_inputs(struct ccl__direct *d, size_t bytes) {
+    CCL_CHECK(ccl__direct_post(d, bytes));
+    return ccl__direct_await_posted(d, bytes, -1);
 }
 
 /* This rank's reads of peers' windows for the round are over. */
-static ccl_status_t end_round(struct direct *d) {
-    CCL_CHECK(settle(d));
-    publish(d, DONE);
+ccl_status_t ccl__direct_end(struct ccl__direct *d) {
+    CCL_CHECK(ccl__direct_settle(d));
+    ccl__direct_publish(d, CCL__DIRECT_DONE);
     return CCL_OK;
 }
 
 /* dst <- every rank's in area at byte offset `at`, n elements, reduced in
  * rank order (divided for CCL_AVG). */
-static void reduce_all(const struct direct *d, void *dst, size_t at, size_t n) {
+static void reduce_all(const struct ccl__direct *d, void *dst, size_t at, size_t n) {
     const struct ccl__compute *cu = d->p.compute;
     if (n == 0) return;
     if (d->n == 1) cu->copy(dst, in_area(d, 0) + at, n * d->p.esize);
@@ -230,15 +218,15 @@ static void reduce_all(const struct direct *d, void *dst, size_t at, size_t n) {
  * record a pair's pieces in the same order, so link_seq pairs them. A
  * piece is (chunk, round): which slice or block, and which round. */
 
-static int tracing(const struct direct *d) { return __builtin_expect(d->comm->trace != NULL, 0); }
+static int tracing(const struct ccl__direct *d) { return __builtin_expect(d->comm->trace != NULL, 0); }
 
-static void trace_label(struct direct *d, int phase, int step, int chunk, size_t off_bytes) {
+static void trace_label(struct ccl__direct *d, int phase, int step, int chunk, size_t off_bytes) {
     ccl__prims_at(&d->p, CCL__TR_DIRECT, phase, step, phase, step, chunk, (uint32_t)(d->g - 1 - d->g0),
                   (uint64_t)off_bytes);
 }
 
 /* The owner published a piece that `reader` reads (reader < 0: every peer). */
-static void trace_published(struct direct *d, int reader, int phase, int step, int chunk, size_t off_bytes,
+static void trace_published(struct ccl__direct *d, int reader, int phase, int step, int chunk, size_t off_bytes,
                             size_t bytes, double t0) {
     if (!tracing(d) || !bytes) return;
     trace_label(d, phase, step, chunk, off_bytes);
@@ -248,7 +236,7 @@ static void trace_published(struct direct *d, int reader, int phase, int step, i
 }
 
 /* This rank read a piece from `owner`'s window (and added it: reduced). */
-static void trace_read(struct direct *d, int owner, int reduced, int phase, int step, int chunk, size_t off_bytes,
+static void trace_read(struct ccl__direct *d, int owner, int reduced, int phase, int step, int chunk, size_t off_bytes,
                        size_t bytes, double t0) {
     if (!tracing(d) || !bytes || owner == d->r) return;
     trace_label(d, phase, step, chunk, off_bytes);
@@ -258,24 +246,24 @@ static void trace_read(struct direct *d, int owner, int reduced, int phase, int 
 }
 
 /* Read every peer's piece (the same labels from each). */
-static void trace_read_all(struct direct *d, int reduced, int phase, int step, int chunk, size_t off_bytes,
+static void trace_read_all(struct ccl__direct *d, int reduced, int phase, int step, int chunk, size_t off_bytes,
                            size_t bytes, double t0) {
     for (int q = 0; q < d->n; q++) trace_read(d, q, reduced, phase, step, chunk, off_bytes, bytes, t0);
 }
 
-static double trace_now(const struct direct *d) { return tracing(d) ? ccl__now() : 0; }
+static double trace_now(const struct ccl__direct *d) { return tracing(d) ? ccl__now() : 0; }
 
 /* ---- the collectives ---- */
 
 /* All-reduce, and reduce (only the root copies the result out). */
 static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_args *a, int everyone) {
-    struct direct d;
-    CCL_CHECK(direct_init(&d, comm, a));
+    struct ccl__direct d;
+    CCL_CHECK(ccl__direct_init(&d, comm, a));
     size_t es = d.p.esize, count = a->id.count, per = d.area / es;
     int wants = everyone || d.r == a->id.root;
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
-        CCL_CHECK(begin_round(&d, -1));
+        CCL_CHECK(ccl__direct_begin(&d, -1));
         double t0 = trace_now(&d);
         d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
@@ -285,7 +273,7 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
             t0 = trace_now(&d);
             if (wants) reduce_all(&d, (char *)a->recvbuf + off * es, 0, m);
             if (wants) trace_read_all(&d, 1, CCL__TR_REDUCE_PHASE, 0, 0, off * es, m * es, t0);
-            CCL_CHECK(end_round(&d));
+            CCL_CHECK(ccl__direct_end(&d));
             continue;
         }
         /* Step 0 reduces slice q of every input on rank q; step 1 copies
@@ -297,12 +285,12 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
         size_t so = ccl__block_off(m, d.n, d.r), sl = ccl__block_len(m, d.n, d.r);
         reduce_all(&d, out_area(&d, d.r) + so * es, so * es, sl);
         trace_read_all(&d, 1, CCL__TR_REDUCE_SCATTER, 0, d.r, (off + so) * es, sl * es, t0);
-        CCL_CHECK(settle(&d));
+        CCL_CHECK(ccl__direct_settle(&d));
         t0 = trace_now(&d);
-        publish(&d, REDUCED);
+        ccl__direct_publish(&d, CCL__DIRECT_REDUCED);
         trace_published(&d, everyone ? -1 : a->id.root, CCL__TR_ALL_GATHER, 1, d.r, (off + so) * es, sl * es, t0);
         if (wants) {
-            CCL_CHECK(wait_flag(&d, REDUCED, d.g, -1));
+            CCL_CHECK(ccl__direct_wait(&d, CCL__DIRECT_REDUCED, d.g, -1));
             for (int q = 0; q < d.n; q++) {
                 size_t qo = ccl__block_off(m, d.n, q), ql = ccl__block_len(m, d.n, q);
                 t0 = trace_now(&d);
@@ -310,7 +298,7 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
                 trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 1, q, (off + qo) * es, ql * es, t0);
             }
         }
-        CCL_CHECK(end_round(&d));
+        CCL_CHECK(ccl__direct_end(&d));
     }
     return CCL_OK;
 }
@@ -325,13 +313,13 @@ static ccl_status_t direct_reduce(struct ccl_comm *comm, const struct ccl__coll_
 
 /* Each round carries elements [off, off + m) of every rank's N blocks. */
 static ccl_status_t direct_reduce_scatter(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    struct direct d;
-    CCL_CHECK(direct_init(&d, comm, a));
+    struct ccl__direct d;
+    CCL_CHECK(ccl__direct_init(&d, comm, a));
     size_t es = d.p.esize, count = a->id.count, per = d.area / es / (size_t)d.n;
     if (per == 0) per = 1; /* never: a window holds more than N elements */
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
-        CCL_CHECK(begin_round(&d, -1));
+        CCL_CHECK(ccl__direct_begin(&d, -1));
         double t0 = trace_now(&d);
         for (int b = 0; b < d.n; b++)
             d.p.compute->copy(in_area(&d, d.r) + (size_t)b * m * es,
@@ -342,19 +330,19 @@ static ccl_status_t direct_reduce_scatter(struct ccl_comm *comm, const struct cc
         t0 = trace_now(&d);
         reduce_all(&d, (char *)a->recvbuf + off * es, (size_t)d.r * m * es, m);
         trace_read_all(&d, 1, CCL__TR_REDUCE_SCATTER, 0, d.r, ((size_t)d.r * count + off) * es, m * es, t0);
-        CCL_CHECK(end_round(&d));
+        CCL_CHECK(ccl__direct_end(&d));
     }
     return CCL_OK;
 }
 
 static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    struct direct d;
-    CCL_CHECK(direct_init(&d, comm, a));
+    struct ccl__direct d;
+    CCL_CHECK(ccl__direct_init(&d, comm, a));
     size_t es = d.p.esize, count = a->id.count, per = d.area / es;
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         const char *mine = ccl__at(a->sendbuf, off, es);
-        CCL_CHECK(begin_round(&d, -1));
+        CCL_CHECK(ccl__direct_begin(&d, -1));
         double t0 = trace_now(&d);
         d.p.compute->copy(in_area(&d, d.r), mine, m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
@@ -366,7 +354,7 @@ static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__c
             if (to != from) d.p.compute->copy(to, from, m * es);
             trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 0, q, ((size_t)q * count + off) * es, m * es, t0);
         }
-        CCL_CHECK(end_round(&d));
+        CCL_CHECK(ccl__direct_end(&d));
     }
     return CCL_OK;
 }
@@ -384,8 +372,8 @@ static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__c
  * neighbours only (medians of 5 alternations), the ranks that finished
  * early taking turns on the cores from the root's copy. */
 static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    struct direct d;
-    CCL_CHECK(direct_init(&d, comm, a));
+    struct ccl__direct d;
+    CCL_CHECK(ccl__direct_init(&d, comm, a));
     size_t es = d.p.esize, count = a->id.count, per = d.area / es;
     int root = a->id.root, next = (d.r + 1) % d.n, prev = (d.r + d.n - 1) % d.n;
     int narrow = count * es <= ONE_SHOT_BYTES;
@@ -394,15 +382,15 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
         size_t m = count - off < per ? count - off : per;
         /* The root's buffer is read by every peer, another rank's identity
          * only by the rank before it. */
-        CCL_CHECK(begin_round(&d, d.r == root || !narrow ? -1 : prev));
+        CCL_CHECK(ccl__direct_begin(&d, d.r == root || !narrow ? -1 : prev));
         double t0 = trace_now(&d);
         if (d.r == root) d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
-        CCL_CHECK(post(&d, m * es));
+        CCL_CHECK(ccl__direct_post(&d, m * es));
         if (!narrow) {
-            CCL_CHECK(await_posted(&d, m * es, -1));
+            CCL_CHECK(ccl__direct_await_posted(&d, m * es, -1));
         } else {
-            CCL_CHECK(await_posted(&d, m * es, next));
-            if (d.r != root && next != root) CCL_CHECK(await_posted(&d, m * es, root));
+            CCL_CHECK(ccl__direct_await_posted(&d, m * es, next));
+            if (d.r != root && next != root) CCL_CHECK(ccl__direct_await_posted(&d, m * es, root));
         }
         if (d.r == root) {
             trace_published(&d, -1, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
@@ -411,7 +399,7 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
             d.p.compute->copy((char *)a->recvbuf + off * es, in_area(&d, root), m * es);
             trace_read(&d, root, 0, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
         }
-        CCL_CHECK(end_round(&d));
+        CCL_CHECK(ccl__direct_end(&d));
     }
     return CCL_OK;
 }

@@ -35,6 +35,15 @@ static ccl_status_t run_algo(struct ccl_comm *comm, ccl__algo_fn fn, const struc
 
 static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *a);
 
+/* Whether a call tries the zero-copy path (algo/zero_copy.c): the same
+ * answer on every rank called alike (the communicator's allocations are
+ * made and freed collectively, in call order); whether it runs there is
+ * the path's own agreement. */
+static int zero_copy_wanted(const struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    return comm->nmems && comm->windows && comm->params.zero_copy && ccl__zero_copy_fits(a->id.kind) &&
+           a->id.count * ccl_dtype_size(a->id.dtype) >= comm->params.zero_copy_min;
+}
+
 /* Calls with nothing to move never reach an algorithm: every algorithm
  * may assume at least two ranks and (barrier aside) some data. A
  * premultiplied sum is a sum of inputs scaled here, where the call runs
@@ -51,7 +60,9 @@ static ccl_status_t run_coll(struct ccl_comm *comm, const struct ccl__coll_args 
     if (comm->nranks == 1) {
         if (kind != CCL__K_BARRIER && !(kind == CCL__K_REDUCE && !a.recvbuf)) ccl__algo_local_copy(&a, a.id.count);
     } else if (a.id.count != 0 || kind == CCL__K_BARRIER) {
-        st = run_planned(comm, &a); /* a is this call's own copy: the plan may fill it in */
+        int done = 0;
+        if (zero_copy_wanted(comm, &a)) st = ccl__zero_copy_try(comm, &a, &done);
+        if (st == CCL_OK && !done) st = run_planned(comm, &a); /* a is this call's own copy: the plan may fill it in */
     }
     free(scratch);
     return st;

@@ -124,6 +124,10 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
 /* A fresh id (ccl_get_unique_id's work): its root listens from now on. */
 ccl_status_t ccl__make_id(struct ccl__unique_id *uid);
 
+/* Unmaps every shared allocation still live (shared_mem.c): destroy,
+ * once nothing runs. */
+void ccl__mem_free_all(struct ccl_comm *comm);
+
 /* Frees every ccl_comm_register handle still live (register.c): destroy. */
 void ccl__user_regs_free(struct ccl_comm *comm);
 

@@ -55,10 +55,12 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
                                   ccl__algo_names[comm->algo_last[k]], comm->algo_why[k]);
     char gpu[48] = "";
     if (comm->gpu_direct) snprintf(gpu, sizeof gpu, " gpu_resident_calls=%u", ccl__gpu_direct_calls(comm));
+    char zc[48] = "";
+    if (comm->mem_serial) snprintf(zc, sizeof zc, " zero_copy_calls=%u", comm->zero_copy_calls);
     snprintf(buf, n,
-             "rank=%d ranks=%d hosts=%d local=%d cpus=%d spin_us=%.0f own_core=%d transports=%s ring=%s%s algo=%s%s%s",
+             "rank=%d ranks=%d hosts=%d local=%d cpus=%d spin_us=%.0f own_core=%d transports=%s ring=%s%s%s algo=%s%s%s",
              comm->rank, comm->nranks, count_hosts(comm), comm->machine_ranks, comm->machine_cpus, comm->spin_s * 1e6,
-             comm->own_core, tr, ring, gpu, comm->params.algo[0] ? comm->params.algo : "auto", o ? " last: " : "", algo);
+             comm->own_core, tr, ring, gpu, zc, comm->params.algo[0] ? comm->params.algo : "auto", o ? " last: " : "", algo);
     return CCL_OK;
 }
 

@@ -62,6 +62,7 @@ static void comm_free(struct ccl_comm *comm) {
     ccl__device_free(comm);    /* nothing queued is left to stage or release */
     comm->gpu_direct = 0;      /* a late failure releases no words: they go with the windows below */
     ccl__reg_clear(comm);      /* registrations belong to the transports: first */
+    ccl__mem_free_all(comm);   /* shared allocations the application did not free (registered ones too) */
     ccl__conns_teardown(comm);
     ccl__pair_close(comm);
     explicit_bzero(comm->secret, sizeof(comm->secret));

@@ -30,6 +30,24 @@ struct ccl__cost_state;
 struct ccl__exec;
 struct ccl__pair_chan;
 
+/* One shared allocation of ccl_mem_alloc: this rank's memory, and where
+ * every rank's allocation of the same serial lies in this process (peer
+ * NULL: not mapped here; self: base). */
+struct ccl__mem {
+    uint64_t serial;
+    void *base;
+    size_t bytes;
+    int fd;             /* the memory's file (memfd), which peers open through /proc */
+    int shared;         /* every peer's allocation is mapped here */
+    uint8_t **peer;     /* [nranks] */
+    struct ccl__mem *next;
+};
+
+/* comm's allocation of serial (NULL: none), and the one holding
+ * [p, p + bytes) on this rank (NULL: none; bytes 0 counts as p alone). */
+struct ccl__mem *ccl__mem_by_serial(const struct ccl_comm *comm, uint64_t serial);
+struct ccl__mem *ccl__mem_holding(const struct ccl_comm *comm, const void *p, size_t bytes);
+
 struct ccl_comm {
     uint32_t magic;
     int rank;
@@ -92,6 +110,13 @@ struct ccl_comm {
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
     unsigned direct_narrow;             /* bit g % 2: only one peer read this rank's window in round g (direct.c) */
     int gpu_direct;                     /* the GPU-resident path is on (device/gpu_direct.h) */
+    /* Shared allocations (ccl_mem_alloc, coll/mem.c), the same list on
+     * every rank: the zero-copy path reads and writes peers' buffers
+     * through them. Changed on the executor only, in call order. */
+    struct ccl__mem *mems;
+    int nmems;
+    uint64_t mem_serial;                /* allocations made so far: an allocation's serial is the same on every rank */
+    unsigned zero_copy_calls;           /* collectives that took the zero-copy path (ccl_comm_describe) */
     signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
     signed char algo_last[CCL__MAX_OP_KINDS];   /* the algorithm of each collective's last call, -1 none */
     char algo_why[CCL__MAX_OP_KINDS][64];       /* and why it was chosen */

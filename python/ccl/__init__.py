@@ -22,7 +22,7 @@ from ._buffers import DTYPES, Buffer, dtype_name
 from .errors import (Aborted, Error, InternalError, InvalidArgument, InvalidUsage, NoMemory, RemoteError,
                      SystemCallError, Timeout, Unsupported, from_status)
 
-__all__ = ["Comm", "Request", "group", "get_unique_id", "version", "Error", "InvalidArgument", "InvalidUsage",
+__all__ = ["Comm", "Request", "SharedMemory", "group", "get_unique_id", "version", "Error", "InvalidArgument", "InvalidUsage",
            "SystemCallError", "RemoteError", "Timeout", "Aborted", "Unsupported", "NoMemory", "InternalError",
            "DTYPES", "OPS", "SUM", "PROD", "MAX", "MIN", "AVG", "BAND", "BOR", "BXOR"]
 
@@ -185,6 +185,32 @@ class Request:
                 pass
 
 
+class SharedMemory:
+    """One ccl_mem_alloc allocation (see Comm.mem_alloc)."""
+
+    def __init__(self, comm, ptr, nbytes):
+        self.comm, self.ptr, self.nbytes = comm, ptr, nbytes
+        self._raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
+        self._raw._ccl_shared = self
+
+    def view(self):
+        if self.ptr is None:
+            raise InvalidUsage("this shared memory was freed")
+        return memoryview(self._raw).cast("B")
+
+    def numpy(self, dtype="uint8", shape=None):
+        import numpy as np
+        dt = np.dtype(dtype)
+        a = np.frombuffer(self._raw, dtype=dt, count=self.nbytes // dt.itemsize)
+        return a.reshape(shape) if shape is not None else a
+
+    def free(self):
+        if self.ptr is None:
+            raise InvalidArgument("mem_free: freed already")
+        _check(_c.ccl_mem_free(self.comm._p(), self.ptr), self.comm._ptr, "mem_free")
+        self.ptr = None
+
+
 class Comm:
     """A communicator: Comm(nranks, rank, uid) with uid from
     get_unique_id() on one rank, or Comm.from_env() under a launcher.
@@ -315,6 +341,41 @@ class Comm:
 
     def deregister(self, handle):
         _check(_c.ccl_comm_deregister(self._p(), handle), self._ptr, "deregister")
+
+    def mem_alloc(self, nbytes):
+        """Memory every rank of the host maps (ccl_mem_alloc): collectives
+        whose buffers lie in it on every rank run zero-copy. Collective:
+        every rank calls it with the same size, in the same order. A
+        SharedMemory: .view() gives a memoryview, .numpy(dtype, shape) a
+        numpy array over it; .free() (collective too) or the
+        communicator's destroy releases it, after which views of it must
+        not be touched."""
+        ptr = ctypes.c_void_p()
+        _check(_c.ccl_mem_alloc(self._p(), _whole(nbytes, "nbytes", 1, 1 << 48), ctypes.byref(ptr)), self._ptr,
+               "mem_alloc")
+        return SharedMemory(self, ptr.value, nbytes)
+
+    def empty(self, shape, dtype="float32"):
+        """A numpy array of shape and dtype in shared memory (mem_alloc),
+        zeroed; free it with comm.mem_free(array) or leave it to destroy."""
+        import numpy as np
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) if np.ndim(shape) else int(shape)
+        mem = self.mem_alloc(max(1, n * dt.itemsize))
+        return mem.numpy(dt, shape)
+
+    def mem_free(self, mem):
+        """Frees a SharedMemory, or the one under an array of comm.empty
+        (collective, after every call issued before it)."""
+        m = mem if isinstance(mem, SharedMemory) else getattr(mem, "_ccl_shared", None)
+        if m is None:
+            base = mem
+            while base is not None and m is None:
+                m = getattr(base, "_ccl_shared", None)
+                base = getattr(base, "base", None)
+        if m is None:
+            raise InvalidArgument("mem_free: not memory of mem_alloc or empty")
+        m.free()
 
     # ---- calling ----
 

@@ -228,6 +228,35 @@ def test_split_describe_and_register():
     run(4, body)
 
 
+def test_shared_memory_runs_zero_copy():
+    def body(comm):
+        x = comm.empty((256, 1024), "float32")
+        assert x.shape == (256, 1024) and not x.any()
+        x[:] = comm.rank + 1
+        comm.all_reduce(x)
+        assert (x == comm.size * (comm.size + 1) / 2).all()
+        y = comm.empty(comm.size * 4096, "int64")
+        y[comm.rank * 4096:(comm.rank + 1) * 4096] = comm.rank
+        comm.all_gather(y[comm.rank * 4096:(comm.rank + 1) * 4096], y)
+        assert (y.reshape(comm.size, 4096) == np.arange(comm.size)[:, None]).all()
+        assert "zero_copy_calls=2" in comm.describe(), comm.describe()
+        comm.mem_free(y)
+        mem = comm.mem_alloc(1 << 16)
+        v = mem.numpy("uint8")
+        v[:] = 7
+        assert bytes(mem.view()[:3]) == b"\x07\x07\x07"
+        mem.free()
+        with pytest.raises(ccl.InvalidArgument):
+            mem.free()
+        with pytest.raises(ccl.InvalidArgument):
+            comm.mem_free(np.zeros(4))
+        # different sizes: every rank refuses
+        with pytest.raises(ccl.InvalidUsage):
+            comm.mem_alloc(4096 * (comm.rank + 1))
+        comm.mem_free(x)
+    run(3, body)
+
+
 def test_bad_arguments_are_caught_before_sending():
     def body(comm):
         x = np.zeros(8, np.float32)

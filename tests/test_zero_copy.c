@@ -1,0 +1,333 @@
+/* ctest: TIMEOUT 600 */
+/*
+ * Shared allocations (ccl_mem_alloc) and the zero-copy path over them
+ * (algo/zero_copy.c), on 1, 2, 3 and 5 ranks over shm:
+ *   - every collective the path runs (all-reduce, reduce, reduce-scatter,
+ *     all-gather, broadcast) x every dtype x every op that applies, in
+ *     place and out, at counts 1, 7, 1001 and 65537 + 3 (and 0), with the
+ *     buffers at odd offsets in their allocations: bit-exact against the
+ *     reference on every rank, guard bytes around each output untouched,
+ *     and ccl_comm_describe counting a zero-copy call for every call that
+ *     could take the path (CCL_ZERO_COPY_MIN=0 here), none for the others;
+ *   - ranks that disagree: one rank's buffers in ordinary memory (every
+ *     rank runs the call the usual way, right), different sizes to
+ *     ccl_mem_alloc, a foreign pointer and a double free to ccl_mem_free
+ *     (the culprit named, nothing changed), a free while an asynchronous
+ *     call still runs on the memory (the free waits for it);
+ *   - CCL_ZERO_COPY=0: the same calls, right, none zero-copy;
+ *   - a rank killed in the middle of zero-copy all-reduces: every other
+ *     rank fails within CCL_TIMEOUT naming it, and nothing is left in
+ *     /dev/shm.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "ref.h"
+
+#define GUARD 64
+#define GUARD_BYTE 0xa5
+
+static long zero_copy_calls(ccl_comm_t *comm) {
+    char d[2048];
+    if (ccl_comm_describe(comm, d, sizeof d) != CCL_OK) return -1;
+    const char *z = strstr(d, "zero_copy_calls=");
+    return z ? atol(z + strlen("zero_copy_calls=")) : -1;
+}
+
+enum kind { ALL_REDUCE, REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, NKINDS };
+static const char *const kind_names[NKINDS] = {"all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast"};
+
+static int kind_reduces(int k) { return k == ALL_REDUCE || k == REDUCE || k == REDUCE_SCATTER; }
+
+/* Elements of the send and receive buffers on rank r. */
+static void extents(int k, size_t count, int nranks, int r, int root, size_t *sn, size_t *rn) {
+    size_t n = (size_t)nranks;
+    switch (k) {
+    case REDUCE_SCATTER: *sn = count * n, *rn = count; break;
+    case ALL_GATHER: *sn = count, *rn = count * n; break;
+    case BROADCAST: *sn = r == root ? count : 0, *rn = count; break;
+    case REDUCE: *sn = count, *rn = r == root ? count : 0; break;
+    default: *sn = count, *rn = count; break;
+    }
+}
+
+static ccl_status_t call(int k, const void *s, void *r, size_t count, ccl_dtype_t dt, ccl_op_t op, int root,
+                         ccl_comm_t *comm) {
+    switch (k) {
+    case ALL_REDUCE: return ccl_all_reduce(s, r, count, dt, op, comm);
+    case REDUCE: return ccl_reduce(s, r, count, dt, op, root, comm);
+    case REDUCE_SCATTER: return ccl_reduce_scatter(s, r, count, dt, op, comm);
+    case ALL_GATHER: return ccl_all_gather(s, r, count, dt, comm);
+    default: return ccl_broadcast(s, r, count, dt, root, comm);
+    }
+}
+
+struct zc_arena {
+    char *base; /* a shared allocation */
+    size_t bytes;
+};
+
+/* One call on buffers in the arena (own: in ordinary memory instead),
+ * checked against the reference. Returns 1 when it could take the path. */
+static int one_call(struct harness_tally *t, ccl_comm_t *comm, int rank, int nranks, const struct zc_arena *a,
+                    int k, ccl_dtype_t dt, ccl_op_t op, size_t count, int in_place, int root, int ordinary,
+                    size_t min_bytes) {
+    size_t es = ccl_dtype_size(dt), sn, rn;
+    extents(k, count, nranks, rank, root, &sn, &rn);
+    char combo[160];
+    snprintf(combo, sizeof combo, "%s %s %s count=%zu %s root=%d%s", kind_names[k], ccl_dtype_name(dt),
+             kind_reduces(k) ? ccl_op_name(op) : "-", count, in_place ? "in-place" : "out-of-place", root,
+             ordinary ? " (ordinary memory)" : "");
+    /* One area at an odd offset past a guard: out of place, the output
+     * (its guard after it) then the input; in place, the larger buffer,
+     * the other inside it where the collective expects it. */
+    size_t rsz = (rn ? rn : count) * es, ssz = (sn ? sn : count) * es;
+    size_t area = in_place ? (rsz > ssz ? rsz : ssz) : rsz;
+    size_t span = GUARD + 8 + area + GUARD + (in_place ? 0 : GUARD + ssz + GUARD);
+    EXPECT(t, span <= a->bytes, "%s: the test's arena is too small (%zu bytes for %zu)", combo, a->bytes, span);
+    char *mem = span > a->bytes ? NULL : ordinary ? malloc(a->bytes) : a->base;
+    if (!mem) return 0;
+    memset(mem, GUARD_BYTE, span);
+    char *lo = mem + GUARD + 8, *recv = lo, *send = lo + area + 2 * GUARD;
+    uint64_t seed = ((uint64_t)k << 40) ^ ((uint64_t)dt << 32) ^ ((uint64_t)op << 24) ^ count ^ ((uint64_t)in_place << 60);
+    struct ref_case rc = {dt, op, nranks, seed};
+    if (in_place) {
+        send = recv = lo;
+        if (k == ALL_GATHER) send = lo + (size_t)rank * count * es;
+        if (k == REDUCE_SCATTER) recv = lo + (size_t)rank * count * es;
+    }
+    if (kind_reduces(k)) ref_reduce_input(&rc, rank, 0, sn, send);
+    else if (sn) ref_bytes(seed, rank, 0, sn * es, send);
+    if (!in_place && rn) memset(recv, 0x5a, rn * es);
+    ccl_status_t st = call(k, send, recv, count, dt, op, root, comm);
+    EXPECT(t, st == CCL_OK, "%s: %s (%s)", combo, ccl_status_string(st), ccl_comm_last_error(comm));
+    if (st == CCL_OK && rn) {
+        char *want = malloc(rn * es + 1);
+        if (k == ALL_REDUCE || k == REDUCE) ref_reduce_expected(&rc, 0, count, want);
+        else if (k == REDUCE_SCATTER) ref_reduce_expected(&rc, (size_t)rank * count, count, want);
+        else if (k == ALL_GATHER)
+            for (int q = 0; q < nranks; q++) ref_bytes(seed, q, 0, count * es, want + (size_t)q * count * es);
+        else ref_bytes(seed, root, 0, count * es, want);
+        size_t at = ref_first_diff(dt, recv, want, rn);
+        EXPECT(t, at == (size_t)-1 || at >= rn, "%s: rank %d's output differs at element %zu", combo, rank, at);
+        free(want);
+    }
+    /* The guards around the area the collective may write. */
+    for (int g = 0; g < GUARD; g++)
+        if ((unsigned char)lo[-GUARD + g] != GUARD_BYTE || (unsigned char)lo[area + g] != GUARD_BYTE) {
+            EXPECT(t, 0, "%s: a guard around the output was written", combo);
+            break;
+        }
+    if (ordinary) free(mem);
+    return nranks > 1 && count > 0 && count * es >= min_bytes;
+}
+
+static const size_t counts[] = {0, 1, 7, 1001, 65537 + 3};
+#define BIG_COUNT (65537 + 3)
+
+static int body_matrix(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    int on = *(const int *)arg; /* the path is on (else CCL_ZERO_COPY=0) */
+    struct harness_tally t = {.rank = rank};
+    struct zc_arena a = {.bytes = (size_t)BIG_COUNT * 8 * (size_t)(nranks + 1) + 4096};
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, a.bytes, (void **)&a.base)) != CCL_OK) return t.fails;
+    long expected = 0, before = zero_copy_calls(comm);
+    EXPECT(&t, before == 0, "zero_copy_calls=%ld before any call", before);
+    for (int k = 0; k < NKINDS; k++)
+        for (int dt = 0; dt < CCL_NUM_DTYPES; dt++)
+            for (int op = 0; op < CCL_NUM_OPS; op++) {
+                if (kind_reduces(k) ? !ref_op_applies((ccl_dtype_t)dt, (ccl_op_t)op) : op != CCL_SUM) continue;
+                for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                    size_t count = counts[c];
+                    /* The big count: one op and placement per dtype. */
+                    int big = count == BIG_COUNT;
+                    for (int in_place = 0; in_place < 2; in_place++) {
+                        if (big && (kind_reduces(k) ? (op + dt + in_place) % 3 != 0 : in_place != dt % 2)) continue;
+                        int root = (int)((count + (size_t)dt) % (size_t)nranks);
+                        expected += one_call(&t, comm, rank, nranks, &a, k, (ccl_dtype_t)dt, (ccl_op_t)op, count,
+                                             in_place, root, 0, 0) && on;
+                    }
+                }
+            }
+    long got = zero_copy_calls(comm);
+    EXPECT(&t, got == expected, "zero_copy_calls=%ld, expected %ld", got, expected);
+    EXPECT_OK(&t, ccl_mem_free(comm, a.base));
+    return t.fails;
+}
+
+static void run_matrix(int nranks, int on) {
+    const char *env = on ? "CCL_ZERO_COPY_MIN=0" : "CCL_ZERO_COPY=0";
+    struct harness_run run = {.nranks = nranks, .transport = "shm", .body = body_matrix, .arg = &on, .env = env,
+                              .deadline_s = 500};
+    HARNESS_RUN_OK(&run);
+}
+
+static const int matrix_ranks[] = {1, 2, 3, 5};
+START_TEST(every_collective_dtype_op) { run_matrix(matrix_ranks[_i], 1); }
+END_TEST
+START_TEST(turned_off) { run_matrix(3, 0); }
+END_TEST
+
+/* Ranks that disagree, and misuse. */
+static int body_misuse(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    size_t bytes = 1 << 20;
+    struct zc_arena a = {.bytes = bytes};
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, bytes, (void **)&a.base)) != CCL_OK) return t.fails;
+    EXPECT(&t, ((uintptr_t)a.base & 4095) == 0, "the allocation is not page-aligned: %p", (void *)a.base);
+    for (size_t i = 0; i < bytes; i += 4096) EXPECT(&t, a.base[i] == 0, "the allocation is not zeroed at %zu", i);
+    /* One rank's buffers in ordinary memory: every rank runs the call its
+     * usual way, with the same result. */
+    long z0 = zero_copy_calls(comm);
+    one_call(&t, comm, rank, nranks, &a, ALL_REDUCE, CCL_FLOAT32, CCL_SUM, 20000, 0, 0, rank == nranks - 1, 0);
+    EXPECT(&t, zero_copy_calls(comm) == z0, "a call with one rank's buffers in ordinary memory ran zero-copy");
+    one_call(&t, comm, rank, nranks, &a, ALL_REDUCE, CCL_FLOAT32, CCL_SUM, 20000, 0, 0, 0, 0);
+    EXPECT(&t, zero_copy_calls(comm) == z0 + 1, "a call on shared memory everywhere did not run zero-copy");
+    /* Different sizes: every rank refuses, and nothing is allocated. */
+    void *p = (void *)1;
+    ccl_status_t st = ccl_mem_alloc(comm, rank == 1 ? 8192 : 4096, &p);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE && p == NULL, "sizes that differ: %s, %p", ccl_status_string(st), p);
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), "rank 1") != NULL, "the culprit is not named: %s",
+           ccl_comm_last_error(comm));
+    /* Zero bytes on one rank: that rank is told why, the others who. */
+    st = ccl_mem_alloc(comm, rank == 0 ? 0 : 4096, &p);
+    EXPECT(&t, st == (rank == 0 ? CCL_ERR_INVALID_ARGUMENT : CCL_ERR_INVALID_USAGE), "0 bytes on rank 0: %s",
+           ccl_status_string(st));
+    /* A foreign pointer on the last rank: it is told so, the others name it;
+     * nothing is freed (the memory still works). */
+    char local[64];
+    st = ccl_mem_free(comm, rank == nranks - 1 ? (void *)local : (void *)a.base);
+    EXPECT(&t, st == (rank == nranks - 1 ? CCL_ERR_INVALID_ARGUMENT : CCL_ERR_INVALID_USAGE), "a foreign pointer: %s",
+           ccl_status_string(st));
+    if (rank != nranks - 1) {
+        char want[32];
+        snprintf(want, sizeof want, "rank %d", nranks - 1);
+        EXPECT(&t, strstr(ccl_comm_last_error(comm), want) != NULL, "the culprit is not named: %s",
+               ccl_comm_last_error(comm));
+    }
+    one_call(&t, comm, rank, nranks, &a, ALL_GATHER, CCL_INT32, CCL_SUM, 5000, 1, 0, 0, 0);
+    /* A free while an asynchronous call runs on the memory: the free waits
+     * for it. Out of place into ordinary memory, where the result shows;
+     * then in place, zero-copy. */
+    size_t n = 1 << 18;
+    float *b = NULL, *out = malloc(n * sizeof(float));
+    EXPECT_OK(&t, ccl_mem_alloc(comm, n * sizeof(float), (void **)&b));
+    for (size_t i = 0; b && out && i < n; i++) b[i] = (float)(rank + 1);
+    ccl_request_t *req = NULL;
+    if (b && out) EXPECT_OK(&t, ccl_all_reduce_async(b, out, n, CCL_FLOAT32, CCL_SUM, comm, &req));
+    EXPECT_OK(&t, ccl_mem_free(comm, b));
+    if (req) EXPECT_OK(&t, ccl_wait(req));
+    float want = (float)(nranks * (nranks + 1) / 2);
+    EXPECT(&t, out && out[0] == want && out[n - 1] == want, "the async all-reduce gave %g", out ? (double)out[n - 1] : 0.0);
+    free(out);
+    EXPECT_OK(&t, ccl_mem_alloc(comm, n * sizeof(float), (void **)&b));
+    req = NULL;
+    long z1 = zero_copy_calls(comm);
+    if (b) EXPECT_OK(&t, ccl_all_reduce_async(b, b, n, CCL_FLOAT32, CCL_SUM, comm, &req));
+    EXPECT_OK(&t, ccl_mem_free(comm, b));
+    if (req) EXPECT_OK(&t, ccl_wait(req));
+    EXPECT(&t, zero_copy_calls(comm) == z1 + 1, "the async in-place call on shared memory did not run zero-copy");
+    EXPECT_OK(&t, ccl_mem_free(comm, a.base));
+    /* A double free: refused on the rank that does it, named by the others. */
+    st = ccl_mem_free(comm, a.base);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "a double free: %s", ccl_status_string(st));
+    /* Inside a group: refused at once (it is collective and runs now). */
+    EXPECT_OK(&t, ccl_group_start());
+    st = ccl_mem_alloc(comm, 4096, &p);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "inside a group: %s", ccl_status_string(st));
+    EXPECT_OK(&t, ccl_group_end());
+    /* The communicator still works. */
+    EXPECT_OK(&t, ccl_barrier(comm));
+    return t.fails;
+}
+
+START_TEST(misuse_and_disagreement) {
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_misuse, .env = "CCL_ZERO_COPY_MIN=0"};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+/* A rank killed during zero-copy all-reduces of 8 MiB. */
+#define KILL_TIMEOUT_S 10
+static int body_killed(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    size_t n = 2 << 20;
+    float *x = NULL;
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, n * sizeof(float), (void **)&x)) != CCL_OK) return t.fails;
+    int victim = nranks - 1;
+    ccl_status_t st = CCL_OK;
+    double died = 0;
+    for (int i = 0; i < 1000 && st == CCL_OK; i++) {
+        if (i == 3 && rank == victim) {
+            /* dies a moment into its fourth call, wherever that is */
+            struct sigevent se = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+            timer_t tm;
+            timer_create(CLOCK_MONOTONIC, &se, &tm);
+            struct itimerspec its = {.it_value = {0, 2 * 1000 * 1000}};
+            timer_settime(tm, 0, &its, NULL);
+        }
+        if (i == 3) died = harness_now();
+        st = ccl_all_reduce(x, x, n, CCL_FLOAT32, CCL_SUM, comm);
+    }
+    EXPECT(&t, rank != victim, "the victim survived");
+    double seen = harness_now() - died;
+    EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "the death gave %s", ccl_status_string(st));
+    EXPECT(&t, seen < KILL_TIMEOUT_S + 5, "the death was seen after %.1f s", seen);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", victim);
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), want) != NULL, "the error does not name the dead rank: %s",
+           ccl_comm_last_error(comm));
+    EXPECT(&t, ccl_all_reduce(x, x, 16, CCL_FLOAT32, CCL_SUM, comm) < 0, "a call after the failure succeeded");
+    return t.fails;
+}
+
+START_TEST(rank_killed_during_calls) {
+    static const int ranks[] = {2, 4};
+    char timeout[8];
+    snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
+    struct harness_run run = {.nranks = ranks[_i], .transport = "shm", .body = body_killed, .ccl_timeout = timeout,
+                              .lenient_destroy = 1, .deadline_s = 120};
+    harness_run(&run);
+    uint64_t dead = 1ull << (ranks[_i] - 1);
+    char why[2048];
+    harness_describe(&run, dead, why, sizeof why);
+    ck_assert_msg(harness_problems(&run, dead) == 0, "%d ranks: %s", ranks[_i], why);
+    int st = run.status[ranks[_i] - 1];
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the victim was not killed (status 0x%x)", st);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("zero_copy");
+    TCase *tc = tcase_create("matrix");
+    tcase_set_timeout(tc, 500);
+    tcase_add_loop_test(tc, every_collective_dtype_op, 0, 4);
+    tcase_add_test(tc, turned_off);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("misuse");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, misuse_and_disagreement);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("faults");
+    tcase_set_timeout(tc, 150);
+    tcase_add_loop_test(tc, rank_killed_during_calls, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
