@@ -14,6 +14,9 @@
 #   oneccl  oneCCL from PyPI (oneccl, oneccl-devel, its CPU library, over
 #           Intel MPI's shared memory: CCL_ATL_TRANSPORT=mpi), timed by
 #           bench/peers/oneccl_perf.cpp with the same rules
+#   deepspeed  DeepSpeed's shared-memory all-reduce for CPU inference (its shm
+#           op, built on first use; all_reduce only; needs torch 2.x in the
+#           python3 on PATH), timed by bench/peers/deepspeed_perf.py
 # libccl runs twice: "libccl" on ordinary buffers, "libccl-zc" on buffers
 # of ccl_mem_alloc (--shared-mem: its zero-copy path).
 #
@@ -30,7 +33,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build ranks="2 4" min=8 max=64M factor=4 iters=20 warmup=5 rounds=3 coll=all_reduce
-peers="ompi4 ompi5 mpich5 impi oneccl"
+peers="ompi4 ompi5 mpich5 impi oneccl deepspeed"
 usage() {
   sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
@@ -122,6 +125,18 @@ prepare() { # PEER
             -ldl -lrt >&2 || { echo "g++ could not build bench/peers/oneccl_perf.cpp against oneCCL"; return 1; }
       fi
       echo "env LD_LIBRARY_PATH=$v/lib I_MPI_ROOT=$v I_MPI_FABRICS=shm CCL_ATL_TRANSPORT=mpi $v/bin/mpiexec -n" >"$dir/run" ;;
+    deepspeed)
+      [ "$coll" = all_reduce ] || { echo "DeepSpeed's shared-memory path is an all-reduce only"; return 1; }
+      python3 -c 'import torch, sys; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null ||
+        { echo "no torch 2.x in the python3 on PATH (the README's set-up installs it)"; return 1; }
+      v=$dir/venv
+      [ -x "$v/bin/python" ] || python3 -m venv --system-site-packages "$v" >&2 || { echo "no venv"; return 1; }
+      if [ ! -e "$v/.installed" ]; then
+        note "installing deepspeed and ninja into $v (once)"
+        "$v/bin/pip" install -q deepspeed ninja >&2 && touch "$v/.installed" ||
+          { echo "pip could not install deepspeed"; return 1; }
+      fi
+      echo "env TORCH_EXTENSIONS_DIR=$dir/torch_extensions $v/bin/python $top/bench/peers/deepspeed_perf.py" >"$dir/run" ;;
     *) echo "unknown peer"; return 1 ;;
   esac
 }
@@ -152,6 +167,9 @@ run_side() { # SIDE N ROUND
   case $1 in
     libccl) "$ccl" --ranks "$2" --transport shm $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
     libccl-zc) "$ccl" --ranks "$2" --transport shm --shared-mem $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+    deepspeed) # shellcheck disable=SC2046 # the launch line is words
+       $(cat "$cache/deepspeed/run") "$2" "$(bytes_of "$min")" "$(bytes_of "$max")" "$factor" "$iters" "$warmup" \
+         "$f.csv" >"$f.txt" 2>&1 ;;
     oneccl) # shellcheck disable=SC2046 # the launch line is words
        $(cat "$cache/oneccl/run") "$2" "$cache/oneccl/oneccl_perf" "$coll" "$(bytes_of "$min")" "$(bytes_of "$max")" \
          "$factor" "$iters" "$warmup" "$f.csv" >"$f.txt" 2>&1 ;;
