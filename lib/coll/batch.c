@@ -40,8 +40,8 @@ static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *a)
  * made and freed collectively, in call order); whether it runs there is
  * the path's own agreement. */
 static int zero_copy_wanted(const struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    return comm->nmems && comm->windows && comm->params.zero_copy && ccl__zero_copy_fits(a->id.kind) &&
-           a->id.count * ccl_dtype_size(a->id.dtype) >= comm->params.zero_copy_min;
+    if (!comm->nmems || !comm->windows || !comm->params.zero_copy || !ccl__zero_copy_fits(a->id.kind)) return 0;
+    return a->id.count * ccl_dtype_size(a->id.dtype) >= ccl__zero_copy_min(comm);
 }
 
 /* Calls with nothing to move never reach an algorithm: every algorithm

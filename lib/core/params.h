@@ -38,7 +38,8 @@ struct ccl__params {
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
     int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (device/gpu_direct.h) */
     int zero_copy;            /* CCL_ZERO_COPY: calls on shared allocations may run in place (algo/zero_copy.c) */
-    size_t zero_copy_min;     /* CCL_ZERO_COPY_MIN: from this many bytes a call (count x dtype) */
+    long zero_copy_min;       /* CCL_ZERO_COPY_MIN: from this many bytes a call (count x dtype) takes it (-1: by
+                               * rank count, algo/zero_copy.c) */
     size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */
 };
 

@@ -235,10 +235,11 @@ def test_shared_memory_runs_zero_copy():
         x[:] = comm.rank + 1
         comm.all_reduce(x)
         assert (x == comm.size * (comm.size + 1) / 2).all()
-        y = comm.empty(comm.size * 4096, "int64")
-        y[comm.rank * 4096:(comm.rank + 1) * 4096] = comm.rank
-        comm.all_gather(y[comm.rank * 4096:(comm.rank + 1) * 4096], y)
-        assert (y.reshape(comm.size, 4096) == np.arange(comm.size)[:, None]).all()
+        k = 32768  # 256 KiB a rank: past the zero-copy threshold of 3 ranks (128 KiB)
+        y = comm.empty(comm.size * k, "int64")
+        y[comm.rank * k:(comm.rank + 1) * k] = comm.rank
+        comm.all_gather(y[comm.rank * k:(comm.rank + 1) * k], y)
+        assert (y.reshape(comm.size, k) == np.arange(comm.size)[:, None]).all()
         assert "zero_copy_calls=2" in comm.describe(), comm.describe()
         comm.mem_free(y)
         mem = comm.mem_alloc(1 << 16)
