@@ -4,7 +4,7 @@
 # command, with one benchmark driver and nccl-tests' timing rules:
 #
 #   bench/compare-peers.sh [-B BUILD_DIR] [-r "2 4"] [-b MIN] [-e MAX] [-f FACTOR]
-#                          [-n ITERS] [-w WARMUP] [-R ROUNDS] [-c COLL] [-p "PEER ..."] OUT_DIR
+#                          [-n ITERS] [-w WARMUP] [-R ROUNDS] [-c COLL] [-p "PEER ..."] [-T SECONDS] OUT_DIR
 #
 # PEERs (default: every one below that can run here):
 #   ompi4   Debian's Open MPI 4.1 over its shared memory (btl self,vader)
@@ -29,19 +29,23 @@
 # its ratio to libccl's; the table is printed. Compare ratios from one run:
 # absolute numbers move between runs. Defaults: build/, 2 and 4 ranks,
 # 8 B to 64 MiB by 4, 20 iterations after 5 warm-ups, 3 rounds,
-# all_reduce. A peer that cannot run here is left out with its reason.
+# all_reduce. A peer that cannot run here is left out with its reason;
+# a run that takes longer than -T seconds (default 300) is stopped and
+# counted as failed (MPICH's ranks poll without yielding: 4 of them on 2
+# cores took 2 s a 2 MiB all-reduce here).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=$top/build ranks="2 4" min=8 max=64M factor=4 iters=20 warmup=5 rounds=3 coll=all_reduce
+build=$top/build ranks="2 4" min=8 max=64M factor=4 iters=20 warmup=5 rounds=3 coll=all_reduce limit=300
 peers="ompi4 ompi5 mpich5 impi oneccl deepspeed"
 usage() {
   sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
-while getopts B:r:b:e:f:n:w:R:c:p:h o; do
+while getopts B:r:b:e:f:n:w:R:c:p:T:h o; do
   case $o in
     B) build=$OPTARG ;; r) ranks=$OPTARG ;; b) min=$OPTARG ;; e) max=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; w) warmup=$OPTARG ;; R) rounds=$OPTARG ;; c) coll=$OPTARG ;; p) peers=$OPTARG ;;
+    T) limit=$OPTARG ;;
     *) usage ;;
   esac
 done
@@ -162,19 +166,20 @@ for p in $peers; do
 done
 
 sweep="-b $min -e $max -f $factor -n $iters -w $warmup"
-run_side() { # SIDE N ROUND
+run_side() { # SIDE N ROUND, each within $limit seconds
   f=$out/$1-$2-r$3
+  t="timeout -k 5 $limit"
   case $1 in
-    libccl) "$ccl" --ranks "$2" --transport shm $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
-    libccl-zc) "$ccl" --ranks "$2" --transport shm --shared-mem $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+    libccl) $t "$ccl" --ranks "$2" --transport shm $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+    libccl-zc) $t "$ccl" --ranks "$2" --transport shm --shared-mem $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
     deepspeed) # shellcheck disable=SC2046 # the launch line is words
-       $(cat "$cache/deepspeed/run") "$2" "$(bytes_of "$min")" "$(bytes_of "$max")" "$factor" "$iters" "$warmup" \
+       $t $(cat "$cache/deepspeed/run") "$2" "$(bytes_of "$min")" "$(bytes_of "$max")" "$factor" "$iters" "$warmup" \
          "$f.csv" >"$f.txt" 2>&1 ;;
     oneccl) # shellcheck disable=SC2046 # the launch line is words
-       $(cat "$cache/oneccl/run") "$2" "$cache/oneccl/oneccl_perf" "$coll" "$(bytes_of "$min")" "$(bytes_of "$max")" \
+       $t $(cat "$cache/oneccl/run") "$2" "$cache/oneccl/oneccl_perf" "$coll" "$(bytes_of "$min")" "$(bytes_of "$max")" \
          "$factor" "$iters" "$warmup" "$f.csv" >"$f.txt" 2>&1 ;;
     *) # shellcheck disable=SC2046 # the launch line is words
-       $(cat "$cache/$1/run") "$2" "$cache/$1/${coll}_perf" $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
+       $t $(cat "$cache/$1/run") "$2" "$cache/$1/${coll}_perf" $sweep --csv "$f.csv" >"$f.txt" 2>&1 ;;
   esac
 }
 
@@ -190,7 +195,8 @@ for n in $ranks; do
     done
     for s in "$@"; do
       note "$n ranks, round $r: $s"
-      run_side "$s" "$n" "$r" || note "$s failed on $n ranks (round $r): see $out/$s-$n-r$r.txt"
+      sleep 2 # the last side's processes gone before the next one is timed
+      run_side "$s" "$n" "$r" || note "$s failed or ran past $limit s on $n ranks (round $r): see $out/$s-$n-r$r.txt"
     done
     r=$((r + 1))
   done

@@ -208,12 +208,13 @@ roofline) # the machine's own figures: rows present and positive, every bound wh
   [ $rc -eq 0 ] || die "exit status $rc"
   cpus=$(sed -n 's/^# cpus: \([0-9]*\) usable$/\1/p' "$tmp/out")
   [ -n "$cpus" ] || die "no cpu count"
-  # memcpy rows (cores, in all, per core, ratio), then bound rows (ranks, cores, bound, ratio), then
-  # tcp rows (size, one way, both ways, running maximum of both ways): told apart by the header line
+  # memcpy rows (cores, in all, per core, ratio), then bound rows (ranks, cores, bound, ratio), the
+  # zero-copy path's bound rows (the same columns), then tcp rows (size, one way, both ways, running maximum of both ways): told apart by the header line
   # that opens each part
   awk -v cpus="$cpus" '
     /^# *cores at once/ { part = "copy"; next }
-    /^# *ranks +cores/ { part = "bound"; next }
+    /^# zero-copy all-reduce/ { zc = 1 }
+    /^# *ranks +cores/ { part = zc ? "zbound" : "bound"; next }
     /^# *size +one way/ { part = "tcp"; next }
     /^#/ { next }
     part == "copy" { copy[$1] = $2; if ($2 <= 0 || $3 <= 0) bad = bad " copy:" $1; ncopy++ }
@@ -224,6 +225,12 @@ roofline) # the machine's own figures: rows present and positive, every bound wh
       if ((want - $3) > 0.008 || ($3 - want) > 0.008) bad = bad " bound-for-" n "(" $3 "!=" want ")"
       nbound++
     }
+    part == "zbound" {
+      n = $1; k = (n < cpus) ? n : cpus
+      want = 4 * (n - 1) / (n * (3 * n - 1)) * copy[k]
+      if ((want - $3) > 0.008 || ($3 - want) > 0.008) bad = bad " zero-copy-bound-for-" n "(" $3 "!=" want ")"
+      nzbound++
+    }
     part == "tcp" {
       if ($2 <= 0 || $3 <= 0) bad = bad " tcp:" $1
       if ($3 > best) best = $3
@@ -233,6 +240,7 @@ roofline) # the machine's own figures: rows present and positive, every bound wh
     END {
       if (ncopy < 2) bad = bad " copy-rows"
       if (nbound != 4) bad = bad " bound-rows"
+      if (nzbound != 4) bad = bad " zero-copy-bound-rows"
       if (sizes != " 4096 16384 65536") bad = bad " tcp-sizes:" sizes
       if (bad) { print "FAIL:" bad; exit 1 }
     }' "$tmp/out" || exit 1

@@ -33,6 +33,11 @@ foreach(coll ${bench_moving})
   bench_add_test(types_${coll} types ${coll}_perf 3)
 endforeach()
 bench_add_test(types_all_reduce_tcp types all_reduce_perf 4 --transport tcp -z 0 -m 2)
+# The same on ccl_mem_alloc buffers (--shared-mem), every call zero-copy.
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce)
+  bench_add_test(shared_${coll} types ${coll}_perf 3 --shared-mem)
+  set_tests_properties(bench_shared_${coll} PROPERTIES ENVIRONMENT "CCL_ZERO_COPY_MIN=0")
+endforeach()
 
 # The checker's self-test: one flipped element must be found, every time.
 foreach(coll ${bench_moving})
