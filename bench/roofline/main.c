@@ -15,8 +15,9 @@
  *
  * The zero-copy path reads more than that bound counts (each rank reads
  * its peers' finished slices too) but copies nothing into shared memory
- * first: its own bound, from the bytes it must read and write, is
- * printed beside.
+ * first: its own figure, its bytes read and written at memcpy's rate, is
+ * printed beside (a reduction reads two streams for each it writes, and
+ * reading costs less than copying, so the path can pass it).
  *
  * TCP over the loopback between two processes (each on a core of its own
  * when there are two): one way, and both ways at once, per size, the
@@ -155,7 +156,9 @@ static int report_copy(const int *cpus, int ncpus, const struct opts *o) {
          * memcpy as one read and one write, the N ranks move (3N - 1)/2 x
          * size of memcpy, so busbw is at most 4(N-1)/(N(3N-1)) x the rate. */
         printf("#\n# zero-copy all-reduce (ccl_mem_alloc buffers: each rank reads (2N-1)/N x size and writes\n"
-               "# size once, no staging): busbw at most 4(N-1)/(N(3N-1)) x what min(N, cpus) cores copy\n");
+               "# size once, no staging): its bytes at memcpy's rate, a read and a write per byte, give\n"
+               "# busbw 4(N-1)/(N(3N-1)) x what min(N, cpus) cores copy (a read costs less than that, so\n"
+               "# the path can pass this figure)\n");
         printf("#  ranks   cores   busbw at most   / memcpy one core\n");
         for (int i = 0; i < o->nranks; i++) {
             int n = o->ranks[i], k = n < ncpus ? n : ncpus;
