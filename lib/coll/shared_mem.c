@@ -180,9 +180,8 @@ CCL_API ccl_status_t ccl_mem_free(ccl_comm_t *comm, void *ptr) {
     const char *what = "mem_free";
     if (!ptr) return comm ? ccl__check_comm(comm, what) : CCL_ERR_INVALID_ARGUMENT;
     CCL_CHECK(usable(comm, what));
-    struct ccl__mem *m = NULL;
-    for (struct ccl__mem *x = comm->mems; x && !m; x = x->next)
-        if (x->base == ptr) m = x;
+    struct ccl__mem *m = ccl__mem_holding(comm, ptr, 0);
+    if (m && m->base != ptr) m = NULL; /* inside an allocation, not its start */
     /* The trade orders the free after every call issued before it (the
      * executor runs in issue order), and tells every rank which rank
      * named no allocation, or another one. */

@@ -13,9 +13,10 @@
 
 /* Link classes, by what lies between two ranks: the planner's vocabulary
  * of links, not of transports. A transport says which class its
- * connections are (struct ccl__transport.link_class, by name: "tcp" is a
- * network reached through the kernel's stack, "rdma" one whose adapter
- * moves the bytes); shared memory's class follows the two ranks' places.
+ * connections are (struct ccl__transport.link_class, one of
+ * ccl__link_names: a network reached through the kernel's stack, or one
+ * whose adapter moves the bytes); shared memory's class follows the two
+ * ranks' places.
  * What the model does with a class is said by the properties below, never
  * by which transport it came from. */
 enum ccl__link_class {

@@ -254,8 +254,9 @@ static int waiter_in_flight(const struct ccl__waiter *w) {
  * on the bell and poll sockets only briefly in between. */
 static void sleep_once(struct ccl__waiter *w, double left) {
     if (w->o->nap_s > 0 || w->o->detached) {
-        /* Nothing rings the bell for this work (or the bell is the
-         * executor's): a short nap, never past the deadline. */
+        /* This is the one wait routine's own sleep, for work that rings
+         * no bell (or a detached wait, whose bell is the executor's): a
+         * short nap, never past the deadline. */
         double nap = w->o->nap_s > 0 ? w->o->nap_s : 20e-6;
         nap = left < nap ? (left > 0 ? left : 0) : nap;
         nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = (long)(nap * 1e9)}, NULL);
