@@ -268,6 +268,9 @@ int main(int argc, char **argv) {
     const struct ccl__shm_knobs *shm = ccl__transport_knobs(&ccl__transport_shm);
     size_t window = shm ? shm->window_bytes : 0;
     shape.windows = o.hosts == 1 && n > 1 && window > 0;
+    /* As if the kernel let every rank read the others (it does unless a
+     * container or Yama forbids it; CCL_SINGLE_COPY=0 plans without). */
+    shape.single_copy = shape.windows && params->single_copy;
     shape.ring_chunk = links_slot(shape.ring_links);
     shape.any_chunk = links_slot(shape.all_links);
     o.chunk = params->chunk_bytes;
@@ -284,7 +287,8 @@ int main(int argc, char **argv) {
     if (got < 0) fprintf(stderr, "ccl-plan: ignoring the tuning file %s: %s\n", path, why);
     ccl__tune_describe(&f, shape.all_links ? shape.all_links : 1u, line, sizeof line);
     printf("figures (%s): %s\n", got > 0 ? path : "defaults", line);
-    printf("%.2f ranks per CPU%s\n", shape.oversub, shape.windows ? "; direct path (shared windows) on" : "");
+    printf("%.2f ranks per CPU%s%s\n", shape.oversub, shape.windows ? "; direct path (shared windows) on" : "",
+           shape.single_copy ? "; single-copy (cross-memory attach) on" : "");
 
     for (int k = 0; k < o.nkinds; k++) print_sweep(&shape, &f, o.kinds[k], ccl__op_kind_name(o.kinds[k]), &o);
     free(peers), free(ring), free(places);

@@ -95,8 +95,8 @@ int main(int argc, char **argv) {
     static const int classes[] = {CCL__LINK_NUMA, CCL__LINK_TCP};
     struct ccl__figures result;
     ccl__cost_defaults(&result);
-    double alpha[2][99], speed[2][99], large[2][99], copy[198], reduce[198];
-    int got[2] = {0, 0}, nlocal = 0;
+    double alpha[2][99], speed[2][99], large[2][99], copy[198], reduce[198], call[198], cma[198];
+    int got[2] = {0, 0}, nlocal = 0, ncma = 0;
     for (int i = 0; i < reps; i++)
         for (int t = 0; t < 2; t++) {
             char path[700];
@@ -118,6 +118,7 @@ int main(int argc, char **argv) {
             if (l->large_bytes > 0) result.link[classes[t]].large_bytes = l->large_bytes;
             if (f.measured & CCL__FIG_LOCAL)
                 copy[nlocal] = f.copy_bytes_per_us, reduce[nlocal++] = f.reduce_bytes_per_us;
+            if (f.measured & CCL__FIG_CMA) call[ncma] = f.cma_call_us, cma[ncma++] = f.cma_bytes_per_us;
             printf("ccl-tune: %s job %d/%d: alpha %.2f us, %.0f bytes/us", transports[t], i + 1, reps, l->alpha_us,
                    l->bytes_per_us);
             if (l->large_bytes > 0) printf(", %.0f at %.0f-byte steps", l->large_bytes_per_us, l->large_bytes);
@@ -144,6 +145,11 @@ int main(int argc, char **argv) {
         result.copy_bytes_per_us = ccl__tune_median(copy, nlocal);
         result.reduce_bytes_per_us = ccl__tune_median(reduce, nlocal);
         result.measured |= CCL__FIG_LOCAL;
+    }
+    if (ncma) {
+        result.cma_call_us = ccl__tune_median(call, ncma);
+        result.cma_bytes_per_us = ccl__tune_median(cma, ncma);
+        result.measured |= CCL__FIG_CMA;
     }
     if (!result.measured) {
         fprintf(stderr, "ccl-tune: every job failed; %s left as it was\n", target);

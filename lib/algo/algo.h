@@ -19,6 +19,7 @@ enum ccl__algo_id {
     CCL__ALGO_PAIRWISE,
     CCL__ALGO_DIRECT,
     CCL__ALGO_HIER,
+    CCL__ALGO_SINGLE_COPY, /* one host: peers' buffers read through the kernel (single_copy.c) */
     CCL__NUM_ALGOS
 };
 
@@ -58,7 +59,7 @@ struct ccl__algo {
 };
 
 extern const struct ccl__algo ccl__algo_ring, ccl__algo_tree, ccl__algo_rd, ccl__algo_rhd, ccl__algo_bruck,
-    ccl__algo_pairwise, ccl__algo_direct, ccl__algo_hier;
+    ccl__algo_pairwise, ccl__algo_direct, ccl__algo_hier, ccl__algo_single_copy;
 /* Indexed by enum ccl__algo_id; NULL for a name this build does not have. */
 extern const struct ccl__algo *const ccl__algos[CCL__NUM_ALGOS];
 extern const char *const ccl__algo_names[CCL__NUM_ALGOS];
@@ -112,6 +113,7 @@ ccl_status_t ccl__zero_copy_try(struct ccl_comm *comm, const struct ccl__coll_ar
 #define CCL__SEQ_CHECK 0x80000000u        /* CCL_CHECK's argument records */
 #define CCL__SEQ_CHECK_COUNTS 0x40000000u /* and all_to_all_v's counts */
 #define CCL__SEQ_GPU_TRADE 0x20000000u    /* the GPU-resident path's buffer records */
+#define CCL__SEQ_SINGLE_COPY 0x10000000u  /* init: which ranks may read which (plan.c) */
 
 /* The library's own all-gather of bytes per rank (CCL_CHECK's argument
  * records, the planner's probe): the ring, whatever CCL_ALGO forces, host

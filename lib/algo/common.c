@@ -8,10 +8,12 @@ const struct ccl__algo *const ccl__algos[CCL__NUM_ALGOS] = {
     [CCL__ALGO_RD] = &ccl__algo_rd,       [CCL__ALGO_RHD] = &ccl__algo_rhd,
     [CCL__ALGO_BRUCK] = &ccl__algo_bruck, [CCL__ALGO_PAIRWISE] = &ccl__algo_pairwise,
     [CCL__ALGO_DIRECT] = &ccl__algo_direct, [CCL__ALGO_HIER] = &ccl__algo_hier,
+    [CCL__ALGO_SINGLE_COPY] = &ccl__algo_single_copy,
 };
 
 const char *const ccl__algo_names[CCL__NUM_ALGOS] = {"ring",  "tree",     "rd",     "rhd",
-                                                    "bruck", "pairwise", "direct", "hier"};
+                                                    "bruck", "pairwise", "direct", "hier",
+                                                    "single_copy"};
 
 int ccl__algo_by_name(const char *name, size_t len) {
     for (int i = 0; i < CCL__NUM_ALGOS; i++)

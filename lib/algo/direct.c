@@ -226,8 +226,8 @@ static void trace_label(struct ccl__direct *d, int phase, int step, int chunk, s
 }
 
 /* The owner published a piece that `reader` reads (reader < 0: every peer). */
-static void trace_published(struct ccl__direct *d, int reader, int phase, int step, int chunk, size_t off_bytes,
-                            size_t bytes, double t0) {
+void ccl__direct_trace_published(struct ccl__direct *d, int reader, int phase, int step, int chunk,
+                                 size_t off_bytes, size_t bytes, double t0) {
     if (!tracing(d) || !bytes) return;
     trace_label(d, phase, step, chunk, off_bytes);
     double t1 = ccl__now();
@@ -236,8 +236,8 @@ static void trace_published(struct ccl__direct *d, int reader, int phase, int st
 }
 
 /* This rank read a piece from `owner`'s window (and added it: reduced). */
-static void trace_read(struct ccl__direct *d, int owner, int reduced, int phase, int step, int chunk, size_t off_bytes,
-                       size_t bytes, double t0) {
+void ccl__direct_trace_read(struct ccl__direct *d, int owner, int reduced, int phase, int step, int chunk,
+                            size_t off_bytes, size_t bytes, double t0) {
     if (!tracing(d) || !bytes || owner == d->r) return;
     trace_label(d, phase, step, chunk, off_bytes);
     double t1 = ccl__now();
@@ -248,10 +248,10 @@ static void trace_read(struct ccl__direct *d, int owner, int reduced, int phase,
 /* Read every peer's piece (the same labels from each). */
 static void trace_read_all(struct ccl__direct *d, int reduced, int phase, int step, int chunk, size_t off_bytes,
                            size_t bytes, double t0) {
-    for (int q = 0; q < d->n; q++) trace_read(d, q, reduced, phase, step, chunk, off_bytes, bytes, t0);
+    for (int q = 0; q < d->n; q++) ccl__direct_trace_read(d, q, reduced, phase, step, chunk, off_bytes, bytes, t0);
 }
 
-static double trace_now(const struct ccl__direct *d) { return tracing(d) ? ccl__now() : 0; }
+double ccl__direct_trace_now(const struct ccl__direct *d) { return tracing(d) ? ccl__now() : 0; }
 
 /* ---- the collectives ---- */
 
@@ -264,13 +264,13 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         CCL_CHECK(ccl__direct_begin(&d, -1));
-        double t0 = trace_now(&d);
+        double t0 = ccl__direct_trace_now(&d);
         d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
         if (m * es <= ONE_SHOT_BYTES) {
             /* One step: every rank that wants the result reads every input. */
-            trace_published(&d, everyone ? -1 : a->id.root, CCL__TR_REDUCE_PHASE, 0, 0, off * es, m * es, t0);
-            t0 = trace_now(&d);
+            ccl__direct_trace_published(&d, everyone ? -1 : a->id.root, CCL__TR_REDUCE_PHASE, 0, 0, off * es, m * es, t0);
+            t0 = ccl__direct_trace_now(&d);
             if (wants) reduce_all(&d, (char *)a->recvbuf + off * es, 0, m);
             if (wants) trace_read_all(&d, 1, CCL__TR_REDUCE_PHASE, 0, 0, off * es, m * es, t0);
             CCL_CHECK(ccl__direct_end(&d));
@@ -279,23 +279,23 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
         /* Step 0 reduces slice q of every input on rank q; step 1 copies
          * the finished slices out. */
         for (int q = 0; tracing(&d) && q < d.n; q++)
-            trace_published(&d, q, CCL__TR_REDUCE_SCATTER, 0, q, (off + ccl__block_off(m, d.n, q)) * es,
+            ccl__direct_trace_published(&d, q, CCL__TR_REDUCE_SCATTER, 0, q, (off + ccl__block_off(m, d.n, q)) * es,
                             ccl__block_len(m, d.n, q) * es, t0);
-        t0 = trace_now(&d);
+        t0 = ccl__direct_trace_now(&d);
         size_t so = ccl__block_off(m, d.n, d.r), sl = ccl__block_len(m, d.n, d.r);
         reduce_all(&d, out_area(&d, d.r) + so * es, so * es, sl);
         trace_read_all(&d, 1, CCL__TR_REDUCE_SCATTER, 0, d.r, (off + so) * es, sl * es, t0);
         CCL_CHECK(ccl__direct_settle(&d));
-        t0 = trace_now(&d);
+        t0 = ccl__direct_trace_now(&d);
         ccl__direct_publish(&d, CCL__DIRECT_REDUCED);
-        trace_published(&d, everyone ? -1 : a->id.root, CCL__TR_ALL_GATHER, 1, d.r, (off + so) * es, sl * es, t0);
+        ccl__direct_trace_published(&d, everyone ? -1 : a->id.root, CCL__TR_ALL_GATHER, 1, d.r, (off + so) * es, sl * es, t0);
         if (wants) {
             CCL_CHECK(ccl__direct_wait(&d, CCL__DIRECT_REDUCED, d.g, -1));
             for (int q = 0; q < d.n; q++) {
                 size_t qo = ccl__block_off(m, d.n, q), ql = ccl__block_len(m, d.n, q);
-                t0 = trace_now(&d);
+                t0 = ccl__direct_trace_now(&d);
                 d.p.compute->copy((char *)a->recvbuf + (off + qo) * es, out_area(&d, q) + qo * es, ql * es);
-                trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 1, q, (off + qo) * es, ql * es, t0);
+                ccl__direct_trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 1, q, (off + qo) * es, ql * es, t0);
             }
         }
         CCL_CHECK(ccl__direct_end(&d));
@@ -320,14 +320,14 @@ static ccl_status_t direct_reduce_scatter(struct ccl_comm *comm, const struct cc
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         CCL_CHECK(ccl__direct_begin(&d, -1));
-        double t0 = trace_now(&d);
+        double t0 = ccl__direct_trace_now(&d);
         for (int b = 0; b < d.n; b++)
             d.p.compute->copy(in_area(&d, d.r) + (size_t)b * m * es,
                               ccl__at(a->sendbuf, (size_t)b * count + off, es), m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
         for (int q = 0; tracing(&d) && q < d.n; q++) /* block q of every input goes to rank q */
-            trace_published(&d, q, CCL__TR_REDUCE_SCATTER, 0, q, ((size_t)q * count + off) * es, m * es, t0);
-        t0 = trace_now(&d);
+            ccl__direct_trace_published(&d, q, CCL__TR_REDUCE_SCATTER, 0, q, ((size_t)q * count + off) * es, m * es, t0);
+        t0 = ccl__direct_trace_now(&d);
         reduce_all(&d, (char *)a->recvbuf + off * es, (size_t)d.r * m * es, m);
         trace_read_all(&d, 1, CCL__TR_REDUCE_SCATTER, 0, d.r, ((size_t)d.r * count + off) * es, m * es, t0);
         CCL_CHECK(ccl__direct_end(&d));
@@ -343,16 +343,16 @@ static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__c
         size_t m = count - off < per ? count - off : per;
         const char *mine = ccl__at(a->sendbuf, off, es);
         CCL_CHECK(ccl__direct_begin(&d, -1));
-        double t0 = trace_now(&d);
+        double t0 = ccl__direct_trace_now(&d);
         d.p.compute->copy(in_area(&d, d.r), mine, m * es);
         CCL_CHECK(exchange_inputs(&d, m * es));
-        trace_published(&d, -1, CCL__TR_ALL_GATHER, 0, d.r, ((size_t)d.r * count + off) * es, m * es, t0);
+        ccl__direct_trace_published(&d, -1, CCL__TR_ALL_GATHER, 0, d.r, ((size_t)d.r * count + off) * es, m * es, t0);
         for (int q = 0; q < d.n; q++) {
             char *to = (char *)a->recvbuf + ((size_t)q * count + off) * es;
             const void *from = q == d.r ? (const void *)mine : in_area(&d, q);
-            t0 = trace_now(&d);
+            t0 = ccl__direct_trace_now(&d);
             if (to != from) d.p.compute->copy(to, from, m * es);
-            trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 0, q, ((size_t)q * count + off) * es, m * es, t0);
+            ccl__direct_trace_read(&d, q, 0, CCL__TR_ALL_GATHER, 0, q, ((size_t)q * count + off) * es, m * es, t0);
         }
         CCL_CHECK(ccl__direct_end(&d));
     }
@@ -383,7 +383,7 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
         /* The root's buffer is read by every peer, another rank's identity
          * only by the rank before it. */
         CCL_CHECK(ccl__direct_begin(&d, d.r == root || !narrow ? -1 : prev));
-        double t0 = trace_now(&d);
+        double t0 = ccl__direct_trace_now(&d);
         if (d.r == root) d.p.compute->copy(in_area(&d, d.r), ccl__at(a->sendbuf, off, es), m * es);
         CCL_CHECK(ccl__direct_post(&d, m * es));
         if (!narrow) {
@@ -393,11 +393,11 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
             if (d.r != root && next != root) CCL_CHECK(ccl__direct_await_posted(&d, m * es, root));
         }
         if (d.r == root) {
-            trace_published(&d, -1, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
+            ccl__direct_trace_published(&d, -1, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
         } else {
-            t0 = trace_now(&d);
+            t0 = ccl__direct_trace_now(&d);
             d.p.compute->copy((char *)a->recvbuf + off * es, in_area(&d, root), m * es);
-            trace_read(&d, root, 0, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
+            ccl__direct_trace_read(&d, root, 0, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
         }
         CCL_CHECK(ccl__direct_end(&d));
     }

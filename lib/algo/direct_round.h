@@ -48,6 +48,17 @@ ccl_status_t ccl__direct_wait(const struct ccl__direct *d, enum ccl__direct_flag
 ccl_status_t ccl__direct_settle(const struct ccl__direct *d);
 /* This rank's reads of peers' memory for the round are over. */
 ccl_status_t ccl__direct_end(struct ccl__direct *d);
+/* The trace of a round (CCL_TRACE): nothing is sent, so the owner of a
+ * piece records a send to each rank that reads it (reader -1: every peer)
+ * when it publishes, and the reader a receive (and a reduction: reduced)
+ * when it reads; both in the same order, so a replay pairs them. A piece
+ * is labelled by phase, step, chunk and its offset in the buffer.
+ * trace_now: the time, when tracing (else 0, at no cost). */
+void ccl__direct_trace_published(struct ccl__direct *d, int reader, int phase, int step, int chunk,
+                                 size_t off_bytes, size_t bytes, double t0);
+void ccl__direct_trace_read(struct ccl__direct *d, int owner, int reduced, int phase, int step, int chunk,
+                            size_t off_bytes, size_t bytes, double t0);
+double ccl__direct_trace_now(const struct ccl__direct *d);
 /* rank's control page (the start of its window). */
 uint8_t *ccl__direct_ctrl_page(const struct ccl__direct *d, int rank);
 

@@ -15,6 +15,7 @@
 #include "device/gpu_direct.h"
 #include "core/boot_pair.h"
 #include "core/bootstrap.h"
+#include "core/cma.h"
 #include "core/log.h"
 #include "core/trace.h"
 #include "plan/plan.h"
@@ -134,7 +135,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     int root_fd = -1;
     CCL_CHECK(ccl__boot_connect(comm, uid, ccl__conns_record_bytes(), &root_fd));
     comm->boot_fd = root_fd;
-    struct ccl__peer_info self = {.rank = comm->rank, .pid = getpid()};
+    struct ccl__peer_info self = {.rank = comm->rank, .pid = getpid(), .cma_probe = ccl__cma_probe_addr()};
     snprintf(self.host_id, sizeof(self.host_id), "%s", comm->params.host_id);
     snprintf(self.machine_id, sizeof(self.machine_id), "%s", comm->params.machine_id);
     gethostname(self.hostname, sizeof(self.hostname) - 1);
@@ -159,6 +160,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
             comm->cpu_adapter |= comm->conns[p]->cpu_adapter != 0;
         }
     if (st == CCL_OK) st = ccl__plan_direct(comm);
+    if (st == CCL_OK) st = ccl__plan_single_copy(comm);
     if (st == CCL_OK) ccl__gpu_direct_plan(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK) st = ccl__plan_model(comm);

@@ -110,6 +110,10 @@ struct ccl_comm {
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
     unsigned direct_narrow;             /* bit g % 2: only one peer read this rank's window in round g (direct.c) */
     int gpu_direct;                     /* the GPU-resident path is on (device/gpu_direct.h) */
+    /* Every rank may read and write every other's memory through
+     * cross-memory attach (core/cma.h): the single-copy algorithm can
+     * run. Probed at init, the same on every rank (plan.c). */
+    int single_copy;
     /* Shared allocations (ccl_mem_alloc, coll/mem.c), the same list on
      * every rank: the zero-copy path reads and writes peers' buffers
      * through them. Changed on the executor only, in call order. */

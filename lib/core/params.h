@@ -37,6 +37,7 @@ struct ccl__params {
     char trace[PATH_MAX];         /* CCL_TRACE: trace file written at destroy ("" = off) */
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
     int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (device/gpu_direct.h) */
+    int single_copy;          /* CCL_SINGLE_COPY: the single-copy algorithm may read peers' buffers (algo/single_copy.c) */
     int zero_copy;            /* CCL_ZERO_COPY: calls on shared allocations may run in place (algo/zero_copy.c) */
     long zero_copy_min;       /* CCL_ZERO_COPY_MIN: from this many bytes a call (count x dtype) takes it (-1: by
                                * rank count, algo/zero_copy.c) */

@@ -45,6 +45,7 @@ struct ccl__tuned_record {
     float alpha_us[CCL__TUNED_LINKS], bytes_per_us[CCL__TUNED_LINKS];
     float large_bytes[CCL__TUNED_LINKS], large_bytes_per_us[CCL__TUNED_LINKS]; /* 0: no large point */
     float copy_bytes_per_us, reduce_bytes_per_us;
+    float cma_call_us, cma_bytes_per_us; /* cross-memory attach (core/cma.h), bit 18 of measured */
 };
 
 struct ccl__peer_info {
@@ -56,6 +57,7 @@ struct ccl__peer_info {
     int32_t ncores;                   /* CPUs this rank may use: its affinity, capped by a cgroup quota; 0 unknown */
     uint32_t transport_mask;          /* transports that initialised locally, by registry index */
     uint32_t pid_ns;                  /* inode of its /proc/self/ns/pid: pids compare only within one, 0 unknown */
+    uint64_t cma_probe;               /* where its cross-memory attach probe word lies (core/cma.h) */
     union ccl__sa pair_addr;          /* where this rank's pair channel listens (core/boot_pair.h) */
     struct ccl__topo_summary topo;
     struct ccl__tuned_record tuned;

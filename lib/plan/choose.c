@@ -30,7 +30,7 @@ int ccl__plan_coll_by_name(const char *s, size_t len) {
 static ccl_status_t bad_algo(struct ccl_comm *comm, const char *what, const char *spec, size_t len) {
     return ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT,
                           "%s: %s=%s: '%.*s' is not an algorithm (ring, tree, rd, rhd, bruck, pairwise, "
-                          "direct, hier, auto) or collective:algorithm",
+                          "direct, hier, single_copy, auto) or collective:algorithm",
                           what, comm->params.algo_source, comm->params.algo, (int)len, spec);
 }
 

@@ -52,6 +52,8 @@ void ccl__cost_defaults(struct ccl__figures *f) {
     memcpy(f->link, link, sizeof link);
     f->copy_bytes_per_us = 8000;
     f->reduce_bytes_per_us = 5000;
+    f->cma_call_us = 0.6;
+    f->cma_bytes_per_us = 6000;
     f->measured = 0;
 }
 
@@ -279,6 +281,45 @@ static double pipeline(struct model *m, unsigned links, double n, int fill, int 
     return best;
 }
 
+/* ---- the single-copy algorithm (algo/single_copy.c) ---- */
+
+#define CMA_PIECE 65536.0 /* single_copy.c's PIECE_BYTES: a fold reads a peer's piece a call */
+
+/* Bytes a rank reads from its peers' buffers through the kernel while
+ * every rank does the same: across the links as any read of a peer's
+ * memory (the direct path's windows), at the kernel's copy where that is
+ * slower than memcpy, and `calls` system calls. */
+static double cma_read_us(const struct model *m, double bytes, double calls) {
+    const struct ccl__figures *f = m->f;
+    double kernel = f->cma_bytes_per_us > 0 ? fmax(1, f->copy_bytes_per_us / f->cma_bytes_per_us) : 1;
+    return kernel * transfer_us(m, m->j->all_links, bytes) + m->j->oversub * calls * f->cma_call_us;
+}
+
+/* n: the per-rank piece, as for every formula (cost.h). The fold reads
+ * N - 1 peers' pieces of a rank's slice, one call each. */
+static double single_copy_us(const struct model *m, int kind, double n) {
+    const struct ccl__job_shape *j = m->j;
+    if (!j->single_copy) return -1;
+    int N = j->n;
+    double part = (double)(N - 1) / N, sync = sync_us(m, j->all_links);
+    switch (kind) {
+    case CCL__K_ALL_REDUCE: {
+        double slice_calls = (N - 1) * pieces(n / N, CMA_PIECE);
+        /* as direct's: a core's ranks share the gather half's reads */
+        double across = j->oversub > 1 ? fmax(0, 1 - (j->oversub - 1) / (N - 1)) : 1;
+        double shared = j->oversub > 1 ? (j->oversub + 1) / (2 * j->oversub) : 1;
+        return 3 * sync + 2 * shared * across * cma_read_us(m, part * n, slice_calls + N - 1) + part * reduce_us(m, n);
+    }
+    case CCL__K_REDUCE:
+        return 2 * sync + 2 * cma_read_us(m, part * n, 2 * (N - 1) * pieces(n / N, CMA_PIECE)) + part * reduce_us(m, n);
+    case CCL__K_REDUCE_SCATTER:
+        return 2 * sync + cma_read_us(m, (N - 1) * n, (N - 1) * pieces(n, CMA_PIECE)) + (N - 1) * reduce_us(m, n);
+    case CCL__K_ALL_GATHER: return 2 * sync + copy_us(m, n) + cma_read_us(m, (N - 1) * n, N - 1);
+    case CCL__K_BROADCAST: return 2 * sync + cma_read_us(m, n, 1);
+    default: return -1;
+    }
+}
+
 /* ---- per collective; n is the per-rank piece (see cost.h) ---- */
 
 static double all_reduce(struct model *m, int algo, double n) {
@@ -483,6 +524,7 @@ double ccl__cost_predict_chunk(const struct ccl__job_shape *j, const struct ccl_
     struct model m = {j, f, chunk, (double)max, max};
     double n = (double)bytes, t;
     if (j->n == 1) t = algo == CCL__ALGO_RING && kind != CCL__K_ALL_TO_ALL ? copy_us(&m, n) : -1;
+    else if (algo == CCL__ALGO_SINGLE_COPY) t = single_copy_us(&m, kind, n);
     else switch (kind) {
         case CCL__K_ALL_REDUCE: t = all_reduce(&m, algo, n); break;
         case CCL__K_REDUCE_SCATTER: t = reduce_scatter(&m, algo, n); break;

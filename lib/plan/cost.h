@@ -70,6 +70,10 @@ struct ccl__figures {
     struct ccl__link_figure link[CCL__NUM_LINKS];
     double copy_bytes_per_us;   /* memcpy */
     double reduce_bytes_per_us; /* float32 sum of two inputs, bytes of one input */
+    /* Cross-memory attach (the single-copy algorithm's reads): a call's
+     * own cost, and the kernel's copy speed, measured with this process's
+     * memory (the same cached bytes as copy's); CCL__FIG_CMA in measured. */
+    double cma_call_us, cma_bytes_per_us;
     unsigned measured;          /* bit per link class measured (the rest are defaults); CCL__FIG_LOCAL: copy
                                  * and reduce */
 };
@@ -77,6 +81,7 @@ struct ccl__figures {
 /* A rank's tuning file holds figures given by hand ("check no"): taken as
  * they are, never checked against a probe. */
 #define CCL__FIG_GIVEN (1u << 17)
+#define CCL__FIG_CMA (1u << 18)
 
 /* Figures of a 2-core x86 machine of 2024, for link classes nothing has
  * measured yet. */
@@ -109,6 +114,7 @@ struct ccl__job_shape {
     int n;                 /* ranks */
     int nhosts, per_host;  /* per_host: ranks on every host when all hosts have as many, else 0 */
     int windows;           /* the direct path (one host, shared windows) is on */
+    int single_copy;       /* and every rank may read every other's memory (cross-memory attach) */
     double oversub;        /* >= 1: ranks per core on the busiest machine; CPU-bound terms scale by it */
     size_t ring_chunk;     /* the ring's largest chunk (bytes): the smallest slot on its links */
     size_t any_chunk;      /* other algorithms' largest chunk: the smallest slot of any pair (0: ring_chunk) */

@@ -97,6 +97,7 @@ ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     if (ccl__plan_shape(comm->nranks, comm->peers, comm->ring, pair_transport_class, comm, &s->shape) != 0)
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
     s->shape.windows = comm->windows != NULL;
+    s->shape.single_copy = comm->single_copy;
     s->shape.ring_chunk = comm->ring_chunk_bytes;
     s->shape.any_chunk = comm->chunk_bytes;
     s->shape.window_area = comm->windows ? ccl__direct_area(comm->window_bytes) : 0;

@@ -67,6 +67,11 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
  * every other rank maps (all on one host), else left off. */
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
 
+/* The single-copy algorithm: comm->single_copy when the direct path is on
+ * and every rank's probe read every peer's memory through cross-memory
+ * attach (cma_probe.c); collective over the direct path's ranks. */
+ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm);
+
 /* How many ranks run on this rank's machine (the real one, not
  * CCL_HOST_ID: ranks posing as hosts still share its cores), and in
  * *index this rank's place among them in rank order. */

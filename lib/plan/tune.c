@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
+#include "core/cma.h"
 #include "core/log.h"
 #include "core/socket.h"
 #include "plan/plan.h"
@@ -104,6 +105,14 @@ static int parse_line(const char *line, const char *key, struct ccl__figures *f,
         if (sscanf(line, "%*s %lf %1s", &x, end) != 1 || !speed_ok(x)) goto bad;
         *(word[0] == 'c' ? &f->copy_bytes_per_us : &f->reduce_bytes_per_us) = x;
         f->measured |= CCL__FIG_LOCAL;
+        return 1;
+    }
+    if (strcmp(word, "cma") == 0) {
+        /* "cma <a call, us> <bytes per us>" */
+        char end[2];
+        if (sscanf(line, "%*s %lf %lf %1s", &x, &y, end) != 2 || !alpha_ok(x) || !speed_ok(y)) goto bad;
+        f->cma_call_us = x, f->cma_bytes_per_us = y;
+        f->measured |= CCL__FIG_CMA;
         return 1;
     }
     if (strcmp(word, "link") == 0) {
@@ -300,6 +309,9 @@ int ccl__tune_file_write(const char *path, const char *key, const struct ccl__fi
      * rather than make all of it corrupt. */
     if ((f->measured & CCL__FIG_LOCAL) && speed_ok(f->copy_bytes_per_us) && speed_ok(f->reduce_bytes_per_us))
         fprintf(fp, "copy %.1f\nreduce %.1f\n", f->copy_bytes_per_us, f->reduce_bytes_per_us);
+    if ((f->measured & CCL__FIG_CMA) && alpha_ok(f->cma_call_us) && speed_ok(f->cma_bytes_per_us))
+        fprintf(fp, "# cma <a cross-memory attach call, us> <its bytes per us>\ncma %.3f %.1f\n", f->cma_call_us,
+                f->cma_bytes_per_us);
     fprintf(fp, "# link <class> <alpha, us> <bytes per us and rank> [<large step, bytes> <its bytes per us>]\n");
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
         const struct ccl__link_figure *l = &f->link[c];
@@ -364,6 +376,31 @@ void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per
         if (sum > 0) *reduce_bytes_per_us = LOCAL_BYTES / sum;
     }
     free(l.a), free(l.b), free(l.c);
+}
+
+/* A small read (CMA_SMALL bytes: a call's own cost) and LOCAL_BYTES,
+ * each the best of a few, of this process's own memory through the
+ * kernel; 0 and 0 where it refuses. */
+#define CMA_SMALL 64
+void ccl__tune_measure_cma(double *call_us, double *bytes_per_us) {
+    *call_us = *bytes_per_us = 0;
+    char *a = malloc(LOCAL_BYTES), *b = malloc(LOCAL_BYTES);
+    if (a && b) {
+        memset(a, 1, LOCAL_BYTES), memset(b, 0, LOCAL_BYTES);
+        pid_t me = getpid();
+        double small = 1e30, large = 1e30;
+        int err = 0;
+        for (int i = 0; i < 8 && !err; i++) {
+            double t0 = ccl__now();
+            err = ccl__cma_read(me, b, (uint64_t)(uintptr_t)a, CMA_SMALL);
+            double t1 = ccl__now();
+            err = err ? err : ccl__cma_read(me, b, (uint64_t)(uintptr_t)a, LOCAL_BYTES);
+            double t2 = ccl__now();
+            small = fmin(small, (t1 - t0) * 1e6), large = fmin(large, (t2 - t1) * 1e6);
+        }
+        if (!err && large > small) *call_us = small, *bytes_per_us = LOCAL_BYTES / (large - small);
+    }
+    free(a), free(b);
 }
 
 /* The probe's calls are stamped with this bit, so a slot of theirs can
@@ -473,6 +510,8 @@ static void record_from(struct ccl__tuned_record *r, const struct ccl__figures *
     }
     r->copy_bytes_per_us = (float)f->copy_bytes_per_us;
     r->reduce_bytes_per_us = (float)f->reduce_bytes_per_us;
+    r->cma_call_us = (float)f->cma_call_us;
+    r->cma_bytes_per_us = (float)f->cma_bytes_per_us;
 }
 
 void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
@@ -504,6 +543,12 @@ void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
         f.copy_bytes_per_us = copy_now, f.reduce_bytes_per_us = reduce_now;
         f.measured |= CCL__FIG_LOCAL;
     }
+    if (!(f.measured & CCL__FIG_CMA)) {
+        double call, speed;
+        ccl__tune_measure_cma(&call, &speed);
+        if (alpha_ok(call) && speed_ok(speed))
+            f.cma_call_us = call, f.cma_bytes_per_us = speed, f.measured |= CCL__FIG_CMA;
+    }
     record_from(&self->tuned, &f);
 }
 
@@ -516,7 +561,8 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
     int n = comm->nranks;
     ccl__cost_defaults(f);
     double *copy = malloc(sizeof(double) * (size_t)n), *red = malloc(sizeof(double) * (size_t)n);
-    int nlocal = 0;
+    double *call = malloc(sizeof(double) * (size_t)n), *cma = malloc(sizeof(double) * (size_t)n);
+    int nlocal = 0, ncma = 0;
     for (int r = 0; r < n; r++) {
         const struct ccl__tuned_record *t = &comm->peers[r].tuned;
         for (int c = 0; c < CCL__NUM_LINKS; c++) {
@@ -535,13 +581,20 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
         if ((t->measured & CCL__FIG_LOCAL) && speed_ok(t->copy_bytes_per_us) && speed_ok(t->reduce_bytes_per_us) &&
             copy && red)
             copy[nlocal] = t->copy_bytes_per_us, red[nlocal++] = t->reduce_bytes_per_us;
+        if ((t->measured & CCL__FIG_CMA) && alpha_ok(t->cma_call_us) && speed_ok(t->cma_bytes_per_us) && call && cma)
+            call[ncma] = t->cma_call_us, cma[ncma++] = t->cma_bytes_per_us;
+    }
+    if (ncma) {
+        f->cma_call_us = ccl__tune_median(call, ncma);
+        f->cma_bytes_per_us = ccl__tune_median(cma, ncma);
+        f->measured |= CCL__FIG_CMA;
     }
     if (nlocal) {
         f->copy_bytes_per_us = ccl__tune_median(copy, nlocal);
         f->reduce_bytes_per_us = ccl__tune_median(red, nlocal);
         f->measured |= CCL__FIG_LOCAL;
     }
-    free(copy), free(red);
+    free(copy), free(red), free(call), free(cma);
 }
 
 #define LARGE_PROBE_RANKS 16 /* the most ranks whose probe measures a large point: 17 slots of buffer, 15 steps */
@@ -675,6 +728,9 @@ void ccl__tune_describe(const struct ccl__figures *f, unsigned links, char *buf,
                                   large_text(&f->link[c], (char[64]){0}, 64),
                                   f->measured >> c & 1u ? "measured" : "default");
     if (o < n)
-        snprintf(buf + o, n - o, "copy %.2f GB/s, reduce %.2f GB/s (%s)", f->copy_bytes_per_us / 1e3,
-                 f->reduce_bytes_per_us / 1e3, f->measured & CCL__FIG_LOCAL ? "measured" : "default");
+        o += (size_t)snprintf(buf + o, n - o, "copy %.2f GB/s, reduce %.2f GB/s (%s)", f->copy_bytes_per_us / 1e3,
+                              f->reduce_bytes_per_us / 1e3, f->measured & CCL__FIG_LOCAL ? "measured" : "default");
+    if (o < n)
+        snprintf(buf + o, n - o, ", cross-memory attach %.2f us + %.2f GB/s (%s)", f->cma_call_us,
+                 f->cma_bytes_per_us / 1e3, f->measured & CCL__FIG_CMA ? "measured" : "default");
 }
