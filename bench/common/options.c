@@ -59,7 +59,8 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
         fprintf(f,
                 "      --transport T       force a transport: shm, tcp or ib (sets CCL_TRANSPORT)\n"
                 "  -A, --algo NAME         force an algorithm: ring tree rd rhd bruck pairwise direct\n"
-                "                          hier, or per collective (allreduce:tree); sets CCL_ALGO\n"
+                "                          hier single_copy, or per collective (allreduce:tree);\n"
+                "                          sets CCL_ALGO\n"
                 "  -A auto,ring,tree,...   several names: each size is measured with each algorithm\n"
                 "                          (auto: the planner's choice) in one run, their timed\n"
                 "                          blocks taking turns; one row per algorithm\n"
@@ -116,7 +117,8 @@ int bench_parse_size(const char *s, size_t *out) {
 
 /* The names CCL_ALGO takes (the library's docs list what each runs). */
 static int is_algo_name(const char *s) {
-    static const char *const names[] = {"ring", "tree", "rd", "rhd", "bruck", "pairwise", "direct", "hier", "auto"};
+    static const char *const names[] = {"ring",   "tree", "rd",          "rhd", "bruck",
+                                        "pairwise", "direct", "hier", "single_copy", "auto"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(s, names[i]) == 0) return 1;
     return 0;
@@ -194,7 +196,7 @@ static int parse_algo_list(const char *p, const char *v, struct bench_options *o
     char *save = NULL;
     for (char *tok = strtok_r(o->algo_names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (!is_algo_name(tok))
-            return usage_error(p, "-A: '%s' is not an algorithm (ring tree rd rhd bruck pairwise direct hier auto)",
+            return usage_error(p, "-A: '%s' is not an algorithm (ring tree rd rhd bruck pairwise direct hier single_copy auto)",
                                tok);
         for (int i = 0; i < o->nalgos; i++)
             if (strcmp(o->algos[i], tok) == 0) return usage_error(p, "-A: '%s' is listed twice", tok);

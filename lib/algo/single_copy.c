@@ -191,8 +191,13 @@ static ccl_status_t single_copy(struct ccl_comm *comm, const struct ccl__coll_ar
     CCL_CHECK(ccl__direct_init(d, comm, a));
     int folds = a->id.kind != CCL__K_ALL_GATHER && a->id.kind != CCL__K_BROADCAST;
     s.rec = malloc(sizeof(*s.rec) * (size_t)d->n);
-    if (folds) s.acc = aligned_alloc(64, PIECE_BYTES), s.tmp = aligned_alloc(64, PIECE_BYTES);
-    ccl_status_t st = s.rec && (!folds || (s.acc && s.tmp))
+    /* Kept for the communicator's life: freed and taken again each call,
+     * the pieces came back from the kernel as fresh pages to fault in
+     * (measured: 2 ranks, 64 KiB all-reduce, 18.6 us against 13.4 kept). */
+    if (folds && !comm->single_copy_scratch) comm->single_copy_scratch = aligned_alloc(64, 2 * PIECE_BYTES);
+    if (folds && comm->single_copy_scratch)
+        s.acc = comm->single_copy_scratch, s.tmp = (char *)comm->single_copy_scratch + PIECE_BYTES;
+    ccl_status_t st = s.rec && (!folds || s.acc)
                           ? CCL_OK
                           : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", ccl__prims_what(&d->p));
     if (st == CCL_OK) st = ccl__direct_begin(d, -1);
@@ -207,7 +212,7 @@ static ccl_status_t single_copy(struct ccl_comm *comm, const struct ccl__coll_ar
     if (st == CCL_OK) st = run(&s);
     if (st == CCL_OK) st = ccl__direct_end(d);
     if (st == CCL_OK) st = ccl__direct_wait(d, CCL__DIRECT_DONE, d->g, -1);
-    free(s.rec), free(s.acc), free(s.tmp);
+    free(s.rec);
     return st < 0 ? ccl__comm_fail(comm, st) : st;
 }
 

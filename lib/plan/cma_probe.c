@@ -8,13 +8,17 @@
  * everywhere, and calls copy through the shared-memory slots as before.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "algo/algo.h"
 #include "core/cma.h"
 #include "core/log.h"
+#include "core/socket.h"
+#include "plan/cost.h"
 #include "plan/plan.h"
+#include "plan/tune.h"
 
 /* What one rank found: err 0 (it reads every peer), -1 (switched off
  * there), or the errno of its first refused peer. */
@@ -52,6 +56,58 @@ static void say_off(const struct ccl_comm *comm, int r, struct verdict v) {
              "host copy through the shared-memory slots", r, v.peer, why);
 }
 
+#define PROBE_REPS 7
+#define PROBE_SMALL 64 /* bytes: a call's own cost */
+
+static ccl_status_t gather(struct ccl_comm *comm, uint32_t *seq, const void *mine, void *all, size_t bytes) {
+    return ccl__ring_gather_bytes(comm, CCL__SEQ_SINGLE_COPY | (*seq)++, mine, all, bytes);
+}
+
+/* What a read costs, each rank reading the next rank's buffer while every
+ * rank does the same: a small read (the call) and one of
+ * CCL__PROBE_BYTES that its owner has just written, as a caller's
+ * buffer is (its lines lie dirty in the owner's cache). Medians of the
+ * repetitions, then of the ranks: the same figures everywhere. */
+static ccl_status_t measure(struct ccl_comm *comm, uint32_t *seq) {
+    int n = comm->nranks, next = (comm->rank + 1) % n;
+    char *buf = aligned_alloc(64, 2 * CCL__PROBE_BYTES);
+    uint64_t *addrs = calloc((size_t)n, sizeof(*addrs));
+    double(*each)[2] = calloc((size_t)n, sizeof(*each)), small[PROBE_REPS], large[PROBE_REPS];
+    ccl_status_t st = buf && addrs && each ? CCL_OK : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    uint64_t mine = (uint64_t)(uintptr_t)buf;
+    if (st == CCL_OK) st = gather(comm, seq, &mine, addrs, sizeof mine);
+    pid_t pid = comm->peers[next].pid;
+    int err = 0;
+    char token = 0;
+    for (int i = 0; i < PROBE_REPS && st == CCL_OK; i++) {
+        memset(buf, i + 1, CCL__PROBE_BYTES);
+        st = gather(comm, seq, &token, each, 1); /* every buffer written */
+        double t0 = ccl__now();
+        if (!err) err = ccl__cma_read(pid, buf + CCL__PROBE_BYTES, addrs[next] + CCL__PROBE_BYTES - PROBE_SMALL,
+                                      PROBE_SMALL);
+        double t1 = ccl__now();
+        if (!err) err = ccl__cma_read(pid, buf + CCL__PROBE_BYTES, addrs[next], CCL__PROBE_BYTES);
+        double t2 = ccl__now();
+        small[i] = (t1 - t0) * 1e6, large[i] = (t2 - t1) * 1e6;
+        if (st == CCL_OK) st = gather(comm, seq, &token, each, 1); /* every read over */
+    }
+    double figures[2] = {0, 0};
+    if (st == CCL_OK && !err) {
+        double call = ccl__tune_median(small, PROBE_REPS), whole = ccl__tune_median(large, PROBE_REPS);
+        figures[0] = call, figures[1] = CCL__PROBE_BYTES / fmax(whole - call, whole / 4);
+    }
+    if (st == CCL_OK) st = gather(comm, seq, figures, each, sizeof figures);
+    if (st == CCL_OK) {
+        double call[64], speed[64]; /* ranks beyond these: their medians are the first 64's */
+        int k = 0;
+        for (int r = 0; r < n && k < 64; r++)
+            if (each[r][1] > 0) call[k] = each[r][0], speed[k++] = each[r][1];
+        if (k) comm->cma_call_us = ccl__tune_median(call, k), comm->cma_bytes_per_us = ccl__tune_median(speed, k);
+    }
+    free(buf), free(addrs), free(each);
+    return st;
+}
+
 ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm) {
     comm->single_copy = 0;
     int n = comm->nranks;
@@ -61,16 +117,20 @@ ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm) {
     if (n < 2 || !comm->windows) return CCL_OK;
     struct verdict mine = probe_peers(comm), *all = calloc((size_t)n, sizeof(*all));
     if (!all) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
-    ccl_status_t st = ccl__ring_gather_bytes(comm, CCL__SEQ_SINGLE_COPY, &mine, all, sizeof mine);
+    uint32_t seq = 0;
+    ccl_status_t st = gather(comm, &seq, &mine, all, sizeof mine);
     int off = -1;
     for (int r = 0; r < n && st == CCL_OK && off < 0; r++)
         if (all[r].err) off = r;
     if (st == CCL_OK && off >= 0) say_off(comm, off, all[off]);
     if (st == CCL_OK && off < 0) {
         comm->single_copy = 1;
-        if (comm->rank == 0)
+        double t0 = ccl__now();
+        st = measure(comm, &seq);
+        if (st == CCL_OK && comm->rank == 0)
             CCL_INFO(CCL__SUB_PLAN, comm->rank, "single-copy: on: every rank reads its peers' buffers through "
-                 "cross-memory attach");
+                     "cross-memory attach; a read costs %.2f us + %.2f GB/s (probed in %.1f ms)", comm->cma_call_us,
+                     comm->cma_bytes_per_us / 1e3, (ccl__now() - t0) * 1e3);
     }
     free(all);
     return st;

@@ -285,14 +285,31 @@ static double pipeline(struct model *m, unsigned links, double n, int fill, int 
 
 #define CMA_PIECE 65536.0 /* single_copy.c's PIECE_BYTES: a fold reads a peer's piece a call */
 
-/* Bytes a rank reads from its peers' buffers through the kernel while
- * every rank does the same: across the links as any read of a peer's
- * memory (the direct path's windows), at the kernel's copy where that is
- * slower than memcpy, and `calls` system calls. */
+/* Of a rank's reads of its peers' memory, the share that crosses to
+ * another core: a peer that shares this rank's core (oversub - 1 of the
+ * N - 1, as CCL_BIND places them) is read from that core's own caches. */
+static double crossing_share(const struct ccl__job_shape *j) {
+    return j->oversub > 1 ? fmax(0, 1 - (j->oversub - 1) / (j->n - 1)) : 1;
+}
+
+/* Bytes a rank reads out of its peers' windows, which they have just
+ * written: like a ring step's data, the lines cross between the cores at
+ * the shared-memory link's speed, but for the first CCL__PROBE_BYTES of a
+ * call, which cost a copy (measured, 2 ranks: all-gather of 8 KiB a rank
+ * 2.2-3.2 us by direct against the ring's 5.2-7.7, where charging them at
+ * the link's speed put direct behind). */
+static double window_reads_us(const struct model *m, double bytes) {
+    double near = fmin(bytes, CCL__PROBE_BYTES);
+    return crossing_share(m->j) * (copy_us(m, near) + transfer_us(m, m->j->all_links, bytes - near));
+}
+
+/* Bytes a rank reads from (or writes to) its peers' own buffers through
+ * the kernel, in `calls` system calls: one copy at the speed init's probe
+ * measured on memory its owner had just written (plan/cma_probe.c), where
+ * the windows take two. */
 static double cma_read_us(const struct model *m, double bytes, double calls) {
     const struct ccl__figures *f = m->f;
-    double kernel = f->cma_bytes_per_us > 0 ? fmax(1, f->copy_bytes_per_us / f->cma_bytes_per_us) : 1;
-    return kernel * transfer_us(m, m->j->all_links, bytes) + m->j->oversub * calls * f->cma_call_us;
+    return m->j->oversub * (crossing_share(m->j) * bytes / f->cma_bytes_per_us + calls * f->cma_call_us);
 }
 
 /* n: the per-rank piece, as for every formula (cost.h). The fold reads
@@ -303,13 +320,8 @@ static double single_copy_us(const struct model *m, int kind, double n) {
     int N = j->n;
     double part = (double)(N - 1) / N, sync = sync_us(m, j->all_links);
     switch (kind) {
-    case CCL__K_ALL_REDUCE: {
-        double slice_calls = (N - 1) * pieces(n / N, CMA_PIECE);
-        /* as direct's: a core's ranks share the gather half's reads */
-        double across = j->oversub > 1 ? fmax(0, 1 - (j->oversub - 1) / (N - 1)) : 1;
-        double shared = j->oversub > 1 ? (j->oversub + 1) / (2 * j->oversub) : 1;
-        return 3 * sync + 2 * shared * across * cma_read_us(m, part * n, slice_calls + N - 1) + part * reduce_us(m, n);
-    }
+    case CCL__K_ALL_REDUCE:
+        return 3 * sync + 2 * cma_read_us(m, part * n, (N - 1) * pieces(n / N, CMA_PIECE)) + part * reduce_us(m, n);
     case CCL__K_REDUCE:
         return 2 * sync + 2 * cma_read_us(m, part * n, 2 * (N - 1) * pieces(n / N, CMA_PIECE)) + part * reduce_us(m, n);
     case CCL__K_REDUCE_SCATTER:
@@ -426,8 +438,11 @@ static double reduce_scatter(const struct model *m, int algo, double b) {
     switch (algo) {
     case CCL__ALGO_RING: return (N - 1) * (ring_step(m, b) + chunk_handoffs(m, b) + reduce_us(m, b));
     case CCL__ALGO_DIRECT:
+        /* every rank's block in, then N - 1 peers' windows read as they
+         * are folded */
         if (!j->windows) return -1;
-        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, N * b) + (N - 1) * reduce_us(m, b);
+        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, N * b) + window_reads_us(m, (N - 1) * b) +
+               (N - 1) * reduce_us(m, b);
     default: return -1;
     }
 }
@@ -454,8 +469,13 @@ static double all_gather(const struct model *m, int algo, double b) {
         return t;
     }
     case CCL__ALGO_DIRECT:
+        /* Its block in, its own out, and N - 1 peers' windows read. Costing
+         * those reads as copies in this core's cache predicted a third of
+         * the time measured (2 ranks, 512 KiB a rank, 48 us against 114 and
+         * more; broadcast of 1 MiB 63 against 162-175), and put direct
+         * ahead of the ring where the ring is faster. */
         if (!j->windows) return -1;
-        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, b) + copy_us(m, N * b);
+        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + 2 * copy_us(m, b) + window_reads_us(m, (N - 1) * b);
     default: return -1;
     }
 }
@@ -477,8 +497,12 @@ static double broadcast_or_reduce(struct model *m, int algo, double n, int reduc
         return depth * k * step(m, j->btree_links, n / k) + depth * red;
     }
     case CCL__ALGO_DIRECT:
+        /* The buffer in, and out of the windows: reduce reads every
+         * input's slice and the root every slice (2 (N-1)/N of it across),
+         * broadcast the root's window (all of it). */
         if (!j->windows) return -1;
-        return (reduces ? 3 : 2) * rounds(m, n) * sync_us(m, j->all_links) + 2 * copy_us(m, n) +
+        return (reduces ? 3 : 2) * rounds(m, n) * sync_us(m, j->all_links) + copy_us(m, n) +
+               (reduces ? copy_us(m, n) : 0) + window_reads_us(m, reduces ? 2.0 * (N - 1) / N * n : n) +
                (reduces ? (double)(N - 1) / N * red : 0);
     default: return -1;
     }

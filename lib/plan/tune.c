@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "algo/algo.h"
-#include "core/cma.h"
 #include "core/log.h"
 #include "core/socket.h"
 #include "plan/plan.h"
@@ -378,31 +377,6 @@ void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per
     free(l.a), free(l.b), free(l.c);
 }
 
-/* A small read (CMA_SMALL bytes: a call's own cost) and LOCAL_BYTES,
- * each the best of a few, of this process's own memory through the
- * kernel; 0 and 0 where it refuses. */
-#define CMA_SMALL 64
-void ccl__tune_measure_cma(double *call_us, double *bytes_per_us) {
-    *call_us = *bytes_per_us = 0;
-    char *a = malloc(LOCAL_BYTES), *b = malloc(LOCAL_BYTES);
-    if (a && b) {
-        memset(a, 1, LOCAL_BYTES), memset(b, 0, LOCAL_BYTES);
-        pid_t me = getpid();
-        double small = 1e30, large = 1e30;
-        int err = 0;
-        for (int i = 0; i < 8 && !err; i++) {
-            double t0 = ccl__now();
-            err = ccl__cma_read(me, b, (uint64_t)(uintptr_t)a, CMA_SMALL);
-            double t1 = ccl__now();
-            err = err ? err : ccl__cma_read(me, b, (uint64_t)(uintptr_t)a, LOCAL_BYTES);
-            double t2 = ccl__now();
-            small = fmin(small, (t1 - t0) * 1e6), large = fmin(large, (t2 - t1) * 1e6);
-        }
-        if (!err && large > small) *call_us = small, *bytes_per_us = LOCAL_BYTES / (large - small);
-    }
-    free(a), free(b);
-}
-
 /* The probe's calls are stamped with this bit, so a slot of theirs can
  * never pass for a user call's or CCL_CHECK's. */
 #define PROBE_SEQ_BIT 0x40000000u
@@ -543,12 +517,6 @@ void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
         f.copy_bytes_per_us = copy_now, f.reduce_bytes_per_us = reduce_now;
         f.measured |= CCL__FIG_LOCAL;
     }
-    if (!(f.measured & CCL__FIG_CMA)) {
-        double call, speed;
-        ccl__tune_measure_cma(&call, &speed);
-        if (alpha_ok(call) && speed_ok(speed))
-            f.cma_call_us = call, f.cma_bytes_per_us = speed, f.measured |= CCL__FIG_CMA;
-    }
     record_from(&self->tuned, &f);
 }
 
@@ -681,6 +649,12 @@ static int stale_link(struct ccl_comm *comm, const struct ccl__job_shape *shape,
 
 ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shape *shape, struct ccl__figures *out) {
     combine(comm, out);
+    /* Cross-memory attach as init's probe found it (plan/cma_probe.c):
+     * this job's, over the files'. */
+    if (comm->cma_bytes_per_us > 0) {
+        out->cma_call_us = comm->cma_call_us, out->cma_bytes_per_us = comm->cma_bytes_per_us;
+        out->measured |= CCL__FIG_CMA;
+    }
     int c = comm->nranks > 1 ? slowest_class(shape->ring_links) : -1;
     int probed = 0;
     ccl_status_t st = CCL_OK;
@@ -714,6 +688,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
      * machine's file keeps what uncrowded jobs and ccl-tune measure. */
     struct ccl__figures keep = *out;
     if (probed && shape->oversub > 1) keep.measured &= ~(1u << c), probed = 0;
+    if (shape->oversub > 1) keep.measured &= ~CCL__FIG_CMA;
     save(comm, &keep, probed || stale); /* a stale link's figure leaves the file, measured or not */
     return CCL_OK;
 }

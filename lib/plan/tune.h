@@ -55,10 +55,7 @@ double ccl__tune_median(double *v, int n);
 
 /* Bytes per microsecond of memcpy and of a float32 sum on this core. */
 void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per_us);
-/* A cross-memory attach call's own cost (us) and the kernel's copy speed
- * (bytes per us), read from this process's memory; 0 and 0 where the
- * kernel refuses. */
-void ccl__tune_measure_cma(double *call_us, double *bytes_per_us);
+
 /* The ring's step: alpha (a 1-byte all-gather), bandwidth (CCL__PROBE_BYTES
  * per rank) and, when large_bytes is not 0, the large point's bandwidth
  * (large_bytes per rank), the median over repetitions and then over ranks;
