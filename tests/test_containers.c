@@ -87,6 +87,9 @@ static int body_pid_ns(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
     EXPECT(&t, describe_has(comm, "transports=shm:2"), "ranks in other PID namespaces, one /dev/shm: not all shm");
+    /* A pid names another process in another namespace: no rank reads
+     * another's buffers through the kernel. */
+    EXPECT(&t, describe_has(comm, "single_copy=off"), "single-copy on across PID namespaces");
     run_checked(comm, rank, nranks, &t, 0);
     return t.fails;
 }

@@ -49,6 +49,7 @@ static void make_shape(const struct synthetic *s, struct ccl__job_shape *j) {
     }
     ccl__cost_shape(j, n, cls, ring, host_of, NULL);
     j->windows = s->hosts == 1;
+    j->single_copy = j->windows; /* as where the kernel allows cross-memory attach */
     j->oversub = s->oversub;
     j->ring_chunk = j->any_chunk = 128 << 10;
     j->window_area = ccl__direct_area(2 << 20);
@@ -341,6 +342,44 @@ END_TEST
  * says, by exactly that term; ranks of one core on loopback TCP gain
  * nothing (the kernel copies either way); the probe's reading of a ring
  * step gives back the link speed the model ran with. */
+/* The single-copy algorithm: only where the kernel lets the ranks read
+ * each other (shape.single_copy), one host; each byte read once at the
+ * probe's speed, a call's cost per piece; so on 2 ranks of 2 cores it
+ * costs a large all-gather or broadcast less than the direct path, which
+ * copies in and reads its peers' windows across the cores, and the ring,
+ * which copies twice; a tiny one more (its calls cost more than a copy). */
+START_TEST(single_copy_terms) {
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    f.cma_call_us = 1.5, f.cma_bytes_per_us = 8500;
+    static const struct synthetic two = {"1 host, 2 ranks", 1, 1, 2, CCL__LINK_TCP, 1};
+    struct ccl__job_shape j, off, hosts;
+    make_shape(&two, &j);
+    make_shape(&two, &off);
+    off.single_copy = 0;
+    make_shape(&shapes[5], &hosts); /* 4 hosts */
+    static const int sc_kinds[] = {CCL__K_ALL_REDUCE, CCL__K_REDUCE_SCATTER, CCL__K_ALL_GATHER, CCL__K_BROADCAST,
+                                CCL__K_REDUCE};
+    for (size_t k = 0; k < sizeof sc_kinds / sizeof sc_kinds[0]; k++)
+        for (size_t b = 8; b <= (64u << 20); b *= 8) {
+            ck_assert(ccl__cost_predict(&off, &f, sc_kinds[k], CCL__ALGO_SINGLE_COPY, b) < 0);
+            ck_assert(ccl__cost_predict(&hosts, &f, sc_kinds[k], CCL__ALGO_SINGLE_COPY, b) < 0);
+            ck_assert(ccl__cost_predict(&j, &f, sc_kinds[k], CCL__ALGO_SINGLE_COPY, b) > 0);
+            ck_assert_int_ne(ccl__cost_choose(&off, &f, sc_kinds[k], b, 0).algo, CCL__ALGO_SINGLE_COPY);
+        }
+    ck_assert(ccl__cost_predict(&j, &f, CCL__K_ALL_TO_ALL, CCL__ALGO_SINGLE_COPY, 4096) < 0);
+    /* A broadcast's read: twice the bytes cost their time at the probe's
+     * speed more, and nothing else changes (one call either way). */
+    double b1 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 1 << 20);
+    double b2 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 2 << 20);
+    ck_assert_msg(fabs((b2 - b1) - (1 << 20) / 8500.0) < 1e-6, "broadcast 1 -> 2 MiB: %.3f -> %.3f us", b1, b2);
+    for (size_t k = 2; k < 4; k++) { /* all-gather, broadcast */
+        ck_assert_int_eq(ccl__cost_choose(&j, &f, sc_kinds[k], 4u << 20, 0).algo, CCL__ALGO_SINGLE_COPY);
+        ck_assert_int_ne(ccl__cost_choose(&j, &f, sc_kinds[k], 64, 0).algo, CCL__ALGO_SINGLE_COPY);
+    }
+}
+END_TEST
+
 START_TEST(core_load) {
     enum { N = 8 };
     uint8_t cls[N * N], tcp_cls[N * N];
@@ -512,7 +551,8 @@ START_TEST(file_round_trip) {
     f.link[CCL__LINK_XNUMA] = (struct ccl__link_figure){.alpha_us = 1.25, .bytes_per_us = 3333.5};
     f.link[CCL__LINK_TCP] = (struct ccl__link_figure){9.5, 1200, 524288, 2500.5};
     f.copy_bytes_per_us = 12345, f.reduce_bytes_per_us = 6789;
-    f.measured = 1u << CCL__LINK_XNUMA | 1u << CCL__LINK_TCP | CCL__FIG_LOCAL;
+    f.cma_call_us = 1.625, f.cma_bytes_per_us = 8500.5;
+    f.measured = 1u << CCL__LINK_XNUMA | 1u << CCL__LINK_TCP | CCL__FIG_LOCAL | CCL__FIG_CMA;
     ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
     ccl__cost_defaults(&g);
     ck_assert_int_eq(ccl__tune_file_read(path, key, &g, why, sizeof why), 1);
@@ -524,6 +564,7 @@ START_TEST(file_round_trip) {
     ck_assert(fabs(g.link[CCL__LINK_TCP].large_bytes_per_us - 2500.5) < 1e-6);
     ck_assert(g.link[CCL__LINK_XNUMA].large_bytes == 0); /* none written, none read */
     ck_assert(fabs(g.copy_bytes_per_us - 12345) < 1e-6 && fabs(g.reduce_bytes_per_us - 6789) < 1e-6);
+    ck_assert(fabs(g.cma_call_us - 1.625) < 1e-9 && fabs(g.cma_bytes_per_us - 8500.5) < 1e-6);
     ck_assert_int_eq(ccl__tune_file_read("/nonexistent/ccl/tuning", key, &g, why, sizeof why), 0);
     /* A figure the reader would refuse (a crowded probe's 0.0 bytes/us)
      * is left out; the rest of the file stays readable. */
@@ -531,7 +572,7 @@ START_TEST(file_round_trip) {
     ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
     ccl__cost_defaults(&g);
     ck_assert_msg(ccl__tune_file_read(path, key, &g, why, sizeof why) == 1, "unreadable: %s", why);
-    ck_assert_uint_eq(g.measured, 1u << CCL__LINK_XNUMA | CCL__FIG_LOCAL);
+    ck_assert_uint_eq(g.measured, 1u << CCL__LINK_XNUMA | CCL__FIG_LOCAL | CCL__FIG_CMA);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -563,6 +604,9 @@ static const struct {
     {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 524288 0.1\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\nlink tcp 7 1500 524288 5000 1\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\ncopy 0\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncma 1.5\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncma -1 8000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncma 1.5 8000 9\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\nspeed 11\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\n\001\002\003\377\n", "corrupt"},
 };
@@ -907,6 +951,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, chunk_per_call);
     tcase_add_test(tc, large_point);
     tcase_add_test(tc, model_terms);
+    tcase_add_test(tc, single_copy_terms);
     tcase_add_test(tc, core_load);
     suite_add_tcase(s, tc);
     tc = tcase_create("file");

@@ -40,6 +40,8 @@
 #include "algo/direct_round.h"
 #include "core/cma.h"
 #include "core/trace.h"
+#include "core/wake.h"
+#include "prims/wait.h"
 
 /* Where a rank's buffers lie in its own process: in its control page, one
  * record per window buffer (round parity), after the zero-copy path's. */
@@ -69,6 +71,14 @@ static ccl_status_t cma_failed(struct single *s, int q, int err, int writing, ui
     struct ccl_comm *comm = s->d.comm;
     const struct ccl__peer_info *p = &comm->peers[q];
     const char *what = ccl__prims_what(&s->d.p);
+    /* A rank that heard of a failure elsewhere returns and its caller may
+     * free its buffers while this rank still reads them: the failure it
+     * heard of is the one to name. */
+    ccl_status_t known = ccl__check_failures(comm, what);
+    if (known < 0) return known;
+    /* The peers this rank tells name the rank at fault, not this one. */
+    if (err == ESRCH || err == EFAULT)
+        ccl__comm_blame(comm, q, err == ESRCH ? CCL__CULPRIT_EXITED : CCL__CULPRIT_FAILED);
     if (err == ESRCH)
         return ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d (pid %d on %s) exited while this rank %s its buffer",
                               what, q, (int)p->pid, p->hostname, writing ? "wrote" : "read");
@@ -219,8 +229,9 @@ static ccl_status_t single_copy(struct ccl_comm *comm, const struct ccl__coll_ar
 static int single_copy_can_run(const struct ccl_comm *comm, const struct ccl__coll_args *a, char *why,
                                size_t whylen) {
     if (!comm->single_copy) {
-        snprintf(why, whylen, "single_copy needs every rank on one host, sharing windows, and a kernel that lets "
-                              "each read the others' memory (CCL_DEBUG=INFO at init says why not)");
+        if (comm->single_copy_off[0]) snprintf(why, whylen, "single_copy is off: %s", comm->single_copy_off);
+        else snprintf(why, whylen, "single_copy needs every rank on one host with a shared window (shm between "
+                                   "every pair, CCL_SHM_WINDOW_BYTES > 0)");
         return 0;
     }
     if (a->mem != CCL__MEM_HOST) {

@@ -55,8 +55,11 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
                                   ccl__algo_names[comm->algo_last[k]], comm->algo_why[k]);
     char gpu[48] = "";
     if (comm->gpu_direct) snprintf(gpu, sizeof gpu, " gpu_resident_calls=%u", ccl__gpu_direct_calls(comm));
-    char zc[48] = "";
-    if (comm->mem_serial) snprintf(zc, sizeof zc, " zero_copy_calls=%u", comm->zero_copy_calls);
+    char zc[80] = "";
+    size_t z = 0;
+    /* one host: whether the ranks may read each other's buffers (init's probe) */
+    if (comm->windows) z += (size_t)snprintf(zc, sizeof zc, " single_copy=%s", comm->single_copy ? "on" : "off");
+    if (comm->mem_serial) snprintf(zc + z, sizeof zc - z, " zero_copy_calls=%u", comm->zero_copy_calls);
     snprintf(buf, n,
              "rank=%d ranks=%d hosts=%d local=%d cpus=%d spin_us=%.0f own_core=%d transports=%s ring=%s%s%s algo=%s%s%s",
              comm->rank, comm->nranks, count_hosts(comm), comm->machine_ranks, comm->machine_cpus, comm->spin_s * 1e6,

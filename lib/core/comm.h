@@ -114,6 +114,7 @@ struct ccl_comm {
      * cross-memory attach (core/cma.h): the single-copy algorithm can
      * run. Probed at init, the same on every rank (plan.c). */
     int single_copy;
+    char single_copy_off[200];          /* why it is off, when it is */
     void *single_copy_scratch;          /* its folding pieces, kept between calls (algo/single_copy.c) */
     double cma_call_us, cma_bytes_per_us; /* init's probe of it, the same on every rank (0: not probed) */
     /* Shared allocations (ccl_mem_alloc, coll/mem.c), the same list on

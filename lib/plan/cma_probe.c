@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,21 +40,25 @@ static struct verdict probe_peers(const struct ccl_comm *comm) {
     return (struct verdict){0, -1};
 }
 
-static void say_off(const struct ccl_comm *comm, int r, struct verdict v) {
-    static int said; /* once per process: every communicator would find the same */
-    if (comm->rank != 0 || __atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) return;
+/* Why the path is off (every rank keeps it, for a refused forced call;
+ * rank 0 says it at INFO, once per process: every communicator would
+ * find the same). */
+static void say_off(struct ccl_comm *comm, int r, struct verdict v) {
+    static int said;
     if (v.err < 0) {
-        CCL_INFO(CCL__SUB_PLAN, comm->rank, "single-copy: off (CCL_SINGLE_COPY=0 on rank %d): calls on one host "
-                 "copy through the shared-memory slots", r);
-        return;
+        snprintf(comm->single_copy_off, sizeof comm->single_copy_off, "CCL_SINGLE_COPY=0 on rank %d", r);
+    } else {
+        const char *why = v.err == EXDEV  ? "the ranks are in different PID namespaces"
+                          : v.err == EPERM ? "the kernel refuses cross-memory attach (Yama's ptrace_scope, a seccomp "
+                                             "filter, or a container without CAP_SYS_PTRACE)"
+                          : v.err == ENOSYS ? "this kernel has no cross-memory attach"
+                                            : strerror(v.err);
+        snprintf(comm->single_copy_off, sizeof comm->single_copy_off, "rank %d cannot read rank %d's memory: %s", r,
+                 v.peer, why);
     }
-    const char *why = v.err == EXDEV  ? "the ranks are in different PID namespaces"
-                      : v.err == EPERM ? "the kernel refuses cross-memory attach (Yama's ptrace_scope, a seccomp "
-                                         "filter, or a container without CAP_SYS_PTRACE)"
-                      : v.err == ENOSYS ? "this kernel has no cross-memory attach"
-                                        : strerror(v.err);
-    CCL_INFO(CCL__SUB_PLAN, comm->rank, "single-copy: off: rank %d cannot read rank %d's memory: %s; calls on one "
-             "host copy through the shared-memory slots", r, v.peer, why);
+    if (comm->rank == 0 && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "single-copy: off (%s): calls on one host copy through the "
+                 "shared-memory slots", comm->single_copy_off);
 }
 
 #define PROBE_REPS 7

@@ -326,7 +326,9 @@ static double single_copy_us(const struct model *m, int kind, double n) {
         return 2 * sync + 2 * cma_read_us(m, part * n, 2 * (N - 1) * pieces(n / N, CMA_PIECE)) + part * reduce_us(m, n);
     case CCL__K_REDUCE_SCATTER:
         return 2 * sync + cma_read_us(m, (N - 1) * n, (N - 1) * pieces(n, CMA_PIECE)) + (N - 1) * reduce_us(m, n);
-    case CCL__K_ALL_GATHER: return 2 * sync + copy_us(m, n) + cma_read_us(m, (N - 1) * n, N - 1);
+    /* (out of place, its own block's copy, which every algorithm makes and
+     * the ring's formula leaves out too) */
+    case CCL__K_ALL_GATHER: return 2 * sync + cma_read_us(m, (N - 1) * n, N - 1);
     case CCL__K_BROADCAST: return 2 * sync + cma_read_us(m, n, 1);
     default: return -1;
     }

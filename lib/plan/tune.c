@@ -650,8 +650,8 @@ static int stale_link(struct ccl_comm *comm, const struct ccl__job_shape *shape,
 ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shape *shape, struct ccl__figures *out) {
     combine(comm, out);
     /* Cross-memory attach as init's probe found it (plan/cma_probe.c):
-     * this job's, over the files'. */
-    if (comm->cma_bytes_per_us > 0) {
+     * this job's, over the files', unless those were given by hand. */
+    if (comm->cma_bytes_per_us > 0 && !((out->measured & CCL__FIG_GIVEN) && (out->measured & CCL__FIG_CMA))) {
         out->cma_call_us = comm->cma_call_us, out->cma_bytes_per_us = comm->cma_bytes_per_us;
         out->measured |= CCL__FIG_CMA;
     }

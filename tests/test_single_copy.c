@@ -1,0 +1,250 @@
+/* ctest: TIMEOUT 300 */
+/*
+ * The single-copy algorithm (algo/single_copy.c), in its faults; its
+ * results for every collective, dtype and op are in the collectives'
+ * matrices (CCL_ALGO=...:single_copy on 1, 2, 3 and 7 ranks):
+ *   - init's probe: every rank reads every peer through cross-memory
+ *     attach and ccl_comm_describe says single_copy=on; where the kernel
+ *     refuses one rank (a seccomp filter that answers EPERM, as a
+ *     container's default profile does without CAP_SYS_PTRACE), or one
+ *     rank has CCL_SINGLE_COPY=0, it is off on every rank, a call forced
+ *     onto it is refused with the reason (the communicator stays usable)
+ *     and the planner's calls are right;
+ *   - a root whose buffer is not mapped: both ranks fail the call, the
+ *     reader naming the root and its unmapped buffer, nobody crashes or
+ *     hangs;
+ *   - a rank killed during single-copy all-gathers of 8 MiB: every other
+ *     rank fails within CCL_TIMEOUT naming it, nothing left in /dev/shm.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static int describe_has(ccl_comm_t *comm, const char *what) {
+    char d[2048];
+    return ccl_comm_describe(comm, d, sizeof d) == CCL_OK && strstr(d, what) != NULL;
+}
+
+/* An all-gather of count floats a rank, every element checked. */
+static void all_gather_checked(ccl_comm_t *comm, int rank, int nranks, size_t count, struct harness_tally *t) {
+    float *send = malloc(count * sizeof(float)), *recv = malloc(count * (size_t)nranks * sizeof(float));
+    if (!send || !recv) {
+        EXPECT(t, 0, "out of memory");
+        free(send), free(recv);
+        return;
+    }
+    for (size_t i = 0; i < count; i++) send[i] = (float)(rank * 1000 + (int)(i % 997));
+    EXPECT_OK(t, ccl_all_gather(send, recv, count, CCL_FLOAT32, comm));
+    size_t bad = 0;
+    for (int q = 0; q < nranks; q++)
+        for (size_t i = 0; i < count; i++) bad += recv[(size_t)q * count + i] != (float)(q * 1000 + (int)(i % 997));
+    EXPECT(t, bad == 0, "%zu of %zu gathered elements wrong", bad, count * (size_t)nranks);
+    free(send), free(recv);
+}
+
+/* ---- init's probe ---- */
+
+static int body_on(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    EXPECT(&t, describe_has(comm, "single_copy=on"), "one host, nothing in the way: single-copy is not on");
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, "allgather:single_copy"));
+    all_gather_checked(comm, rank, nranks, 100003, &t);
+    EXPECT(&t, describe_has(comm, "all_gather:single_copy"), "the forced all-gather did not run single-copy");
+    return t.fails;
+}
+
+START_TEST(probed_on) {
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_on};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+/* The kernel refuses this process cross-memory attach, as Docker's
+ * default seccomp profile does to a container without CAP_SYS_PTRACE:
+ * both calls answer EPERM. Installed before init, so the communicator's
+ * threads inherit it. */
+#define REFUSED 1
+static void refuse_cma(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
+    (void)nranks, (void)id, (void)arg;
+    if (rank != REFUSED) return;
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+        fprintf(stderr, "rank %d: cannot install the seccomp filter: %s\n", rank, strerror(errno));
+        _exit(3);
+    }
+}
+
+static int body_off(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    EXPECT(&t, describe_has(comm, "single_copy=off"), "one rank cannot read its peers: single-copy is not off");
+    /* The planner's calls, right, at sizes where single-copy would run. */
+    all_gather_checked(comm, rank, nranks, 1 << 20, &t);
+    /* Forced onto it: refused before anything moves, the reason given. */
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, "allgather:single_copy"));
+    float x = 1, y[8];
+    ccl_status_t st = ccl_all_gather(&x, y, 1, CCL_FLOAT32, comm);
+    EXPECT(&t, st == CCL_ERR_UNSUPPORTED, "a forced single-copy all-gather returned %s", ccl_status_string(st));
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), (const char *)arg) != NULL, "the refusal does not say why: %s",
+           ccl_comm_last_error(comm));
+    EXPECT_OK(&t, ccl_comm_set_algo(comm, "auto"));
+    all_gather_checked(comm, rank, nranks, 1 << 16, &t);
+    return t.fails;
+}
+
+START_TEST(refused_by_the_kernel_on_one_rank) {
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_off, .setup = refuse_cma,
+                              .arg = (void *)"rank 1 cannot read rank 0's memory: the kernel refuses"};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+START_TEST(switched_off_on_one_rank) {
+    static const char *const env[] = {NULL, NULL, "CCL_SINGLE_COPY=0"};
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_off, .rank_env = env,
+                              .arg = (void *)"CCL_SINGLE_COPY=0 on rank 2"};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+/* ---- a buffer that is not there ---- */
+
+#define ROOT 1
+#define UNMAPPED_COUNT (1u << 20)
+
+static int body_unmapped(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks, (void)arg;
+    struct harness_tally t = {.rank = rank};
+    size_t bytes = UNMAPPED_COUNT * sizeof(float);
+    float *buf;
+    if (rank == ROOT) {
+        /* Mapped, then unmapped: an address the process no longer has,
+         * as a buffer freed before the call, or while it runs, is. The
+         * root itself never touches its buffer in place. */
+        buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (buf == MAP_FAILED) {
+            EXPECT(&t, 0, "mmap: %s", strerror(errno));
+            return t.fails;
+        }
+        munmap(buf, bytes);
+    } else {
+        buf = calloc(UNMAPPED_COUNT, sizeof(float));
+    }
+    ccl_status_t st = ccl_broadcast(buf, buf, UNMAPPED_COUNT, CCL_FLOAT32, ROOT, comm);
+    EXPECT(&t, st < 0, "a broadcast from an unmapped buffer returned %s", ccl_status_string(st));
+    /* The root hears of the failure from the reader; had it exited at
+     * once, a slower reader would find it gone instead (ESRCH). */
+    if (rank == ROOT) usleep(500 * 1000);
+    if (rank != ROOT) {
+        const char *e = ccl_comm_last_error(comm);
+        EXPECT(&t, strstr(e, "rank 1") != NULL && strstr(e, "not mapped") != NULL,
+               "the error does not name the root and its unmapped buffer: %s", e);
+        free(buf);
+    }
+    return t.fails;
+}
+
+START_TEST(root_buffer_unmapped) {
+    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_unmapped, .ccl_timeout = "20",
+                              .lenient_destroy = 1, .env = "CCL_ALGO=broadcast:single_copy"};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+/* ---- a rank killed ---- */
+
+#define KILL_TIMEOUT_S 10
+
+static int body_killed(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    size_t count = 2u << 20;
+    float *send = calloc(count, sizeof(float)), *recv = calloc(count * (size_t)nranks, sizeof(float));
+    if (!send || !recv) {
+        EXPECT(&t, 0, "out of memory");
+        free(send), free(recv);
+        return t.fails;
+    }
+    int victim = nranks - 1;
+    ccl_status_t st = CCL_OK;
+    double died = 0;
+    for (int i = 0; i < 1000 && st == CCL_OK; i++) {
+        if (i == 3 && rank == victim) {
+            /* dies a moment into its fourth call, wherever that is */
+            struct sigevent se = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+            timer_t tm;
+            timer_create(CLOCK_MONOTONIC, &se, &tm);
+            struct itimerspec its = {.it_value = {0, 2 * 1000 * 1000}};
+            timer_settime(tm, 0, &its, NULL);
+        }
+        if (i == 3) died = harness_now();
+        st = ccl_all_gather(send, recv, count, CCL_FLOAT32, comm);
+    }
+    EXPECT(&t, rank != victim, "the victim survived");
+    double seen = harness_now() - died;
+    EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "the death gave %s", ccl_status_string(st));
+    EXPECT(&t, seen < KILL_TIMEOUT_S + 5, "the death was seen after %.1f s", seen);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", victim);
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), want) != NULL, "the error does not name the dead rank: %s",
+           ccl_comm_last_error(comm));
+    free(send), free(recv);
+    return t.fails;
+}
+
+START_TEST(rank_killed_during_calls) {
+    static const int ranks[] = {2, 4};
+    char timeout[8];
+    snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
+    struct harness_run run = {.nranks = ranks[_i], .transport = "shm", .body = body_killed, .ccl_timeout = timeout,
+                              .lenient_destroy = 1, .deadline_s = 120, .env = "CCL_ALGO=allgather:single_copy"};
+    harness_run(&run);
+    uint64_t dead = 1ull << (ranks[_i] - 1);
+    char why[2048];
+    harness_describe(&run, dead, why, sizeof why);
+    ck_assert_msg(harness_problems(&run, dead) == 0, "%d ranks: %s", ranks[_i], why);
+    int st = run.status[ranks[_i] - 1];
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the victim was not killed (status 0x%x)", st);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("single_copy");
+    TCase *tc = tcase_create("probe");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, probed_on);
+    tcase_add_test(tc, refused_by_the_kernel_on_one_rank);
+    tcase_add_test(tc, switched_off_on_one_rank);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("faults");
+    tcase_set_timeout(tc, 150);
+    tcase_add_test(tc, root_buffer_unmapped);
+    tcase_add_loop_test(tc, rank_killed_during_calls, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
