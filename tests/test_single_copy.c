@@ -14,7 +14,13 @@
  *     reader naming the root and its unmapped buffer, nobody crashes or
  *     hangs;
  *   - a rank killed during single-copy all-gathers of 8 MiB: every other
- *     rank fails within CCL_TIMEOUT naming it, nothing left in /dev/shm.
+ *     rank fails within CCL_TIMEOUT naming it, nothing left in /dev/shm;
+ *   - point-to-point over shm from CCL_SHM_SINGLE_COPY_BYTES (the receiver
+ *     reads the sender's buffer): messages of 512 KiB + 4 and 3 MiB + 12
+ *     both ways at once, right, and the same with the path off; a send
+ *     from an unmapped buffer (the receiver names the sender) and a
+ *     receive that expects more than is sent (both ranks fail, neither
+ *     hangs).
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -231,6 +237,101 @@ START_TEST(rank_killed_during_calls) {
 }
 END_TEST
 
+/* ---- point-to-point ---- */
+
+static int body_p2p(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks, (void)arg;
+    struct harness_tally t = {.rank = rank};
+    static const size_t sizes[] = {(512u << 10) + 4, (3u << 20) + 12, 1000};
+    int peer = 1 - rank;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        uint8_t *out = malloc(n), *in = malloc(n + 1);
+        if (!out || !in) {
+            EXPECT(&t, 0, "out of memory");
+            free(out), free(in);
+            return t.fails;
+        }
+        for (size_t i = 0; i < n; i++) out[i] = (uint8_t)(i * 7 + (size_t)rank * 13 + k);
+        in[n] = 0xcd;
+        EXPECT_OK(&t, ccl_group_start());
+        EXPECT_OK(&t, ccl_send(out, n, CCL_UINT8, peer, comm));
+        EXPECT_OK(&t, ccl_recv(in, n, CCL_UINT8, peer, comm));
+        EXPECT_OK(&t, ccl_group_end());
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += in[i] != (uint8_t)(i * 7 + (size_t)peer * 13 + k);
+        EXPECT(&t, bad == 0, "%zu bytes: %zu received wrong", n, bad);
+        EXPECT(&t, in[n] == 0xcd, "%zu bytes: the receive wrote past its end", n);
+        free(out), free(in);
+    }
+    return t.fails;
+}
+
+START_TEST(p2p_both_ways) {
+    static const char *const envs[] = {NULL, "CCL_SINGLE_COPY=0"};
+    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_p2p, .env = envs[_i]};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+#define P2P_BYTES (2u << 20)
+
+static int body_p2p_unmapped(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks, (void)arg;
+    struct harness_tally t = {.rank = rank};
+    ccl_status_t st;
+    if (rank == 1) {
+        void *gone = mmap(NULL, P2P_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (gone == MAP_FAILED) {
+            EXPECT(&t, 0, "mmap: %s", strerror(errno));
+            return t.fails;
+        }
+        munmap(gone, P2P_BYTES);
+        st = ccl_send(gone, P2P_BYTES, CCL_UINT8, 0, comm);
+        EXPECT(&t, st < 0, "a send from an unmapped buffer returned %s", ccl_status_string(st));
+        usleep(500 * 1000); /* as body_unmapped's root */
+    } else {
+        uint8_t *in = malloc(P2P_BYTES);
+        st = ccl_recv(in, P2P_BYTES, CCL_UINT8, 1, comm);
+        EXPECT(&t, st < 0, "a receive from an unmapped buffer returned %s", ccl_status_string(st));
+        const char *e = ccl_comm_last_error(comm);
+        EXPECT(&t, strstr(e, "rank 1") != NULL && strstr(e, "not mapped") != NULL,
+               "the error does not name the sender and its unmapped buffer: %s", e);
+        free(in);
+    }
+    return t.fails;
+}
+
+START_TEST(p2p_send_buffer_unmapped) {
+    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_p2p_unmapped, .ccl_timeout = "20",
+                              .lenient_destroy = 1};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
+static int body_p2p_sizes_differ(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks, (void)arg;
+    struct harness_tally t = {.rank = rank};
+    uint8_t *buf = calloc(2 * P2P_BYTES, 1);
+    double t0 = harness_now();
+    ccl_status_t st = rank == 1 ? ccl_send(buf, P2P_BYTES, CCL_UINT8, 0, comm)
+                                : ccl_recv(buf, 2 * P2P_BYTES, CCL_UINT8, 1, comm);
+    EXPECT(&t, st < 0, "a %s of sizes that differ returned %s", rank ? "send" : "receive", ccl_status_string(st));
+    EXPECT(&t, harness_now() - t0 < 15, "it took %.1f s to fail", harness_now() - t0);
+    if (rank == 0)
+        EXPECT(&t, strstr(ccl_comm_last_error(comm), "bytes") != NULL, "the error does not give the sizes: %s",
+               ccl_comm_last_error(comm));
+    free(buf);
+    return t.fails;
+}
+
+START_TEST(p2p_sizes_differ) {
+    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_p2p_sizes_differ, .ccl_timeout = "10",
+                              .lenient_destroy = 1};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("single_copy");
     TCase *tc = tcase_create("probe");
@@ -243,6 +344,12 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, root_buffer_unmapped);
     tcase_add_loop_test(tc, rank_killed_during_calls, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("p2p");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, p2p_both_ways, 0, 2);
+    tcase_add_test(tc, p2p_send_buffer_unmapped);
+    tcase_add_test(tc, p2p_sizes_differ);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -109,6 +109,7 @@ static void next_step(struct lane *l) {
 }
 
 static int wants_zc(struct ccl_comm *comm, const struct ccl__conn *c, const struct ccl__p2p_xfer *x) {
+    if (c->t->zc_by_cma && !comm->single_copy) return 0;
     size_t bytes = x->bytes, min = c->t->zc_min_bytes(ccl__tknobs(comm, c->t));
     return (min && bytes >= min) || (bytes > c->slot_bytes && ccl__reg_is_pinned(comm, c->t, x->buf, bytes));
 }
@@ -125,7 +126,9 @@ static ccl_status_t zc_start(struct lane *l, int *moved) {
     if (!c->t->zc_offer || x->done_bytes) return CCL_OK;
     if (x->is_send) {
         if (!wants_zc(comm, c, x)) return CCL_OK;
-        if (ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg) != CCL_OK) {
+        if (c->t->zc_by_cma) {
+            l->reg = NULL; /* the kernel checks the pages at the read */
+        } else if (ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg) != CCL_OK) {
             CCL_INFO(CCL__SUB_P2P, comm->rank, "%s: %zu bytes to rank %d go through slots: %s",
                      ccl__prims_what(&l->p), bytes, x->peer, comm->last_error);
             return CCL_OK;
@@ -141,8 +144,9 @@ static ccl_status_t zc_start(struct lane *l, int *moved) {
         if (!(m.kind & CCL__SLOT_ZC_OFFER)) return CCL_OK;
         m.kind = (uint16_t)(m.kind & ~CCL__SLOT_ZC_OFFER);
         CCL_CHECK(ccl__prims_check_meta(&l->p, x->peer, &m, m.bytes));
-        st = ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg);
-        if (st == CCL_OK) st = c->t->zc_take(c, x->buf, bytes, l->reg->handle);
+        l->reg = NULL;
+        if (!c->t->zc_by_cma) st = ccl__reg_get(comm, c->t, x->buf, bytes, &l->reg);
+        if (st == CCL_OK) st = c->t->zc_take(c, x->buf, bytes, l->reg ? l->reg->handle : NULL);
         if (st != CCL_OK) return st;
         *moved = 1;
     }
@@ -163,7 +167,7 @@ static ccl_status_t zc_move(struct lane *l, int *moved) {
     if (x->is_send && !l->zc_offered) {
         struct ccl__slot_meta m = ccl__prims_stamp(&l->p, 0);
         m.kind = (uint16_t)(m.kind | CCL__SLOT_ZC_OFFER);
-        ccl_status_t st = c->t->zc_offer(c, &m, x->buf, bytes, l->reg->handle);
+        ccl_status_t st = c->t->zc_offer(c, &m, x->buf, bytes, l->reg ? l->reg->handle : NULL);
         if (st != CCL_OK) return st; /* CCL_INPROGRESS: no free slot yet */
         l->zc_offered = 1;
         *moved = 1;

@@ -182,6 +182,10 @@ struct ccl__transport {
      * receiver has every byte. One offer and one take at a time per
      * connection. */
     size_t (*zc_min_bytes)(const void *knobs);
+    /* Its zero-copy moves the bytes through the kernel's cross-memory
+     * attach (no registration: reg NULL): only where init's probe found
+     * that every rank may read every other (comm->single_copy). */
+    int zc_by_cma;
     ccl_status_t (*zc_offer)(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
                              void *reg);
     ccl_status_t (*zc_take)(struct ccl__conn *c, void *buf, size_t bytes, void *reg);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cma.h"
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -149,6 +150,70 @@ static ccl_status_t shm_recv_release(struct ccl__conn *c) {
     return CCL_OK;
 }
 
+/* ---- single-copy point-to-point (transport.h's zero-copy, through
+ * cross-memory attach) ---- */
+
+static size_t shm_zc_min_bytes(const void *knobs) {
+    return ((const struct ccl__shm_knobs *)knobs)->single_copy_bytes;
+}
+
+static ccl_status_t shm_zc_offer(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
+                                 void *reg) {
+    (void)reg;
+    void *slot;
+    ccl_status_t st = shm_send_acquire(c, sizeof(struct ccl__shm_offer), &slot);
+    if (st != CCL_OK) return st;
+    struct ccl__shm_offer o = {(uint64_t)(uintptr_t)buf, bytes};
+    memcpy(slot, &o, sizeof o);
+    struct ccl__slot_meta mm = *m;
+    mm.bytes = sizeof o;
+    CCL_CHECK(shm_send_commit(c, &mm));
+    shm_conn(c)->offered = shm_conn(c)->send.pos;
+    return CCL_OK;
+}
+
+/* The whole read, here: it is this rank's work, and nothing else of the
+ * transfer is left to wait for. */
+static ccl_status_t shm_zc_take(struct ccl__conn *c, void *buf, size_t bytes, void *reg) {
+    (void)reg;
+    struct ccl_comm *comm = c->comm;
+    const struct ccl__peer_info *pi = &comm->peers[c->peer];
+    const void *slot;
+    struct ccl__slot_meta m;
+    CCL_CHECK(shm_recv_acquire(c, &slot, &m));
+    struct ccl__shm_offer o;
+    if (m.bytes != sizeof o)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's single-copy offer has %u bytes, not %zu", c->peer,
+                              m.bytes, sizeof o);
+    memcpy(&o, slot, sizeof o);
+    if (o.bytes != bytes)
+        return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: rank %d sends %llu bytes where rank %d receives %zu",
+                              c->peer, (unsigned long long)o.bytes, comm->rank, bytes);
+    int err = ccl__cma_read(pi->pid, buf, o.addr, bytes);
+    if (err == ESRCH) {
+        ccl__comm_blame(comm, c->peer, CCL__CULPRIT_EXITED);
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d (pid %d) exited while this rank read its message",
+                              c->peer, (int)pi->pid);
+    }
+    if (err == EFAULT) {
+        ccl__comm_blame(comm, c->peer, CCL__CULPRIT_FAILED);
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's send buffer (%zu bytes at 0x%llx in pid %d) is "
+                              "not mapped there: it was freed or unmapped during the send", c->peer, bytes,
+                              (unsigned long long)o.addr, (int)pi->pid);
+    }
+    if (err)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "shm: reading rank %d's message (pid %d) through cross-memory "
+                              "attach: %s", c->peer, (int)pi->pid, strerror(err));
+    return shm_recv_release(c);
+}
+
+static ccl_status_t shm_zc_done(struct ccl__conn *c, int is_send) {
+    if (!is_send) return CCL_OK; /* the take read every byte */
+    struct ccl__shm_end *e = &shm_conn(c)->send;
+    if (e->seen < shm_conn(c)->offered) CCL_CHECK(sender_refresh(c, e));
+    return e->seen >= shm_conn(c)->offered ? CCL_OK : CCL_INPROGRESS;
+}
+
 static ccl_status_t shm_progress(struct ccl__conn *c, int *moved) {
     (void)c;
     *moved = 0; /* a commit is already in the peer's memory */
@@ -207,6 +272,7 @@ static void shm_knobs_load(void *knobs) {
         window = 64 << 10;
     }
     k->window_bytes = (size_t)window & ~(size_t)4095;
+    k->single_copy_bytes = (size_t)ccl__env_long("CCL_SHM_SINGLE_COPY_BYTES", 512 << 10, 0, 1L << 40);
     ccl__env_str("CCL_SHM_PREFIX", "ccl", k->prefix, sizeof k->prefix);
 }
 
@@ -237,4 +303,9 @@ const struct ccl__transport ccl__transport_shm = {
     .window = ccl__shm_window,
     .wake = shm_wake,
     .shared_wake = ccl__shm_shared_wake,
+    .zc_min_bytes = shm_zc_min_bytes,
+    .zc_offer = shm_zc_offer,
+    .zc_take = shm_zc_take,
+    .zc_done = shm_zc_done,
+    .zc_by_cma = 1,
 };

@@ -33,6 +33,8 @@ struct ccl__shm_knobs {
     size_t slot_bytes;   /* CCL_SHM_SLOT_BYTES: bytes per FIFO slot, a multiple of 64 */
     size_t window_bytes; /* CCL_SHM_WINDOW_BYTES: the direct path's window per rank, whole pages, 0 none */
     char prefix[32];     /* CCL_SHM_PREFIX: start of /dev/shm segment names */
+    size_t single_copy_bytes; /* CCL_SHM_SINGLE_COPY_BYTES: point-to-point messages from this size move in one
+                               * copy (0: never) */
 };
 static inline struct ccl__shm_knobs *ccl__shm_knobs(const struct ccl_comm *comm) {
     return (struct ccl__shm_knobs *)ccl__tknobs(comm, &ccl__transport_shm);
@@ -121,6 +123,14 @@ struct ccl__shm_conn {
     struct ccl__shm_end recv; /* in ours */
     struct ccl__wake_words *peer_wake;
     int peer_fd; /* the peer's segment, to probe its liveness lock; -1: don't */
+    uint64_t offered; /* the send FIFO's position just past our last single-copy offer */
+};
+
+/* A single-copy offer (shm.c): where the sender's buffer lies in its
+ * process; the receiver reads it through cross-memory attach and only
+ * then releases the offer's slot, which tells the sender it is done. */
+struct ccl__shm_offer {
+    uint64_t addr, bytes;
 };
 
 /* Reserves [off, off + len) of a segment's file (posix_fallocate): 0, ENOSPC
