@@ -15,9 +15,11 @@
  *     hangs;
  *   - a rank killed during single-copy all-gathers of 8 MiB: every other
  *     rank fails within CCL_TIMEOUT naming it, nothing left in /dev/shm;
- *   - point-to-point over shm from CCL_SHM_SINGLE_COPY_BYTES (the receiver
- *     reads the sender's buffer): messages of 512 KiB + 4 and 3 MiB + 12
- *     both ways at once, right, and the same with the path off; a send
+ *   - point-to-point over shm from CCL_SHM_SINGLE_COPY_BYTES to
+ *     CCL_SHM_SINGLE_COPY_MAX_BYTES (the receiver reads the sender's
+ *     buffer): messages of 512 KiB + 4 and 2 MiB - 4 (single copy), 3 MiB
+ *     + 12 and 1000 bytes (slots) both ways at once, right, and the same
+ *     with the path off; a send
  *     from an unmapped buffer (the receiver names the sender) and a
  *     receive that expects more than is sent (both ranks fail, neither
  *     hangs).
@@ -242,7 +244,7 @@ END_TEST
 static int body_p2p(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)nranks, (void)arg;
     struct harness_tally t = {.rank = rank};
-    static const size_t sizes[] = {(512u << 10) + 4, (3u << 20) + 12, 1000};
+    static const size_t sizes[] = {(512u << 10) + 4, (2u << 20) - 4, (3u << 20) + 12, 1000};
     int peer = 1 - rank;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         size_t n = sizes[k];

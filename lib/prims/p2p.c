@@ -111,6 +111,7 @@ static void next_step(struct lane *l) {
 static int wants_zc(struct ccl_comm *comm, const struct ccl__conn *c, const struct ccl__p2p_xfer *x) {
     if (c->t->zc_by_cma && !comm->single_copy) return 0;
     size_t bytes = x->bytes, min = c->t->zc_min_bytes(ccl__tknobs(comm, c->t));
+    if (c->t->zc_max_bytes && bytes > c->t->zc_max_bytes(ccl__tknobs(comm, c->t))) return 0;
     return (min && bytes >= min) || (bytes > c->slot_bytes && ccl__reg_is_pinned(comm, c->t, x->buf, bytes));
 }
 

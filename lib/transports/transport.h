@@ -182,6 +182,8 @@ struct ccl__transport {
      * receiver has every byte. One offer and one take at a time per
      * connection. */
     size_t (*zc_min_bytes)(const void *knobs);
+    /* The largest message worth it (NULL: no limit). */
+    size_t (*zc_max_bytes)(const void *knobs);
     /* Its zero-copy moves the bytes through the kernel's cross-memory
      * attach (no registration: reg NULL): only where init's probe found
      * that every rank may read every other (comm->single_copy). */

@@ -35,6 +35,7 @@ struct ccl__shm_knobs {
     char prefix[32];     /* CCL_SHM_PREFIX: start of /dev/shm segment names */
     size_t single_copy_bytes; /* CCL_SHM_SINGLE_COPY_BYTES: point-to-point messages from this size move in one
                                * copy (0: never) */
+    size_t single_copy_max;   /* CCL_SHM_SINGLE_COPY_MAX_BYTES: and up to this size */
 };
 static inline struct ccl__shm_knobs *ccl__shm_knobs(const struct ccl_comm *comm) {
     return (struct ccl__shm_knobs *)ccl__tknobs(comm, &ccl__transport_shm);
