@@ -190,9 +190,14 @@ static void print_sweep(const struct ccl__job_shape *j, const struct ccl__figure
         if (ccl__algos[a] && ccl__algos[a]->run[kind] && ccl__cost_predict(j, f, kind, a, probe) >= 0)
             runs[nruns++] = a;
     int barrier = kind == CCL__K_BARRIER;
-    printf("\n%s: predicted time (us); * the planner's choice%s\n%12s", name,
-           barrier ? "" : ", and the chunk it runs with", barrier ? "" : "bytes");
+    /* The zero-copy path, for buffers of ccl_mem_alloc; + where it beats
+     * the planner's choice (so a call on such buffers takes it). */
+    int zc = ccl__cost_zero_copy_us(j, f, kind, probe) >= 0;
+    printf("\n%s: predicted time (us); * the planner's choice%s%s\n%12s", name,
+           barrier ? "" : ", and the chunk it runs with",
+           zc ? "; zero-copy: buffers of ccl_mem_alloc, + where a call takes it" : "", barrier ? "" : "bytes");
     for (int i = 0; i < nruns; i++) printf(" %11s", ccl__algo_names[runs[i]]);
+    if (zc) printf(" %11s", "zero-copy");
     printf("%s\n", barrier ? "" : "       chunk");
     for (size_t b = o->b; b <= o->e; b = b ? b * o->f : 1) {
         struct ccl__cost_pick p = ccl__cost_choose(j, f, kind, b, o->chunk);
@@ -200,6 +205,8 @@ static void print_sweep(const struct ccl__job_shape *j, const struct ccl__figure
         for (int i = 0; i < nruns; i++)
             printf(" %10.1f%c", ccl__cost_predict_chunk(j, f, kind, runs[i], b, o->chunk, NULL),
                    runs[i] == p.algo ? '*' : ' ');
+        double t = zc ? ccl__cost_zero_copy_us(j, f, kind, b) : 0;
+        if (zc) printf(" %10.1f%c", t, t < p.us ? '+' : ' ');
         if (!barrier) printf(" %11zu", p.chunk);
         printf("\n");
         if (kind == CCL__K_BARRIER) break;

@@ -102,9 +102,6 @@ void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_arg
  * and the caller runs the call its own way. Needs the direct path's
  * windows (one host) and at least two ranks; collective. */
 int ccl__zero_copy_fits(int kind);
-/* The smallest call (bytes) that tries the path: CCL_ZERO_COPY_MIN, or
- * by the rank count (measured: see zero_copy.c); the same on every rank. */
-size_t ccl__zero_copy_min(const struct ccl_comm *comm);
 ccl_status_t ccl__zero_copy_try(struct ccl_comm *comm, const struct ccl__coll_args *a, int *done);
 
 /* The stamps of the library's own exchanges made for a call

@@ -25,9 +25,10 @@
  *              over; no rank returns before every peer is done, so no
  *              caller touches a buffer a peer still reads.
  *
- * Each slice is folded through a small scratch piece and then copied, so
- * an output that is also an input (in place) is never written before
- * every rank has read it. Per byte of the buffer, an all-reduce rank reads
+ * Each slice is folded through a small scratch piece, the last fold
+ * writing the output, so an output that is also an input (in place) is
+ * never written before this rank has read it; no other rank reads that
+ * slice. Per byte of the buffer, an all-reduce rank reads
  * the N inputs' slices once and every other slice once, and writes its
  * output once: 2 reads and 1 write, where the staged paths make 3 and
  * 2.25.
@@ -48,7 +49,7 @@ struct zrec {
 #define ZREC_AT 1024
 _Static_assert(ZREC_AT + 2 * sizeof(struct zrec) <= CCL__WINDOW_GPU_WORDS, "the records end before the GPU words");
 
-#define PIECE_BYTES 16384 /* a fold's scratch: stays in the first-level cache between the reductions and the copy */
+#define PIECE_BYTES 16384 /* a fold's scratch: stays in the first-level cache from one fold to the next */
 
 static struct zrec *zrec_of(const struct ccl__direct *d, int rank) {
     return (struct zrec *)(void *)(ccl__direct_ctrl_page(d, rank) + ZREC_AT) + (d->g & 1);
@@ -83,17 +84,21 @@ static char *peer_buf(const struct ccl_comm *comm, const struct zrec *z, int q, 
     return m && m->peer[q] ? (char *)m->peer[q] + (recv ? z->recv_off : z->send_off) : NULL;
 }
 
-/* dst <- srcs[0] op srcs[1] op ... op srcs[n - 1], n elements, through the
- * scratch piece (divided for CCL_AVG). */
+/* dst <- srcs[0] op srcs[1] op ... op srcs[n - 1], n elements (divided
+ * for CCL_AVG), the partial folds in the scratch piece: in place, dst is
+ * one of the inputs, read after the first folds. The last fold writes dst
+ * itself (an exact alias of an input, compute.h): no other rank reads
+ * this slice of any input. */
 static void fold(const struct ccl__direct *d, char *scratch, char *dst, char *const *srcs, size_t at, size_t n) {
     const struct ccl__compute *cu = d->p.compute;
     size_t es = d->p.esize, per = PIECE_BYTES / es;
+    int N = d->n;
     for (size_t off = 0; off < n; off += per) {
         size_t m = n - off < per ? n - off : per, b = (at + off) * es;
-        cu->reduce(d->p.reduce, scratch, srcs[0] + b, srcs[1] + b, m);
-        for (int q = 2; q < d->n; q++) cu->reduce(d->p.reduce, scratch, scratch, srcs[q] + b, m);
-        if (d->p.id.op == CCL_AVG) cu->divide(scratch, m, d->p.id.dtype, d->n);
-        cu->copy(dst + off * es, scratch, m * es);
+        char *out = dst + off * es;
+        for (int q = 1; q < N; q++)
+            cu->reduce(d->p.reduce, q == N - 1 ? out : scratch, q == 1 ? srcs[0] + b : scratch, srcs[q] + b, m);
+        if (d->p.id.op == CCL_AVG) cu->divide(out, m, d->p.id.dtype, N);
     }
 }
 
@@ -132,26 +137,6 @@ static ccl_status_t run(struct ccl__direct *d, const struct ccl__coll_args *a, c
     }
     free(scratch);
     return CCL_OK;
-}
-
-/* From what size the path pays. In place, every rank's output is also
- * what its peers read: the lines of a rank's buffer go back and forth
- * between the cores each call, which the staged paths (whose outputs no
- * peer reads) never pay; out of place the path pays much earlier. Measured
- * on the 2-core development machine (all-reduce, medians of 5 alternating
- * rounds, time zero-copy / staged): out of place 0.80 at 16 KiB, 0.68 at
- * 32 KiB and 0.59 at 1 MiB on 2 ranks, 0.82-0.48 from 16 KiB on 4; in
- * place on 2 ranks 1.36-1.07 up to 1 MiB and 0.65 at 4 MiB, on 4 ranks
- * 1.07 at 64 KiB, 0.94 at 128 KiB, 0.61 at 1 MiB. The threshold must be
- * the same on every rank, and a call may be in place on one rank and not
- * on another, so it goes by the rank count alone, where in place stops
- * losing. */
-#define MIN_TWO_RANKS (1u << 20)
-#define MIN_MORE_RANKS (128u << 10)
-
-size_t ccl__zero_copy_min(const struct ccl_comm *comm) {
-    if (comm->params.zero_copy_min >= 0) return (size_t)comm->params.zero_copy_min;
-    return comm->nranks == 2 ? MIN_TWO_RANKS : MIN_MORE_RANKS;
 }
 
 int ccl__zero_copy_fits(int kind) {

@@ -37,11 +37,15 @@ static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *a)
 
 /* Whether a call tries the zero-copy path (algo/zero_copy.c): the same
  * answer on every rank called alike (the communicator's allocations are
- * made and freed collectively, in call order); whether it runs there is
- * the path's own agreement. */
-static int zero_copy_wanted(const struct ccl_comm *comm, const struct ccl__coll_args *a) {
+ * made and freed collectively, in call order; CCL_ZERO_COPY_MIN, or the
+ * model, decides by the call's size alike); whether it runs there is the
+ * path's own agreement. */
+static int zero_copy_wanted(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     if (!comm->nmems || !comm->windows || !comm->params.zero_copy || !ccl__zero_copy_fits(a->id.kind)) return 0;
-    return a->id.count * ccl_dtype_size(a->id.dtype) >= ccl__zero_copy_min(comm);
+    size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
+    if (comm->params.zero_copy_min >= 0) return bytes >= (size_t)comm->params.zero_copy_min;
+    /* the model's bytes: a block for reduce-scatter, a rank's share for all-gather (cost.h) */
+    return ccl__plan_model_zero_copy_pays(comm, a->id.kind, bytes);
 }
 
 /* Calls with nothing to move never reach an algorithm: every algorithm

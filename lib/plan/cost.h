@@ -173,6 +173,13 @@ double ccl__cost_predict_chunk(const struct ccl__job_shape *j, const struct ccl_
 double ccl__cost_predict(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, int algo,
                          size_t bytes);
 
+/* Predicted microseconds of the zero-copy path (algo/zero_copy.c) for a
+ * call whose buffers lie in shared allocations on every rank (bytes as
+ * above); negative where it cannot run (no windows, a kind it does not
+ * run). Not an algorithm: whether a call may take it depends on its
+ * buffers, so the planner weighs it against its pick (coll/batch.c). */
+double ccl__cost_zero_copy_us(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind, size_t bytes);
+
 /* The cheapest algorithm for the call (-1 if none can), its prediction in
  * *us and its chunk (chunk: the call's fixed chunk, or 0 for the model's
  * cheapest), and the runner-up (algorithm and time; -1 when there is

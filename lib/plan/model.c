@@ -129,6 +129,12 @@ struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, si
     return p;
 }
 
+int ccl__plan_model_zero_copy_pays(struct ccl_comm *comm, int kind, size_t bytes) {
+    double zc = ccl__cost_zero_copy_us(&comm->cost->shape, &comm->cost->fig, kind, bytes);
+    struct ccl__cost_pick p = ccl__plan_model_choose(comm, kind, bytes);
+    return zc >= 0 && (p.algo < 0 || zc < p.us);
+}
+
 size_t ccl__plan_model_chunk(struct ccl_comm *comm, int kind, int algo, size_t bytes) {
     struct ccl__cost_state *s = comm->cost;
     if (s->forced[kind].algo == algo && s->forced[kind].bytes == bytes) return s->forced[kind].chunk;

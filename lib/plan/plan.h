@@ -153,6 +153,9 @@ struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, si
  * when set; a repeat of a kind's last size and algorithm skips the model),
  * and its prediction of algo at a given chunk. */
 size_t ccl__plan_model_chunk(struct ccl_comm *comm, int kind, int algo, size_t bytes);
+/* Whether the model finds the zero-copy path cheaper than its pick for a
+ * call of kind moving bytes (the same answer on every rank). */
+int ccl__plan_model_zero_copy_pays(struct ccl_comm *comm, int kind, size_t bytes);
 double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, size_t bytes, size_t chunk);
 
 /* The collective (enum ccl__op_kind) a CCL_ALGO name means: NCCL's

@@ -235,7 +235,7 @@ def test_shared_memory_runs_zero_copy():
         x[:] = comm.rank + 1
         comm.all_reduce(x)
         assert (x == comm.size * (comm.size + 1) / 2).all()
-        k = 32768  # 256 KiB a rank: past the zero-copy threshold of 3 ranks (128 KiB)
+        k = 32768  # 256 KiB a rank: where the cost model sends a call on shared memory zero-copy
         y = comm.empty(comm.size * k, "int64")
         y[comm.rank * k:(comm.rank + 1) * k] = comm.rank
         comm.all_gather(y[comm.rank * k:(comm.rank + 1) * k], y)
