@@ -225,9 +225,20 @@ CCL_API ccl_status_t ccl_comm_deregister(ccl_comm_t *comm, void *handle);
  * comm has finished, so memory an asynchronous call still uses is never
  * unmapped under it. A pointer that ccl_mem_alloc did not return on comm,
  * or one freed already, is CCL_ERR_INVALID_ARGUMENT and changes nothing.
- * The communicator's destroy frees what is left. */
+ * The communicator's destroy frees what is left.
+ * ccl_mem_release is the free of a caller that cannot make a collective
+ * call where it lets go of the memory (a tensor's deleter): this rank
+ * alone says it is done with ptr, from any thread, at any time, even on a
+ * failed communicator. The memory goes, collectively, at a later
+ * ccl_mem_alloc once every rank has released it; that allocation reuses
+ * it (zeroed again) where the sizes fit, on every rank alike, which spares
+ * a new mapping on every rank. Released memory must not be used any more
+ * (a call issued before the release may still run on it: the reclaim
+ * waits for it). A pointer that is no allocation of comm, or one released
+ * already, is CCL_ERR_INVALID_ARGUMENT. */
 CCL_API CCL_NODISCARD ccl_status_t ccl_mem_alloc(ccl_comm_t *comm, size_t bytes, void **ptr);
 CCL_API ccl_status_t ccl_mem_free(ccl_comm_t *comm, void *ptr);
+CCL_API ccl_status_t ccl_mem_release(ccl_comm_t *comm, void *ptr);
 
 /* ---- tracing (docs/trace-format.md) ----
  * Records every chunk movement and reduction of this rank. Call on every

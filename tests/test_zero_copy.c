@@ -14,6 +14,12 @@
  *     ccl_mem_alloc, a foreign pointer and a double free to ccl_mem_free
  *     (the culprit named, nothing changed), a free while an asynchronous
  *     call still runs on the memory (the free waits for it);
+ *   - ccl_mem_release, one rank's own, from any thread: an allocation
+ *     every rank released goes at the next ccl_mem_alloc, which reuses it
+ *     where it fits (the same address, zeroed again, zero-copy on it); one
+ *     released by some ranks only stays, usable by the others; a second
+ *     release, a foreign pointer and a free of released memory are
+ *     refused;
  *   - CCL_ZERO_COPY=0: the same calls, right, none zero-copy;
  *   - a rank killed in the middle of zero-copy all-reduces: every other
  *     rank fails within CCL_TIMEOUT naming it, and nothing is left in
@@ -21,6 +27,7 @@
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +256,78 @@ static int body_misuse(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     return t.fails;
 }
 
+/* ---- releases ---- */
+
+static void *release_on_a_thread(void *arg) {
+    void **job = arg; /* comm, ptr */
+    return (void *)(intptr_t)ccl_mem_release(job[0], job[1]);
+}
+
+static int body_release(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    size_t big = 1 << 20, small = 64 << 10;
+    uint8_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, big, (void **)&a)) != CCL_OK ||
+        EXPECT_OK(&t, ccl_mem_alloc(comm, small, (void **)&b)) != CCL_OK)
+        return t.fails;
+    memset(a, 0x5a, big);
+    /* a: every rank, from a thread of its own; b: rank 0 alone */
+    void *job[2] = {comm, a};
+    pthread_t th;
+    void *ret = NULL;
+    EXPECT(&t, pthread_create(&th, NULL, release_on_a_thread, job) == 0, "pthread_create");
+    pthread_join(th, &ret);
+    EXPECT(&t, (ccl_status_t)(intptr_t)ret == CCL_OK, "a release from another thread: %s",
+           ccl_status_string((ccl_status_t)(intptr_t)ret));
+    if (rank == 0) EXPECT_OK(&t, ccl_mem_release(comm, b));
+    ccl_status_t st = ccl_mem_release(comm, a);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT && strstr(ccl_comm_last_error(comm), "released already"),
+           "a second release: %s (%s)", ccl_status_string(st), ccl_comm_last_error(comm));
+    int local;
+    st = ccl_mem_release(comm, &local);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "a release of a foreign pointer: %s", ccl_status_string(st));
+    /* c fits a's mapping: a is reused on every rank, zeroed */
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, big - 100, (void **)&c)) != CCL_OK) return t.fails;
+    EXPECT(&t, c == a, "an allocation that fits what every rank released got %p, not %p", (void *)c, (void *)a);
+    size_t dirty = 0;
+    for (size_t i = 0; i < big - 100; i++) dirty += c[i] != 0;
+    EXPECT(&t, dirty == 0, "%zu bytes of the reused allocation are not zero", dirty);
+    long z0 = zero_copy_calls(comm);
+    float *f = (float *)c;
+    size_t count = (big - 100) / sizeof(float);
+    for (size_t i = 0; i < count; i++) f[i] = (float)(rank + 1);
+    EXPECT_OK(&t, ccl_all_reduce(f, f, count, CCL_FLOAT32, CCL_SUM, comm));
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) bad += f[i] != (float)(nranks * (nranks + 1) / 2);
+    EXPECT(&t, bad == 0, "%zu of %zu sums wrong on the reused allocation", bad, count);
+    EXPECT(&t, zero_copy_calls(comm) == z0 + 1, "the call on the reused allocation did not run zero-copy");
+    /* b, released by rank 0 alone, stayed: the others still use it */
+    if (rank != 0) {
+        memset(b, rank, small);
+        EXPECT_OK(&t, ccl_mem_release(comm, b));
+    }
+    /* now released everywhere; too small for d: freed at d's allocation */
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, 4 * big, (void **)&d)) != CCL_OK) return t.fails;
+    st = ccl_mem_release(comm, b);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT && strstr(ccl_comm_last_error(comm), "freed already"),
+           "b, released everywhere, was not freed at the next allocation: %s (%s)", ccl_status_string(st),
+           ccl_comm_last_error(comm));
+    /* a free of released memory is refused (collective: every rank alike) */
+    EXPECT_OK(&t, ccl_mem_release(comm, d));
+    st = ccl_mem_free(comm, d);
+    EXPECT(&t, st == CCL_ERR_INVALID_ARGUMENT, "a free of released memory: %s", ccl_status_string(st));
+    EXPECT_OK(&t, ccl_mem_free(comm, c));
+    EXPECT_OK(&t, ccl_barrier(comm));
+    return t.fails;
+}
+
+START_TEST(released_then_reclaimed) {
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_release, .env = "CCL_ZERO_COPY_MIN=0"};
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 START_TEST(misuse_and_disagreement) {
     struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_misuse, .env = "CCL_ZERO_COPY_MIN=0"};
     HARNESS_RUN_OK(&run);
@@ -316,6 +395,7 @@ static Suite *suite(void) {
     tc = tcase_create("misuse");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, misuse_and_disagreement);
+    tcase_add_test(tc, released_then_reclaimed);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, 150);

@@ -70,6 +70,7 @@ static void comm_free(struct ccl_comm *comm) {
     if (comm->event_fd >= 0) close(comm->event_fd);
     pthread_mutex_destroy(&comm->err_lock);
     pthread_mutex_destroy(&comm->made_ops.lock);
+    pthread_mutex_destroy(&comm->mem_lock);
     free(comm->made_ops.slots);
     free(comm->peers);
     free(comm->blobs);
@@ -98,6 +99,7 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     comm->params = *ccl__params_get();
     pthread_mutex_init(&comm->err_lock, NULL);
     pthread_mutex_init(&comm->made_ops.lock, NULL);
+    pthread_mutex_init(&comm->mem_lock, NULL);
     comm->wake = &comm->local_wake;
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     comm->boot_fd = -1;

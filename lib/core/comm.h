@@ -36,7 +36,9 @@ struct ccl__pair_chan;
 struct ccl__mem {
     uint64_t serial;
     void *base;
-    size_t bytes;
+    size_t bytes;       /* as asked (its mappings are whole pages: mapped) */
+    size_t mapped;
+    int released;       /* this rank let go of it (ccl_mem_release; under comm->mem_lock) */
     int fd;             /* the memory's file (memfd), which peers open through /proc */
     int shared;         /* every peer's allocation is mapped here */
     uint8_t **peer;     /* [nranks] */
@@ -122,6 +124,7 @@ struct ccl_comm {
      * through them. Changed on the executor only, in call order. */
     struct ccl__mem *mems;
     int nmems;
+    pthread_mutex_t mem_lock;           /* the list against ccl_mem_release's lookups from any thread */
     uint64_t mem_serial;                /* allocations made so far: an allocation's serial is the same on every rank */
     unsigned zero_copy_calls;           /* collectives that took the zero-copy path (ccl_comm_describe) */
     signed char algo_forced[CCL__MAX_OP_KINDS]; /* CCL_ALGO per collective, -1 for the planner's choice */
