@@ -89,6 +89,7 @@ ccl_status_t ccl__direct_init(struct ccl__direct *d, struct ccl_comm *comm, cons
     d->r = comm->rank;
     d->area = ccl__direct_area(comm->window_bytes);
     d->g = d->g0 = comm->direct_rounds;
+    d->long_reads = 0;
     return ccl__prims_init(&d->p, comm, &a->id, d->area, a->mem);
 }
 
@@ -120,7 +121,9 @@ ccl_status_t ccl__direct_wait(const struct ccl__direct *d, enum ccl__direct_flag
     struct flag_wait w = {.d = d, .f = f, .want = want, .pending = comm->scratch_conns};
     for (int q = 0; q < d->n; q++)
         if (q != d->r && (rank < 0 || q == rank)) w.pending[w.npending++] = comm->conns[q];
-    return ccl__wait(comm, ccl__prims_what(&d->p), w.pending, &w.npending, poll_flag, &w);
+    static const struct ccl__wait_opts long_reads = {.no_learn = 1};
+    return ccl__wait_with(comm, ccl__prims_what(&d->p), w.pending, &w.npending, poll_flag, &w,
+                          d->long_reads ? &long_reads : NULL);
 }
 
 /* Publishes counter f = the current round and rings every peer. */

@@ -29,6 +29,9 @@ struct ccl__direct {
     size_t area; /* bytes of one in or out area */
     uint64_t g;  /* the current round */
     uint64_t g0; /* the round before the call's first (trace: the call's round number is g - 1 - g0) */
+    /* Its rounds read whole buffers at a time (single-copy, zero-copy):
+     * their waits teach the communicator's waits nothing (wait.h). */
+    int long_reads;
 };
 
 ccl_status_t ccl__direct_init(struct ccl__direct *d, struct ccl_comm *comm, const struct ccl__coll_args *a);

@@ -199,6 +199,7 @@ static ccl_status_t single_copy(struct ccl_comm *comm, const struct ccl__coll_ar
     struct single s = {.a = a};
     struct ccl__direct *d = &s.d;
     CCL_CHECK(ccl__direct_init(d, comm, a));
+    d->long_reads = 1;
     int folds = a->id.kind != CCL__K_ALL_GATHER && a->id.kind != CCL__K_BROADCAST;
     s.rec = malloc(sizeof(*s.rec) * (size_t)d->n);
     /* Kept for the communicator's life: freed and taken again each call,

@@ -148,6 +148,7 @@ ccl_status_t ccl__zero_copy_try(struct ccl_comm *comm, const struct ccl__coll_ar
     *done = 0;
     struct ccl__direct d;
     CCL_CHECK(ccl__direct_init(&d, comm, a));
+    d.long_reads = 1;
     CCL_CHECK(ccl__direct_begin(&d, -1));
     *zrec_of(&d, d.r) = my_record(comm, a);
     CCL_CHECK(ccl__direct_post(&d, 0));

@@ -84,7 +84,7 @@ double ccl__wait_next_yield(double yield_s, double base_s, double max_s, int sle
 
 static void waiter_learn(struct ccl__waiter *w, double now) {
     struct ccl_comm *c = w->comm;
-    if (w->o->detached) return; /* the executor's to learn */
+    if (w->o->detached || w->o->no_learn) return; /* the executor's to learn; or nothing to learn */
     c->yield_s = ccl__wait_next_yield(c->yield_s, c->yield_base_s, c->yield_max_s, w->slept, now - w->idle_since);
 }
 

@@ -210,6 +210,15 @@ class SharedMemory:
         _check(_c.ccl_mem_free(self.comm._p(), self.ptr), self.comm._ptr, "mem_free")
         self.ptr = None
 
+    def release(self):
+        """This rank is done with the memory (ccl_mem_release): not
+        collective; it goes at a later mem_alloc once every rank released
+        it, which may reuse it. Views of it must not be touched after."""
+        if self.ptr is None:
+            raise InvalidArgument("mem_release: freed or released already")
+        _check(_c.ccl_mem_release(self.comm._p(), self.ptr), self.comm._ptr, "mem_release")
+        self.ptr = None
+
 
 class Comm:
     """A communicator: Comm(nranks, rank, uid) with uid from
@@ -364,18 +373,28 @@ class Comm:
         mem = self.mem_alloc(max(1, n * dt.itemsize))
         return mem.numpy(dt, shape)
 
+    @staticmethod
+    def _shared_of(mem, what):
+        """The SharedMemory that mem is, or lies under (an array of empty,
+        or a view of one)."""
+        m = mem if isinstance(mem, SharedMemory) else None
+        base = mem
+        while base is not None and m is None:
+            m = getattr(base, "_ccl_shared", None)
+            base = getattr(base, "base", None)
+        if m is None:
+            raise InvalidArgument(f"{what}: not memory of mem_alloc or empty")
+        return m
+
     def mem_free(self, mem):
         """Frees a SharedMemory, or the one under an array of comm.empty
         (collective, after every call issued before it)."""
-        m = mem if isinstance(mem, SharedMemory) else getattr(mem, "_ccl_shared", None)
-        if m is None:
-            base = mem
-            while base is not None and m is None:
-                m = getattr(base, "_ccl_shared", None)
-                base = getattr(base, "base", None)
-        if m is None:
-            raise InvalidArgument("mem_free: not memory of mem_alloc or empty")
-        m.free()
+        self._shared_of(mem, "mem_free").free()
+
+    def mem_release(self, mem):
+        """Releases a SharedMemory, or the one under an array of
+        comm.empty: this rank alone, at any time (SharedMemory.release)."""
+        self._shared_of(mem, "mem_release").release()
 
     # ---- calling ----
 

@@ -93,6 +93,7 @@ _protos = {
     "ccl_comm_deregister": (_i, [_comm, _vp]),
     "ccl_mem_alloc": (_i, [_comm, _sz, ctypes.POINTER(_vp)]),
     "ccl_mem_free": (_i, [_comm, _vp]),
+    "ccl_mem_release": (_i, [_comm, _vp]),
     "ccl_group_start": (_i, []),
     "ccl_group_end": (_i, []),
     "ccl_test": (_i, [_vp, ctypes.POINTER(_i)]),

@@ -110,6 +110,15 @@ def origin(group):
     return _ext.origin(backend)
 
 
+def describe(group):
+    """ccl_comm_describe of a process group's libccl communicator (its
+    transports, ring, the algorithm each collective last ran, and on one
+    host single_copy=on|off and zero_copy_calls=N); None where the group
+    is not this backend's."""
+    backend = group._get_backend(torch.device("cpu")) if hasattr(group, "_get_backend") else group
+    return _ext.describe(backend)
+
+
 def flight_recorder_dump():
     """This process's flight recorder (the last calls of every libccl
     process group), pickled in the format of torch's own recorder, as

@@ -330,6 +330,7 @@ class ProcessGroupCCL : public CclBase {
     TORCH_CHECK(st == CCL_OK, "ccl: init of rank ", rank, " of ", size, " failed: ", ccl_status_string(st),
                 " (the CCL WARN line above says why)");
     timeout_s_ = timeout_s;
+    mem_owner_->comm = comm_;
     worker_ = std::thread([this] { run(); });
   }
 
@@ -339,12 +340,20 @@ class ProcessGroupCCL : public CclBase {
                   std::vector<int> global_ranks)
       : CclBase(rank, size), comm_(comm), origin_(origin), global_ranks_(std::move(global_ranks)) {
     timeout_s_ = timeout_s;
+    mem_owner_->comm = comm_;
     worker_ = std::thread([this] { run(); });
   }
 
   ~ProcessGroupCCL() override { stop(); }
 
   const char* origin() const { return origin_; }
+
+  // ccl_comm_describe of the communicator (how it is wired, what ran).
+  std::string describe() const {
+    char buf[2048] = "";
+    if (comm_) (void)ccl_comm_describe(comm_, buf, sizeof buf);
+    return buf;
+  }
 
   // Ranks of this group in the default group (where torch said), else in this one.
   std::vector<int> global(const std::vector<int>& ranks) const {
@@ -683,6 +692,29 @@ class ProcessGroupCCL : public CclBase {
                                                 "ccl_comm_split", global(sorted));
   }
 
+  // Tensors in memory every rank of the host maps (ccl_mem_alloc), which
+  // torch asks for where a caller wants buffers the backend moves fastest
+  // (FSDP2's set_allocate_memory_from_process_group: its all-gather and
+  // reduce-scatter staging): collectives on them run zero-copy. Allocating
+  // is collective, in issue order with the calls; a tensor's deleter only
+  // releases its memory (ccl_mem_release, this rank's alone), which a
+  // later allocation frees, or reuses, once every rank has released it. A
+  // tensor must not outlive its process group: the group's shutdown
+  // unmaps what is left.
+  bool supportsTensorAlloc(c10::DeviceIndex) override { return true; }
+
+  at::Tensor allocateTensor(long size, at::TensorOptions options) override {
+    TORCH_CHECK(!options.has_device() || options.device().is_cpu(),
+                "ccl: allocateTensor: shared allocations are host memory; asked for ", options.device());
+    TORCH_CHECK(size >= 0, "ccl: allocateTensor: size ", size, " is negative");
+    size_t bytes = (size_t)size * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+    void* p = nullptr;
+    ccl_status_t st = run_now([&] { return ccl_mem_alloc(comm_, bytes ? bytes : 1, &p); });
+    TORCH_CHECK(st == CCL_OK, "ccl: allocateTensor: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
+    std::shared_ptr<MemOwner> owner = mem_owner_;
+    return at::from_blob(
+        p, {size}, [owner](void* q) { owner->release(q); }, options.device(at::kCPU));
+  }
 #endif
 
   // new_group (and a DeviceMesh on CPU) creates a sub-group on its members
@@ -961,6 +993,7 @@ class ProcessGroupCCL : public CclBase {
     }
     cv_.notify_all();
     if (worker_.joinable()) worker_.join();  // queued operations finish first
+    mem_owner_->forget();  // tensors that outlive the group release nothing
     if (comm_) ccl_comm_destroy(comm_);
     comm_ = nullptr;
   }
@@ -998,6 +1031,21 @@ class ProcessGroupCCL : public CclBase {
   }
 
   ccl_comm_t* comm_ = nullptr;
+  // The communicator as allocated tensors' deleters see it: gone once the
+  // group stops.
+  struct MemOwner {
+    std::mutex mu;
+    ccl_comm_t* comm;
+    void release(void* p) {
+      std::lock_guard<std::mutex> g(mu);
+      if (comm) (void)ccl_mem_release(comm, p);
+    }
+    void forget() {
+      std::lock_guard<std::mutex> g(mu);
+      comm = nullptr;
+    }
+  };
+  std::shared_ptr<MemOwner> mem_owner_ = std::make_shared<MemOwner>();
   const char* origin_ = "store";  // how the communicator was made (origin(), for tests)
   std::vector<int> global_ranks_;  // this group's ranks in the default group (empty: unknown)
   size_t pg_id_ = next_pg_id()++;  // the flight recorder's number for it, in creation order
@@ -1043,6 +1091,14 @@ c10::optional<std::string> origin(const c10::intrusive_ptr<CclBase>& pg) {
   return std::string(p->origin());
 }
 
+// ccl_comm_describe of a ccl process group's communicator; None for
+// another backend.
+c10::optional<std::string> describe(const c10::intrusive_ptr<CclBase>& pg) {
+  auto* p = dynamic_cast<ProcessGroupCCL*>(pg.get());
+  if (!p) return c10::nullopt;
+  return p->describe();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -1057,6 +1113,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "communicator by the members alone, or None where the parent is not a ccl process group",
         pybind11::arg("parent"), pybind11::arg("ranks"), pybind11::arg("timeout"));
   m.def("origin", &origin, "how a ccl process group's communicator was made", pybind11::arg("pg"));
+  m.def("describe", &describe, "ccl_comm_describe of a ccl process group's communicator", pybind11::arg("pg"));
   // The backend's own Python type, so that what torch asks of a backend
   // it can split (beyond the Backend interface) is there: with a bound
   // device (init_process_group(device_id=...)), new_group has each

@@ -249,6 +249,17 @@ def test_shared_memory_runs_zero_copy():
         mem.free()
         with pytest.raises(ccl.InvalidArgument):
             mem.free()
+        # a release is this rank's alone; the next allocation reuses what
+        # every rank released (the same address, zeroed)
+        z = comm.empty(1 << 16, "uint8")
+        z[:] = 9
+        addr = z.ctypes.data
+        comm.mem_release(z)
+        with pytest.raises(ccl.InvalidArgument):
+            comm.mem_release(z)
+        w = comm.empty(1 << 16, "uint8")
+        assert w.ctypes.data == addr and not w.any()
+        comm.mem_free(w)
         with pytest.raises(ccl.InvalidArgument):
             comm.mem_free(np.zeros(4))
         # different sizes: every rank refuses

@@ -90,6 +90,12 @@ def test_fsdp2_matches_one_process():
 
 
 @needs_torch2
+def test_fsdp2_on_shared_allocations_matches_one_process():
+    outs = launch("fsdp2_shared", 4)
+    expect_ok(outs, "fsdp2_shared")
+
+
+@needs_torch2
 def test_2d_mesh_dtensor_matches_one_process():
     outs = launch("mesh2d", 4)
     expect_ok(outs, "mesh2d")

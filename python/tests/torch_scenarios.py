@@ -3,6 +3,7 @@ test_torch.py as: torch_scenarios.py SCENARIO RANK WORLD INIT_FILE.
 Exits 0 when every check on this rank passed."""
 import datetime
 import os
+import re
 import sys
 import time
 
@@ -555,6 +556,26 @@ def check_fsdp2(rank, world, gloo):
     compare_with_one_process(rank, full_params(model), f"fsdp2 on {world} ranks", 2 * world)
 
 
+def check_fsdp2_shared(rank, world, gloo):
+    """FSDP2 with its all-gather and reduce-scatter staging allocated by
+    the process group (set_allocate_memory_from_process_group: libccl's
+    shared allocations, released by the tensors' deleters): the same
+    parameters as one process, and all-gathers that ran zero-copy."""
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    model = Block()
+    for m in (model.q, model.k, model.v, model.o, model.fc1, model.fc2):
+        fully_shard(m)
+        m.set_allocate_memory_from_process_group(True)
+    fully_shard(model)
+    model.set_allocate_memory_from_process_group(True)
+    train_block(model, 20, rank, world)
+    compare_with_one_process(rank, full_params(model), f"fsdp2 on shared allocations, {world} ranks", 2 * world)
+    d = ccl.torch.describe(dist.group.WORLD)
+    m = re.search(r"zero_copy_calls=(\d+)", d or "")
+    assert m and int(m.group(1)) > 0, f"no call ran zero-copy: {d}"
+
+
 def check_mesh2d(rank, world, gloo):
     """A 2 x 2 DeviceMesh (data parallel x tensor parallel): the block's
     projections split over "tp" (column-wise q, k, v and fc1, row-wise o
@@ -685,7 +706,7 @@ def check_abort(rank, world, gloo):
     raise AssertionError("a call on an aborted process group completed")
 
 
-SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
+SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "fsdp2_shared": check_fsdp2_shared, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
              "set_timeout": check_set_timeout, "bound": check_bound,
              "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
