@@ -91,7 +91,9 @@ def test_fsdp2_matches_one_process():
 
 @needs_torch2
 def test_fsdp2_on_shared_allocations_matches_one_process():
-    outs = launch("fsdp2_shared", 4)
+    # CCL_ZERO_COPY_MIN=0: the block's calls are a few KiB, where the cost
+    # model keeps them on the direct path; here they must run zero-copy
+    outs = launch("fsdp2_shared", 4, env={"CCL_ZERO_COPY_MIN": "0"})
     expect_ok(outs, "fsdp2_shared")
 
 

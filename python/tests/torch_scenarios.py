@@ -558,17 +558,18 @@ def check_fsdp2(rank, world, gloo):
 
 def check_fsdp2_shared(rank, world, gloo):
     """FSDP2 with its all-gather and reduce-scatter staging allocated by
-    the process group (set_allocate_memory_from_process_group: libccl's
+    the process group (set_allocate_memory_from_process_group_for_comm: libccl's
     shared allocations, released by the tensors' deleters): the same
-    parameters as one process, and all-gathers that ran zero-copy."""
+    parameters as one process, and calls that ran zero-copy (the test sets
+    CCL_ZERO_COPY_MIN=0)."""
     from torch.distributed.fsdp import fully_shard
     torch.manual_seed(0)
     model = Block()
     for m in (model.q, model.k, model.v, model.o, model.fc1, model.fc2):
         fully_shard(m)
-        m.set_allocate_memory_from_process_group(True)
+        m.set_allocate_memory_from_process_group_for_comm(True)
     fully_shard(model)
-    model.set_allocate_memory_from_process_group(True)
+    model.set_allocate_memory_from_process_group_for_comm(True)
     train_block(model, 20, rank, world)
     compare_with_one_process(rank, full_params(model), f"fsdp2 on shared allocations, {world} ranks", 2 * world)
     d = ccl.torch.describe(dist.group.WORLD)
