@@ -78,14 +78,16 @@ static ccl_status_t measure(struct ccl_comm *comm, uint32_t *seq) {
     char *buf = aligned_alloc(64, 2 * CCL__PROBE_BYTES);
     uint64_t *addrs = calloc((size_t)n, sizeof(*addrs));
     double(*each)[2] = calloc((size_t)n, sizeof(*each)), small[PROBE_REPS], large[PROBE_REPS];
-    ccl_status_t st = buf && addrs && each ? CCL_OK : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    ccl_status_t st = addrs && each ? CCL_OK : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
+    /* Without its buffer a rank still takes part (the peers wait on it),
+     * measuring nothing; the figures are the others'. */
     uint64_t mine = (uint64_t)(uintptr_t)buf;
     if (st == CCL_OK) st = gather(comm, seq, &mine, addrs, sizeof mine);
     pid_t pid = comm->peers[next].pid;
-    int err = 0;
+    int err = buf && addrs && addrs[next] ? 0 : ENOMEM;
     char token = 0;
     for (int i = 0; i < PROBE_REPS && st == CCL_OK; i++) {
-        memset(buf, i + 1, CCL__PROBE_BYTES);
+        if (buf) memset(buf, i + 1, CCL__PROBE_BYTES);
         st = gather(comm, seq, &token, each, 1); /* every buffer written */
         double t0 = ccl__now();
         if (!err) err = ccl__cma_read(pid, buf + CCL__PROBE_BYTES, addrs[next] + CCL__PROBE_BYTES - PROBE_SMALL,
