@@ -136,6 +136,7 @@ const struct matrix_config matrix_algo_configs[] = {
     {2, "shm", 0, "2 ranks shm", NULL},
 };
 const int matrix_one_host_configs[] = {6, 8, 0, 3, -1};
+const int matrix_one_host_multi_configs[] = {8, 0, 3, -1};
 const int matrix_algo_config_count = (int)(sizeof matrix_algo_configs / sizeof matrix_algo_configs[0]);
 
 static void run_config(const struct matrix_config *cfg, const char *chunk, harness_body_fn body, const char *what,

@@ -87,6 +87,9 @@ extern const struct matrix_config matrix_algo_configs[];
 /* The single-host configurations of matrix_algo_configs (1, 2, 3 and 7
  * ranks over shm): where the direct algorithm's windows exist. */
 extern const int matrix_one_host_configs[];
+/* The same without the 1-rank job (no algorithm runs there: an algorithm
+ * that only exists on one host of several ranks is tested on 2, 3 and 7). */
+extern const int matrix_one_host_multi_configs[];
 extern const int matrix_algo_config_count;
 /* How many runs (loop indices) a list of algorithms makes. */
 int matrix_algo_runs(const struct matrix_algo *list, int n);

@@ -161,7 +161,7 @@ static const int hier_configs[] = {5, 7, 1, 0, 6, -1};
 static const struct matrix_algo algos[] = {
     {"allreduce:ring", NULL, NULL}, {"allreduce:tree", NULL, NULL}, {"allreduce:rd", NULL, NULL},
     {"allreduce:rhd", NULL, NULL},
-    {"allreduce:direct", matrix_one_host_configs, NULL}, {"allreduce:single_copy", matrix_one_host_configs, NULL}, {"allreduce:hier", hier_configs, NULL},
+    {"allreduce:direct", matrix_one_host_configs, NULL}, {"allreduce:single_copy", matrix_one_host_multi_configs, NULL}, {"allreduce:hier", hier_configs, NULL},
     /* a chunk of no power of two, so pieces never line up with blocks or
      * slots (nor rhd's segments, 252 such chunks, with a power of two) */
     {"allreduce:tree", NULL, "4160"}, {"allreduce:ring", NULL, "4160"}, {"allreduce:rhd", NULL, "4160"}};

@@ -75,7 +75,7 @@ END_TEST
 /* ---- every broadcast algorithm on the same sweeps ---- */
 
 static const struct matrix_algo algos[] = {
-    {"broadcast:ring", NULL, NULL}, {"broadcast:tree", NULL, NULL}, {"broadcast:direct", matrix_one_host_configs, NULL}, {"broadcast:single_copy", matrix_one_host_configs, NULL},
+    {"broadcast:ring", NULL, NULL}, {"broadcast:tree", NULL, NULL}, {"broadcast:direct", matrix_one_host_configs, NULL}, {"broadcast:single_copy", matrix_one_host_multi_configs, NULL},
     /* a chunk of no power of two, so pieces never line up with blocks or slots */
     {"broadcast:ring", NULL, "4160"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))

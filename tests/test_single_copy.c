@@ -2,7 +2,7 @@
 /*
  * The single-copy algorithm (algo/single_copy.c), in its faults; its
  * results for every collective, dtype and op are in the collectives'
- * matrices (CCL_ALGO=...:single_copy on 1, 2, 3 and 7 ranks):
+ * matrices (CCL_ALGO=...:single_copy on 2, 3 and 7 ranks):
  *   - init's probe: every rank reads every peer through cross-memory
  *     attach and ccl_comm_describe says single_copy=on; where the kernel
  *     refuses one rank (a seccomp filter that answers EPERM, as a
