@@ -50,11 +50,6 @@ static long described(ccl_comm_t *comm, const char *key) {
     return at ? strtol(at + strlen(pat), NULL, 10) : -1;
 }
 
-static int describe_has(ccl_comm_t *comm, const char *text) {
-    char d[1024];
-    return ccl_comm_describe(comm, d, sizeof d) == CCL_OK && strstr(d, text) != NULL;
-}
-
 /* A few all-reduces checked exactly; the late rank makes the others wait
  * past several liveness checks first. */
 static int run_checked(ccl_comm_t *comm, int rank, int nranks, struct harness_tally *t, int late_rank) {
@@ -86,10 +81,10 @@ static const int pid_ns_ranks[] = {0, CONTAINER_PID_NS, CONTAINER_PID_NS};
 static int body_pid_ns(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
-    EXPECT(&t, describe_has(comm, "transports=shm:2"), "ranks in other PID namespaces, one /dev/shm: not all shm");
+    EXPECT(&t, util_describe_has(comm, "transports=shm:2"), "ranks in other PID namespaces, one /dev/shm: not all shm");
     /* A pid names another process in another namespace: no rank reads
      * another's buffers through the kernel. */
-    EXPECT(&t, describe_has(comm, "single_copy=off"), "single-copy on across PID namespaces");
+    EXPECT(&t, util_describe_has(comm, "single_copy=off"), "single-copy on across PID namespaces");
     run_checked(comm, rank, nranks, &t, 0);
     return t.fails;
 }
@@ -112,7 +107,7 @@ static int body_shared_alloc(ccl_comm_t *comm, int rank, int nranks, void *arg) 
     size_t bad = 0;
     for (size_t i = 0; i < COUNT; i++) bad += buf[i] != (float)((nranks * (nranks + 1) / 2) * (int)(i % 13));
     EXPECT(&t, bad == 0, "%zu of %zu results differ from the reference", bad, COUNT);
-    EXPECT(&t, describe_has(comm, "zero_copy_calls=0"), "a call ran zero-copy across PID namespaces");
+    EXPECT(&t, util_describe_has(comm, "zero_copy_calls=0"), "a call ran zero-copy across PID namespaces");
     EXPECT_OK(&t, ccl_mem_free(comm, buf));
     return t.fails;
 }
@@ -188,7 +183,7 @@ static int body_private_shm(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
     const char *want = rank == 2 ? "transports=tcp:2" : "transports=shm:1,tcp:1";
-    EXPECT(&t, describe_has(comm, want), "rank %d: want %s", rank, want);
+    EXPECT(&t, util_describe_has(comm, want), "rank %d: want %s", rank, want);
     EXPECT(&t, described(comm, "hosts") == 2, "hosts=%ld, want 2 (groups that share memory)", described(comm, "hosts"));
     EXPECT(&t, described(comm, "local") == nranks, "local=%ld: still one machine", described(comm, "local"));
     run_checked(comm, rank, nranks, &t, 1);
@@ -295,7 +290,7 @@ END_TEST
 static int body_small_shm(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {rank, 0};
-    EXPECT(&t, describe_has(comm, "transports=shm:2"), "want shm between all %d ranks", nranks);
+    EXPECT(&t, util_describe_has(comm, "transports=shm:2"), "want shm between all %d ranks", nranks);
     float small[3] = {(float)rank, 1, (float)(2 * rank)};
     EXPECT_OK(&t, ccl_all_reduce(small, small, 3, CCL_FLOAT32, CCL_SUM, comm));
     float sum = (float)(nranks * (nranks - 1) / 2);

@@ -42,11 +42,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-static int describe_has(ccl_comm_t *comm, const char *what) {
-    char d[2048];
-    return ccl_comm_describe(comm, d, sizeof d) == CCL_OK && strstr(d, what) != NULL;
-}
+#include "util.h"
 
 /* An all-gather of count floats a rank, every element checked. */
 static void all_gather_checked(ccl_comm_t *comm, int rank, int nranks, size_t count, struct harness_tally *t) {
@@ -70,10 +66,10 @@ static void all_gather_checked(ccl_comm_t *comm, int rank, int nranks, size_t co
 static int body_on(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {.rank = rank};
-    EXPECT(&t, describe_has(comm, "single_copy=on"), "one host, nothing in the way: single-copy is not on");
+    EXPECT(&t, util_describe_has(comm, "single_copy=on"), "one host, nothing in the way: single-copy is not on");
     EXPECT_OK(&t, ccl_comm_set_algo(comm, "allgather:single_copy"));
     all_gather_checked(comm, rank, nranks, 100003, &t);
-    EXPECT(&t, describe_has(comm, "all_gather:single_copy"), "the forced all-gather did not run single-copy");
+    EXPECT(&t, util_describe_has(comm, "all_gather:single_copy"), "the forced all-gather did not run single-copy");
     return t.fails;
 }
 
@@ -108,7 +104,7 @@ static void refuse_cma(int rank, int nranks, ccl_unique_id_t *id, void *arg) {
 static int body_off(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {.rank = rank};
-    EXPECT(&t, describe_has(comm, "single_copy=off"), "one rank cannot read its peers: single-copy is not off");
+    EXPECT(&t, util_describe_has(comm, "single_copy=off"), "one rank cannot read its peers: single-copy is not off");
     /* The planner's calls, right, at sizes where single-copy would run. */
     all_gather_checked(comm, rank, nranks, 1 << 20, &t);
     /* Forced onto it: refused before anything moves, the reason given. */
@@ -140,6 +136,19 @@ END_TEST
 
 /* ---- a buffer that is not there ---- */
 
+/* An address this process no longer has (mapped, then unmapped), as a
+ * buffer freed before the call, or while it runs, is; NULL where mmap
+ * failed (a failure recorded in t). */
+static void *unmapped(struct harness_tally *t, size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        EXPECT(t, 0, "mmap: %s", strerror(errno));
+        return NULL;
+    }
+    munmap(p, bytes);
+    return p;
+}
+
 #define ROOT 1
 #define UNMAPPED_COUNT (1u << 20)
 
@@ -149,15 +158,8 @@ static int body_unmapped(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     size_t bytes = UNMAPPED_COUNT * sizeof(float);
     float *buf;
     if (rank == ROOT) {
-        /* Mapped, then unmapped: an address the process no longer has,
-         * as a buffer freed before the call, or while it runs, is. The
-         * root itself never touches its buffer in place. */
-        buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (buf == MAP_FAILED) {
-            EXPECT(&t, 0, "mmap: %s", strerror(errno));
-            return t.fails;
-        }
-        munmap(buf, bytes);
+        /* The root itself never touches its buffer in place. */
+        if (!(buf = unmapped(&t, bytes))) return t.fails;
     } else {
         buf = calloc(UNMAPPED_COUNT, sizeof(float));
     }
@@ -185,41 +187,24 @@ END_TEST
 /* ---- a rank killed ---- */
 
 #define KILL_TIMEOUT_S 10
+#define KILL_COUNT (2u << 20)
+
+struct gather_bufs {
+    float *send, *recv;
+};
+
+static ccl_status_t all_gather_8_mib(ccl_comm_t *comm, void *arg) {
+    struct gather_bufs *g = arg;
+    return ccl_all_gather(g->send, g->recv, KILL_COUNT, CCL_FLOAT32, comm);
+}
 
 static int body_killed(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {.rank = rank};
-    size_t count = 2u << 20;
-    float *send = calloc(count, sizeof(float)), *recv = calloc(count * (size_t)nranks, sizeof(float));
-    if (!send || !recv) {
-        EXPECT(&t, 0, "out of memory");
-        free(send), free(recv);
-        return t.fails;
-    }
-    int victim = nranks - 1;
-    ccl_status_t st = CCL_OK;
-    double died = 0;
-    for (int i = 0; i < 1000 && st == CCL_OK; i++) {
-        if (i == 3 && rank == victim) {
-            /* dies a moment into its fourth call, wherever that is */
-            struct sigevent se = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
-            timer_t tm;
-            timer_create(CLOCK_MONOTONIC, &se, &tm);
-            struct itimerspec its = {.it_value = {0, 2 * 1000 * 1000}};
-            timer_settime(tm, 0, &its, NULL);
-        }
-        if (i == 3) died = harness_now();
-        st = ccl_all_gather(send, recv, count, CCL_FLOAT32, comm);
-    }
-    EXPECT(&t, rank != victim, "the victim survived");
-    double seen = harness_now() - died;
-    EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "the death gave %s", ccl_status_string(st));
-    EXPECT(&t, seen < KILL_TIMEOUT_S + 5, "the death was seen after %.1f s", seen);
-    char want[32];
-    snprintf(want, sizeof want, "rank %d", victim);
-    EXPECT(&t, strstr(ccl_comm_last_error(comm), want) != NULL, "the error does not name the dead rank: %s",
-           ccl_comm_last_error(comm));
-    free(send), free(recv);
+    struct gather_bufs g = {calloc(KILL_COUNT, sizeof(float)), calloc(KILL_COUNT * (size_t)nranks, sizeof(float))};
+    if (!g.send || !g.recv) EXPECT(&t, 0, "out of memory");
+    else t.fails += util_outlive_victim(comm, rank, nranks, KILL_TIMEOUT_S, all_gather_8_mib, &g);
+    free(g.send), free(g.recv);
     return t.fails;
 }
 
@@ -229,13 +214,7 @@ START_TEST(rank_killed_during_calls) {
     snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
     struct harness_run run = {.nranks = ranks[_i], .transport = "shm", .body = body_killed, .ccl_timeout = timeout,
                               .lenient_destroy = 1, .deadline_s = 120, .env = "CCL_ALGO=allgather:single_copy"};
-    harness_run(&run);
-    uint64_t dead = 1ull << (ranks[_i] - 1);
-    char why[2048];
-    harness_describe(&run, dead, why, sizeof why);
-    ck_assert_msg(harness_problems(&run, dead) == 0, "%d ranks: %s", ranks[_i], why);
-    int st = run.status[ranks[_i] - 1];
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the victim was not killed (status 0x%x)", st);
+    util_run_with_victim(&run);
 }
 END_TEST
 
@@ -283,12 +262,8 @@ static int body_p2p_unmapped(ccl_comm_t *comm, int rank, int nranks, void *arg) 
     struct harness_tally t = {.rank = rank};
     ccl_status_t st;
     if (rank == 1) {
-        void *gone = mmap(NULL, P2P_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (gone == MAP_FAILED) {
-            EXPECT(&t, 0, "mmap: %s", strerror(errno));
-            return t.fails;
-        }
-        munmap(gone, P2P_BYTES);
+        void *gone = unmapped(&t, P2P_BYTES);
+        if (!gone) return t.fails;
         st = ccl_send(gone, P2P_BYTES, CCL_UINT8, 0, comm);
         EXPECT(&t, st < 0, "a send from an unmapped buffer returned %s", ccl_status_string(st));
         usleep(500 * 1000); /* as body_unmapped's root */

@@ -38,6 +38,7 @@
 
 #include "harness.h"
 #include "ref.h"
+#include "util.h"
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5
@@ -336,35 +337,18 @@ END_TEST
 
 /* A rank killed during zero-copy all-reduces of 8 MiB. */
 #define KILL_TIMEOUT_S 10
+#define KILL_COUNT (2u << 20)
+
+static ccl_status_t all_reduce_in_place(ccl_comm_t *comm, void *x) {
+    return ccl_all_reduce(x, x, KILL_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+}
+
 static int body_killed(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)arg;
     struct harness_tally t = {.rank = rank};
-    size_t n = 2 << 20;
     float *x = NULL;
-    if (EXPECT_OK(&t, ccl_mem_alloc(comm, n * sizeof(float), (void **)&x)) != CCL_OK) return t.fails;
-    int victim = nranks - 1;
-    ccl_status_t st = CCL_OK;
-    double died = 0;
-    for (int i = 0; i < 1000 && st == CCL_OK; i++) {
-        if (i == 3 && rank == victim) {
-            /* dies a moment into its fourth call, wherever that is */
-            struct sigevent se = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
-            timer_t tm;
-            timer_create(CLOCK_MONOTONIC, &se, &tm);
-            struct itimerspec its = {.it_value = {0, 2 * 1000 * 1000}};
-            timer_settime(tm, 0, &its, NULL);
-        }
-        if (i == 3) died = harness_now();
-        st = ccl_all_reduce(x, x, n, CCL_FLOAT32, CCL_SUM, comm);
-    }
-    EXPECT(&t, rank != victim, "the victim survived");
-    double seen = harness_now() - died;
-    EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "the death gave %s", ccl_status_string(st));
-    EXPECT(&t, seen < KILL_TIMEOUT_S + 5, "the death was seen after %.1f s", seen);
-    char want[32];
-    snprintf(want, sizeof want, "rank %d", victim);
-    EXPECT(&t, strstr(ccl_comm_last_error(comm), want) != NULL, "the error does not name the dead rank: %s",
-           ccl_comm_last_error(comm));
+    if (EXPECT_OK(&t, ccl_mem_alloc(comm, KILL_COUNT * sizeof(float), (void **)&x)) != CCL_OK) return t.fails;
+    t.fails += util_outlive_victim(comm, rank, nranks, KILL_TIMEOUT_S, all_reduce_in_place, x);
     EXPECT(&t, ccl_all_reduce(x, x, 16, CCL_FLOAT32, CCL_SUM, comm) < 0, "a call after the failure succeeded");
     return t.fails;
 }
@@ -375,13 +359,7 @@ START_TEST(rank_killed_during_calls) {
     snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
     struct harness_run run = {.nranks = ranks[_i], .transport = "shm", .body = body_killed, .ccl_timeout = timeout,
                               .lenient_destroy = 1, .deadline_s = 120};
-    harness_run(&run);
-    uint64_t dead = 1ull << (ranks[_i] - 1);
-    char why[2048];
-    harness_describe(&run, dead, why, sizeof why);
-    ck_assert_msg(harness_problems(&run, dead) == 0, "%d ranks: %s", ranks[_i], why);
-    int st = run.status[ranks[_i] - 1];
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the victim was not killed (status 0x%x)", st);
+    util_run_with_victim(&run);
 }
 END_TEST
 

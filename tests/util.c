@@ -5,10 +5,13 @@
 #include "util.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
 
 void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, int timeout_s) {
     TCase *tc = tcase_create(name);
@@ -56,4 +59,45 @@ int util_pin_to_nth_cpu(int k) {
         if (CPU_ISSET(cpu, &all) && seen++ == want) CPU_SET(cpu, &one);
     sched_setaffinity(0, sizeof one, &one);
     return n;
+}
+
+int util_describe_has(ccl_comm_t *comm, const char *text) {
+    char d[2048];
+    return ccl_comm_describe(comm, d, sizeof d) == CCL_OK && strstr(d, text) != NULL;
+}
+
+int util_outlive_victim(ccl_comm_t *comm, int rank, int nranks, double timeout_s,
+                        ccl_status_t (*call)(ccl_comm_t *comm, void *ctx), void *ctx) {
+    struct harness_tally t = {.rank = rank};
+    int victim = nranks - 1;
+    ccl_status_t st = CCL_OK;
+    double died = 0;
+    for (int i = 0; i < 1000 && st == CCL_OK; i++) {
+        if (i == 3 && rank == victim) {
+            /* dies a moment into its fourth call, wherever that is */
+            struct sigevent se = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+            timer_t tm;
+            timer_create(CLOCK_MONOTONIC, &se, &tm);
+            struct itimerspec its = {.it_value = {0, 2 * 1000 * 1000}};
+            timer_settime(tm, 0, &its, NULL);
+        }
+        if (i == 3) died = harness_now();
+        st = call(comm, ctx);
+    }
+    EXPECT(&t, rank != victim, "the victim survived");
+    double seen = harness_now() - died;
+    EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "the death gave %s", ccl_status_string(st));
+    EXPECT(&t, seen < timeout_s + 5, "the death was seen after %.1f s", seen);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", victim);
+    EXPECT(&t, strstr(ccl_comm_last_error(comm), want) != NULL, "the error does not name the dead rank: %s",
+           ccl_comm_last_error(comm));
+    return t.fails;
+}
+
+void util_run_with_victim(struct harness_run *run) {
+    uint64_t dead = 1ull << (run->nranks - 1);
+    util_run_clean(run, dead, "%d ranks", run->nranks);
+    int st = run->status[run->nranks - 1];
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the victim was not killed (status 0x%x)", st);
 }

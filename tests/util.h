@@ -33,6 +33,19 @@ void util_shared_id(struct harness_tally *t, ccl_comm_t *comm, ccl_unique_id_t *
  * could use, or -1 when its affinity cannot be read. */
 int util_pin_to_nth_cpu(int k);
 
+/* Whether ccl_comm_describe of comm contains text. */
+int util_describe_has(ccl_comm_t *comm, const char *text);
+
+/* A rank killed in the middle of a call: runs call(comm, ctx) until it
+ * fails (1000 times at most); the last rank arms a SIGKILL 2 ms into its
+ * fourth. Every other rank must fail with CCL_ERR_REMOTE or
+ * CCL_ERR_TIMEOUT within timeout_s + 5 s of that call, naming the dead
+ * rank. Returns the failure count. */
+int util_outlive_victim(ccl_comm_t *comm, int rank, int nranks, double timeout_s,
+                        ccl_status_t (*call)(ccl_comm_t *comm, void *ctx), void *ctx);
+/* Runs such a job: no problem but the last rank's death, by SIGKILL. */
+void util_run_with_victim(struct harness_run *run);
+
 /* Raises this process's open-file limit to at least `want` descriptors
  * (up to the hard limit), for tests that hold many connections open. */
 void util_raise_fd_limit(long want);

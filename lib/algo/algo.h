@@ -104,6 +104,13 @@ void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_arg
 int ccl__zero_copy_fits(int kind);
 ccl_status_t ccl__zero_copy_try(struct ccl_comm *comm, const struct ccl__coll_args *a, int *done);
 
+/* At least bytes of scratch for the single-copy and zero-copy folds, kept
+ * for the communicator's life (NULL: out of memory): freed and taken again
+ * each call, the pieces came back from the kernel as fresh pages to fault
+ * in (measured: 2 ranks, 64 KiB single-copy all-reduce, 18.6 us against
+ * 13.4 kept). The executor's, one call at a time. */
+char *ccl__fold_scratch(struct ccl_comm *comm, size_t bytes);
+
 /* The stamps of the library's own exchanges made for a call
  * (ccl__ring_gather_bytes): the call's number with one of these bits, so
  * that their slots never pass for a user call's, or for each other's. */

@@ -1,4 +1,5 @@
 /* The algorithm registry and the pieces every algorithm shares. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo/algo.h"
@@ -14,6 +15,16 @@ const struct ccl__algo *const ccl__algos[CCL__NUM_ALGOS] = {
 const char *const ccl__algo_names[CCL__NUM_ALGOS] = {"ring",  "tree",     "rd",     "rhd",
                                                     "bruck", "pairwise", "direct", "hier",
                                                     "single_copy"};
+
+char *ccl__fold_scratch(struct ccl_comm *comm, size_t bytes) {
+    if (comm->fold_scratch_bytes < bytes) {
+        free(comm->fold_scratch);
+        comm->fold_scratch_bytes = 0;
+        if (!(comm->fold_scratch = aligned_alloc(64, bytes))) return NULL;
+        comm->fold_scratch_bytes = bytes;
+    }
+    return comm->fold_scratch;
+}
 
 int ccl__algo_by_name(const char *name, size_t len) {
     for (int i = 0; i < CCL__NUM_ALGOS; i++)

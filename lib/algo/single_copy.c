@@ -59,35 +59,25 @@ _Static_assert(SREC_AT + 2 * sizeof(struct srec) <= CCL__WINDOW_GPU_WORDS, "the 
 struct single {
     struct ccl__direct d;
     const struct ccl__coll_args *a;
-    struct srec *rec; /* [n]: every rank's record, read once */
-    char *acc, *tmp;  /* folding scratch, PIECE_BYTES each */
+    char *acc, *tmp; /* folding scratch, PIECE_BYTES each */
 };
 
+/* rank's record of the round, in its control page: it stays until the
+ * round two later, which waits for this rank's done. */
 static struct srec *srec_of(const struct ccl__direct *d, int rank) {
     return (struct srec *)(void *)(ccl__direct_ctrl_page(d, rank) + SREC_AT) + (d->g & 1);
 }
 
+static uint64_t send_of(const struct single *s, int q) { return srec_of(&s->d, q)->send; }
+static uint64_t recv_of(const struct single *s, int q) { return srec_of(&s->d, q)->recv; }
+
 static ccl_status_t cma_failed(struct single *s, int q, int err, int writing, uint64_t at, size_t len) {
-    struct ccl_comm *comm = s->d.comm;
-    const struct ccl__peer_info *p = &comm->peers[q];
     const char *what = ccl__prims_what(&s->d.p);
     /* A rank that heard of a failure elsewhere returns and its caller may
      * free its buffers while this rank still reads them: the failure it
      * heard of is the one to name. */
-    ccl_status_t known = ccl__check_failures(comm, what);
-    if (known < 0) return known;
-    /* The peers this rank tells name the rank at fault, not this one. */
-    if (err == ESRCH || err == EFAULT)
-        ccl__comm_blame(comm, q, err == ESRCH ? CCL__CULPRIT_EXITED : CCL__CULPRIT_FAILED);
-    if (err == ESRCH)
-        return ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d (pid %d on %s) exited while this rank %s its buffer",
-                              what, q, (int)p->pid, p->hostname, writing ? "wrote" : "read");
-    if (err == EFAULT)
-        return ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d's buffer (%zu bytes at 0x%llx in pid %d) is not "
-                              "mapped there: it was freed or unmapped during the call", what, q, len,
-                              (unsigned long long)at, (int)p->pid);
-    return ccl__set_error(comm, CCL_ERR_SYSTEM, "%s: %s rank %d's memory (pid %d) through cross-memory attach: %s",
-                          what, writing ? "writing" : "reading", q, (int)p->pid, strerror(err));
+    ccl_status_t known = ccl__check_failures(s->d.comm, what);
+    return known < 0 ? known : (ccl_status_t)ccl__cma_failed(s->d.comm, what, q, err, writing, at, len);
 }
 
 static ccl_status_t peer_read(struct single *s, int q, void *dst, uint64_t remote, size_t len) {
@@ -115,13 +105,13 @@ static ccl_status_t fold(struct single *s, size_t at, size_t n, char *dst, int t
         char *last = to < 0 ? dst + off * es : s->acc;
         const char *first = mine + b;
         if (r != 0) {
-            CCL_CHECK(peer_read(s, 0, s->acc, s->rec[0].send + b, m * es));
+            CCL_CHECK(peer_read(s, 0, s->acc, send_of(s, 0) + b, m * es));
             first = s->acc;
         }
         for (int q = 1; q < N; q++) {
             const char *src = mine + b;
             if (q != r) {
-                CCL_CHECK(peer_read(s, q, s->tmp, s->rec[q].send + b, m * es));
+                CCL_CHECK(peer_read(s, q, s->tmp, send_of(s, q) + b, m * es));
                 src = s->tmp;
             }
             cu->reduce(s->d.p.reduce, q == N - 1 ? last : s->acc, q == 1 ? first : s->acc, src, m);
@@ -147,7 +137,7 @@ static ccl_status_t run(struct single *s) {
                                         ccl__block_len(count, n, q) * es, t0);
         t0 = ccl__direct_trace_now(d);
         if (kind == CCL__K_ALL_REDUCE) CCL_CHECK(fold(s, so, sl, out + so * es, -1, 0));
-        else CCL_CHECK(fold(s, so, sl, r == root ? out + so * es : NULL, root, s->rec[root].recv + so * es));
+        else CCL_CHECK(fold(s, so, sl, r == root ? out + so * es : NULL, root, recv_of(s, root) + so * es));
         for (int q = 0; q < n; q++) ccl__direct_trace_read(d, q, 1, CCL__TR_REDUCE_SCATTER, 0, r, so * es, sl * es, t0);
         if (kind == CCL__K_REDUCE) return CCL_OK;
         t0 = ccl__direct_trace_now(d);
@@ -158,7 +148,7 @@ static ccl_status_t run(struct single *s) {
             size_t qo = ccl__block_off(count, n, q) * es, ql = ccl__block_len(count, n, q) * es;
             if (q == r) continue;
             t0 = ccl__direct_trace_now(d);
-            CCL_CHECK(peer_read(s, q, out + qo, s->rec[q].recv + qo, ql));
+            CCL_CHECK(peer_read(s, q, out + qo, recv_of(s, q) + qo, ql));
             ccl__direct_trace_read(d, q, 0, CCL__TR_ALL_GATHER, 1, q, qo, ql, t0);
         }
         return CCL_OK;
@@ -179,7 +169,7 @@ static ccl_status_t run(struct single *s) {
         for (int q = 0; q < n; q++) {
             if (q == r) continue;
             t0 = ccl__direct_trace_now(d);
-            CCL_CHECK(peer_read(s, q, out + (size_t)q * b, s->rec[q].send, b));
+            CCL_CHECK(peer_read(s, q, out + (size_t)q * b, send_of(s, q), b));
             ccl__direct_trace_read(d, q, 0, CCL__TR_ALL_GATHER, 0, q, (size_t)q * b, b, t0);
         }
         return CCL_OK;
@@ -190,7 +180,7 @@ static ccl_status_t run(struct single *s) {
         ccl__algo_local_copy(a, count);
         return CCL_OK;
     }
-    CCL_CHECK(peer_read(s, root, out, s->rec[root].send, count * es));
+    CCL_CHECK(peer_read(s, root, out, send_of(s, root), count * es));
     ccl__direct_trace_read(d, root, 0, CCL__TR_BROADCAST, 0, 0, 0, count * es, t0);
     return CCL_OK;
 }
@@ -201,14 +191,8 @@ static ccl_status_t single_copy(struct ccl_comm *comm, const struct ccl__coll_ar
     CCL_CHECK(ccl__direct_init(d, comm, a));
     d->long_reads = 1;
     int folds = a->id.kind != CCL__K_ALL_GATHER && a->id.kind != CCL__K_BROADCAST;
-    s.rec = malloc(sizeof(*s.rec) * (size_t)d->n);
-    /* Kept for the communicator's life: freed and taken again each call,
-     * the pieces came back from the kernel as fresh pages to fault in
-     * (measured: 2 ranks, 64 KiB all-reduce, 18.6 us against 13.4 kept). */
-    if (folds && !comm->single_copy_scratch) comm->single_copy_scratch = aligned_alloc(64, 2 * PIECE_BYTES);
-    if (folds && comm->single_copy_scratch)
-        s.acc = comm->single_copy_scratch, s.tmp = (char *)comm->single_copy_scratch + PIECE_BYTES;
-    ccl_status_t st = s.rec && (!folds || s.acc)
+    if (folds && (s.acc = ccl__fold_scratch(comm, 2 * PIECE_BYTES))) s.tmp = s.acc + PIECE_BYTES;
+    ccl_status_t st = !folds || s.acc
                           ? CCL_OK
                           : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory", ccl__prims_what(&d->p));
     if (st == CCL_OK) st = ccl__direct_begin(d, -1);
@@ -217,13 +201,11 @@ static ccl_status_t single_copy(struct ccl_comm *comm, const struct ccl__coll_ar
         st = ccl__direct_post(d, 0);
     }
     if (st == CCL_OK) st = ccl__direct_await_posted(d, 0, -1);
-    for (int q = 0; q < d->n && st == CCL_OK; q++) s.rec[q] = *srec_of(d, q);
     /* Peers wait on this rank's counters from here: a failure fails the
      * communicator, so that they hear of it. */
     if (st == CCL_OK) st = run(&s);
     if (st == CCL_OK) st = ccl__direct_end(d);
     if (st == CCL_OK) st = ccl__direct_wait(d, CCL__DIRECT_DONE, d->g, -1);
-    free(s.rec);
     return st < 0 ? ccl__comm_fail(comm, st) : st;
 }
 

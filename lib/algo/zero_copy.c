@@ -107,7 +107,7 @@ static ccl_status_t run(struct ccl__direct *d, const struct ccl__coll_args *a, c
     int n = d->n, r = d->r, kind = a->id.kind, root = a->id.root;
     char *scratch = NULL;
     int folds = kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE || kind == CCL__K_REDUCE_SCATTER;
-    if (folds && !(scratch = aligned_alloc(64, PIECE_BYTES)))
+    if (folds && !(scratch = ccl__fold_scratch(d->comm, PIECE_BYTES)))
         return ccl__set_error(d->comm, CCL_ERR_NO_MEMORY, "%s: out of memory", ccl__prims_what(&d->p));
     if (kind == CCL__K_ALL_REDUCE || kind == CCL__K_REDUCE) {
         size_t so = ccl__block_off(count, n, r), sl = ccl__block_len(count, n, r);
@@ -122,7 +122,6 @@ static ccl_status_t run(struct ccl__direct *d, const struct ccl__coll_args *a, c
                 if (q != r && ql) d->p.compute->copy(recv[r] + qo * es, recv[q] + qo * es, ql * es);
             }
         }
-        free(scratch);
         return st;
     }
     if (kind == CCL__K_REDUCE_SCATTER) {
@@ -135,7 +134,6 @@ static ccl_status_t run(struct ccl__direct *d, const struct ccl__coll_args *a, c
     } else if (recv[r] != send[root]) { /* broadcast */
         d->p.compute->copy(recv[r], send[root], count * es);
     }
-    free(scratch);
     return CCL_OK;
 }
 

@@ -80,7 +80,7 @@ static void comm_free(struct ccl_comm *comm) {
     free(comm->ring);
     ccl__plan_model_free(comm);
     free(comm->windows);
-    free(comm->single_copy_scratch);
+    free(comm->fold_scratch);
     free(comm->host_first);
     free(comm->across);
     free(comm->identity);

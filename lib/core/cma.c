@@ -5,6 +5,10 @@
 
 #include "core/cma.h"
 
+#include <string.h>
+
+#include "core/comm.h"
+
 /* What ccl__cma_probe expects to read (any value; one a stray word is
  * unlikely to hold). */
 #define PROBE_VALUE 0x63636c2d636d6121ull
@@ -36,4 +40,19 @@ int ccl__cma_probe(pid_t pid, uint64_t addr) {
     uint64_t got = 0;
     int err = ccl__cma_read(pid, &got, addr, sizeof got);
     return err ? err : got == PROBE_VALUE ? 0 : EIO;
+}
+
+int ccl__cma_failed(struct ccl_comm *comm, const char *what, int peer, int err, int writing, uint64_t at, size_t len) {
+    const struct ccl__peer_info *p = &comm->peers[peer];
+    if (err == ESRCH || err == EFAULT)
+        ccl__comm_blame(comm, peer, err == ESRCH ? CCL__CULPRIT_EXITED : CCL__CULPRIT_FAILED);
+    if (err == ESRCH)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d (pid %d on %s) exited while this rank %s its buffer",
+                              what, peer, (int)p->pid, p->hostname, writing ? "wrote" : "read");
+    if (err == EFAULT)
+        return ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d's buffer (%zu bytes at 0x%llx in pid %d) is not "
+                              "mapped there: it was freed or unmapped during the call", what, peer, len,
+                              (unsigned long long)at, (int)p->pid);
+    return ccl__set_error(comm, CCL_ERR_SYSTEM, "%s: %s rank %d's memory (pid %d) through cross-memory attach: %s",
+                          what, writing ? "writing" : "reading", peer, (int)p->pid, strerror(err));
 }

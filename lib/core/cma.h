@@ -28,4 +28,11 @@ int ccl__cma_probe(pid_t pid, uint64_t addr);
 int ccl__cma_read(pid_t pid, void *dst, uint64_t remote, size_t len);
 int ccl__cma_write(pid_t pid, uint64_t remote, const void *src, size_t len);
 
+/* The error of a read (writing 0) or write of len bytes at `at` in peer's
+ * process that failed with err, recorded on comm (what: the call) and
+ * returned. A peer that exited (ESRCH) or whose buffer is not mapped
+ * (EFAULT: freed) is blamed, so that the ranks this one tells name it. */
+struct ccl_comm;
+int ccl__cma_failed(struct ccl_comm *comm, const char *what, int peer, int err, int writing, uint64_t at, size_t len);
+
 #endif

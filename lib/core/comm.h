@@ -117,7 +117,8 @@ struct ccl_comm {
      * run. Probed at init, the same on every rank (plan.c). */
     int single_copy;
     char single_copy_off[200];          /* why it is off, when it is */
-    void *single_copy_scratch;          /* its folding pieces, kept between calls (algo/single_copy.c) */
+    void *fold_scratch;                 /* folding pieces of the in-place paths, kept between calls */
+    size_t fold_scratch_bytes;          /* (ccl__fold_scratch, algo/common.c) */
     double cma_call_us, cma_bytes_per_us; /* init's probe of it, the same on every rank (0: not probed) */
     /* Shared allocations (ccl_mem_alloc, coll/mem.c), the same list on
      * every rank: the zero-copy path reads and writes peers' buffers

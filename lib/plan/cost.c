@@ -335,7 +335,8 @@ static double single_copy_us(const struct model *m, int kind, double n) {
 }
 
 /* The zero-copy path: the single-copy algorithm's reads and folds, as
- * loads of the peers' mapped memory, no system call. Its reads cost what
+ * loads of the peers' mapped memory, no system call (cma_read_us with
+ * no calls). Its reads cost what
  * the probe measured for the kernel's reads of freshly written peer
  * memory (the same lines cross between the same cores; plain loads are
  * no slower; where the kernel refused the probe, the file's or the
@@ -343,21 +344,17 @@ static double single_copy_us(const struct model *m, int kind, double n) {
  * zero-copy took 0.53-0.62x the single-copy algorithm's time from 256 KiB
  * to 16 MiB, and tied at 64 KiB (before its last fold wrote the output
  * itself, in place lost to the staged paths up to 1 MiB). */
-static double peer_reads_us(const struct model *m, double bytes) {
-    return m->j->oversub * crossing_share(m->j) * bytes / m->f->cma_bytes_per_us;
-}
-
 static double zero_copy_us(const struct model *m, int kind, double n) {
     const struct ccl__job_shape *j = m->j;
     if (!j->windows) return -1;
     int N = j->n;
     double part = (double)(N - 1) / N, sync = sync_us(m, j->all_links);
     switch (kind) {
-    case CCL__K_ALL_REDUCE: return 3 * sync + peer_reads_us(m, 2 * part * n) + part * reduce_us(m, n);
-    case CCL__K_REDUCE: return 2 * sync + peer_reads_us(m, part * n) + part * reduce_us(m, n);
-    case CCL__K_REDUCE_SCATTER: return 2 * sync + peer_reads_us(m, (N - 1) * n) + (N - 1) * reduce_us(m, n);
-    case CCL__K_ALL_GATHER: return 2 * sync + peer_reads_us(m, (N - 1) * n);
-    case CCL__K_BROADCAST: return 2 * sync + peer_reads_us(m, n);
+    case CCL__K_ALL_REDUCE: return 3 * sync + cma_read_us(m, 2 * part * n, 0) + part * reduce_us(m, n);
+    case CCL__K_REDUCE: return 2 * sync + cma_read_us(m, part * n, 0) + part * reduce_us(m, n);
+    case CCL__K_REDUCE_SCATTER: return 2 * sync + cma_read_us(m, (N - 1) * n, 0) + (N - 1) * reduce_us(m, n);
+    case CCL__K_ALL_GATHER: return 2 * sync + cma_read_us(m, (N - 1) * n, 0);
+    case CCL__K_BROADCAST: return 2 * sync + cma_read_us(m, n, 0);
     default: return -1;
     }
 }

@@ -192,20 +192,7 @@ static ccl_status_t shm_zc_take(struct ccl__conn *c, void *buf, size_t bytes, vo
         return ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "shm: rank %d sends %llu bytes where rank %d receives %zu",
                               c->peer, (unsigned long long)o.bytes, comm->rank, bytes);
     int err = ccl__cma_read(pi->pid, buf, o.addr, bytes);
-    if (err == ESRCH) {
-        ccl__comm_blame(comm, c->peer, CCL__CULPRIT_EXITED);
-        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d (pid %d) exited while this rank read its message",
-                              c->peer, (int)pi->pid);
-    }
-    if (err == EFAULT) {
-        ccl__comm_blame(comm, c->peer, CCL__CULPRIT_FAILED);
-        return ccl__set_error(comm, CCL_ERR_REMOTE, "shm: rank %d's send buffer (%zu bytes at 0x%llx in pid %d) is "
-                              "not mapped there: it was freed or unmapped during the send", c->peer, bytes,
-                              (unsigned long long)o.addr, (int)pi->pid);
-    }
-    if (err)
-        return ccl__set_error(comm, CCL_ERR_SYSTEM, "shm: reading rank %d's message (pid %d) through cross-memory "
-                              "attach: %s", c->peer, (int)pi->pid, strerror(err));
+    if (err) return ccl__cma_failed(comm, "shm: a single-copy receive", c->peer, err, 0, o.addr, bytes);
     return shm_recv_release(c);
 }
 
