@@ -320,7 +320,9 @@ static void body_stream(struct rig_rank *c) {
     uint32_t bell0 = atomic_load(&comm->wake->bell);
     if (c->t.fails == 0) fill_to_depth(c, comm, use);
     if (c->t.fails == 0) stream(c, comm, use, s->slots, s->messages);
-    EXPECT(&c->t, atomic_load(&comm->wake->bell) != bell0, "peers rang this rank's bell");
+    /* This rank polled and never announced a sleep: peers ring only a
+     * rank that may sleep, so no write of theirs crossed to its bell. */
+    EXPECT(&c->t, atomic_load(&comm->wake->bell) == bell0, "peers left the bell of a rank that never slept alone");
     barrier(c);
     shm_down(comm);
     EXPECT(&c->t, comm->wake == &comm->local_wake, "teardown restores the private wake words");
@@ -328,18 +330,18 @@ static void body_stream(struct rig_rank *c) {
     comm_free(comm);
 }
 
-/* Sleeps on this rank's bell as the library's waiter does (armed before
- * the barrier, so a ring that comes first is not lost) and checks that a
- * peer's action rang it. */
+/* Sleeps on this rank's bell as the library's waiter does (announced and
+ * armed before the barrier, so a ring that comes first is not lost) and
+ * checks that a peer's action rang it. */
 static void sleep_until_rung(struct rig_rank *c, struct ccl_comm *comm, const char *why) {
+    ccl__wake_announce(comm->wake);
     uint32_t armed = atomic_load(&comm->wake->bell);
-    atomic_store(&comm->wake->sleeping, 1);
     barrier(c);
     double t0 = harness_now();
     struct timespec ts = {.tv_sec = 10};
     long r = syscall(SYS_futex, &comm->wake->bell, FUTEX_WAIT, armed, &ts, NULL, 0);
     int err = errno;
-    atomic_store(&comm->wake->sleeping, 0);
+    ccl__wake_withdraw(comm->wake);
     EXPECT(&c->t, r == 0 || err == EAGAIN, "%s: futex wait ended by a wake, not %s", why, strerror(err));
     EXPECT(&c->t, harness_now() - t0 < 5, "%s: woken promptly", why);
     EXPECT(&c->t, atomic_load(&comm->wake->bell) != armed, "%s: bell bumped", why);

@@ -7,11 +7,27 @@
 #include <unistd.h>
 
 void ccl__wake_ring(struct ccl__wake_words *w) {
-    /* seq_cst pairs with the sleeper's store to `sleeping` then load of
-     * `bell`: either it sees our bump, or we see it asleep and wake it. */
+    /* Dekker's handshake with the sleeper: our caller stored what it
+     * publishes, then this fence, then we read `sleeping`; the sleeper
+     * announced itself in `sleeping` (a fenced read-modify-write), then
+     * looked at what it waits for, then slept on the bell armed before that
+     * look. Either its look saw what was published, or we see it announced
+     * and bump the bell, which ends or refuses its futex wait. A bump on
+     * every message (a locked write to a line the spinning peer reads) cost
+     * 5% of a 2-rank 8-byte all-reduce and 6% of an 8-byte ping-pong here
+     * (medians of 6 alternating runs). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&w->sleeping, memory_order_relaxed)) return;
     atomic_fetch_add(&w->bell, 1);
-    if (atomic_load(&w->sleeping)) syscall(SYS_futex, &w->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    syscall(SYS_futex, &w->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
+
+void ccl__wake_announce(struct ccl__wake_words *w) {
+    atomic_fetch_add(&w->sleeping, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+void ccl__wake_withdraw(struct ccl__wake_words *w) { atomic_fetch_sub(&w->sleeping, 1); }
 
 void ccl__wake_copy(struct ccl__wake_words *to, struct ccl__wake_words *from) {
     atomic_store(&to->fail_status, atomic_load(&from->fail_status));

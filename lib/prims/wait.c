@@ -44,6 +44,7 @@ struct ccl__waiter {
     int spinning;      /* a pure spin under way: most rounds only poll */
     int pure_spin;     /* alone on its core: spinning needs no yield */
     int no_spin;       /* this idle stretch skips the spin (an adapter works for it on our CPUs) */
+    struct ccl__wake_words *announced; /* the wake words this waiter announced it may sleep on, or NULL */
     double idle_since; /* ccl__now() of the last progress */
     double next_check; /* next liveness check of the peers */
     ccl_status_t gone; /* a waited-on peer's liveness check failed: look once more before failing */
@@ -64,6 +65,7 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
     w->slept = 0;
     w->spinning = 0;
     w->no_spin = 0;
+    w->announced = NULL;
     w->pure_spin = comm->own_core && pthread_equal(pthread_self(), comm->own_core_thread);
     w->idle_since = ccl__now();
     w->next_check = w->idle_since + LIVENESS_PERIOD_S;
@@ -88,7 +90,15 @@ static void waiter_learn(struct ccl__waiter *w, double now) {
     c->yield_s = ccl__wait_next_yield(c->yield_s, c->yield_base_s, c->yield_max_s, w->slept, now - w->idle_since);
 }
 
+/* Peers ring the bell again only when they must wake a sleeper. */
+static void waiter_withdraw(struct ccl__waiter *w) {
+    if (!w->announced) return;
+    ccl__wake_withdraw(w->announced);
+    w->announced = NULL;
+}
+
 static void waiter_progress(struct ccl__waiter *w) {
+    waiter_withdraw(w);
     if (w->idle_rounds) {
         double now = ccl__now();
         waiter_learn(w, now);
@@ -231,12 +241,12 @@ static int waited_on(const struct ccl__waiter *w, const struct ccl__conn *c) {
 
 static void futex_sleep(struct ccl__waiter *w, double max_s) {
     struct ccl__wake_words *wk = w->comm->wake;
-    atomic_store(&wk->sleeping, 1);
+    /* announced before the look that found nothing (waiter_idle): a ring
+     * since the bell was armed bumped it, and the wait returns at once */
     if (atomic_load(&wk->bell) == w->armed_bell) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(max_s * 1e9)};
         syscall(SYS_futex, &wk->bell, FUTEX_WAIT, w->armed_bell, &ts, NULL, 0);
     }
-    atomic_store(&wk->sleeping, 0);
 }
 
 /* Whether an adapter works on this wait's requests right now (a
@@ -355,6 +365,14 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
         sched_yield();
         return CCL_OK;
     }
+    if (!w->announced && !w->o->detached && w->o->nap_s <= 0) {
+        /* Peers ring only a rank that may sleep (core/wake.c): announce it,
+         * then look once more (the loop arms the bell and polls) before the
+         * first sleep, so nothing published before the announcement is
+         * slept through. */
+        ccl__wake_announce(w->announced = w->comm->wake);
+        return CCL_OK;
+    }
     w->slept = 1;
     sleep_once(w, w->comm->params.timeout_s - idle);
     return CCL_OK;
@@ -411,6 +429,33 @@ ccl_status_t ccl__wait(struct ccl_comm *comm, const char *what, struct ccl__conn
     return ccl__wait_with(comm, what, conns, nconns, poll, ctx, &plain_wait);
 }
 
+/* The wait past its first look; every return leaves w announced or not. */
+static ccl_status_t wait_loop(struct ccl__waiter *w, ccl__poll_fn poll, void *ctx) {
+    ccl_status_t st;
+    int moved;
+    for (;;) {
+        waiter_arm(w);
+        moved = 0;
+        if ((st = progress_conns(w, &moved)) < 0) return st;
+        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) {
+            if (st == CCL_OK) waiter_progress(w); /* the last stretch teaches too */
+            return st;
+        }
+        if (moved) waiter_progress(w);
+        else if ((st = waiter_idle(w)) < 0) return st;
+        if (w->gone == CCL_OK) continue;
+        /* The peer may have committed what this wait needs just before it
+         * left: its stores are visible now that its exit is, so one more
+         * look settles it. */
+        moved = 0;
+        if ((st = progress_conns(w, &moved)) < 0) return st;
+        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) return st;
+        if (!moved) return ccl__comm_fail(w->comm, w->gone);
+        w->gone = CCL_OK;
+        waiter_progress(w);
+    }
+}
+
 ccl_status_t ccl__wait_with(struct ccl_comm *comm, const char *what, struct ccl__conn *const *conns, const int *nconns,
                             ccl__poll_fn poll, void *ctx, const struct ccl__wait_opts *opts) {
     int moved = 0;
@@ -418,25 +463,7 @@ ccl_status_t ccl__wait_with(struct ccl_comm *comm, const char *what, struct ccl_
     if (st != CCL_INPROGRESS) return st;
     struct ccl__waiter w;
     waiter_init(&w, comm, conns, nconns, what, opts ? opts : &plain_wait);
-    for (;;) {
-        waiter_arm(&w);
-        moved = 0;
-        if ((st = progress_conns(&w, &moved)) < 0) return st;
-        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) {
-            if (st == CCL_OK) waiter_progress(&w); /* the last stretch teaches too */
-            return st;
-        }
-        if (moved) waiter_progress(&w);
-        else if ((st = waiter_idle(&w)) < 0) return st;
-        if (w.gone == CCL_OK) continue;
-        /* The peer may have committed what this wait needs just before it
-         * left: its stores are visible now that its exit is, so one more
-         * look settles it. */
-        moved = 0;
-        if ((st = progress_conns(&w, &moved)) < 0) return st;
-        if ((st = poll(ctx, &moved)) != CCL_INPROGRESS) return st;
-        if (!moved) return ccl__comm_fail(comm, w.gone);
-        w.gone = CCL_OK;
-        waiter_progress(&w);
-    }
+    st = wait_loop(&w, poll, ctx);
+    waiter_withdraw(&w);
+    return st;
 }
