@@ -1,7 +1,11 @@
 /* memcpy on several cores at once: forked processes, one per core, each
- * with buffers of its own, started together through a shared page. */
+ * with buffers of its own, started together through a shared page; or the
+ * kernel's copy between processes (process_vm_readv), each process reading
+ * the next one's buffer into its own, as a library moves ordinary buffers
+ * between ranks in one copy. */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <sys/uio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +21,22 @@
 #define BYTES_PER_RUN ((size_t)256 << 20)
 
 struct board {
-    _Atomic int ready, go;
+    _Atomic int ready, go, done;
+    int cma, k;
     double secs[ROOFLINE_MAX_CPUS];
+    pid_t pid[ROOFLINE_MAX_CPUS];
+    uintptr_t src[ROOFLINE_MAX_CPUS];
 };
+
+/* copies reads of the whole of process `from`'s buffer into dst; the time,
+ * or -1 when the kernel refuses. */
+static double time_reads(struct board *b, int from, char *dst, size_t bytes, size_t copies) {
+    struct iovec local = {dst, bytes}, remote = {(void *)b->src[from], bytes};
+    double t0 = bench_now();
+    for (size_t c = 0; c < copies; c++)
+        if (process_vm_readv(b->pid[from], &local, 1, &remote, 1, 0) != (ssize_t)bytes) return -1;
+    return bench_now() - t0;
+}
 
 static void copier(struct board *b, int i, int cpu, size_t bytes, size_t copies) {
     roofline_pin(cpu);
@@ -27,17 +44,23 @@ static void copier(struct board *b, int i, int cpu, size_t bytes, size_t copies)
     if (!src || !dst) _exit(1);
     memset(src, 1, bytes);
     memcpy(dst, src, bytes); /* every page touched before the clock starts */
+    b->pid[i] = getpid(), b->src[i] = (uintptr_t)src;
     atomic_fetch_add(&b->ready, 1);
     while (!atomic_load(&b->go)) sched_yield();
-    b->secs[i] = bench_time_copies(dst, src, bytes, copies);
+    double t = b->cma ? time_reads(b, (i + 1) % b->k, dst, bytes, copies) : bench_time_copies(dst, src, bytes, copies);
+    b->secs[i] = t;
+    /* the others may still read this buffer */
+    atomic_fetch_add(&b->done, 1);
+    while (atomic_load(&b->done) < b->k) sched_yield();
     free(src);
     free(dst);
-    _exit(0);
+    _exit(t < 0 ? 2 : 0);
 }
 
 /* One run: the bytes all k copied over the slowest one's time, or 0. */
-static double one_run(struct board *b, const int *cpus, int k, size_t bytes, size_t copies) {
+static double one_run(struct board *b, const int *cpus, int k, size_t bytes, size_t copies, int cma) {
     memset(b, 0, sizeof *b);
+    b->cma = cma, b->k = k;
     pid_t pids[ROOFLINE_MAX_CPUS];
     int started = 0, ok = 1;
     for (; started < k; started++) {
@@ -53,10 +76,14 @@ static double one_run(struct board *b, const int *cpus, int k, size_t bytes, siz
         if (waitpid(-1, &status, WNOHANG) > 0) ok = 0;
         else nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
+    if (!ok) atomic_store(&b->done, k); /* nobody waits for a copier that never came */
     atomic_store(&b->go, 1);
     for (int i = 0; i < started; i++) {
         int status;
-        if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = 0;
+        if (waitpid(-1, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            ok = 0;
+            atomic_store(&b->done, k); /* the others wait for every copier's end: they end now */
+        }
     }
     double slowest = 0;
     for (int i = 0; i < k && ok; i++)
@@ -64,7 +91,7 @@ static double one_run(struct board *b, const int *cpus, int k, size_t bytes, siz
     return ok && slowest > 0 ? (double)k * (double)bytes * (double)copies / slowest / 1e9 : 0;
 }
 
-double roofline_copy_gbps(const int *cpus, int k, size_t bytes, int reps) {
+static double median_gbps(const int *cpus, int k, size_t bytes, int reps, int cma) {
     if (k < 1 || k > ROOFLINE_MAX_CPUS || reps < 1 || reps > 99) return 0;
     struct board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (b == MAP_FAILED) return 0;
@@ -72,10 +99,14 @@ double roofline_copy_gbps(const int *cpus, int k, size_t bytes, int reps) {
     double runs[99];
     int n = 0;
     for (int r = 0; r < reps; r++) {
-        double g = one_run(b, cpus, k, bytes, copies);
+        double g = one_run(b, cpus, k, bytes, copies, cma);
         if (g <= 0) break;
         runs[n++] = g;
     }
     munmap(b, sizeof *b);
     return n == reps ? bench_stats_of(runs, n).median : 0;
 }
+
+double roofline_copy_gbps(const int *cpus, int k, size_t bytes, int reps) { return median_gbps(cpus, k, bytes, reps, 0); }
+
+double roofline_cma_gbps(const int *cpus, int k, size_t bytes, int reps) { return median_gbps(cpus, k, bytes, reps, 1); }

@@ -27,8 +27,32 @@
  * busbw (S / time) is at most the fastest both-ways rate of any piece size
  * up to S.
  *
+ * --per-size also times memcpy at every size of the sweep (-b, -e, -f) on
+ * min(N, cpus) cores at once, and bounds each collective there by the
+ * bytes it must copy, however it moves them (S the benchmark's size):
+ *   all-reduce  N x S (every input read, every output written): busbw
+ *               (2(N-1)/N x S/t) at most 2(N-1)/N^2 x the cores' rate
+ *   all-gather  (N-1) x S (each rank writes the N-1 blocks of the others):
+ *               busbw ((N-1)/N x S/t) at most 1/N x the rate
+ *   broadcast   (N-1) x S (every rank but the root writes S): busbw (S/t)
+ *               at most 1/(N-1) x the rate
+ * In the caches (small S) these are far above what any library reaches:
+ * there the time goes to synchronisation, not to bytes.
+ *
+ * Ordinary buffers (each rank's own memory, mapped by no other process)
+ * add a bound of their own: every byte that reaches a rank from another
+ * crosses between processes, by the kernel's copy (process_vm_readv, timed
+ * here the same way, each process reading the next one's buffer) or twice
+ * through shared memory, at X = max(kernel, memcpy / 2) of the same cores.
+ * A rank of an all-reduce receives at least 2(N-1)/N x S (the classic
+ * bound), of an all-gather (N-1)/N x S, and every rank but a broadcast's
+ * root S, so busbw is at most X/N, X/N and X/(N-1). (Reductions cost more
+ * on top, so the all-reduce bound is generous.)
+ *
  * Exit status: 0; 2 for bad flags; 3 when a measurement could not run.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,15 +66,16 @@
 struct opts {
     int ranks[MAX_RANK_COUNTS], nranks;
     size_t min, max, copy_bytes, sockbuf, block_bytes;
-    int factor, blocks, reps, tcp;
+    int factor, blocks, reps, tcp, per_size;
 };
 
 static int usage(FILE *f, const char *msg) {
     if (msg) fprintf(f, "roofline: %s\n", msg);
     fprintf(f, "usage: roofline [--ranks N,N,...] [-b MIN] [-e MAX] [-f F] [--blocks N] [--block-bytes N]\n"
-               "                [--copy-bytes N] [--reps N] [--sockbuf N] [--no-tcp]\n"
+               "                [--copy-bytes N] [--reps N] [--sockbuf N] [--no-tcp] [--per-size]\n"
                "  --ranks       rank counts to bound a shared-memory all-reduce for (2,4,8)\n"
-               "  -b, -e, -f    the TCP sweep: smallest and largest size, step factor (64K, 64M, 4)\n"
+               "  -b, -e, -f    the sweeps: smallest and largest size, step factor (64K, 64M, 4)\n"
+               "  --per-size    memcpy at every size of the sweep, and each collective's bound there\n"
                "  --blocks      timed blocks per TCP size and way of running it; the fastest counts (3)\n"
                "  --block-bytes bytes one way in a TCP block (128M)\n"
                "  --copy-bytes  memcpy buffer size (64M)\n"
@@ -87,6 +112,10 @@ static int parse(int argc, char **argv, struct opts *o) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) return usage(stdout, NULL), 1;
         if (!strcmp(f, "--no-tcp")) {
             o->tcp = 0;
+            continue;
+        }
+        if (!strcmp(f, "--per-size")) {
+            o->per_size = 1;
             continue;
         }
         if (!v) return usage(stderr, "a flag without its value, or an unknown flag");
@@ -171,6 +200,38 @@ static int report_copy(const int *cpus, int ncpus, const struct opts *o) {
     return rc;
 }
 
+static int report_per_size(const int *cpus, int ncpus, const struct opts *o) {
+    printf("#\n# per size: memcpy of buffers of that size, and the kernel's copy between processes, on min(N, cpus)\n"
+           "# cores at once (GB/s in all, median of %d runs); then the busbw no library can pass there: on any\n"
+           "# buffers all-reduce 2(N-1)/N^2, all-gather 1/N and broadcast 1/(N-1) x memcpy; on ordinary buffers\n"
+           "# X/N, X/N and X/(N-1), X = max(kernel, memcpy / 2) (main.c says why; kernel 0: refused here)\n",
+           o->reps);
+    printf("#       size  ranks  cores   memcpy   kernel |  any: all-reduce all-gather broadcast |"
+           "  ordinary: all-reduce all-gather broadcast\n");
+    for (size_t sz = o->min; sz <= o->max; sz *= (size_t)o->factor) {
+        double mem[ROOFLINE_MAX_CPUS + 1] = {0}, cma[ROOFLINE_MAX_CPUS + 1] = {0};
+        for (int i = 0; i < o->nranks; i++) {
+            int n = o->ranks[i], k = n < ncpus ? n : ncpus;
+            if (n < 2) continue;
+            if (mem[k] == 0) {
+                mem[k] = roofline_copy_gbps(cpus, k, sz, o->reps);
+                cma[k] = roofline_cma_gbps(cpus, k, sz, o->reps);
+            }
+            double r = mem[k], x = fmax(cma[k], r / 2);
+            if (r <= 0) {
+                fprintf(stderr, "roofline: memcpy of %zu bytes: a copying process could not run (out of memory?)\n",
+                        sz);
+                return 3;
+            }
+            printf("%12zu %6d %6d %8.2f %8.2f | %16.2f %10.2f %9.2f | %20.2f %10.2f %9.2f\n", sz, n, k, r, cma[k],
+                   2.0 * (n - 1) / ((double)n * n) * r, r / n, r / (n - 1), x / n, x / n, x / (n - 1));
+            fflush(stdout);
+        }
+        if (sz > SIZE_MAX / (size_t)o->factor) break;
+    }
+    return 0;
+}
+
 static int report_tcp(const int *cpus, int ncpus, const struct opts *o) {
     size_t sizes[MAX_SIZES];
     int n = 0;
@@ -210,6 +271,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
     int rc = report_copy(cpus, ncpus, &o);
     fflush(stdout);
+    if (!rc && o.per_size) rc = report_per_size(cpus, ncpus, &o);
     if (!rc && o.tcp) rc = report_tcp(cpus, ncpus, &o);
     return rc;
 }

@@ -19,6 +19,12 @@ void roofline_pin(int cpu);
  * to its slowest process. 0 when a process could not be started. */
 double roofline_copy_gbps(const int *cpus, int k, size_t bytes, int reps);
 
+/* The same with the kernel's copy between processes: each of the k reads
+ * the whole of the next one's buffer into its own (process_vm_readv), one
+ * call a buffer. 0 when the kernel refuses it (Yama, seccomp, a container)
+ * or a process could not be started. */
+double roofline_cma_gbps(const int *cpus, int k, size_t bytes, int reps);
+
 struct roofline_tcp {
     double one_way_gbps; /* one process sends, the other receives */
     double both_gbps;    /* each sends to and receives from the other at once: bytes one way per second */

@@ -244,6 +244,30 @@ roofline) # the machine's own figures: rows present and positive, every bound wh
       if (sizes != " 4096 16384 65536") bad = bad " tcp-sizes:" sizes
       if (bad) { print "FAIL:" bad; exit 1 }
     }' "$tmp/out" || exit 1
+  # --per-size: a row per size and rank count above 1 (size, ranks, cores, memcpy, the kernel's
+  # copy (0 where refused), "|", the all-reduce, all-gather and broadcast bounds on any buffers,
+  # each its formula of the row's memcpy, "|", the same on ordinary buffers, of X = max(kernel,
+  # memcpy / 2))
+  run "$tmp/out" "$bin/$prog" --ranks 1,2,3,5 --copy-bytes 1M --reps 1 -b 4K -e 64K -f 4 --no-tcp --per-size
+  [ $rc -eq 0 ] || die "--per-size: exit status $rc"
+  awk -v cpus="$cpus" '
+    function off(want, got) { return (want - got) > 0.008 || (got - want) > 0.008 }
+    /^# *size +ranks +cores +memcpy +kernel/ { on = 1; next }
+    /^#/ { next }
+    on {
+      n = $2; k = (n < cpus) ? n : cpus
+      if ($3 != k || $4 <= 0 || $5 < 0 || $6 != "|" || $10 != "|") bad = bad " row-" $1 "-" n
+      x = ($5 > $4 / 2) ? $5 : $4 / 2
+      if (off(2 * (n - 1) / (n * n) * $4, $7)) bad = bad " all-reduce-" $1 "-" n
+      if (off($4 / n, $8)) bad = bad " all-gather-" $1 "-" n
+      if (off($4 / (n - 1), $9)) bad = bad " broadcast-" $1 "-" n
+      if (off(x / n, $11) || off(x / n, $12) || off(x / (n - 1), $13)) bad = bad " ordinary-" $1 "-" n
+      rows = rows " " $1 ":" n
+    }
+    END {
+      if (rows != " 4096:2 4096:3 4096:5 16384:2 16384:3 16384:5 65536:2 65536:3 65536:5") bad = bad " rows:" rows
+      if (bad) { print "FAIL:" bad; exit 1 }
+    }' "$tmp/out" || exit 1
   for bad in "--ranks 0" "--ranks x" "-b 1M -e 1K" "-f 1" "--blocks 0" "--block-bytes 0" "--copy-bytes 1" "--bogus 1" "-b"; do
     run "$tmp/out" "$bin/$prog" $bad
     [ $rc -eq 2 ] && grep -q "^roofline: " "$tmp/out.err" || die "'$bad': exit status $rc"

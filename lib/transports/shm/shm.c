@@ -2,8 +2,9 @@
  * (set-up is in shm_setup.c; the layout is described in shm.h).
  *
  * Each FIFO is single-producer single-consumer: the sender alone writes
- * head and the slots, the receiver alone writes tail. Release/acquire on
- * the counters orders the slot contents, so no lock is needed. */
+ * the metas and the slots, the receiver alone writes tail. Release/acquire
+ * on each meta's seq and on tail orders the slot contents, so no lock is
+ * needed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -94,6 +95,15 @@ static ccl_status_t shm_send_acquire(struct ccl__conn *c, size_t bytes, void **b
     if (bytes > c->slot_bytes)
         return ccl__set_error(c->comm, CCL_ERR_INTERNAL, "shm: a %zu-byte message for a %zu-byte slot to rank %d",
                               bytes, c->slot_bytes, c->peer);
+    if (bytes <= CCL__SHM_INLINE_BYTES) { /* in its meta line */
+        if (e->pos - e->seen >= e->depth) {
+            CCL_CHECK(sender_refresh(c, e));
+            if (e->pos - e->seen >= e->depth) return CCL_INPROGRESS;
+        }
+        e->at = CCL__SHM_INLINE_AT, e->room = CCL__SHM_INLINE_BYTES, e->skip = NOT_RING;
+        *buf = e->meta[e->idx].inline_data;
+        return CCL_OK;
+    }
     if (e->pos - e->seen >= e->depth || !place(e, bytes)) {
         CCL_CHECK(sender_refresh(c, e));
         if (e->pos - e->seen >= e->depth || !place(e, bytes)) return CCL_INPROGRESS;
@@ -109,30 +119,41 @@ static ccl_status_t shm_send_commit(struct ccl__conn *c, const struct ccl__slot_
     if (m->bytes > e->room)
         return ccl__set_error(c->comm, CCL_ERR_INTERNAL, "shm: commit of %u bytes into %zu acquired for rank %d",
                               m->bytes, e->room, c->peer);
-    e->meta[e->idx].m = *m;
-    e->meta[e->idx].offset = e->at;
+    struct ccl__shm_meta_line *ml = &e->meta[e->idx];
+    ml->m = *m;
+    ml->offset = e->at;
     if (e->skip != NOT_RING) e->head += e->skip + ccl__shm_line_up(m->bytes);
     e->ends[e->idx] = e->head;
     end_advance(e);
-    atomic_store_explicit(&e->ctrl->head, e->pos, memory_order_release);
+    atomic_store_explicit(&ml->seq, e->pos, memory_order_release);
     ccl__wake_ring(s->peer_wake);
     return CCL_OK;
 }
 
 static ccl_status_t shm_recv_acquire(struct ccl__conn *c, const void **buf, struct ccl__slot_meta *m) {
     struct ccl__shm_end *e = &shm_conn(c)->recv;
-    if (e->seen == e->pos) {
-        e->seen = atomic_load_explicit(&e->ctrl->head, memory_order_acquire);
-        if (e->seen == e->pos) return CCL_INPROGRESS;
-        if (e->seen - e->pos > e->depth)
-            return ccl__set_error(c->comm, CCL_ERR_REMOTE, "shm: rank %d's FIFO to rank %d is corrupt (head %llu, tail %llu)",
-                                  c->peer, c->comm->rank, (unsigned long long)e->seen, (unsigned long long)e->pos);
+    const struct ccl__shm_meta_line *ml = &e->meta[e->idx];
+    uint64_t seq = atomic_load_explicit(&ml->seq, memory_order_acquire);
+    if (seq != e->pos + 1) {
+        uint64_t before = e->pos + 1 > e->depth ? e->pos + 1 - e->depth : 0; /* the line's message a lap ago */
+        if (seq == before) return CCL_INPROGRESS;
+        return ccl__set_error(c->comm, CCL_ERR_REMOTE,
+                              "shm: rank %d's FIFO to rank %d is corrupt (message %llu where %llu or %llu belongs)",
+                              c->peer, c->comm->rank, (unsigned long long)seq, (unsigned long long)(e->pos + 1),
+                              (unsigned long long)before);
     }
-    *m = e->meta[e->idx].m;
-    uint64_t off = e->meta[e->idx].offset;
+    *m = ml->m;
+    uint64_t off = ml->offset;
     if (m->bytes > c->slot_bytes)
         return ccl__set_error(c->comm, CCL_ERR_REMOTE, "shm: rank %d sent a slot of %u bytes (slots hold %zu)",
                               c->peer, m->bytes, c->slot_bytes);
+    if (off == CCL__SHM_INLINE_AT) {
+        if (m->bytes > CCL__SHM_INLINE_BYTES)
+            return ccl__set_error(c->comm, CCL_ERR_REMOTE, "shm: rank %d sent %u bytes inside a message's meta (%d fit)",
+                                  c->peer, m->bytes, CCL__SHM_INLINE_BYTES);
+        *buf = ml->inline_data;
+        return CCL_OK;
+    }
     if (off % 64 || off > e->data_bytes || m->bytes > e->data_bytes - off)
         return ccl__set_error(c->comm, CCL_ERR_REMOTE,
                               "shm: rank %d placed %u bytes at offset %llu of its %zu-byte FIFO to rank %d", c->peer,

@@ -43,19 +43,31 @@ static inline struct ccl__shm_knobs *ccl__shm_knobs(const struct ccl_comm *comm)
 
 /* ---- private to transports/shm (and its white-box test) ---- */
 
-/* Counters of one FIFO; each is written by one side only and sits on its
- * own cache line so the two sides do not steal the line from each other. */
+/* The FIFO's counter the receiver writes, on a line of its own: the
+ * sender reads it only when its cached copy says the FIFO is full. (What
+ * the sender has committed is in each message's own meta line.) */
 struct ccl__shm_fifo_ctrl {
-    _Alignas(64) _Atomic uint64_t head; /* messages committed, written by the sender */
     _Alignas(64) _Atomic uint64_t tail; /* messages released, written by the receiver */
 };
 
+/* Payloads this small travel inside their meta line. */
+#define CCL__SHM_INLINE_BYTES 24
+#define CCL__SHM_INLINE_AT UINT64_MAX /* the offset of a payload in its meta line */
+
 /* One message's meta on its own line: the sender fills meta i+1 while the
- * receiver reads meta i. */
+ * receiver reads meta i. The sender stores `seq` last, with release: the
+ * receiver polls this one line, which brings the message's meta, and a
+ * small payload too, in one transfer between cores. (A counter of its
+ * own, then the meta, then the data were three transfers one after the
+ * other: an 8-byte ping-pong took 0.81 us here against 0.52, medians of 6
+ * alternating runs.) */
 struct ccl__shm_meta_line {
-    _Alignas(64) struct ccl__slot_meta m;
-    uint64_t offset; /* where the message's data starts in the data area */
+    _Alignas(64) _Atomic uint64_t seq; /* 1 + the message's number in the FIFO, once it is committed */
+    struct ccl__slot_meta m;
+    uint64_t offset; /* where the message's data starts in the data area, or CCL__SHM_INLINE_AT */
+    uint8_t inline_data[CCL__SHM_INLINE_BYTES];
 };
+_Static_assert(sizeof(struct ccl__shm_meta_line) == 64, "a message's meta is one cache line");
 
 /* Bytes rounded up to whole cache lines: slots and messages start on one. */
 static inline size_t ccl__shm_line_up(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
@@ -65,10 +77,10 @@ static inline size_t ccl__shm_line_up(size_t bytes) { return (bytes + 63) & ~(si
 #define CCL__SHM_MAX_DEPTH 64 /* CCL_SLOTS' largest value */
 #define CCL__SHM_PAGE 4096u   /* the unit in which FIFO data is reserved in /dev/shm */
 
-/* One end of a FIFO. `pos` is this end's own message counter (head for the
- * sender, tail for the receiver); `seen` caches the other end's, so the
- * shared line is only read again when the cache says full (sender) or empty
- * (receiver).
+/* One end of a FIFO. `pos` is this end's own message counter (messages
+ * committed for the sender, released for the receiver); the sender's
+ * `seen` caches the receiver's tail, so that line is only read again when
+ * the cache says full.
  *
  * Where a message's data goes is the sender's choice, written in its meta:
  * - a rank that shares its core with other ranks of the host (or is not
