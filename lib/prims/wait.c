@@ -365,11 +365,13 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
         sched_yield();
         return CCL_OK;
     }
-    if (!w->announced && !w->o->detached && w->o->nap_s <= 0) {
+    if (w->announced != w->comm->wake && !w->o->detached && w->o->nap_s <= 0) {
         /* Peers ring only a rank that may sleep (core/wake.c): announce it,
          * then look once more (the loop arms the bell and polls) before the
          * first sleep, so nothing published before the announcement is
-         * slept through. */
+         * slept through. Again if the words moved since (the connection
+         * manager points comm->wake into the shm segment and back). */
+        waiter_withdraw(w);
         ccl__wake_announce(w->announced = w->comm->wake);
         return CCL_OK;
     }
