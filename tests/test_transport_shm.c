@@ -613,6 +613,19 @@ END_TEST
  * is not libccl's any more): the receiver refuses what no sender of this
  * FIFO could have written and names the peer, and never reads outside the
  * line for a payload that claims to ride in it. */
+/* Once rank 1 has written its line: rank 0's receive is refused, and the
+ * error says `why`. */
+static void expect_refused(struct rig_rank *c, struct ccl_comm *comm, struct ccl__conn *cn, const char *why) {
+    barrier(c);
+    if (c->rank == 0) {
+        const void *buf;
+        struct ccl__slot_meta m;
+        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, shm->recv_acquire(cn, &buf, &m));
+        EXPECT(&c->t, strstr(comm->last_error, why) != NULL, "says \"%s\": %s", why, comm->last_error);
+    }
+    barrier(c);
+}
+
 static void body_corrupt_meta(struct rig_rank *c) {
     struct ccl_comm *comm = comm_new(c, 4343, 4, 64 << 10);
     uint8_t use[MAX_RANKS];
@@ -620,28 +633,14 @@ static void body_corrupt_meta(struct rig_rank *c) {
     bring_up(c, comm, use);
     struct ccl__conn *cn = comm->conns[1 - c->rank];
     struct ccl__shm_meta_line *line = &((struct ccl__shm_conn *)cn)->send.meta[0];
-    const void *buf;
-    struct ccl__slot_meta m;
     if (c->rank == 1) atomic_store(&line->seq, 7); /* message 6's number, in the line of messages 0, 4, 8... */
-    barrier(c);
-    if (c->rank == 0) {
-        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, shm->recv_acquire(cn, &buf, &m));
-        EXPECT(&c->t, strstr(comm->last_error, "rank 1's FIFO to rank 0 is corrupt") != NULL, "names the peer: %s",
-               comm->last_error);
-    }
-    barrier(c);
+    expect_refused(c, comm, cn, "rank 1's FIFO to rank 0 is corrupt");
     if (c->rank == 1) {
         line->m = (struct ccl__slot_meta){.bytes = CCL__SHM_INLINE_BYTES + 1};
         line->offset = CCL__SHM_INLINE_AT;
         atomic_store(&line->seq, 1);
     }
-    barrier(c);
-    if (c->rank == 0) {
-        EXPECT_STATUS(&c->t, CCL_ERR_REMOTE, shm->recv_acquire(cn, &buf, &m));
-        EXPECT(&c->t, strstr(comm->last_error, "inside a message's meta") != NULL, "says what is wrong: %s",
-               comm->last_error);
-    }
-    barrier(c);
+    expect_refused(c, comm, cn, "inside a message's meta");
     shm_down(comm);
     comm_free(comm);
 }
