@@ -184,7 +184,9 @@ CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
  * that share memory; local: ranks on this rank's machine; cpus: CPUs it may
  * use, affinity and cgroup quota; own_core: the creating thread runs on a
  * core no other local rank runs on, so its waits spin without yielding;
- * transports: peers of this rank per transport; gpu_resident_calls, only
+ * transports: peers of this rank per transport; cuda_device, once the
+ * communicator is bound to a CUDA device (the device current at init, else
+ * its first device buffer's or stream's): that device; gpu_resident_calls, only
  * where every rank shares one GPU: the calls that ran there as one kernel,
  * docs/cuda.md). Truncated to n bytes. */
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n);

@@ -358,6 +358,11 @@ static int body_sim_device(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     unsigned char *hin = malloc(maxb), *hout = malloc(maxb), *got = malloc(maxb);
     sim_ptr din = 0, dout = 0;
     EXPECT(&t, sim.MemAlloc(&din, maxb) == 0 && sim.MemAlloc(&dout, maxb) == 0, "cuMemAlloc");
+    /* The harness made comm before the driver was loaded: no device until
+     * its first device buffer binds it (ccl_comm_describe names it then). */
+    char desc[1024] = "";
+    EXPECT_OK(&t, ccl_comm_describe(comm, desc, sizeof desc));
+    EXPECT(&t, !strstr(desc, "cuda_device="), "describe names a device before any device buffer: %s", desc);
     void *s = NULL; /* the legacy default stream: copies to and from pageable memory finish before they return */
 #define COPY(dst, src, b) EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)(dst), (sim_ptr)(uintptr_t)(src), b, s) == 0, "cuMemcpyAsync")
     for (int k = 0; k < COLL_KINDS && !t.fails; k++)
@@ -390,6 +395,8 @@ static int body_sim_device(ccl_comm_t *comm, int rank, int nranks, void *arg) {
                         EXPECT(&t, memcmp(got, hr, out_b) == 0, "kind %d type %zu count %zu in place %d: device result "
                                "differs from host", k, ty, n, inplace);
                 }
+    EXPECT_OK(&t, ccl_comm_describe(comm, desc, sizeof desc));
+    EXPECT(&t, strstr(desc, " cuda_device=0"), "describe does not name the device the calls bound: %s", desc);
     /* An asynchronous call on device buffers, waited for. */
     size_t n = 1001;
     for (size_t i = 0; i < n; i++) ((int32_t *)hin)[i] = val(rank, i);

@@ -53,8 +53,12 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
         if (comm->algo_last[k] >= 0)
             o += (size_t)snprintf(algo + o, sizeof(algo) - o, "%s%s:%s (%s)", o ? ", " : "", ccl__op_kind_name(k),
                                   ccl__algo_names[comm->algo_last[k]], comm->algo_why[k]);
-    char gpu[48] = "";
-    if (comm->gpu_direct) snprintf(gpu, sizeof gpu, " gpu_resident_calls=%u", ccl__gpu_direct_calls(comm));
+    /* the device its device buffers and streams are bound to, once bound */
+    char gpu[80] = "";
+    int gpu_at = 0, dev = ccl__device_bound_ordinal(comm);
+    if (dev >= 0) gpu_at = snprintf(gpu, sizeof gpu, " cuda_device=%d", dev);
+    if (comm->gpu_direct)
+        snprintf(gpu + gpu_at, sizeof gpu - (size_t)gpu_at, " gpu_resident_calls=%u", ccl__gpu_direct_calls(comm));
     char zc[80] = "";
     size_t z = 0;
     /* one host: whether the ranks may read each other's buffers (init's probe) */

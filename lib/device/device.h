@@ -95,5 +95,7 @@ int ccl__device_pointer(const void *p);
 /* The ordinal of comm's device (its bound context, else the calling
  * thread's current one): CCL_ERR_UNSUPPORTED without either. */
 ccl_status_t ccl__device_ordinal(const struct ccl_comm *comm, int *device);
+/* The device ordinal comm is bound to (its context), -1 while it has none. */
+int ccl__device_bound_ordinal(const struct ccl_comm *comm);
 
 #endif

@@ -100,3 +100,9 @@ ccl_status_t ccl__device_ordinal(const struct ccl_comm *comm, int *device) {
     *device = dev;
     return CCL_OK;
 }
+
+int ccl__device_bound_ordinal(const struct ccl_comm *comm) {
+    int dev = -1;
+    if (comm->device && comm->device->ctx && ccl__device_ordinal(comm, &dev) != CCL_OK) dev = -1;
+    return dev;
+}
