@@ -7,6 +7,12 @@
 // operation's Work and its future. Every rank issues collectives in the same
 // order, so one queue keeps them matched; the caller's thread returns at once
 // and computes while the worker communicates (what DDP's buckets need).
+//
+// CUDA tensors on torch 2.x follow NCCL's semantics instead: the worker
+// orders the call on a stream of the group's (libccl's stream-ordered
+// calls), after the caller's stream as it was at the call, and the Work
+// completes once the call is issued; its wait() and its future order the
+// waiter's current stream after the call, without blocking the CPU.
 #include <torch/extension.h>
 #include <pybind11/chrono.h>
 
@@ -22,6 +28,9 @@
 
 #include <ATen/core/ivalue.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <algorithm>
 #include <atomic>
@@ -34,6 +43,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "ccl.h"
@@ -51,6 +61,17 @@ using CclBase = c10d::ProcessGroup;
 
 using c10d::OpType;
 using Tensors = std::vector<at::Tensor>;
+
+// Stream-ordered calls need a CUDA stream's handle, which torch 1.13's
+// c10::Stream does not give: there the worker waits for the caller's
+// stream and the call completes before its Work does.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr bool kStreamOrdered = true;
+ccl_stream_t stream_handle(const c10::Stream& s) { return static_cast<ccl_stream_t>(s.native_handle()); }
+#else
+constexpr bool kStreamOrdered = false;
+ccl_stream_t stream_handle(const c10::Stream&) { return nullptr; }
+#endif
 
 // libccl's dtype for a tensor's; throws for those it has no equal for.
 ccl_dtype_t to_ccl(at::ScalarType t, const char* what) {
@@ -165,22 +186,51 @@ void check_pairs(const Tensors& outs, const Tensors& ins, const char* what, int6
 
 // call(i) for i in [0, n), recorded in one libccl group so that the calls
 // progress together; stops at the first that fails, and ends the group
-// either way.
-ccl_status_t grouped(size_t n, const std::function<ccl_status_t(size_t)>& call) {
+// either way (ordered on stream, where one is given).
+ccl_status_t grouped(size_t n, const std::function<ccl_status_t(size_t)>& call, ccl_stream_t stream = nullptr) {
   ccl_status_t st = ccl_group_start();
   for (size_t i = 0; i < n && st == CCL_OK; i++) st = call(i);
-  ccl_status_t end = ccl_group_end();
+  ccl_status_t end = stream ? ccl_group_end_stream(stream) : ccl_group_end();
   return st != CCL_OK ? st : end;
 }
 
-// CUDA tensors: libccl reads and writes device memory itself (staged, or
-// GPU-resident where every rank shares the GPU), on streams of its own. So
-// the worker first waits for the caller's stream (the inputs are written),
-// and a copy the worker makes around a libccl call (the list forms'
-// flatten and unflatten) is waited for before libccl reads it, or before
-// the Work completes.
+// The stream the worker orders its running call on (CUDA tensors, torch
+// 2.x), null otherwise. It is also the worker's current stream then, so
+// the copies a call makes around its libccl call (the list forms' flatten
+// and unflatten) are in the same order with no wait of their own.
+thread_local ccl_stream_t ordered_on = nullptr;
+
+// fn's libccl calls, ordered on the worker's stream where there is one
+// (one libccl group ended on it), else run as they are.
+ccl_status_t issue(const std::function<ccl_status_t()>& fn) {
+  if (!ordered_on) return fn();
+  return grouped(1, [&](size_t) { return fn(); }, ordered_on);
+}
+
+// fn run to completion before it returns even where the worker orders
+// calls on a stream (a receive from any source: its sender is known only
+// once it ran): the stream's work before it is waited for first, on the
+// host.
+ccl_status_t blocking(const std::function<ccl_status_t()>& fn) {
+  if (!ordered_on) return fn();
+  ccl_stream_t s = ordered_on;
+  ordered_on = nullptr;
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  impl.getStream(impl.getDevice()).synchronize();  // the worker's current stream: the one ordered on
+  ccl_status_t st = fn();
+  ordered_on = s;
+  return st;
+}
+
+// CUDA tensors where calls are not stream-ordered (torch 1.13): libccl
+// reads and writes device memory itself (staged, or GPU-resident where
+// every rank shares the GPU), on streams of its own. So the worker first
+// waits for the caller's stream (the inputs are written), and a copy the
+// worker makes around a libccl call (the list forms' flatten and
+// unflatten) is waited for before libccl reads it, or before the Work
+// completes.
 void settle(const at::Tensor& t) {
-  if (!t.defined() || !t.is_cuda()) return;
+  if (ordered_on || !t.defined() || !t.is_cuda()) return;
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   impl.getStream(t.device()).synchronize();
 }
@@ -255,11 +305,19 @@ class Completer {
   bool stop_ = false;
 };
 
+// The CUDA device of a call's tensors, if any: its future is a CUDA one.
+std::vector<c10::Device> cuda_devices(const Tensors& ts) {
+  for (auto& t : ts)
+    if (t.defined() && t.is_cuda()) return {t.device()};
+  return {};
+}
+
 class WorkCCL : public c10d::Work {
  public:
   WorkCCL(int rank, OpType type, Tensors outputs)
       : c10d::Work(rank, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         cuda_devices(outputs_))) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override {
@@ -269,17 +327,40 @@ class WorkCCL : public c10d::Work {
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
+  // A call ordered on stream s: done is recorded there after it. Set
+  // before complete().
+  void ordered(std::shared_ptr<c10::Event> done, c10::Stream s) {
+    for (auto& w : also_) w->ordered(done, s);
+    done_ = std::move(done);
+    stream_ = s;
+  }
+
   // wait() returns here; the future (and what is chained on it) completes
-  // on the completer's threads.
+  // on the completer's threads. A stream-ordered call's future is marked
+  // with the call's stream current, so that it records its events there:
+  // waiting on it, or a callback chained on it, orders the waiter's
+  // stream after the call.
   void complete(std::exception_ptr error, Completer& completer) {
     for (auto& w : also_) w->complete(error, completer);  // the calls of a coalesced block
     finish(error);  // wakes wait(), sets isCompleted/isSuccess/exception
     auto future = future_;
     Tensors outputs = outputs_;
-    completer.push([future, outputs, error] {
+    c10::optional<c10::Stream> stream = stream_;
+    completer.push([future, outputs, error, stream] {
+      c10::OptionalStreamGuard on;
+      if (stream) on.reset_stream(*stream);
       if (error) future->setError(error);
       else future->markCompleted(c10::IValue(outputs));
     });
+  }
+
+  // A stream-ordered call is complete once its stream has run it.
+  bool isCompleted() override { return c10d::Work::isCompleted() && (!done_ || done_->query()); }
+
+  // A stream-ordered call: the waiter's current stream (on the call's
+  // device) waits for it, the CPU does not (NCCL's Work::wait).
+  void synchronize() override {
+    if (done_) done_->block(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(done_->device()));
   }
 
   // Issued inside a coalesced block: held until the block's end, and torch
@@ -289,7 +370,9 @@ class WorkCCL : public c10d::Work {
   // wait on.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override {
     if (held_.load()) return true;
-    return c10d::Work::wait(timeout);
+    bool done = c10d::Work::wait(timeout);  // the call issued (torch 2.x's runs synchronize() too)
+    synchronize();  // torch 1.13's does not; a second wait for one event costs nothing
+    return done;
   }
 
   std::atomic<bool> held_{false};
@@ -299,6 +382,8 @@ class WorkCCL : public c10d::Work {
  private:
   Tensors outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<c10::Event> done_;  // stream-ordered calls: recorded after the call
+  c10::optional<c10::Stream> stream_;  // and the stream it is ordered on
 };
 
 class ProcessGroupCCL : public CclBase {
@@ -424,8 +509,8 @@ class ProcessGroupCCL : public CclBase {
     for (auto& o : outs) check_same(in, o, what);
     return enqueue(OpType::ALLGATHER, outs, [=] {
       at::Tensor flat = at::empty({(int64_t)outs.size() * in.numel()}, in.options());
-      ccl_status_t st =
-          ccl_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), to_ccl(in.scalar_type(), what), comm_);
+      ccl_status_t st = issue(
+          [&] { return ccl_all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), to_ccl(in.scalar_type(), what), comm_); });
       if (st == CCL_OK) unflatten(flat, outs);
       return st;
     }, /*groupable=*/false, {in});
@@ -499,8 +584,10 @@ class ProcessGroupCCL : public CclBase {
     }
     return enqueue(OpType::GATHER, outs, [=] {
       at::Tensor flat = outs.empty() ? at::Tensor() : at::empty({getSize() * in.numel()}, in.options());
-      ccl_status_t st = ccl_gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(),
-                                   to_ccl(in.scalar_type(), what), root, comm_);
+      ccl_status_t st = issue([&] {
+        return ccl_gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(),
+                          to_ccl(in.scalar_type(), what), root, comm_);
+      });
       if (st == CCL_OK) unflatten(flat, outs);
       return st;
     }, /*groupable=*/false, {in});
@@ -522,8 +609,10 @@ class ProcessGroupCCL : public CclBase {
     }
     return enqueue(OpType::SCATTER, {out}, [=] {
       at::Tensor flat = ins.empty() ? at::Tensor() : flatten(ins);
-      return ccl_scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(),
-                         to_ccl(out.scalar_type(), what), root, comm_);
+      return issue([&] {
+        return ccl_scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(),
+                           to_ccl(out.scalar_type(), what), root, comm_);
+      });
     }, /*groupable=*/false, ins);
   }
 
@@ -540,7 +629,7 @@ class ProcessGroupCCL : public CclBase {
     return enqueue(OpType::REDUCE_SCATTER, {out}, [=] {
       at::Tensor flat = flatten(ins);
       return with_op(comm_, op, dt, [&](ccl_op_t o) {
-        return ccl_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dt, o, comm_);
+        return issue([&] { return ccl_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dt, o, comm_); });
       });
     }, /*groupable=*/false, ins);
   }
@@ -652,7 +741,7 @@ class ProcessGroupCCL : public CclBase {
     TORCH_CHECK(!coalescing(), "ccl: ", what, ": not inside a coalesced block (its source is known only when it runs)");
     auto source = std::make_shared<int>(-1);
     auto work = enqueue(OpType::RECVANYSOURCE, {t}, [=] {
-      return ccl_recv_any(t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), comm_, source.get());
+      return blocking([&] { return ccl_recv_any(t.data_ptr(), t.numel(), to_ccl(t.scalar_type(), what), comm_, source.get()); });
     });
     static_cast<WorkCCL*>(work.get())->source_ = source;
     return work;
@@ -758,19 +847,21 @@ class ProcessGroupCCL : public CclBase {
         first = t.work->result();
         break;
       }
+    Tensors touched;  // every call's tensors, which a stream-ordered block's stream uses
+    for (auto& t : held) touched.insert(touched.end(), t.touched.begin(), t.touched.end());
     auto calls = std::make_shared<std::vector<Task>>(std::move(held));
     auto work = enqueue(OpType::COALESCED, first, [=] {
       // Calls that copy before or after their libccl call (the list
       // forms) cannot wait for a group's end: those run one by one.
       if (!all_groupable) {
         for (auto& t : *calls) {
-          ccl_status_t st = t.call();
+          ccl_status_t st = t.groupable ? issue(t.call) : t.call();
           if (st != CCL_OK) return st;
         }
         return CCL_OK;
       }
-      return grouped(calls->size(), [&](size_t i) { return (*calls)[i].call(); });
-    });
+      return issue([&] { return grouped(calls->size(), [&](size_t i) { return (*calls)[i].call(); }); });
+    }, /*groupable=*/false, touched);
     auto* w = static_cast<WorkCCL*>(work.get());
     for (auto& t : *calls) {
       w->also_.push_back(t.work);
@@ -789,6 +880,26 @@ class ProcessGroupCCL : public CclBase {
     ccl_status_t st = run_now([&] { return ccl_comm_set_timeout(comm_, s); });
     TORCH_CHECK(st == CCL_OK, "ccl: setTimeout: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
     timeout_s_ = s;
+  }
+
+  // init_process_group(device_id=cuda:N): the communicator is bound to
+  // that device's context and every rank's connections are made now (a
+  // barrier ordered on the group's stream there), so the first collective
+  // pays for neither; ccl.torch.describe() then names the device. Fails,
+  // saying why, where the communicator is bound to another device.
+  void eagerConnectSingleDevice(at::Device device) override {
+    if (!device.is_cuda() || c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).deviceCount() == 0) return;
+    ccl_status_t st = run_now([&] {
+      c10::Stream s = ordering_stream(device);
+      c10::StreamGuard on(s);
+      ordered_on = stream_handle(s);
+      ccl_status_t r = issue([&] { return ccl_barrier(comm_); });
+      ordered_on = nullptr;
+      s.synchronize();
+      return r;
+    });
+    TORCH_CHECK(st == CCL_OK, "ccl: eager init on ", device, ": ", ccl_status_string(st), ": ",
+                ccl_comm_last_error(comm_));
   }
 
   c10d::ErrorType getError() override {
@@ -923,6 +1034,10 @@ class ProcessGroupCCL : public CclBase {
     bool groupable = false;  // nothing but libccl calls: it may run inside a libccl group
     c10::optional<c10::Stream> caller;  // CUDA tensors: the caller's current stream then
     int64_t flight = -1;                 // its flight-recorder entry (none: -1)
+    // Stream-ordered calls: recorded on the caller's stream at the call
+    // (what the call waits for), and the tensors the call's stream uses.
+    std::shared_ptr<c10::Event> ready;
+    Tensors touched;
   };
 
   // The caller's current stream where the call's tensors are CUDA ones.
@@ -930,6 +1045,17 @@ class ProcessGroupCCL : public CclBase {
     for (auto& t : ts)
       if (t.defined() && t.is_cuda()) return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(t.device());
     return c10::nullopt;
+  }
+
+  // The group's stream on a device, which its stream-ordered calls go on
+  // (one of torch's pooled streams, as the NCCL backend takes). Worker only.
+  c10::Stream ordering_stream(c10::Device device) {
+    auto it = streams_.find(device.index());
+    if (it == streams_.end())
+      it = streams_.emplace(device.index(),
+                            c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(device))
+               .first;
+    return it->second;
   }
 
   bool coalescing() {
@@ -942,6 +1068,15 @@ class ProcessGroupCCL : public CclBase {
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, Tensors outputs, std::function<ccl_status_t()> call,
                                          bool groupable = false, Tensors inputs = {}, int peer = -1) {
     auto caller = caller_stream(outputs);
+    if (!caller) caller = caller_stream(inputs);  // a gather's non-root has only an input
+    std::shared_ptr<c10::Event> ready;
+    Tensors touched;
+    if (caller && kStreamOrdered) {
+      ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+      ready->record(*caller);
+      touched = outputs;
+      touched.insert(touched.end(), inputs.begin(), inputs.end());
+    }
     ccl_flight::Call rec;
     if (ccl_flight::Recorder::get().enabled()) rec = flight_call(type, outputs, inputs, peer);
     auto work = c10::make_intrusive<WorkCCL>(getRank(), type, std::move(outputs));
@@ -951,11 +1086,11 @@ class ProcessGroupCCL : public CclBase {
       seq_++;
       if (coalescing_) {  // the block is recorded as one call, as torch's NCCL backend records it
         work->held_ = true;
-        held_.push_back(Task{work, std::move(call), groupable, caller});
+        held_.push_back(Task{work, std::move(call), groupable, caller, -1, nullptr, std::move(touched)});
         return work;  // completes with endCoalescing's
       }
       int64_t flight = ccl_flight::Recorder::get().enabled() ? ccl_flight::Recorder::get().issued(rec) : -1;
-      queue_.push_back(Task{work, std::move(call), groupable, caller, flight});
+      queue_.push_back(Task{work, std::move(call), groupable, caller, flight, std::move(ready), std::move(touched)});
     }
     cv_.notify_one();
     return work;
@@ -1011,15 +1146,34 @@ class ProcessGroupCCL : public CclBase {
       std::exception_ptr error;
       try {
         c10::OptionalDeviceGuard device;
+        c10::OptionalStreamGuard on;
+        c10::optional<c10::Stream> ordering;
         if (task.caller) {
           device.reset_device(task.caller->device());  // libccl binds the device current now
-          task.caller->synchronize();
+          if (task.ready) {  // stream-ordered: after the caller's stream as it was at the call
+            ordering = ordering_stream(task.caller->device());
+            task.ready->block(*ordering);
+            c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+            for (auto& t : task.touched)  // freed by the caller, not reused before the call ran
+              if (t.defined() && t.is_cuda()) impl.recordDataPtrOnStream(t.storage().data_ptr(), *ordering);
+            on.reset_stream(*ordering);
+            ordered_on = stream_handle(*ordering);
+          } else {
+            task.caller->synchronize();
+          }
         }
         ccl_flight::Recorder::get().started(task.flight);
-        ccl_status_t st = task.call();
+        ccl_status_t st = task.groupable ? issue(task.call) : task.call();
+        ordered_on = nullptr;
         if (st != CCL_OK)
           throw std::runtime_error(std::string("ccl: ") + ccl_status_string(st) + ": " + ccl_comm_last_error(comm_));
+        if (ordering) {
+          auto done = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+          done->record(*ordering);
+          task.work->ordered(std::move(done), *ordering);
+        }
       } catch (...) {
+        ordered_on = nullptr;
         error = std::current_exception();
       }
       if (task.flight >= 0) {
@@ -1057,6 +1211,7 @@ class ProcessGroupCCL : public CclBase {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   std::vector<Task> held_;  // calls of a coalesced block, until its end
+  std::unordered_map<c10::DeviceIndex, c10::Stream> streams_;  // ordering_stream's, by device (worker only)
   bool coalescing_ = false;
   bool stop_ = false;
   uint64_t seq_ = 0;  // calls issued: the same on every rank

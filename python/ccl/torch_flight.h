@@ -19,7 +19,6 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,9 +88,7 @@ class Recorder {
     char tname[32] = "";
     pthread_getname_np(pthread_self(), tname, sizeof tname);
     e.thread_name = tname;
-    std::ostringstream tid;
-    tid << std::this_thread::get_id();
-    e.thread_id = tid.str();
+    e.thread_id = std::to_string((unsigned long)pthread_self());  // what std::thread::id prints on Linux
     std::lock_guard<std::mutex> g(mu_);
     Status& s = status_[c.pg_id];
     if (c.p2p) e.p2p_seq = ++s.p2p_seq;
@@ -127,20 +124,17 @@ class Recorder {
     std::lock_guard<std::mutex> g(mu_);
     auto dict = new_dict();
     dict.insert("version", "2.10");
-    std::ostringstream v;
     int ver = ccl_version();
-    v << "libccl " << ver / 10000 << "." << ver / 100 % 100 << "." << ver % 100;
-    dict.insert("comm_lib_version", v.str());
+    dict.insert("comm_lib_version", "libccl " + std::to_string(ver / 10000) + "." + std::to_string(ver / 100 % 100) +
+                                        "." + std::to_string(ver % 100));
     auto config = new_dict();
     for (auto& kv : groups_) {
       auto pg = new_dict();
       pg.insert("name", kv.first);
       pg.insert("desc", kv.second.desc);
-      std::ostringstream r;
-      r << "[";
-      for (size_t i = 0; i < kv.second.ranks.size(); i++) r << (i ? ", " : "") << kv.second.ranks[i];
-      r << "]";
-      pg.insert("ranks", r.str());
+      std::string r = "[";
+      for (size_t i = 0; i < kv.second.ranks.size(); i++) r += (i ? ", " : "") + std::to_string(kv.second.ranks[i]);
+      pg.insert("ranks", r + "]");
       config.insert(kv.first, pg);
     }
     dict.insert("pg_config", config);

@@ -127,6 +127,16 @@ def test_cuda_tensors(world):
     print(outs[0][1])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: CUDA tensors are tested where "
+                    "there is one (tools/gpu-check.sh runs this test there)")
+@needs_torch2
+@pytest.mark.parametrize("world", [2, 3])
+def test_cuda_calls_are_stream_ordered_after_an_eager_init(world):
+    outs = launch("cuda_stream", world, env={"CCL_CUDA_DIRECT": "0"})
+    expect_ok(outs, f"cuda_stream on {world} ranks")
+    print(outs[0][1])
+
+
 def test_monitored_barrier_names_the_missing_rank():
     outs = launch("monitored", 3, deadline=120)
     for r in (0, 2):

@@ -679,6 +679,104 @@ def check_cuda(rank, world, gloo):
               f"64 MiB all_reduce, DDP 10 steps: ok")
 
 
+def check_cuda_stream(rank, world, gloo):
+    """NCCL's semantics for CUDA tensors on torch 2.x, after an eager init
+    (init_process_group(device_id=cuda:N)), with calls staged
+    (CCL_CUDA_DIRECT=0, the test sets it: the GPU-resident path waits on
+    the host). The group names its device before any tensor was moved; a
+    call behind a slow kernel on the caller's stream returns while that
+    kernel still runs (the CPU does not wait for the GPU), and what reads
+    its result on that stream sees the result; an async call is not
+    completed until its stream ran it, and its wait() orders another
+    stream after it; its future's value, and a callback chained on it,
+    are the result on any stream; the list forms and gather/scatter run
+    in stream order; a sub-group works on the bound device; a call still
+    pending at destroy_process_group holds nothing up."""
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    desc = ccl.torch.describe(dist.group.WORLD)
+    assert f"cuda_device={dev.index}" in desc, f"eager init did not bind the group to {dev}: {desc}"
+    torch.cuda.set_device(dev)
+    n = 1 << 18
+    total = world * (world + 1) / 2  # each rank contributes rank + 1
+
+    def slow():
+        torch.cuda._sleep(400_000_000)  # a kernel of some 0.2 s on the current stream
+
+    def full(v):
+        return torch.full((n,), float(v), device=dev)
+
+    dist.all_reduce(full(1))  # the first call sets up staging (pinned buffers) on the host
+    torch.cuda.synchronize()
+    x = full(rank + 1)
+    slow()
+    dist.all_reduce(x)
+    pending = not torch.cuda.current_stream().query()
+    assert pending, "all_reduce returned only after the caller's stream had run: the CPU waited for the GPU"
+    assert bool((x == total).all()), "all_reduce read on the caller's stream: not its result"
+
+    y = full(rank + 1)
+    slow()
+    work = dist.all_reduce(y, async_op=True)
+    assert not work.is_completed(), "an async all_reduce behind a slow kernel is completed already"
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):  # read (bool()) on that stream too: only it waited
+        work.wait()
+        ok = bool((y == total).all())
+    assert ok, "another stream after wait(): not the all_reduce's result"
+    torch.cuda.synchronize()
+    assert work.is_completed(), "the all_reduce ran, yet is_completed() says no"
+
+    z = full(rank + 1)
+    slow()
+    fut = dist.all_reduce(z, async_op=True).get_future()
+    chained = dist.all_reduce(full(2 * (rank + 1)), async_op=True).get_future().then(lambda f: f.value()[0] / 2)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        ok = bool((fut.wait()[0] == total).all() & (chained.wait() == total).all())
+    assert ok, "a future's value (or a callback chained on it) on another stream: not the result"
+
+    k = 1001
+    for dt in (torch.float32, torch.int64):
+        tag = f"{dt}, stream-ordered"
+        src = data(rank, k, dt, 7).to(dev)
+        slow()
+        outs = [torch.zeros(k, dtype=dt, device=dev) for _ in range(world)]
+        dist.all_gather(outs, src)
+        rs = torch.zeros(k, dtype=dt, device=dev)
+        dist.reduce_scatter(rs, [data(rank, k, dt, 8 + q).to(dev) for q in range(world)])
+        got = [torch.zeros(k, dtype=dt, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(src, got, dst=0)
+        sc = torch.zeros(k, dtype=dt, device=dev)
+        dist.scatter(sc, [data(q, k, dt, 9).to(dev) for q in range(world)] if rank == world - 1 else None,
+                     src=world - 1)
+        for q in range(world):
+            same(outs[q].cpu(), data(q, k, dt, 7), f"all_gather (list) from {q}, {tag}")
+            if rank == 0:
+                same(got[q].cpu(), data(q, k, dt, 7), f"gather from {q}, {tag}")
+        same(rs.cpu(), reduce_ref([data(q, k, dt, 8 + rank) for q in range(world)], "sum"), f"reduce_scatter, {tag}")
+        same(sc.cpu(), data(rank, k, dt, 9), f"scatter, {tag}")
+
+    members = [0, world - 1]
+    sub = dist.new_group(members)
+    if rank in members:
+        s = full(rank + 1)
+        slow()
+        dist.all_reduce(s, group=sub)
+        assert bool((s == 1 + world).all()), f"all_reduce on the sub-group {members}"
+
+    last = full(rank + 1)
+    slow()
+    dist.all_reduce(last, async_op=True)  # still pending on its stream
+    dist.barrier(group=gloo)
+    t0 = time.time()
+    dist.destroy_process_group()
+    torch.cuda.synchronize()  # a stream left waiting would hang here
+    if rank == 0:
+        print(f"cuda_stream: {world} ranks: eager init on {dev}, calls stream-ordered, destroy with a call "
+              f"pending took {time.time() - t0:.2f} s: ok")
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def check_abort(rank, world, gloo):
     """The backend's abort (torch calls it from _abort_process_group and on
     errors): rank 0's pending all_reduce fails at once, and rank 1, which
@@ -707,7 +805,7 @@ def check_abort(rank, world, gloo):
     raise AssertionError("a call on an aborted process group completed")
 
 
-SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "fsdp2_shared": check_fsdp2_shared, "mesh2d": check_mesh2d, "cuda": check_cuda, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
+SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "fsdp2_shared": check_fsdp2_shared, "mesh2d": check_mesh2d, "cuda": check_cuda, "cuda_stream": check_cuda_stream, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
              "set_timeout": check_set_timeout, "bound": check_bound,
              "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
@@ -720,7 +818,9 @@ def main():
         dist.init_process_group(backend, timeout=timeout)
     else:
         store = dist.FileStore(init, world)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        # eager init: the group bound to this rank's GPU from the start
+        bound = {"device_id": torch.device("cuda", rank % torch.cuda.device_count())} if scenario == "cuda_stream" else {}
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **bound)
     assert dist.get_backend() == backend, (dist.get_backend(), backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
