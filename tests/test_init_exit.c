@@ -107,12 +107,14 @@ static void repeat(int runs, int nranks, int split) {
  *
  * Every rank is forked before any starts its init, so the root's thread
  * is still waiting for its first connection at each fork. A child forked
- * while that thread is inside malloc inherits the allocator's lock held:
- * glibc's fork takes its arena locks first, so a plain build is safe
- * either way, but gcc 12's AddressSanitizer runtime does not. The gate
- * rules that out; yet a rank still sat in init until the alarm under
- * AddressSanitizer in a loaded CI run (rank 0, after the gate), so the
- * hang has another cause, not yet found. */
+ * while that thread holds a lock of the allocator or of the thread
+ * registry inherits it held: glibc's fork takes its own locks first, so a
+ * plain build is safe, but gcc 12's AddressSanitizer runtime does not,
+ * and a rank sat in init until the alarm in loaded CI runs. The gate kept
+ * the thread from accepting during the forks, but the thread was still
+ * being set up (ASan's thread start, its first table) when the first
+ * fork came: ccl_get_unique_id now returns only once the thread runs,
+ * with its table made, allocating nothing until a rank connects. */
 START_TEST(ranks_forked_after_the_id) {
     enum { N = 3 };
     setenv("CCL_TIMEOUT", "60", 1);

@@ -55,6 +55,7 @@ static struct root_entry *roots;
 
 struct root {
     struct root_entry *entry;
+    int *started; /* the starter's flag, set (under roots_lock) once the thread runs */
     int lfd;
     uint8_t secret[CCL__SECRET_BYTES];
     double timeout_s;
@@ -423,6 +424,11 @@ static int serve_round(struct root *r) {
 
 static void *root_main(void *arg) {
     struct root *r = arg;
+    pthread_mutex_lock(&roots_lock);
+    *r->started = 1;
+    r->started = NULL; /* the starter's stack: gone once it saw the flag */
+    pthread_cond_broadcast(&roots_done);
+    pthread_mutex_unlock(&roots_lock);
     ccl_status_t st = gather(r);
     if (st == CCL_OK) {
         send_tables(r);
@@ -515,6 +521,17 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
     r->timeout_s = timeout_s;
     r->record_bytes = (uint32_t)record_bytes;
     r->deadline = ccl__now() + timeout_s;
+    /* The thread's first turn allocates nothing: the table is made here. */
+    if (!grow_pending(r)) {
+        free(r->pend);
+        free(r->pfd);
+        close(r->lfd);
+        free(r->entry);
+        free(r);
+        return CCL_ERR_NO_MEMORY;
+    }
+    int started = 0;
+    r->started = &started;
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -530,10 +547,22 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
         pthread_mutex_lock(&roots_lock);
         forget_root(r->entry);
         pthread_mutex_unlock(&roots_lock);
+        free(r->pend);
+        free(r->pfd);
         close(r->lfd);
         free(r);
         return CCL_ERR_SYSTEM;
     }
+    /* Returns once the thread runs, waiting in poll and allocating
+     * nothing until a rank connects. A process that forks its ranks right
+     * after making the id (Python's multiprocessing, a test) then never
+     * forks while the thread is being set up: a sanitizer runtime without
+     * fork handlers (gcc 12's AddressSanitizer) holds locks of its own
+     * then, which a child would inherit held and wait on forever at its
+     * first thread or allocation of that size. */
+    pthread_mutex_lock(&roots_lock);
+    while (!started) pthread_cond_wait(&roots_done, &roots_lock);
+    pthread_mutex_unlock(&roots_lock);
     char s[64];
     ccl__sa_str(addr, s, sizeof(s));
     CCL_INFO(CCL__SUB_BOOT, -1, "bootstrap root listening on %s", s);
