@@ -6,7 +6,12 @@ the step time of the same MLP under FSDP2 (fully_shard). The two
 backends alternate (rounds), and each figure is the median over rounds.
 
     bench/torch-vs-gloo.py [--ranks 4] [--rounds 3] [--min 4K] [--max 64M]
-                           [--ddp-params 24M] [--csv FILE]
+                           [--ddp-params 24M] [--shared] [--csv FILE]
+
+--shared (torch 2.x) adds, per size, the all_reduce of a tensor the
+libccl process group allocated (its allocate_tensor, which FSDP2 uses for
+its staging: memory every rank of the host maps, where libccl's
+collectives run zero-copy), against gloo on that same tensor.
 
 Run from a build tree (it sets CCL_LIBRARY to build/libccl.so.0 unless
 already set); runs on Debian's torch 1.13 (/usr/bin/python3) and on torch 2.x. Prints one line per size and
@@ -89,6 +94,22 @@ def rank_main(args, rank, world, init):
             busbw = 2 * (world - 1) / world * size / med["ccl"] / 1e9
             print(f"all_reduce {fmt_size(size):>5}: ccl {med['ccl'] * 1e6:10.1f} us  gloo {med['gloo'] * 1e6:10.1f} us"
                   f"  speed-up {med['gloo'] / med['ccl']:5.2f}x  (ccl busbw {busbw:.2f} GB/s)", flush=True)
+        if args.shared:
+            backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+            xs = backend.allocate_tensor(size // 4, dtype=torch.float32, device=torch.device("cpu")).fill_(1)
+            times = {"ccl": [], "gloo": []}
+            for rnd in range(args.rounds):
+                for name in (("ccl", "gloo") if rnd % 2 == 0 else ("gloo", "ccl")):
+                    g = groups[name]
+                    dist.all_reduce(xs, group=g)
+                    times[name].append(timed(lambda: dist.all_reduce(xs, group=g), iters, gloo_barrier))
+            med = {k: statistics.median(v) for k, v in times.items()}
+            out.append(("all_reduce_shared", size, med["ccl"], med["gloo"]))
+            del xs
+            if rank == 0:
+                busbw = 2 * (world - 1) / world * size / med["ccl"] / 1e9
+                print(f"  allocated by the group: ccl {med['ccl'] * 1e6:10.1f} us  gloo {med['gloo'] * 1e6:10.1f} us"
+                      f"  speed-up {med['gloo'] / med['ccl']:5.2f}x  (ccl busbw {busbw:.2f} GB/s)", flush=True)
         size *= 4
 
     # DDP: a stack of square layers holding about args.ddp_params parameters,
@@ -151,6 +172,8 @@ def main():
     p.add_argument("--max", type=parse_size, default=parse_size("64M"))
     p.add_argument("--ddp-params", type=parse_size, default=parse_size("24M"))
     p.add_argument("--ddp-steps", type=int, default=5)
+    p.add_argument("--shared", action="store_true",
+                   help="also all_reduce a tensor the libccl group allocated (torch 2.x)")
     p.add_argument("--csv")
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--init", help=argparse.SUPPRESS)
