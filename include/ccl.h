@@ -434,8 +434,11 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_recv_stream(void *buf, size_t count, ccl_
  * and in a process without CUDA). */
 CCL_API int ccl_is_device_pointer(const void *p);
 /* The CUDA device (ordinal) comm's device buffers and streams live on:
- * the current device when it was created, or its first device buffer's.
- * CCL_ERR_UNSUPPORTED where the process has no CUDA. */
+ * the current device when it was created, or its first device buffer's or
+ * stream's; while it has none of these, the calling thread's current
+ * device (ccl_comm_describe names a device only once it is bound).
+ * CCL_ERR_UNSUPPORTED where the process has no CUDA, or no device is
+ * current. */
 CCL_API ccl_status_t ccl_comm_cuda_device(const ccl_comm_t *comm, int *device);
 /* *err = the error that failed comm (an operation that ran after its call
  * returned: async, stream-ordered, or a peer's failure), CCL_OK while it is
