@@ -422,6 +422,18 @@ static int serve_round(struct root *r) {
     return out.status == CCL_OK;
 }
 
+/* A root's tables and the root itself (its descriptors closed already;
+ * tables never made are NULL). */
+static void root_free(struct root *r) {
+    free(r->fds);
+    free(r->addrs);
+    free(r->told);
+    free(r->records);
+    free(r->pend);
+    free(r->pfd);
+    free(r);
+}
+
 static void *root_main(void *arg) {
     struct root *r = arg;
     pthread_mutex_lock(&roots_lock);
@@ -452,13 +464,7 @@ static void *root_main(void *arg) {
     r->entry->done = 1;
     pthread_cond_broadcast(&roots_done);
     pthread_mutex_unlock(&roots_lock);
-    free(r->fds);
-    free(r->addrs);
-    free(r->told);
-    free(r->records);
-    free(r->pend);
-    free(r->pfd);
-    free(r);
+    root_free(r);
     return NULL;
 }
 
@@ -523,11 +529,9 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
     r->deadline = ccl__now() + timeout_s;
     /* The thread's first turn allocates nothing: the table is made here. */
     if (!grow_pending(r)) {
-        free(r->pend);
-        free(r->pfd);
         close(r->lfd);
         free(r->entry);
-        free(r);
+        root_free(r);
         return CCL_ERR_NO_MEMORY;
     }
     int started = 0;
@@ -547,10 +551,8 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
         pthread_mutex_lock(&roots_lock);
         forget_root(r->entry);
         pthread_mutex_unlock(&roots_lock);
-        free(r->pend);
-        free(r->pfd);
         close(r->lfd);
-        free(r);
+        root_free(r);
         return CCL_ERR_SYSTEM;
     }
     /* Returns once the thread runs, waiting in poll and allocating

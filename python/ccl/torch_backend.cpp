@@ -200,6 +200,14 @@ ccl_status_t grouped(size_t n, const std::function<ccl_status_t(size_t)>& call, 
 // and unflatten) are in the same order with no wait of their own.
 thread_local ccl_stream_t ordered_on = nullptr;
 
+// For a scope of the worker's: its calls ordered on s, which is also its
+// current stream.
+struct OrderedOn {
+  explicit OrderedOn(const c10::Stream& s) : current(s) { ordered_on = stream_handle(s); }
+  ~OrderedOn() { ordered_on = nullptr; }
+  c10::StreamGuard current;
+};
+
 // fn's libccl calls, ordered on the worker's stream where there is one
 // (one libccl group ended on it), else run as they are.
 ccl_status_t issue(const std::function<ccl_status_t()>& fn) {
@@ -358,8 +366,10 @@ class WorkCCL : public c10d::Work {
   bool isCompleted() override { return c10d::Work::isCompleted() && (!done_ || done_->query()); }
 
   // A stream-ordered call: the waiter's current stream (on the call's
-  // device) waits for it, the CPU does not (NCCL's Work::wait).
+  // device) waits for it, the CPU does not (NCCL's Work::wait, which
+  // c10d::Work::wait ends with).
   void synchronize() override {
+    c10d::Work::synchronize();
     if (done_) done_->block(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(done_->device()));
   }
 
@@ -370,9 +380,7 @@ class WorkCCL : public c10d::Work {
   // wait on.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override {
     if (held_.load()) return true;
-    bool done = c10d::Work::wait(timeout);  // the call issued (torch 2.x's runs synchronize() too)
-    synchronize();  // torch 1.13's does not; a second wait for one event costs nothing
-    return done;
+    return c10d::Work::wait(timeout);
   }
 
   std::atomic<bool> held_{false};
@@ -860,8 +868,8 @@ class ProcessGroupCCL : public CclBase {
         }
         return CCL_OK;
       }
-      return issue([&] { return grouped(calls->size(), [&](size_t i) { return (*calls)[i].call(); }); });
-    }, /*groupable=*/false, touched);
+      return grouped(calls->size(), [&](size_t i) { return (*calls)[i].call(); });
+    }, /*groupable=*/all_groupable, touched);
     auto* w = static_cast<WorkCCL*>(work.get());
     for (auto& t : *calls) {
       w->also_.push_back(t.work);
@@ -891,10 +899,11 @@ class ProcessGroupCCL : public CclBase {
     if (!device.is_cuda() || c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).deviceCount() == 0) return;
     ccl_status_t st = run_now([&] {
       c10::Stream s = ordering_stream(device);
-      c10::StreamGuard on(s);
-      ordered_on = stream_handle(s);
-      ccl_status_t r = issue([&] { return ccl_barrier(comm_); });
-      ordered_on = nullptr;
+      ccl_status_t r;
+      {
+        OrderedOn on(s);
+        r = issue([&] { return ccl_barrier(comm_); });
+      }
       s.synchronize();
       return r;
     });
@@ -1146,8 +1155,8 @@ class ProcessGroupCCL : public CclBase {
       std::exception_ptr error;
       try {
         c10::OptionalDeviceGuard device;
-        c10::OptionalStreamGuard on;
         c10::optional<c10::Stream> ordering;
+        c10::optional<OrderedOn> on;
         if (task.caller) {
           device.reset_device(task.caller->device());  // libccl binds the device current now
           if (task.ready) {  // stream-ordered: after the caller's stream as it was at the call
@@ -1156,15 +1165,13 @@ class ProcessGroupCCL : public CclBase {
             c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
             for (auto& t : task.touched)  // freed by the caller, not reused before the call ran
               if (t.defined() && t.is_cuda()) impl.recordDataPtrOnStream(t.storage().data_ptr(), *ordering);
-            on.reset_stream(*ordering);
-            ordered_on = stream_handle(*ordering);
+            on.emplace(*ordering);
           } else {
             task.caller->synchronize();
           }
         }
         ccl_flight::Recorder::get().started(task.flight);
         ccl_status_t st = task.groupable ? issue(task.call) : task.call();
-        ordered_on = nullptr;
         if (st != CCL_OK)
           throw std::runtime_error(std::string("ccl: ") + ccl_status_string(st) + ": " + ccl_comm_last_error(comm_));
         if (ordering) {
@@ -1173,7 +1180,6 @@ class ProcessGroupCCL : public CclBase {
           task.work->ordered(std::move(done), *ordering);
         }
       } catch (...) {
-        ordered_on = nullptr;
         error = std::current_exception();
       }
       if (task.flight >= 0) {
