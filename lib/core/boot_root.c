@@ -53,6 +53,50 @@ static pthread_mutex_t roots_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t roots_done = PTHREAD_COND_INITIALIZER;
 static struct root_entry *roots;
 
+/* A process that made an id often forks its ranks next (a launcher, a
+ * test, Python's multiprocessing), and the first child connects to the
+ * root while the parent forks the second. A root thread that is inside
+ * malloc at that fork hands the child an allocator lock held by a thread
+ * the child does not have: glibc's malloc guards against that, a
+ * sanitizer's allocator (gcc 12's AddressSanitizer) does not, and the
+ * child waits forever at its first allocation of that size. So a root
+ * thread holds root_turn while it works and lets go only while it waits
+ * in poll, and fork takes it first (fork_prepare): a fork waits for the
+ * turn in progress, at most FORK_WAIT_S (a peer that does not read can
+ * keep a send going), and then forks anyway. roots_lock is taken too, so
+ * no child inherits it held either. */
+static pthread_mutex_t root_turn = PTHREAD_MUTEX_INITIALIZER;
+static int fork_holds_turn;
+#define FORK_WAIT_S 1.0
+
+static void fork_prepare(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)FORK_WAIT_S;
+    fork_holds_turn = pthread_mutex_timedlock(&root_turn, &ts) == 0;
+    pthread_mutex_lock(&roots_lock);
+}
+
+/* In the parent and in the child alike: the forking thread took both. */
+static void fork_release(void) {
+    pthread_mutex_unlock(&roots_lock);
+    if (fork_holds_turn) pthread_mutex_unlock(&root_turn);
+    fork_holds_turn = 0;
+}
+
+static pthread_once_t fork_gate_once = PTHREAD_ONCE_INIT;
+static void install_fork_gate(void) { pthread_atfork(fork_prepare, fork_release, fork_release); }
+
+/* The root's waits: root_turn is free while it sleeps in poll. */
+static int root_poll(struct pollfd *pfd, nfds_t n, int timeout_ms) {
+    pthread_mutex_unlock(&root_turn);
+    int rc = poll(pfd, n, timeout_ms);
+    int saved = errno;
+    pthread_mutex_lock(&root_turn);
+    errno = saved;
+    return rc;
+}
+
 struct root {
     struct root_entry *entry;
     int *started; /* the starter's flag, set (under roots_lock) once the thread runs */
@@ -284,7 +328,7 @@ static int serve_pending(struct root *r) {
     int n = 0;
     r->pfd[n++] = (struct pollfd){.fd = r->lfd, .events = POLLIN};
     for (int i = 0; i < r->npend; i++) r->pfd[n++] = (struct pollfd){.fd = r->pend[i].fd, .events = POLLIN};
-    if (poll(r->pfd, (nfds_t)n, 100) <= 0) return 1;
+    if (root_poll(r->pfd, (nfds_t)n, 100) <= 0) return 1;
     /* Pending entries move when one is dropped: walk backwards. */
     for (int i = n - 1; i >= 1; i--)
         if (r->pfd[i].revents && i - 1 < r->npend && r->pend[i - 1].fd == r->pfd[i].fd) feed(r, i - 1);
@@ -310,7 +354,7 @@ static void refuse_latecomers(struct root *r) {
     double until = ccl__now() + LATE_GRACE_S;
     while (ccl__now() < until) {
         struct pollfd p = {.fd = r->lfd, .events = POLLIN};
-        if (r->npend == 0 && poll(&p, 1, 0) <= 0) return;
+        if (r->npend == 0 && root_poll(&p, 1, 0) <= 0) return;
         if (!serve_pending(r)) return;
     }
 }
@@ -384,7 +428,7 @@ static int serve_round(struct root *r) {
         for (int k = 0; k < n; k++)
             if (in_round[k]) pfd[np++] = (struct pollfd){.fd = r->fds[k], .events = POLLIN};
         double left = dl - ccl__now();
-        int rc = left > 0 ? poll(pfd, (nfds_t)np, (int)(left * 1000) + 1) : 0;
+        int rc = left > 0 ? root_poll(pfd, (nfds_t)np, (int)(left * 1000) + 1) : 0;
         if (rc < 0 && errno == EINTR) continue;
         int failed_now = 0;
         for (int k = 0, i = 0; k < n; k++) {
@@ -441,6 +485,7 @@ static void *root_main(void *arg) {
     r->started = NULL; /* the starter's stack: gone once it saw the flag */
     pthread_cond_broadcast(&roots_done);
     pthread_mutex_unlock(&roots_lock);
+    pthread_mutex_lock(&root_turn);
     ccl_status_t st = gather(r);
     if (st == CCL_OK) {
         send_tables(r);
@@ -460,11 +505,13 @@ static void *root_main(void *arg) {
         free(r->pend[i].record);
     }
     close(r->lfd);
+    struct root_entry *entry = r->entry;
+    root_free(r);
     pthread_mutex_lock(&roots_lock);
-    r->entry->done = 1;
+    entry->done = 1;
     pthread_cond_broadcast(&roots_done);
     pthread_mutex_unlock(&roots_lock);
-    root_free(r);
+    pthread_mutex_unlock(&root_turn);
     return NULL;
 }
 
@@ -534,6 +581,7 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
         root_free(r);
         return CCL_ERR_NO_MEMORY;
     }
+    pthread_once(&fork_gate_once, install_fork_gate);
     int started = 0;
     r->started = &started;
     pthread_t t;
