@@ -368,14 +368,81 @@ START_TEST(single_copy_terms) {
             ck_assert_int_ne(ccl__cost_choose(&off, &f, sc_kinds[k], b, 0).algo, CCL__ALGO_SINGLE_COPY);
         }
     ck_assert(ccl__cost_predict(&j, &f, CCL__K_ALL_TO_ALL, CCL__ALGO_SINGLE_COPY, 4096) < 0);
-    /* A broadcast's read: twice the bytes cost their time at the probe's
-     * speed more, and nothing else changes (one call either way). */
-    double b1 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 1 << 20);
-    double b2 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 2 << 20);
-    ck_assert_msg(fabs((b2 - b1) - (1 << 20) / 8500.0) < 1e-6, "broadcast 1 -> 2 MiB: %.3f -> %.3f us", b1, b2);
+    /* A broadcast's read: past the large point, twice the bytes cost their
+     * time at the large point's speed more, and nothing else changes (one
+     * call either way); up to the probe's size, at the probe's. */
+    f.cma_large_bytes = 64 << 20, f.cma_large_bytes_per_us = 4250;
+    f.measured |= CCL__FIG_CMA_LARGE;
+    double b1 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 64 << 20);
+    double b2 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 128 << 20);
+    ck_assert_msg(fabs((b2 - b1) - (64 << 20) / 4250.0) < 1e-3, "broadcast 64 -> 128 MiB: %.3f -> %.3f us", b1, b2);
+    double s1 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 16 << 10);
+    double s2 = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 32 << 10);
+    ck_assert_msg(fabs((s2 - s1) - (16 << 10) / 8500.0) < 1e-6, "broadcast 16 -> 32 KiB: %.3f -> %.3f us", s1, s2);
+    /* In between, a byte read costs more on average the larger the
+     * buffer, never less: between the probe's speed and the large point's. */
+    double fixed = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 8) - 8 / 8500.0, last = 0;
+    for (size_t b = 64 << 10; b <= (128u << 20); b *= 2) {
+        double per = (ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, b) - fixed) / (double)b;
+        ck_assert_msg(per >= last - 1e-12 && per >= 1 / 8500.0 - 1e-12 && per <= 1 / 4250.0 + 1e-12,
+                      "broadcast of %zu bytes: %.7f us a byte (at half the size %.7f)", b, per, last);
+        last = per;
+    }
+    /* A large point faster than the probe counts as the probe's speed. */
+    f.cma_large_bytes_per_us = 20000;
+    double flat = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 128 << 20) -
+                  ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 64 << 20);
+    ck_assert_msg(fabs(flat - (64 << 20) / 8500.0) < 1e-3, "64 -> 128 MiB at a fast large point: %.3f us", flat);
+    /* Without a measured point, the default's share of the probe's speed. */
+    f.measured &= ~CCL__FIG_CMA_LARGE;
+    struct ccl__figures d;
+    ccl__cost_defaults(&d);
+    double share = d.cma_large_bytes_per_us / d.cma_bytes_per_us;
+    double dflt = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 128 << 20) -
+                  ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 64 << 20);
+    ck_assert_msg(fabs(dflt - (64 << 20) / (8500.0 * share)) < 1e-3, "64 -> 128 MiB by default: %.3f us", dflt);
+    ck_assert(share > 0.3 && share < 1);
+    f.cma_large_bytes = 0, f.cma_large_bytes_per_us = 0;
     for (size_t k = 2; k < 4; k++) { /* all-gather, broadcast */
         ck_assert_int_eq(ccl__cost_choose(&j, &f, sc_kinds[k], 4u << 20, 0).algo, CCL__ALGO_SINGLE_COPY);
         ck_assert_int_ne(ccl__cost_choose(&j, &f, sc_kinds[k], 64, 0).algo, CCL__ALGO_SINGLE_COPY);
+    }
+}
+END_TEST
+
+/* Ranks that share cores: a peer on this rank's core hands over a buffer
+ * from the core's caches only while the buffer fits there, so from
+ * 1 MiB every byte the single-copy algorithm reads counts as crossing.
+ * With the figures ccl-tune and init measured on the 2-core development
+ * machine, 4 ranks on 2 cores then run the direct algorithm from 1 MiB to
+ * 64 MiB, as measured there (in place, 4 to 64 MiB: single-copy
+ * 1.15-1.35x direct's time); 2 ranks of their own cores keep the
+ * single-copy algorithm at 1 and 4 MiB, where it measured fastest. */
+START_TEST(single_copy_on_crowded_cores) {
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    f.link[CCL__LINK_NUMA] = (struct ccl__link_figure){0.55, 5245, 0, 0};
+    f.copy_bytes_per_us = 35640, f.reduce_bytes_per_us = 23245;
+    f.cma_call_us = 1.77, f.cma_bytes_per_us = 7800;
+    f.cma_large_bytes = 64 << 20, f.cma_large_bytes_per_us = 4143;
+    f.measured |= 1u << CCL__LINK_NUMA | CCL__FIG_LOCAL | CCL__FIG_CMA | CCL__FIG_CMA_LARGE;
+    static const struct synthetic four = {"1 host, 4 ranks on 2 cores", 1, 1, 4, CCL__LINK_TCP, 2};
+    static const struct synthetic two = {"1 host, 2 ranks", 1, 1, 2, CCL__LINK_TCP, 1};
+    struct ccl__job_shape j, own;
+    make_shape(&four, &j);
+    make_shape(&two, &own);
+    /* All-gather: (N - 1) n read. Between 1 and 2 MiB, past the cache
+     * but far below the large point, the extra time is the reads' at
+     * nearly the probe's speed, every one crossing. */
+    double a1 = ccl__cost_predict(&j, &f, CCL__K_ALL_GATHER, CCL__ALGO_SINGLE_COPY, 1 << 20);
+    double a2 = ccl__cost_predict(&j, &f, CCL__K_ALL_GATHER, CCL__ALGO_SINGLE_COPY, 2 << 20);
+    double crossing = j.oversub * 3 * (1 << 20) / f.cma_bytes_per_us;
+    ck_assert_msg(a2 - a1 >= crossing && a2 - a1 < 1.1 * crossing, "all-gather 1 -> 2 MiB: %.1f us, reads %.1f",
+                  a2 - a1, crossing);
+    for (size_t b = 1 << 20; b <= (64u << 20); b *= 4) {
+        ck_assert_int_eq(ccl__cost_choose(&j, &f, CCL__K_ALL_REDUCE, b, 0).algo, CCL__ALGO_DIRECT);
+        if (b <= (4u << 20))
+            ck_assert_int_eq(ccl__cost_choose(&own, &f, CCL__K_ALL_REDUCE, b, 0).algo, CCL__ALGO_SINGLE_COPY);
     }
 }
 END_TEST
@@ -552,7 +619,8 @@ START_TEST(file_round_trip) {
     f.link[CCL__LINK_TCP] = (struct ccl__link_figure){9.5, 1200, 524288, 2500.5};
     f.copy_bytes_per_us = 12345, f.reduce_bytes_per_us = 6789;
     f.cma_call_us = 1.625, f.cma_bytes_per_us = 8500.5;
-    f.measured = 1u << CCL__LINK_XNUMA | 1u << CCL__LINK_TCP | CCL__FIG_LOCAL | CCL__FIG_CMA;
+    f.cma_large_bytes = 64 << 20, f.cma_large_bytes_per_us = 4143.5;
+    f.measured = 1u << CCL__LINK_XNUMA | 1u << CCL__LINK_TCP | CCL__FIG_LOCAL | CCL__FIG_CMA | CCL__FIG_CMA_LARGE;
     ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
     ccl__cost_defaults(&g);
     ck_assert_int_eq(ccl__tune_file_read(path, key, &g, why, sizeof why), 1);
@@ -565,6 +633,7 @@ START_TEST(file_round_trip) {
     ck_assert(g.link[CCL__LINK_XNUMA].large_bytes == 0); /* none written, none read */
     ck_assert(fabs(g.copy_bytes_per_us - 12345) < 1e-6 && fabs(g.reduce_bytes_per_us - 6789) < 1e-6);
     ck_assert(fabs(g.cma_call_us - 1.625) < 1e-9 && fabs(g.cma_bytes_per_us - 8500.5) < 1e-6);
+    ck_assert(g.cma_large_bytes == 64 << 20 && fabs(g.cma_large_bytes_per_us - 4143.5) < 1e-6);
     ck_assert_int_eq(ccl__tune_file_read("/nonexistent/ccl/tuning", key, &g, why, sizeof why), 0);
     /* A figure the reader would refuse (a crowded probe's 0.0 bytes/us)
      * is left out; the rest of the file stays readable. */
@@ -572,7 +641,7 @@ START_TEST(file_round_trip) {
     ck_assert_int_eq(ccl__tune_file_write(path, key, &f, why, sizeof why), 0);
     ccl__cost_defaults(&g);
     ck_assert_msg(ccl__tune_file_read(path, key, &g, why, sizeof why) == 1, "unreadable: %s", why);
-    ck_assert_uint_eq(g.measured, 1u << CCL__LINK_XNUMA | CCL__FIG_LOCAL | CCL__FIG_CMA);
+    ck_assert_uint_eq(g.measured, 1u << CCL__LINK_XNUMA | CCL__FIG_LOCAL | CCL__FIG_CMA | CCL__FIG_CMA_LARGE);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -607,6 +676,12 @@ static const struct {
     {"libccl-tuning 1\nmachine %K\ncma 1.5\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\ncma -1 8000\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\ncma 1.5 8000 9\n", "corrupt"},
+    /* The large point of cross-memory attach: a size above the probe's and a speed. */
+    {"libccl-tuning 1\nmachine %K\ncma-large 67108864\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncma-large 65536 4000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncma-large 0 4000\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncma-large 67108864 0.1\n", "corrupt"},
+    {"libccl-tuning 1\nmachine %K\ncma-large 67108864 4000 1\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\nspeed 11\n", "corrupt"},
     {"libccl-tuning 1\nmachine %K\n\001\002\003\377\n", "corrupt"},
 };
@@ -952,6 +1027,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, large_point);
     tcase_add_test(tc, model_terms);
     tcase_add_test(tc, single_copy_terms);
+    tcase_add_test(tc, single_copy_on_crowded_cores);
     tcase_add_test(tc, core_load);
     suite_add_tcase(s, tc);
     tc = tcase_create("file");

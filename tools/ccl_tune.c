@@ -18,10 +18,12 @@
 #include "ccl_spawn.h"
 #include "core/params.h"
 #include "plan/tune.h"
+#include "tune_cma.h"
 
 static const char usage[] = "Usage: ccl-tune [--ranks N] [--reps R] [--output PATH]\n"
                             "  measures shared memory (N ranks, default 2) and TCP (N ranks posing as hosts) R times\n"
-                            "  (default 5) and writes the medians (of TCP's large step, the best) to PATH\n"
+                            "  (default 5), and cross-memory attach of 64 MiB buffers, and writes the medians (of TCP's\n"
+                            "  large step, the best) to PATH\n"
                             "  (default: CCL_TUNING_FILE, else ~/.cache/libccl/tuning-<host>)\n";
 
 /* One job of n ranks (transport shm or tcp) whose init writes its figures
@@ -150,6 +152,20 @@ int main(int argc, char **argv) {
         result.cma_call_us = ccl__tune_median(call, ncma);
         result.cma_bytes_per_us = ccl__tune_median(cma, ncma);
         result.measured |= CCL__FIG_CMA;
+    }
+    /* The large point of cross-memory attach: ranks of their own reading
+     * 64 MiB peer buffers (at most 8 at once: a bigger job's ranks read
+     * at the speed 8 of them see, and 64 MiB each is memory enough). */
+    double large_speed = 0;
+    int readers = n < 8 ? n : 8, err = ccl__tune_cma_large(readers, 64u << 20, reps, &large_speed);
+    if (err == 0) {
+        result.cma_large_bytes = 64u << 20, result.cma_large_bytes_per_us = large_speed;
+        result.measured |= CCL__FIG_CMA_LARGE;
+        printf("ccl-tune: cross-memory attach of 64 MiB peer buffers, %d readers at once: %.0f bytes/us\n", readers,
+               large_speed);
+    } else {
+        printf("ccl-tune: cross-memory attach of large buffers not measured: %s\n",
+               err < 0 ? "a reader failed" : strerror(err));
     }
     if (!result.measured) {
         fprintf(stderr, "ccl-tune: every job failed; %s left as it was\n", target);

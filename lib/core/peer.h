@@ -46,6 +46,7 @@ struct ccl__tuned_record {
     float large_bytes[CCL__TUNED_LINKS], large_bytes_per_us[CCL__TUNED_LINKS]; /* 0: no large point */
     float copy_bytes_per_us, reduce_bytes_per_us;
     float cma_call_us, cma_bytes_per_us; /* cross-memory attach (core/cma.h), bit 18 of measured */
+    float cma_large_bytes, cma_large_bytes_per_us; /* and on a large buffer, bit 19 */
 };
 
 struct ccl__peer_info {

@@ -74,6 +74,11 @@ struct ccl__figures {
      * own cost, and the kernel's copy speed, measured with this process's
      * memory (the same cached bytes as copy's); CCL__FIG_CMA in measured. */
     double cma_call_us, cma_bytes_per_us;
+    /* And its speed on a peer buffer too large for any cache, read in the
+     * single-copy algorithm's pieces while every rank reads one (the large
+     * point, measured by ccl-tune: CCL__FIG_CMA_LARGE; else the default's
+     * share of the probe's speed). */
+    double cma_large_bytes, cma_large_bytes_per_us;
     unsigned measured;          /* bit per link class measured (the rest are defaults); CCL__FIG_LOCAL: copy
                                  * and reduce */
 };
@@ -82,6 +87,7 @@ struct ccl__figures {
  * they are, never checked against a probe. */
 #define CCL__FIG_GIVEN (1u << 17)
 #define CCL__FIG_CMA (1u << 18)
+#define CCL__FIG_CMA_LARGE (1u << 19)
 
 /* Figures of a 2-core x86 machine of 2024, for link classes nothing has
  * measured yet. */

@@ -114,6 +114,14 @@ static int parse_line(const char *line, const char *key, struct ccl__figures *f,
         f->measured |= CCL__FIG_CMA;
         return 1;
     }
+    if (strcmp(word, "cma-large") == 0) {
+        /* "cma-large <bytes> <bytes per us>" (ccl-tune's large point) */
+        char end[2];
+        if (sscanf(line, "%*s %lf %lf %1s", &x, &y, end) != 2 || x == 0 || !large_ok(x, y)) goto bad;
+        f->cma_large_bytes = x, f->cma_large_bytes_per_us = y;
+        f->measured |= CCL__FIG_CMA_LARGE;
+        return 1;
+    }
     if (strcmp(word, "link") == 0) {
         /* "link <class> <alpha> <speed>", and a network link's large
          * point, "<bytes> <speed>", when it has one. */
@@ -311,6 +319,10 @@ int ccl__tune_file_write(const char *path, const char *key, const struct ccl__fi
     if ((f->measured & CCL__FIG_CMA) && alpha_ok(f->cma_call_us) && speed_ok(f->cma_bytes_per_us))
         fprintf(fp, "# cma <a cross-memory attach call, us> <its bytes per us>\ncma %.3f %.1f\n", f->cma_call_us,
                 f->cma_bytes_per_us);
+    if ((f->measured & CCL__FIG_CMA_LARGE) && f->cma_large_bytes > 0 &&
+        large_ok(f->cma_large_bytes, f->cma_large_bytes_per_us))
+        fprintf(fp, "# cma-large <a peer buffer too large for any cache, bytes> <its bytes per us>\ncma-large %.0f %.1f\n",
+                f->cma_large_bytes, f->cma_large_bytes_per_us);
     fprintf(fp, "# link <class> <alpha, us> <bytes per us and rank> [<large step, bytes> <its bytes per us>]\n");
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
         const struct ccl__link_figure *l = &f->link[c];
@@ -486,6 +498,8 @@ static void record_from(struct ccl__tuned_record *r, const struct ccl__figures *
     r->reduce_bytes_per_us = (float)f->reduce_bytes_per_us;
     r->cma_call_us = (float)f->cma_call_us;
     r->cma_bytes_per_us = (float)f->cma_bytes_per_us;
+    r->cma_large_bytes = (float)f->cma_large_bytes;
+    r->cma_large_bytes_per_us = (float)f->cma_large_bytes_per_us;
 }
 
 void ccl__tune_local(struct ccl_comm *comm, struct ccl__peer_info *self) {
@@ -530,7 +544,8 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
     ccl__cost_defaults(f);
     double *copy = malloc(sizeof(double) * (size_t)n), *red = malloc(sizeof(double) * (size_t)n);
     double *call = malloc(sizeof(double) * (size_t)n), *cma = malloc(sizeof(double) * (size_t)n);
-    int nlocal = 0, ncma = 0;
+    double *large = malloc(sizeof(double) * (size_t)n);
+    int nlocal = 0, ncma = 0, nlarge = 0;
     for (int r = 0; r < n; r++) {
         const struct ccl__tuned_record *t = &comm->peers[r].tuned;
         for (int c = 0; c < CCL__NUM_LINKS; c++) {
@@ -551,6 +566,15 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
             copy[nlocal] = t->copy_bytes_per_us, red[nlocal++] = t->reduce_bytes_per_us;
         if ((t->measured & CCL__FIG_CMA) && alpha_ok(t->cma_call_us) && speed_ok(t->cma_bytes_per_us) && call && cma)
             call[ncma] = t->cma_call_us, cma[ncma++] = t->cma_bytes_per_us;
+        /* The large point at one size: the first rank's that has one. */
+        if ((t->measured & CCL__FIG_CMA_LARGE) && t->cma_large_bytes > 0 &&
+            large_ok(t->cma_large_bytes, t->cma_large_bytes_per_us) && large &&
+            (nlarge == 0 || t->cma_large_bytes == f->cma_large_bytes))
+            f->cma_large_bytes = t->cma_large_bytes, large[nlarge++] = t->cma_large_bytes_per_us;
+    }
+    if (nlarge) {
+        f->cma_large_bytes_per_us = ccl__tune_median(large, nlarge);
+        f->measured |= CCL__FIG_CMA_LARGE;
     }
     if (ncma) {
         f->cma_call_us = ccl__tune_median(call, ncma);
@@ -562,7 +586,7 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
         f->reduce_bytes_per_us = ccl__tune_median(red, nlocal);
         f->measured |= CCL__FIG_LOCAL;
     }
-    free(copy), free(red), free(call), free(cma);
+    free(copy), free(red), free(call), free(cma), free(large);
 }
 
 #define LARGE_PROBE_RANKS 16 /* the most ranks whose probe measures a large point: 17 slots of buffer, 15 steps */
@@ -706,6 +730,9 @@ void ccl__tune_describe(const struct ccl__figures *f, unsigned links, char *buf,
         o += (size_t)snprintf(buf + o, n - o, "copy %.2f GB/s, reduce %.2f GB/s (%s)", f->copy_bytes_per_us / 1e3,
                               f->reduce_bytes_per_us / 1e3, f->measured & CCL__FIG_LOCAL ? "measured" : "default");
     if (o < n)
-        snprintf(buf + o, n - o, ", cross-memory attach %.2f us + %.2f GB/s (%s)", f->cma_call_us,
-                 f->cma_bytes_per_us / 1e3, f->measured & CCL__FIG_CMA ? "measured" : "default");
+        o += (size_t)snprintf(buf + o, n - o, ", cross-memory attach %.2f us + %.2f GB/s (%s)", f->cma_call_us,
+                              f->cma_bytes_per_us / 1e3, f->measured & CCL__FIG_CMA ? "measured" : "default");
+    if (o < n && (f->measured & CCL__FIG_CMA_LARGE))
+        snprintf(buf + o, n - o, ", %.2f GB/s at %.0f MiB buffers (measured)", f->cma_large_bytes_per_us / 1e3,
+                 f->cma_large_bytes / (1 << 20));
 }
