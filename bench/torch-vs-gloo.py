@@ -55,13 +55,49 @@ def time_training(model, width, steps, barrier):
     return timed(step, steps, barrier)
 
 
-def timed(fn, iters, barrier):
-    barrier()
+def ran(group):
+    """The algorithm libccl's last all_reduce on group ran, as
+    ccl_comm_describe says it ("direct", "single_copy", ...)."""
+    import ccl.torch
+    text = ccl.torch.describe(group) or ""
+    for part in text.split("last:")[-1].split(","):
+        if part.strip().startswith("all_reduce:"):
+            return part.strip().split()[0].split(":")[1]
+    return "?"
+
+
+def timed(fn, iters, sync):
+    """Seconds per call of a block of iters calls, as nccl-tests and
+    libccl's benchmarks time: every rank starts after a barrier, and the
+    block's time is the slowest rank's. Neither the barrier nor the
+    exchange of the times is inside it: gloo's barrier of 4 ranks on 2
+    cores takes 1.8 ms here, about a 4 MiB all_reduce, and timed inside
+    the block it added its cost, and the ranks' skew leaving it, to both
+    backends' figures alike."""
+    sync.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
-    barrier()
-    return (time.perf_counter() - t0) / iters
+    return sync.slowest(time.perf_counter() - t0) / iters
+
+
+class Sync:
+    """The timing's barrier and the slowest rank's time, both on gloo,
+    outside every timed block."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def barrier(self):
+        import torch.distributed as dist
+        dist.barrier(group=self.group)
+
+    def slowest(self, seconds):
+        import torch
+        import torch.distributed as dist
+        t = torch.tensor([seconds], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.item()
 
 
 def rank_main(args, rank, world, init):
@@ -76,7 +112,7 @@ def rank_main(args, rank, world, init):
     dist.init_process_group("libccl", store=dist.FileStore(init, world), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     groups = {"ccl": None, "gloo": dist.new_group(backend="gloo")}
-    gloo_barrier = lambda: dist.barrier(group=groups["gloo"])
+    sync = Sync(groups["gloo"])
     out = []
     size = args.min
     while size <= args.max:
@@ -87,13 +123,14 @@ def rank_main(args, rank, world, init):
             for name in (("ccl", "gloo") if rnd % 2 == 0 else ("gloo", "ccl")):
                 g = groups[name]
                 dist.all_reduce(x, group=g)  # warm-up
-                times[name].append(timed(lambda: dist.all_reduce(x, group=g), iters, gloo_barrier))
+                times[name].append(timed(lambda: dist.all_reduce(x, group=g), iters, sync))
         med = {k: statistics.median(v) for k, v in times.items()}
         out.append(("all_reduce", size, med["ccl"], med["gloo"]))
         if rank == 0:
             busbw = 2 * (world - 1) / world * size / med["ccl"] / 1e9
             print(f"all_reduce {fmt_size(size):>5}: ccl {med['ccl'] * 1e6:10.1f} us  gloo {med['gloo'] * 1e6:10.1f} us"
-                  f"  speed-up {med['gloo'] / med['ccl']:5.2f}x  (ccl busbw {busbw:.2f} GB/s)", flush=True)
+                  f"  speed-up {med['gloo'] / med['ccl']:5.2f}x  (ccl busbw {busbw:.2f} GB/s, {ran(dist.group.WORLD)})",
+                  flush=True)
         if args.shared:
             backend = dist.group.WORLD._get_backend(torch.device("cpu"))
             xs = backend.allocate_tensor(size // 4, dtype=torch.float32, device=torch.device("cpu")).fill_(1)
@@ -102,7 +139,7 @@ def rank_main(args, rank, world, init):
                 for name in (("ccl", "gloo") if rnd % 2 == 0 else ("gloo", "ccl")):
                     g = groups[name]
                     dist.all_reduce(xs, group=g)
-                    times[name].append(timed(lambda: dist.all_reduce(xs, group=g), iters, gloo_barrier))
+                    times[name].append(timed(lambda: dist.all_reduce(xs, group=g), iters, sync))
             med = {k: statistics.median(v) for k, v in times.items()}
             out.append(("all_reduce_shared", size, med["ccl"], med["gloo"]))
             del xs
@@ -123,7 +160,7 @@ def rank_main(args, rank, world, init):
             torch.manual_seed(0)
             model = DDP(nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]),
                         process_group=groups[name])
-            steps[name].append(time_training(model, width, args.ddp_steps, gloo_barrier))
+            steps[name].append(time_training(model, width, args.ddp_steps, sync))
             del model
     med = {k: statistics.median(v) for k, v in steps.items()}
     nparams = layers * (width * width + width)
@@ -148,7 +185,7 @@ def rank_main(args, rank, world, init):
                 for layer in model:
                     fully_shard(layer, mesh=mesh)
                 fully_shard(model, mesh=mesh)
-                steps[name].append(time_training(model, width, args.ddp_steps, gloo_barrier))
+                steps[name].append(time_training(model, width, args.ddp_steps, sync))
                 del model
         med = {k: statistics.median(v) for k, v in steps.items()}
         out.append(("fsdp2_step", nparams, med["ccl"], med["gloo"]))
