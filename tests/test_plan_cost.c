@@ -839,6 +839,28 @@ START_TEST(bad_file_in_a_job) {
 }
 END_TEST
 
+/* CCL_CMA_LARGE_PROBE on one rank only: every rank measures the large
+ * point (the ranks trade what each asks for, so none waits alone in the
+ * probe), and the lowest rank's file keeps it as cma-large. */
+START_TEST(large_cma_point_asked_by_one_rank) {
+    char path[] = "/tmp/ccl-tune-XXXXXX", env[320];
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    close(fd);
+    unlink(path);
+    snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
+    static const char *const rank_env[] = {NULL, "CCL_CMA_LARGE_PROBE=1M"};
+    struct harness_run run = {.nranks = 2, .env = env, .rank_env = rank_env, .body = body_sum};
+    util_run_clean(&run, 0, "one rank asking for the large point");
+    char why[200];
+    struct ccl__figures f;
+    ck_assert_msg(read_back(path, &f, why, sizeof why) == 1, "no tuning file: %s", why);
+    ck_assert_msg(f.measured & CCL__FIG_CMA_LARGE, "the file has no cma-large line");
+    ck_assert(f.cma_large_bytes == 1 << 20 && f.cma_large_bytes_per_us > 0);
+    unlink(path);
+}
+END_TEST
+
 /* 1 when this process may use two CPUs or more (a job of 2 ranks then has
  * a core per rank); else says why the caller checks nothing, and 0. */
 static int two_cpus_or_say(const char *what) {
@@ -1038,6 +1060,7 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "stale_link_in_a_job", stale_link_in_a_job, 2, 60);
     util_add_loop_case(s, "bad_file_in_a_job", bad_file_in_a_job, (int)(sizeof job_files / sizeof job_files[0]), 60);
+    util_add_loop_case(s, "large_cma_point_asked_by_one_rank", large_cma_point_asked_by_one_rank, 1, 60);
     tc = tcase_create("crowded_probe");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, crowded_probe_not_kept);

@@ -18,12 +18,11 @@
 #include "ccl_spawn.h"
 #include "core/params.h"
 #include "plan/tune.h"
-#include "tune_cma.h"
 
 static const char usage[] = "Usage: ccl-tune [--ranks N] [--reps R] [--output PATH]\n"
                             "  measures shared memory (N ranks, default 2) and TCP (N ranks posing as hosts) R times\n"
-                            "  (default 5), and cross-memory attach of 64 MiB buffers, and writes the medians (of TCP's\n"
-                            "  large step, the best) to PATH\n"
+                            "  (default 5), the shared-memory jobs also cross-memory attach of 64 MiB buffers, and\n"
+                            "  writes the medians (of TCP's large step, the best) to PATH\n"
                             "  (default: CCL_TUNING_FILE, else ~/.cache/libccl/tuning-<host>)\n";
 
 /* One job of n ranks (transport shm or tcp) whose init writes its figures
@@ -36,6 +35,8 @@ static int one_job(int n, const char *transport, const char *path) {
         setenv("CCL_TUNING_FILE", path, 1);
         setenv("CCL_TRANSPORT", transport, 1);
         setenv("CCL_BIND", "core", 1);
+        /* Cross-memory attach's large point: peer buffers in no cache. */
+        if (strcmp(transport, "shm") == 0) setenv("CCL_CMA_LARGE_PROBE", "64M", 1);
         static struct ccl_spawn s;
         struct ccl_spawned me;
         int forked = ccl_spawn_fork(&s, n, CCL_SPAWN_PIPE, &me), bad = forked != 0, st;
@@ -97,8 +98,8 @@ int main(int argc, char **argv) {
     static const int classes[] = {CCL__LINK_NUMA, CCL__LINK_TCP};
     struct ccl__figures result;
     ccl__cost_defaults(&result);
-    double alpha[2][99], speed[2][99], large[2][99], copy[198], reduce[198], call[198], cma[198];
-    int got[2] = {0, 0}, nlocal = 0, ncma = 0;
+    double alpha[2][99], speed[2][99], large[2][99], copy[198], reduce[198], call[198], cma[198], cma_large[198];
+    int got[2] = {0, 0}, nlocal = 0, ncma = 0, ncma_large = 0;
     for (int i = 0; i < reps; i++)
         for (int t = 0; t < 2; t++) {
             char path[700];
@@ -121,6 +122,10 @@ int main(int argc, char **argv) {
             if (f.measured & CCL__FIG_LOCAL)
                 copy[nlocal] = f.copy_bytes_per_us, reduce[nlocal++] = f.reduce_bytes_per_us;
             if (f.measured & CCL__FIG_CMA) call[ncma] = f.cma_call_us, cma[ncma++] = f.cma_bytes_per_us;
+            if (f.measured & CCL__FIG_CMA_LARGE) {
+                result.cma_large_bytes = f.cma_large_bytes; /* every job asks for one size */
+                cma_large[ncma_large++] = f.cma_large_bytes_per_us;
+            }
             printf("ccl-tune: %s job %d/%d: alpha %.2f us, %.0f bytes/us", transports[t], i + 1, reps, l->alpha_us,
                    l->bytes_per_us);
             if (l->large_bytes > 0) printf(", %.0f at %.0f-byte steps", l->large_bytes_per_us, l->large_bytes);
@@ -153,19 +158,12 @@ int main(int argc, char **argv) {
         result.cma_bytes_per_us = ccl__tune_median(cma, ncma);
         result.measured |= CCL__FIG_CMA;
     }
-    /* The large point of cross-memory attach: ranks of their own reading
-     * 64 MiB peer buffers (at most 8 at once: a bigger job's ranks read
-     * at the speed 8 of them see, and 64 MiB each is memory enough). */
-    double large_speed = 0;
-    int readers = n < 8 ? n : 8, err = ccl__tune_cma_large(readers, 64u << 20, reps, &large_speed);
-    if (err == 0) {
-        result.cma_large_bytes = 64u << 20, result.cma_large_bytes_per_us = large_speed;
+    if (ncma_large) {
+        result.cma_large_bytes_per_us = ccl__tune_median(cma_large, ncma_large);
         result.measured |= CCL__FIG_CMA_LARGE;
-        printf("ccl-tune: cross-memory attach of 64 MiB peer buffers, %d readers at once: %.0f bytes/us\n", readers,
-               large_speed);
     } else {
-        printf("ccl-tune: cross-memory attach of large buffers not measured: %s\n",
-               err < 0 ? "a reader failed" : strerror(err));
+        printf("ccl-tune: cross-memory attach of 64 MiB buffers not measured (CCL_DEBUG=INFO says why the "
+               "single-copy path is off)\n");
     }
     if (!result.measured) {
         fprintf(stderr, "ccl-tune: every job failed; %s left as it was\n", target);

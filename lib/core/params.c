@@ -159,6 +159,7 @@ static void params_load(void) {
     env_str("CCL_CUDA_LIBRARY", "libcuda.so.1", params.cuda_library, sizeof params.cuda_library);
     params.cuda_direct = (int)env_long("CCL_CUDA_DIRECT", 1, 0, 1);
     params.single_copy = (int)env_long("CCL_SINGLE_COPY", 1, 0, 1);
+    params.cma_large_probe = (size_t)env_long("CCL_CMA_LARGE_PROBE", 0, 0, 1L << 30);
     params.zero_copy = (int)env_long("CCL_ZERO_COPY", 1, 0, 1);
     params.zero_copy_min = env_long("CCL_ZERO_COPY_MIN", -1, -1, 1L << 40);
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);

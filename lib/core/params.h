@@ -38,6 +38,8 @@ struct ccl__params {
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
     int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (device/gpu_direct.h) */
     int single_copy;          /* CCL_SINGLE_COPY: the single-copy algorithm may read peers' buffers (algo/single_copy.c) */
+    size_t cma_large_probe;   /* CCL_CMA_LARGE_PROBE: init also times cross-memory attach on peer buffers this large
+                               * (bytes, 0: not), for the tuning file (plan/cma_probe.c; ccl-tune sets it) */
     int zero_copy;            /* CCL_ZERO_COPY: calls on shared allocations may run in place (algo/zero_copy.c) */
     long zero_copy_min;       /* CCL_ZERO_COPY_MIN: from this many bytes a call (count x dtype) takes it (-1: where
                                * the cost model finds it cheaper, coll/batch.c) */

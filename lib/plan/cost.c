@@ -319,15 +319,16 @@ static double window_reads_us(const struct model *m, double bytes) {
  * in between on the line joining the two. Without a measured large point
  * it is the default's share of the probe's speed; a large point never
  * counts as faster than the probe. */
+/* y0 up to x0, y1 from x1, on the line joining them in between. */
+static double along(double x, double x0, double y0, double x1, double y1) {
+    return x <= x0 ? y0 : x >= x1 ? y1 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
 static double cma_byte_us(const struct ccl__figures *f, double buffer) {
-    const double knee = CCL__PROBE_BYTES;
-    int measured = (f->measured & CCL__FIG_CMA_LARGE) && f->cma_large_bytes > knee;
+    int measured = (f->measured & CCL__FIG_CMA_LARGE) && f->cma_large_bytes > CCL__PROBE_BYTES;
     double fast = 1 / f->cma_bytes_per_us, large = measured ? f->cma_large_bytes : CMA_LARGE_BYTES;
     double slow = measured ? 1 / f->cma_large_bytes_per_us : fast * CMA_SPEED / CMA_LARGE_SPEED;
-    slow = fmax(slow, fast);
-    if (buffer <= knee) return fast;
-    if (buffer >= large) return slow;
-    return fast + (slow - fast) * (buffer - knee) / (large - knee);
+    return along(buffer, CCL__PROBE_BYTES, fast, large, fmax(slow, fast));
 }
 
 /* A rank's peers that share its core hand it their buffers from that
@@ -339,11 +340,7 @@ static double cma_byte_us(const struct ccl__figures *f, double buffer) {
  * the same-core reads as cached put it 10% ahead). */
 #define CMA_CACHED 1048576.0
 static double cma_crossing_share(const struct ccl__job_shape *j, double buffer) {
-    const double knee = CCL__PROBE_BYTES;
-    double s = crossing_share(j);
-    if (buffer <= knee) return s;
-    if (buffer >= CMA_CACHED) return 1;
-    return s + (1 - s) * (buffer - knee) / (CMA_CACHED - knee);
+    return along(buffer, CCL__PROBE_BYTES, crossing_share(j), CMA_CACHED, 1);
 }
 
 /* Bytes a rank reads from (or writes to) its peers' own buffers of
