@@ -18,7 +18,18 @@ done
 export CCL_TIMEOUT=60 CCL_TUNING_FILE=none
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$out"/*; do echo "--- $f" >&2; tail -20 "$f" >&2; done; exit 1; }
+# The log's libccl and error lines first: under torchrun its own summary
+# fills the tail and would hide why a rank stopped.
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$out"/*; do
+    echo "--- $f" >&2
+    grep -E 'CCL (WARN|ERROR)|[Ee]rror|FAIL' "$f" | head -20 >&2
+    echo "--- (its tail)" >&2
+    tail -20 "$f" >&2
+  done
+  exit 1
+}
 
 case $style in
 none)
