@@ -313,6 +313,18 @@ static double window_reads_us(const struct model *m, double bytes) {
     return crossing_share(m->j) * (copy_us(m, near) + transfer_us(m, m->j->all_links, bytes - near));
 }
 
+/* Of the crossing reads of windows that every rank of a core reads alike
+ * (an all-gather's blocks, a broadcast's root window), the share that
+ * crosses: the first of a core's oversub ranks fetches a window's lines
+ * from the other core, the rest read them from this core's caches.
+ * Measured: 4 ranks on 2 cores, all-gather of 4, 16 and 64 MiB, direct
+ * 1050, 4638 and 25328 us against recursive doubling's 1331, 5750 and
+ * 33034 (all_gather_perf, medians of 3 rounds), where costing each rank's
+ * reads as its own put recursive doubling 1.26-1.38x ahead; broadcast of
+ * 4 and 16 MiB, direct 1153 and 6146 against single-copy's 1539 and 7147,
+ * where the model put single-copy ahead. */
+static double alike_reads_share(const struct ccl__job_shape *j) { return j->oversub > 1 ? 1 / j->oversub : 1; }
+
 /* The kernel's copy per byte of a peer buffer of `buffer` bytes: the
  * probe's speed while the buffer is no larger than the probe's (its lines
  * still in caches), the large point's once it is as large (from memory),
@@ -475,7 +487,7 @@ static double all_reduce(struct model *m, int algo, double n) {
          * places them. Measured: 8 ranks on 2 cores, 512 KiB, direct
          * 220 us and the ring 274, where charging every read as crossing
          * predicted 621 and 656 (bench/algo-table). */
-        double across = j->oversub > 1 ? fmax(0, 1 - (j->oversub - 1) / (N - 1)) : 1;
+        double across = crossing_share(j);
         /* Of the two halves' reads, the all-gather's are the same segments
          * for every rank of a core: a segment of another core's rank
          * crosses once and its other ranks read it from the core's caches.
@@ -484,7 +496,7 @@ static double all_reduce(struct model *m, int algo, double n) {
          * Measured: 4 and 8 ranks on 2 cores, direct 0.87-0.95x the ring
          * from 1 to 64 MiB (bench/algo-table), where counting every read
          * as crossing predicted 1.16-1.44x. */
-        double shared = j->oversub > 1 ? (j->oversub + 1) / (2 * j->oversub) : 1;
+        double shared = (1 + alike_reads_share(j)) / 2;
         double t = 3 * rounds(m, n) * sync_us(m, all) + copy_us(m, n) +
                    2 * shared * across * transfer_us(m, all, part * n) + part * reduce_us(m, n);
         return t > shot ? t : shot;
@@ -549,7 +561,8 @@ static double all_gather(const struct model *m, int algo, double b) {
          * more; broadcast of 1 MiB 63 against 162-175), and put direct
          * ahead of the ring where the ring is faster. */
         if (!j->windows) return -1;
-        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + 2 * copy_us(m, b) + window_reads_us(m, (N - 1) * b);
+        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + 2 * copy_us(m, b) +
+               alike_reads_share(j) * window_reads_us(m, (N - 1) * b);
     default: return -1;
     }
 }
@@ -576,7 +589,8 @@ static double broadcast_or_reduce(struct model *m, int algo, double n, int reduc
          * broadcast the root's window (all of it). */
         if (!j->windows) return -1;
         return (reduces ? 3 : 2) * rounds(m, n) * sync_us(m, j->all_links) + copy_us(m, n) +
-               (reduces ? copy_us(m, n) : 0) + window_reads_us(m, reduces ? 2.0 * (N - 1) / N * n : n) +
+               (reduces ? copy_us(m, n) + window_reads_us(m, 2.0 * (N - 1) / N * n)
+                        : alike_reads_share(j) * window_reads_us(m, n)) +
                (reduces ? (double)(N - 1) / N * red : 0);
     default: return -1;
     }
