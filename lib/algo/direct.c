@@ -380,7 +380,6 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
     size_t es = d.p.esize, count = a->id.count, per = d.area / es;
     int root = a->id.root, next = (d.r + 1) % d.n, prev = (d.r + d.n - 1) % d.n;
     int narrow = count * es <= ONE_SHOT_BYTES;
-    if (d.r == root) ccl__algo_local_copy(a, count);
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         /* The root's buffer is read by every peer, another rank's identity
@@ -397,6 +396,11 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
         }
         if (d.r == root) {
             ccl__direct_trace_published(&d, -1, CCL__TR_BROADCAST, 0, 0, off * es, m * es, t0);
+            /* Out of place, the root's own output while the peers read the
+             * round: its piece is still in this core's caches, and the
+             * peers no longer wait for a copy of the whole buffer first. */
+            if (a->sendbuf != a->recvbuf)
+                d.p.compute->copy((char *)a->recvbuf + off * es, ccl__at(a->sendbuf, off, es), m * es);
         } else {
             t0 = ccl__direct_trace_now(&d);
             d.p.compute->copy((char *)a->recvbuf + off * es, in_area(&d, root), m * es);
