@@ -325,17 +325,17 @@ static double window_reads_us(const struct model *m, double bytes) {
  * where the model put single-copy ahead. */
 static double alike_reads_share(const struct ccl__job_shape *j) { return j->oversub > 1 ? 1 / j->oversub : 1; }
 
+/* y0 up to x0, y1 from x1, on the line joining them in between. */
+static double along(double x, double x0, double y0, double x1, double y1) {
+    return x <= x0 ? y0 : x >= x1 ? y1 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
 /* The kernel's copy per byte of a peer buffer of `buffer` bytes: the
  * probe's speed while the buffer is no larger than the probe's (its lines
  * still in caches), the large point's once it is as large (from memory),
  * in between on the line joining the two. Without a measured large point
  * it is the default's share of the probe's speed; a large point never
  * counts as faster than the probe. */
-/* y0 up to x0, y1 from x1, on the line joining them in between. */
-static double along(double x, double x0, double y0, double x1, double y1) {
-    return x <= x0 ? y0 : x >= x1 ? y1 : y0 + (y1 - y0) * (x - x0) / (x1 - x0);
-}
-
 static double cma_byte_us(const struct ccl__figures *f, double buffer) {
     int measured = (f->measured & CCL__FIG_CMA_LARGE) && f->cma_large_bytes > CCL__PROBE_BYTES;
     double fast = 1 / f->cma_bytes_per_us, large = measured ? f->cma_large_bytes : CMA_LARGE_BYTES;
@@ -586,12 +586,14 @@ static double broadcast_or_reduce(struct model *m, int algo, double n, int reduc
     case CCL__ALGO_DIRECT:
         /* The buffer in, and out of the windows: reduce reads every
          * input's slice and the root every slice (2 (N-1)/N of it across),
-         * broadcast the root's window (all of it). */
+         * broadcast the root's window (all of it, read alike by the ranks
+         * of a core). */
         if (!j->windows) return -1;
-        return (reduces ? 3 : 2) * rounds(m, n) * sync_us(m, j->all_links) + copy_us(m, n) +
-               (reduces ? copy_us(m, n) + window_reads_us(m, 2.0 * (N - 1) / N * n)
-                        : alike_reads_share(j) * window_reads_us(m, n)) +
-               (reduces ? (double)(N - 1) / N * red : 0);
+        if (reduces)
+            return 3 * rounds(m, n) * sync_us(m, j->all_links) + 2 * copy_us(m, n) +
+                   window_reads_us(m, 2.0 * (N - 1) / N * n) + (double)(N - 1) / N * red;
+        return 2 * rounds(m, n) * sync_us(m, j->all_links) + copy_us(m, n) +
+               alike_reads_share(j) * window_reads_us(m, n);
     default: return -1;
     }
 }
