@@ -46,7 +46,8 @@ extern "C" {
     X(CCL_ERR_ABORTED, -6, "communicator aborted")                                     \
     X(CCL_ERR_UNSUPPORTED, -7, "unsupported")                                          \
     X(CCL_ERR_NO_MEMORY, -8, "out of memory")                                          \
-    X(CCL_ERR_INTERNAL, -9, "internal error")
+    X(CCL_ERR_INTERNAL, -9, "internal error")                                         \
+    X(CCL_ERR_REVOKED, -10, "communicator revoked")
 
 typedef enum {
 #define CCL_STATUS_ENUM_(name, value, text) name = value,
@@ -176,6 +177,47 @@ CCL_API ccl_status_t ccl_comm_destroy(ccl_comm_t *comm);
 /* Thread-safe: every pending and later call on comm returns CCL_ERR_ABORTED,
  * and the other ranks are told. Still call ccl_comm_destroy afterwards. */
 CCL_API ccl_status_t ccl_comm_abort(ccl_comm_t *comm);
+/* ---- elastic communicators (docs/elastic.md) ----
+ * Revoke: from any thread of any rank; every pending and later call on
+ * comm, on every rank, fails quickly with CCL_ERR_REVOKED. Unlike an
+ * abort, the communicator's resources stay: it can still be shrunk (and
+ * must still be destroyed). Not collective; idempotent. */
+CCL_API ccl_status_t ccl_comm_revoke(ccl_comm_t *comm);
+/* Collective over the ranks of comm that survive: *newcomm gets a new
+ * communicator of them alone, ranked densely in comm's order. exclude
+ * (nexclude ranks) names the ranks to leave out, which make no call, and
+ * every survivor must pass the same list (a difference: CCL_ERR_INVALID_USAGE
+ * on every survivor). exclude NULL means "the ranks that failed": the
+ * survivors agree on them among themselves, and ranks that die during the
+ * shrink, or stay silent for comm's timeout, are left out too; every
+ * survivor gets the same new communicator. A survivor calls it once its
+ * own calls on comm have ended (failed, or done); once the survivors
+ * agree, comm is revoked and the ranks left out that may be alive are
+ * told: their pending and later calls on it fail with CCL_ERR_REVOKED, and
+ * a shrink of theirs says they were left out. comm stays to be destroyed.
+ * The agreement waits comm's timeout at most for a silent rank. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_shrink(ccl_comm_t *comm, const int *exclude, int nexclude,
+                                                   ccl_comm_t **newcomm);
+/* The ranks of comm known to be lost, ascending: after a shrink on comm,
+ * the ones it left out (the same list on every survivor); before, those
+ * this rank finds gone now (their process exited, or they cannot be
+ * reached). Writes at most max of them to ranks (NULL with max 0: count
+ * only); *nfailed gets how many there are. */
+CCL_API ccl_status_t ccl_comm_failed_ranks(ccl_comm_t *comm, int *ranks, int max, int *nfailed);
+/* Grow: new processes join comm's ranks in a larger communicator. Rank 0
+ * of comm makes the newcomers' id with ccl_comm_grow_id and hands it to
+ * them out of band, as ccl_get_unique_id's; then comm's ranks call
+ * ccl_comm_grow(comm, nranks, id, -1, &newcomm) (id: rank 0's, NULL
+ * elsewhere) and keep their ranks, and each newcomer calls
+ * ccl_comm_grow(NULL, nranks, &id, rank, &newcomm) with a rank from comm's
+ * size to nranks - 1. The id admits newcomers only: a process claiming one
+ * of comm's ranks must prove it is that rank of comm (a secret that never
+ * leaves comm), so a rank excluded earlier, or a stale process, is refused
+ * and named in the log, and the others are not disturbed. comm stays
+ * usable and must still be destroyed. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_grow_id(ccl_comm_t *comm, ccl_unique_id_t *id);
+CCL_API CCL_NODISCARD ccl_status_t ccl_comm_grow(ccl_comm_t *comm, int nranks, const ccl_unique_id_t *id, int rank,
+                                                 ccl_comm_t **newcomm);
 CCL_API ccl_status_t ccl_comm_rank(const ccl_comm_t *comm, int *rank);
 CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
 /* How this rank is wired, as space-separated key=value pairs, e.g.

@@ -153,9 +153,14 @@ static __attribute__((noreturn)) void child_main(struct harness_run *run, int ra
         child_exit(1);
     }
     if (run->setup) run->setup(rank, run->nranks, &id, run->arg);
+    int members = run->nranks - run->joiners;
+    if (rank >= members) {
+        if (run->joiner_body) t.fails += run->joiner_body(rank, run->nranks, run->arg);
+        child_exit(t.fails);
+    }
 
     ccl_comm_t *comm = NULL;
-    ccl_status_t st = ccl_comm_init_rank(&comm, run->nranks, id, run->claim ? run->claim[rank] : rank);
+    ccl_status_t st = ccl_comm_init_rank(&comm, members, id, run->claim ? run->claim[rank] : rank);
     if (run->init_check) {
         t.fails += run->init_check(rank, st, run->arg);
     } else if (st != CCL_OK) {
@@ -165,7 +170,7 @@ static __attribute__((noreturn)) void child_main(struct harness_run *run, int ra
     if (st == CCL_OK && comm == NULL) {
         harness_fail(&t, __FILE__, __LINE__, "ccl_comm_init_rank returned CCL_OK with a NULL communicator");
     } else if (st == CCL_OK) {
-        if (run->body) t.fails += run->body(comm, rank, run->nranks, run->arg);
+        if (run->body) t.fails += run->body(comm, rank, members, run->arg);
         ccl_status_t dst = ccl_comm_destroy(comm);
         if (dst != CCL_OK && !run->lenient_destroy)
             harness_fail(&t, __FILE__, __LINE__, "ccl_comm_destroy returned %s", ccl_status_string(dst));

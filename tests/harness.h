@@ -101,6 +101,11 @@ struct harness_run {
     int lenient_destroy;            /* ccl_comm_destroy may fail (failed/aborted comms) */
     const int *claim;               /* [nranks]: the rank each child passes to init (NULL: its own) */
     const int *containers;          /* [nranks]: CONTAINER_* bits (container.h) each child runs in (NULL: none) */
+    /* The last `joiners` children join no communicator at start: they run
+     * joiner_body instead (newcomers of a grow); the others' communicator
+     * has nranks - joiners ranks. */
+    int joiners;
+    int (*joiner_body)(int rank, int nranks, void *arg);
 
     /* ---- what happened ---- */
     char shm_prefix[32];            /* CCL_SHM_PREFIX given to the children */

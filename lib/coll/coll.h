@@ -123,6 +123,18 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
                               const struct ccl__comm_options *opt);
 /* A fresh id (ccl_get_unique_id's work): its root listens from now on. */
 ccl_status_t ccl__make_id(struct ccl__unique_id *uid);
+/* A communicator made from parent's ranks (split, create_group, shrink,
+ * grow) keeps parent's timeout and algorithms, wherever they came from. */
+ccl_status_t ccl__comm_create_from(ccl_comm_t *parent, ccl_comm_t **newcomm, int size,
+                                   const struct ccl__unique_id *uid, int newrank);
+/* Tells the peers of comm that this rank revoked it (they fail with
+ * CCL_ERR_REVOKED; tell: [nranks], 1 for the peers to tell, NULL: all),
+ * then fails it here with that status and wakes its waiters. Nothing is
+ * sent when comm has failed already: its peers were told then. */
+void ccl__comm_revoke(ccl_comm_t *comm, const uint8_t *tell, const char *why);
+/* Wakes this process's waiters on comm (another thread's call, the
+ * executor) to see that it failed. */
+void ccl__comm_wake_waiters(ccl_comm_t *comm);
 
 /* Unmaps every shared allocation still live (shared_mem.c): destroy,
  * once nothing runs. */

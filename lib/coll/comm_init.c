@@ -86,6 +86,9 @@ static void comm_free(struct ccl_comm *comm) {
     free(comm->identity);
     free(comm->send_seq);
     free(comm->recv_seq);
+    free(comm->left_out);
+    if (comm->grow_uid) explicit_bzero(comm->grow_uid, sizeof(*comm->grow_uid));
+    free(comm->grow_uid);
     comm->magic = 0;
     free(comm);
 }
@@ -286,11 +289,7 @@ CCL_API ccl_status_t ccl_comm_abort(ccl_comm_t *comm) {
     ccl__set_error(comm, CCL_ERR_ABORTED, "communicator aborted by ccl_comm_abort");
     atomic_store(&comm->aborted, 1);
     ccl__comm_fail(comm, CCL_ERR_ABORTED);
-    ccl__wake_ring(comm->wake);
-    uint64_t one = 1;
-    if (comm->event_fd >= 0 && write(comm->event_fd, &one, sizeof(one)) < 0) { /* already signalled */
-    }
-    ccl__exec_kick(comm);
+    ccl__comm_wake_waiters(comm);
     return CCL_OK;
 }
 

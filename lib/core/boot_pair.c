@@ -54,6 +54,7 @@ struct ccl__pair_chan {
     int nin, cap;
     struct msg *head; /* arrived, not yet received: arrival order */
     int dropped;      /* connections refused (strangers) */
+    int outlive;      /* waits go on after the communicator failed (ccl__pair_outlive_failure) */
 };
 
 ccl_status_t ccl__pair_listen(struct ccl_comm *comm, union ccl__sa *addr) {
@@ -261,11 +262,11 @@ static ccl_status_t gone_error(struct ccl_comm *comm, int peer, const char *doin
 }
 
 static ccl_status_t check_waiting(struct ccl_comm *comm, double deadline, int peer, const char *doing) {
-    ccl_status_t st = ccl__comm_health(comm);
+    ccl_status_t st = comm->pairs->outlive ? CCL_OK : ccl__comm_health(comm);
     if (st < 0) return st;
     if (ccl__now() > deadline)
-        return ccl__set_error(comm, CCL_ERR_TIMEOUT, "pair channel: rank %d (%.64s) did not answer %s within %g s "
-                                                     "(CCL_TIMEOUT)",
+        return ccl__set_error(comm, CCL_ERR_TIMEOUT, "pair channel: rank %d (%.64s) did not answer %s in time (%g s, "
+                                                     "CCL_TIMEOUT)",
                               peer, comm->peers[peer].hostname, doing, comm->params.timeout_s);
     return CCL_OK;
 }
@@ -383,9 +384,13 @@ static ccl_status_t deliver(struct ccl_comm *comm, struct msg *m, int peer, uint
 }
 
 ccl_status_t ccl__pair_recv(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes) {
+    return ccl__pair_recv_until(comm, peer, tag, buf, bytes, ccl__now() + comm->params.timeout_s);
+}
+
+ccl_status_t ccl__pair_recv_until(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes,
+                                  double deadline) {
     CCL_CHECK(check_peer_arg(comm, peer, bytes, "receive from"));
     struct ccl__pair_chan *ch = comm->pairs;
-    double deadline = ccl__now() + comm->params.timeout_s;
     char doing[48];
     snprintf(doing, sizeof(doing), "with message tag %u", tag);
     pthread_mutex_lock(&ch->lock);
@@ -418,17 +423,21 @@ ccl_status_t ccl__pair_exchange(struct ccl_comm *comm, int peer, uint32_t tag, c
     return ccl__pair_recv(comm, peer, tag, theirs, bytes);
 }
 
+static struct msg *take_any(struct ccl__pair_chan *ch, uint32_t tag) {
+    for (struct msg **m = &ch->head; *m; m = &(*m)->next)
+        if ((*m)->tag == tag) {
+            struct msg *found = *m;
+            *m = found->next;
+            return found;
+        }
+    return NULL;
+}
+
 int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, size_t bytes) {
     struct ccl__pair_chan *ch = comm->pairs;
     if (!ch || pthread_mutex_trylock(&ch->lock) != 0) return 0;
     drain(comm, ch);
-    struct msg *found = NULL;
-    for (struct msg **m = &ch->head; *m; m = &(*m)->next)
-        if ((*m)->tag == tag) {
-            found = *m;
-            *m = found->next;
-            break;
-        }
+    struct msg *found = take_any(ch, tag);
     pthread_mutex_unlock(&ch->lock);
     if (!found) return 0;
     int ok = found->bytes == bytes;
@@ -438,6 +447,52 @@ int ccl__pair_poll(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, si
     }
     free(found);
     return ok;
+}
+
+void ccl__pair_outlive_failure(struct ccl_comm *comm) {
+    struct ccl__pair_chan *ch = comm->pairs;
+    if (!ch) return;
+    pthread_mutex_lock(&ch->lock);
+    ch->outlive = 1;
+    pthread_mutex_unlock(&ch->lock);
+}
+
+int ccl__pair_recv_any(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, size_t bytes, int ms) {
+    struct ccl__pair_chan *ch = comm->pairs;
+    if (!ch) return 0;
+    double deadline = ccl__now() + ms * 1e-3;
+    pthread_mutex_lock(&ch->lock);
+    struct msg *m;
+    for (;;) {
+        drain(comm, ch);
+        if ((m = take_any(ch, tag)) && m->bytes != bytes) {
+            CCL_WARN(CCL__SUB_BOOT, comm->rank, "pair channel: rank %d sent %u bytes under tag %08x, expected %zu: "
+                     "dropped", m->from, m->bytes, tag, bytes);
+            free(m);
+            continue;
+        }
+        double left = deadline - ccl__now();
+        if (m || left <= 0) break;
+        pump(comm, ch, (int)(left * 1e3) + 1, -1, 0, NULL);
+    }
+    pthread_mutex_unlock(&ch->lock);
+    if (!m) return 0;
+    *from = m->from;
+    memcpy(buf, m->data, bytes);
+    free(m);
+    return 1;
+}
+
+int ccl__pair_alive(struct ccl_comm *comm, int peer, double seconds) {
+    struct ccl__pair_chan *ch = comm->pairs;
+    if (!ch || peer < 0 || peer >= comm->nranks || peer == comm->rank) return 1;
+    pthread_mutex_lock(&ch->lock);
+    drain(comm, ch);
+    if (!ch->gone[peer] && ch->out[peer] >= 0) watch_out(ch, peer);
+    int alive = !ch->gone[peer] && dial(comm, ch, peer, ccl__now() + seconds) == CCL_OK;
+    if (!alive) ch->gone[peer] = 1;
+    pthread_mutex_unlock(&ch->lock);
+    return alive;
 }
 
 int ccl__pair_take(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes) {

@@ -93,9 +93,32 @@ int ccl__pair_wait_fd(struct ccl_comm *comm, int peer);
  * transports whose own links do not show a dead peer (RDMA). */
 int ccl__pair_gone(struct ccl_comm *comm, int peer);
 
+/* From now on this channel's waits go on after the communicator failed
+ * (they still end at their deadlines): a shrink agrees with the
+ * survivors over it once the data path is gone. */
+void ccl__pair_outlive_failure(struct ccl_comm *comm);
+
+/* ccl__pair_recv with a deadline of its own (ccl__now() seconds). */
+ccl_status_t ccl__pair_recv_until(struct ccl_comm *comm, int peer, uint32_t tag, void *buf, size_t bytes,
+                                  double deadline);
+
+/* Waits up to ms for a message under tag from any peer: 1 with *from and
+ * buf filled, 0 if none came (one of another length is dropped). */
+int ccl__pair_recv_any(struct ccl_comm *comm, uint32_t tag, int *from, void *buf, size_t bytes, int ms);
+
+/* 0 when peer is gone: it closed its side of the channel, refuses
+ * connections (its process exited, or it destroyed its communicator), or
+ * cannot be reached within `seconds`; 1 otherwise (a process that is
+ * alive, even stopped, has the kernel accept for it). */
+int ccl__pair_alive(struct ccl_comm *comm, int peer, double seconds);
+
 /* Tags of the library's own pair-channel messages. */
 #define CCL__PAIR_TAG_WHERE_Q 0x57484552u /* "where are you?" (a timed-out wait asks) */
 #define CCL__PAIR_TAG_WHERE_A 0x57484541u /* the answer, from inside a wait */
+#define CCL__PAIR_TAG_REVOKE 0x52564b45u  /* "I revoked the communicator" (ccl_comm_revoke) */
+#define CCL__PAIR_TAG_SHRINK_REPORT 0x53485250u /* a survivor to the shrink's coordinator */
+#define CCL__PAIR_TAG_SHRINK_DECIDE 0x53485244u /* the coordinator's decision */
+#define CCL__PAIR_TAG_SHRINK_LEFT 0x5348524cu   /* "the shrink left you out" */
 
 /* Close every socket and drop queued messages. */
 void ccl__pair_close(struct ccl_comm *comm);

@@ -8,7 +8,7 @@
 #include "core/comm.h"
 
 #define CCL__BOOT_MAGIC 0x42434c43u /* "CLCB" */
-#define CCL__BOOT_VERSION 2
+#define CCL__BOOT_VERSION 3
 /* A rank's record (its peer info and every transport's addressing) is at
  * most this big; the hello says how big it is. */
 #define CCL__BOOT_MAX_RECORD (64u << 10)
@@ -22,6 +22,7 @@ struct ccl__boot_hello {
     int32_t rank;
     uint32_t record_bytes; /* the record that follows; the same for every rank */
     uint32_t reserved;
+    uint8_t member_token[CCL__SECRET_BYTES]; /* a grow's proof of membership (zeros elsewhere) */
 };
 
 /* Root -> rank after everyone's record arrived (followed by nranks records

@@ -102,6 +102,8 @@ struct root {
     int *started; /* the starter's flag, set (under roots_lock) once the thread runs */
     int lfd;
     uint8_t secret[CCL__SECRET_BYTES];
+    uint8_t member_token[CCL__SECRET_BYTES]; /* a grow's: ranks below members_below must hold it too */
+    int members_below;                       /* 0: an ordinary root */
     double timeout_s;
     double deadline;
     int nranks;               /* from the first valid hello, 0 before */
@@ -247,6 +249,13 @@ static void feed(struct root *r, int i) {
         if (h->magic != CCL__BOOT_MAGIC) return drop(r, i, "not a libccl bootstrap hello");
         if (h->version != CCL__BOOT_VERSION) return drop(r, i, "bootstrap protocol version differs");
         if (!ccl__secret_equal(h->secret, r->secret, CCL__SECRET_BYTES)) return drop(r, i, "wrong secret");
+        if (h->rank >= 0 && h->rank < r->members_below &&
+            !ccl__secret_equal(h->member_token, r->member_token, CCL__SECRET_BYTES)) {
+            CCL_WARN(CCL__SUB_BOOT, -1, "bootstrap root: refused %s: it claims rank %d, one of the growing "
+                     "communicator's %d ranks, without proof that it is that rank (a rank excluded earlier, a stale "
+                     "process, or a stranger holding the newcomers' id)", p->addr, h->rank, r->members_below);
+            return drop(r, i, "no proof of membership");
+        }
         if (h->record_bytes == 0 || h->record_bytes > CCL__BOOT_MAX_RECORD)
             return refuse(r, i, CCL_ERR_INVALID_ARGUMENT, "a peer record of %d bytes (at most %d)",
                           (int)h->record_bytes, (int)CCL__BOOT_MAX_RECORD);
@@ -554,6 +563,12 @@ void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadlin
 
 ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
                                   size_t record_bytes) {
+    return ccl__boot_root_start_members(addr, secret, NULL, 0, timeout_s, record_bytes);
+}
+
+ccl_status_t ccl__boot_root_start_members(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES],
+                                          const uint8_t member_token[CCL__SECRET_BYTES], int members_below,
+                                          double timeout_s, size_t record_bytes) {
     if (record_bytes == 0 || record_bytes > CCL__BOOT_MAX_RECORD) return CCL_ERR_INTERNAL;
     struct root *r = calloc(1, sizeof(*r));
     if (!r) return CCL_ERR_NO_MEMORY;
@@ -571,6 +586,10 @@ ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL_
     }
     ccl__sock_nonblock(r->lfd);
     memcpy(r->secret, secret, CCL__SECRET_BYTES);
+    if (member_token && members_below > 0) {
+        memcpy(r->member_token, member_token, CCL__SECRET_BYTES);
+        r->members_below = members_below;
+    }
     r->timeout_s = timeout_s;
     r->record_bytes = (uint32_t)record_bytes;
     r->deadline = ccl__now() + timeout_s;

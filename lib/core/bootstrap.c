@@ -25,6 +25,18 @@ ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, d
     return ccl__boot_root_start(&uid->root, uid->secret, timeout_s, record_bytes);
 }
 
+ccl_status_t ccl__boot_make_grow_id(struct ccl__unique_id *uid, int members_below, const char *ifname,
+                                    double timeout_s, size_t record_bytes) {
+    memset(uid, 0, sizeof(*uid));
+    uid->magic = CCL__UID_MAGIC;
+    if (getrandom(uid->secret, sizeof(uid->secret), 0) != (ssize_t)sizeof(uid->secret) ||
+        getrandom(uid->member_token, sizeof(uid->member_token), 0) != (ssize_t)sizeof(uid->member_token))
+        return CCL_ERR_SYSTEM;
+    CCL_CHECK(ccl__sa_local(ifname, &uid->root));
+    return ccl__boot_root_start_members(&uid->root, uid->secret, uid->member_token, members_below, timeout_s,
+                                        record_bytes);
+}
+
 ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_id *uid, size_t record_bytes,
                                int *root_fd) {
     if (record_bytes == 0 || record_bytes > CCL__BOOT_MAX_RECORD)
@@ -58,8 +70,10 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
     struct ccl__boot_hello h = {.magic = CCL__BOOT_MAGIC, .version = CCL__BOOT_VERSION, .nranks = comm->nranks,
                                 .rank = comm->rank, .record_bytes = (uint32_t)record_bytes};
     memcpy(h.secret, uid->secret, sizeof(h.secret));
+    memcpy(h.member_token, uid->member_token, sizeof(h.member_token));
     st = ccl__sock_send_all(fd, &h, sizeof(h), ccl__now() + comm->params.timeout_s);
     if (st != CCL_OK) {
+        explicit_bzero(&h, sizeof(h));
         close(fd);
         return ccl__set_error(comm, st, "init: sending hello to the bootstrap root at %s failed", where);
     }

@@ -24,6 +24,10 @@ struct ccl__unique_id {
     uint32_t flags;
     union ccl__sa root;                    /* where the root listens */
     uint8_t secret[CCL__SECRET_BYTES];     /* random, never printed */
+    /* A grow's id (ccl_comm_grow): the growing communicator's own ranks
+     * also hold this, which proves to the root that they are its ranks;
+     * the newcomers' copy has zeros here. */
+    uint8_t member_token[CCL__SECRET_BYTES];
 };
 
 /* How many set-up rounds the root serves after the peer-info exchange. */
@@ -36,6 +40,14 @@ struct ccl__unique_id {
 ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
                                   size_t record_bytes);
 
+/* A grow's root: as ccl__boot_root_start, but a rank below members_below
+ * (one of the growing communicator's ranks) is admitted only with
+ * member_token as well; anyone else claiming such a rank is refused and
+ * named in the log, and the others go on. */
+ccl_status_t ccl__boot_root_start_members(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES],
+                                          const uint8_t member_token[CCL__SECRET_BYTES], int members_below,
+                                          double timeout_s, size_t record_bytes);
+
 /* Returns once the root this process runs for the id with this secret
  * has given every rank its last answer and ended, or at the deadline;
  * at once when this process runs no such root. A rank calls it before
@@ -46,6 +58,11 @@ void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadlin
 /* Fill a unique id: secret from getrandom, root on this host. */
 ccl_status_t ccl__boot_make_id(struct ccl__unique_id *uid, const char *ifname, double timeout_s,
                                size_t record_bytes);
+
+/* A grow's id (members' copy: with the token), its root on this host
+ * admitting ranks below members_below only with the token. */
+ccl_status_t ccl__boot_make_grow_id(struct ccl__unique_id *uid, int members_below, const char *ifname,
+                                    double timeout_s, size_t record_bytes);
 
 /* Join, step 1: connect to the root, prove the secret and announce the
  * size of this rank's record (the same on every rank). Sets

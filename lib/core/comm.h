@@ -29,6 +29,7 @@ struct ccl__conn;
 struct ccl__cost_state;
 struct ccl__exec;
 struct ccl__pair_chan;
+struct ccl__unique_id;
 
 /* One shared allocation of ccl_mem_alloc: this rank's memory, and where
  * every rank's allocation of the same serial lies in this process (peer
@@ -150,6 +151,10 @@ struct ccl_comm {
     void (*on_fail)(struct ccl_comm *comm, ccl_status_t st);
     pthread_mutex_t err_lock;
     char last_error[CCL__ERR_BYTES];
+    /* Elastic (coll/comm_shrink.c, coll/comm_grow.c). */
+    uint8_t *left_out;                  /* [nranks], after a shrink of this communicator: the ranks it left out */
+    int nleft_out;
+    struct ccl__unique_id *grow_uid;    /* rank 0's grow id (members' copy) until its grow; NULL when none */
     struct ccl__made_ops made_ops;      /* ccl_op_create_premul_sum's (coll/ops.c) */
 
     /* execution (core/exec.c) */
@@ -173,6 +178,12 @@ struct ccl_comm {
 
 /* Record a sentence for ccl_comm_last_error and return st. Thread-safe. */
 ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ccl__set_error, replacing the sentence of a failed communicator too:
+ * for calls that run on purpose after the failure (a shrink), whose own
+ * outcome is what the caller must read. */
+ccl_status_t ccl__replace_error(struct ccl_comm *comm, ccl_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Mark the communicator failed with st (first failure wins), record the

@@ -9,15 +9,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/boot_pair.h"
 #include "core/comm.h"
 #include "core/log.h"
 
-ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *fmt, ...) {
+static ccl_status_t keep_error(struct ccl_comm *comm, ccl_status_t st, int replace, const char *fmt, va_list ap) {
     char msg[CCL__ERR_BYTES];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (!comm) {
         CCL_WARN(CCL__SUB_ALL, -1, "%s", msg);
         return st;
@@ -25,9 +23,25 @@ ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *
     /* A failed communicator keeps the message of the failure: later errors
      * are consequences of it (a peer hanging up after we told it). */
     pthread_mutex_lock(&comm->err_lock);
-    if (atomic_load(&comm->failed_status) == CCL_OK) memcpy(comm->last_error, msg, sizeof(msg));
+    if (replace || atomic_load(&comm->failed_status) == CCL_OK) memcpy(comm->last_error, msg, sizeof(msg));
     pthread_mutex_unlock(&comm->err_lock);
     CCL_INFO(CCL__SUB_ALL, comm->rank, "error (%s): %s", ccl_status_string(st), msg);
+    return st;
+}
+
+ccl_status_t ccl__set_error(struct ccl_comm *comm, ccl_status_t st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    st = keep_error(comm, st, 0, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+ccl_status_t ccl__replace_error(struct ccl_comm *comm, ccl_status_t st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    st = keep_error(comm, st, 1, fmt, ap);
+    va_end(ap);
     return st;
 }
 
@@ -41,7 +55,23 @@ void ccl__test_fault_point(const struct ccl_comm *comm, const char *phase) {
     raise(SIGKILL);
 }
 
+/* A peer that hung up may have revoked the communicator: it said so on
+ * the pair channel before it shut its links (ccl_comm_revoke), so a
+ * failure seen as a peer's departure is the revoke it is. Transports that
+ * carry the status (shm's wake words) say it themselves. */
+static ccl_status_t revoked_by_peer(struct ccl_comm *comm, ccl_status_t st) {
+    int from = -1;
+    int32_t who = -1;
+    if (st != CCL_ERR_REMOTE || atomic_load(&comm->failed_status) != CCL_OK || !comm->pairs ||
+        !ccl__pair_poll(comm, CCL__PAIR_TAG_REVOKE, &from, &who, sizeof who))
+        return st;
+    ccl__comm_blame(comm, from, CCL__CULPRIT_FAILED);
+    return ccl__set_error(comm, CCL_ERR_REVOKED, "rank %d revoked the communicator (ccl_comm_revoke): shrink it or "
+                                                 "destroy it", from);
+}
+
 ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st) {
+    st = revoked_by_peer(comm, st);
     /* First failure wins; everything after reports it (an abort stays an
      * abort even if the peers then drop their connections). */
     int expected = CCL_OK;

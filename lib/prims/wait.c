@@ -216,6 +216,11 @@ ccl_status_t ccl__check_failures(struct ccl_comm *comm, const char *what) {
         enum ccl__culprit_cause cause = (enum ccl__culprit_cause)atomic_load(&comm->wake->fail_cause);
         ccl__comm_blame(comm, who - 1, cause);
         const char *status = ccl_status_string(why ? (ccl_status_t)why : CCL_ERR_REMOTE);
+        if (why == CCL_ERR_REVOKED) {
+            ccl__set_error(comm, CCL_ERR_REVOKED, "%s: rank %d revoked the communicator (ccl_comm_revoke or a "
+                           "shrink): shrink it or destroy it", what, who - 1);
+            return ccl__comm_fail(comm, CCL_ERR_REVOKED);
+        }
         if (!by || by == who) /* it failed itself and said so */
             ccl__set_error(comm, CCL_ERR_REMOTE, "%s: rank %d failed (%s)", what, who - 1, status);
         else if (cause == CCL__CULPRIT_UNREACHABLE)

@@ -51,9 +51,15 @@ class InternalError(Error, RuntimeError):
     status = -9
 
 
+class Revoked(Error, RuntimeError):
+    """The communicator was revoked (Communicator.revoke on some rank, or a
+    shrink), or this rank was left out of a shrink: shrink it, or drop it."""
+    status = -10
+
+
 _by_status = {cls.status: cls for cls in
               (InvalidArgument, InvalidUsage, SystemCallError, RemoteError, Timeout, Aborted, Unsupported, NoMemory,
-               InternalError)}
+               InternalError, Revoked)}
 
 
 def from_status(status, message):
