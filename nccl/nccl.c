@@ -42,6 +42,7 @@ static ncclResult_t from_ccl(ccl_status_t st) {
     case CCL_ERR_ABORTED:
     case CCL_ERR_UNSUPPORTED: return ncclInvalidUsage;
     case CCL_ERR_REMOTE:
+    case CCL_ERR_REVOKED:
     case CCL_ERR_TIMEOUT: return ncclRemoteError;
     case CCL_ERR_SYSTEM:
     case CCL_ERR_NO_MEMORY: return ncclSystemError;
@@ -165,6 +166,30 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
     ccl_comm_destroy(comm->c); /* fails with "aborted": NCCL's abort frees all the same */
     unwrap_free(comm);
     return ncclSuccess;
+}
+
+NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+    CHECK_COMM(comm, "ncclCommRevoke");
+    if (revokeFlags != NCCL_REVOKE_DEFAULT)
+        return fail(ncclInvalidArgument, "%s: revokeFlags must be NCCL_REVOKE_DEFAULT (0)", "ncclCommRevoke");
+    return done(comm, ccl_comm_revoke(comm->c));
+}
+
+NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                                     ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
+    CHECK_COMM(comm, "ncclCommShrink");
+    if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", "ncclCommShrink");
+    *newcomm = NCCL_COMM_NULL;
+    if (shrinkFlags & ~NCCL_SHRINK_ABORT)
+        return fail(ncclInvalidArgument, "%s: shrinkFlags takes NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT",
+                    "ncclCommShrink");
+    ncclResult_t r = check_config(config, "ncclCommShrink");
+    if (r != ncclSuccess) return r;
+    if (shrinkFlags & NCCL_SHRINK_ABORT) ccl_comm_revoke(comm->c);
+    ccl_comm_t *c = NULL;
+    ccl_status_t st = ccl_comm_shrink(comm->c, excludeRanksList, excludeRanksCount, &c);
+    if (st != CCL_OK) return done(comm, st);
+    return wrap(newcomm, c);
 }
 
 NCCL_API const char *ncclGetErrorString(ncclResult_t r) {

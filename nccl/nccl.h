@@ -51,6 +51,10 @@ typedef enum {
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
 #define NCCL_CONFIG_UNDEF_PTR NULL
 #define NCCL_SPLIT_NOCOLOR -1
+/* ncclCommShrink's flags and ncclCommRevoke's (NCCL 2.28). */
+#define NCCL_SHRINK_DEFAULT 0x00 /* shrink; the parent's operations must have ended */
+#define NCCL_SHRINK_ABORT 0x01   /* revoke the parent's ongoing operations first */
+#define NCCL_REVOKE_DEFAULT 0x00
 
 typedef struct ncclConfig_v21700 {
     /* set by NCCL_CONFIG_INITIALIZER, never by hand */
@@ -112,6 +116,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
+/* Every pending and later call on comm, on every rank, fails (libccl's
+ * ccl_comm_revoke); it can still be shrunk. revokeFlags must be 0. */
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+/* A communicator of comm's ranks without excludeRanksList (ccl_comm_shrink;
+ * libccl also takes NULL and 0: the ranks that failed, as the survivors
+ * agree). config NULL: comm's. */
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
+                            ncclConfig_t *config, int shrinkFlags);
 const char *ncclGetErrorString(ncclResult_t result);
 const char *ncclGetLastError(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);

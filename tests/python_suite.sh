@@ -52,4 +52,4 @@ if [ "$suite" = torch ]; then
   fi
   exec $py -m pytest -q -p no:cacheprovider "$top/python/tests/test_torch.py"
 fi
-exec $py -m pytest -q -p no:cacheprovider "$top/python/tests/test_ccl.py"
+exec $py -m pytest -q -p no:cacheprovider "$top/python/tests/test_ccl.py" "$top/python/tests/test_elastic.py"

@@ -169,7 +169,9 @@ static void record_exit(struct launcher *l, int rank, int wstatus) {
         code = 128 + sig;
         /* A rank that dies of the signal cclrun sent it is no news. */
         if (!sigismember(&l->sent, sig))
-            fprintf(stderr, "cclrun: rank %d killed by signal %d (%s)\n", rank, sig, strsignal(sig));
+            fprintf(stderr, "cclrun: rank %d killed by signal %d (%s)%s\n", rank, sig, strsignal(sig),
+                    l->opt.elastic && !l->stopping ? "; --elastic: the others go on" : "");
+        if (l->opt.elastic && !l->stopping) return;
     } else {
         return; /* stopped or continued: not an exit */
     }

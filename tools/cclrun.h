@@ -13,6 +13,7 @@ struct cclrun_options {
     int host_per_rank;
     const char *transport; /* NULL: leave CCL_TRANSPORT as inherited */
     double timeout_s;      /* 0: none */
+    int elastic;           /* a rank killed by a signal does not stop the others */
     char **argv;           /* the program and its arguments */
 };
 

@@ -16,7 +16,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "Usage: cclrun -n N [--host-per-rank] [--transport shm|tcp|ib] [--timeout SECONDS] [--] prog [args...]\n"
+            "Usage: cclrun -n N [--host-per-rank] [--transport shm|tcp|ib] [--timeout SECONDS] [--elastic] [--]\n"
+            "              prog [args...]\n"
             "\n"
             "Starts N ranks of prog on this machine for ccl_comm_init_env. Each rank gets\n"
             "CCL_RANK, CCL_WORLD_SIZE, CCL_LOCAL_RANK, CCL_ROOT_ADDR and CCL_SECRET, and what\n"
@@ -29,6 +30,8 @@ static void usage(FILE *f) {
             "                       (ranks then talk over TCP)\n"
             "  --transport T        set CCL_TRANSPORT=T (shm, tcp or ib)\n"
             "  --timeout SECONDS    stop every rank after SECONDS and exit with status 124\n"
+            "  --elastic            a rank killed by a signal is reported, and the others go on\n"
+            "                       (an elastic job shrinks past it; docs/elastic.md)\n"
             "  -h, --help           show this help\n"
             "\n"
             "If a rank fails, the others get SIGTERM (SIGKILL %g s later) and cclrun exits\n"
@@ -72,6 +75,8 @@ int cclrun_parse_options(int argc, char **argv, struct cclrun_options *o) {
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 1;
+        } else if (strcmp(a, "--elastic") == 0) {
+            o->elastic = 1;
         } else if (strcmp(a, "--host-per-rank") == 0) {
             o->host_per_rank = 1;
         } else if (strncmp(a, "-n", 2) == 0 && (a[2] == '\0' || (a[2] >= '0' && a[2] <= '9'))) {

@@ -185,10 +185,12 @@ def reference(args, sizes, optimizer=SGD):
     return p
 
 
-def check(comm, got, args, sizes, optimizer=SGD, what="final weights"):
+def check(comm, got, args, sizes, optimizer=SGD, what="final weights", ref=None):
     """Compares this rank's weights (flat, every layer) with the one-process
-    run's; every rank checks, rank 0 reports. Returns the exit status."""
-    ref = reference(args, sizes, optimizer)
+    run's (ref: a run of the caller's own, else reference()); every rank
+    checks, rank 0 reports. Returns the exit status."""
+    if ref is None:
+        ref = reference(args, sizes, optimizer)
     scale = max(1.0, float(np.max(np.abs(ref))))
     diff = float(np.max(np.abs(got - ref))) / scale if got.shape == ref.shape else float("inf")
     ok = np.array([1 if diff <= args.tol else 0], np.int32)

@@ -18,7 +18,9 @@ fi
 export CCL_LIBRARY="$lib" PYTHONPATH="$here/../../python:$here" PYTHONDONTWRITEBYTECODE=1
 # One BLAS thread per rank: the ranks already fill the cores.
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-out=$("$cclrun" -n "$n" --timeout 240 "$py" "$here/$prog" "$@" 2>&1) || { echo "$out"; echo "FAILED: exit status $?"; exit 1; }
+# LESSON_CCLRUN_FLAGS: cclrun options of the lesson's own (--elastic, --host-per-rank).
+# shellcheck disable=SC2086
+out=$("$cclrun" -n "$n" --timeout 240 ${LESSON_CCLRUN_FLAGS:-} "$py" "$here/$prog" "$@" 2>&1) || { echo "$out"; echo "FAILED: exit status $?"; exit 1; }
 echo "$out"
 case $prog in check_*) exit 0 ;; esac # a test of the check itself: its exit status says it all
 echo "$out" | grep -q '^\[0\] check: .*match the one-process run' || { echo "FAILED: no matching check line"; exit 1; }

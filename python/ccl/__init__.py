@@ -19,11 +19,11 @@ import threading
 
 from . import _lib
 from ._buffers import DTYPES, Buffer, dtype_name
-from .errors import (Aborted, Error, InternalError, InvalidArgument, InvalidUsage, NoMemory, RemoteError,
+from .errors import (Aborted, Error, InternalError, InvalidArgument, InvalidUsage, NoMemory, RemoteError, Revoked,
                      SystemCallError, Timeout, Unsupported, from_status)
 
 __all__ = ["Comm", "Request", "SharedMemory", "group", "get_unique_id", "version", "Error", "InvalidArgument", "InvalidUsage",
-           "SystemCallError", "RemoteError", "Timeout", "Aborted", "Unsupported", "NoMemory", "InternalError",
+           "SystemCallError", "RemoteError", "Timeout", "Aborted", "Unsupported", "NoMemory", "InternalError", "Revoked",
            "DTYPES", "OPS", "SUM", "PROD", "MAX", "MIN", "AVG", "BAND", "BOR", "BXOR"]
 
 _c = _lib.lib
@@ -336,6 +336,80 @@ class Comm:
         c = Comm.__new__(Comm)
         c._adopt(ptr)
         return c
+
+    # ---- elastic (docs/elastic.md) ----
+
+    def revoke(self):
+        """From any thread of any rank: every pending and later call on this
+        Comm, on every rank, raises ccl.Revoked; it can still be shrunk."""
+        _check(_c.ccl_comm_revoke(self._p()), self._ptr, "revoke")
+
+    def shrink(self, exclude=None):
+        """Collective over the surviving ranks: a new Comm without the ranks
+        in exclude (which make no call; every survivor passes the same), or,
+        with exclude None, without the ranks that failed, as the survivors
+        agree. Ranks keep their order. A rank that was left out gets
+        ccl.Revoked saying so. This Comm must still be destroyed."""
+        ptr = ctypes.c_void_p()
+        if exclude is None:
+            st = _c.ccl_comm_shrink(self._p(), None, 0, ctypes.byref(ptr))
+        else:
+            ranks = [_c_int(r, "shrink: exclude") for r in exclude]
+            arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+            st = _c.ccl_comm_shrink(self._p(), arr, len(ranks), ctypes.byref(ptr))
+        _check(st, self._ptr, "shrink")
+        c = Comm.__new__(Comm)
+        c._adopt(ptr)
+        return c
+
+    def failed_ranks(self):
+        """The ranks known lost: after a shrink, those it left out; before,
+        those this rank finds gone now."""
+        n = ctypes.c_int()
+        _check(_c.ccl_comm_failed_ranks(self._p(), None, 0, ctypes.byref(n)), self._ptr, "failed_ranks")
+        arr = (ctypes.c_int * max(n.value, 1))()
+        _check(_c.ccl_comm_failed_ranks(self._p(), arr, n.value, ctypes.byref(n)), self._ptr, "failed_ranks")
+        return list(arr[:n.value])
+
+    def grow_id(self):
+        """On rank 0: the id newcomers pass to Comm.join (128 bytes, for
+        them alone: it cannot claim one of this Comm's ranks)."""
+        uid = _lib.UniqueIdStruct()
+        _check(_c.ccl_comm_grow_id(self._p(), ctypes.byref(uid)), self._ptr, "grow_id")
+        return bytes(uid)
+
+    def grow(self, nranks, uid=None):
+        """Collective over this Comm's ranks (rank 0 passes its grow_id(),
+        the others None) and the newcomers (Comm.join): a new Comm of
+        nranks, in which this Comm's ranks keep theirs."""
+        cid = None
+        if uid is not None:
+            if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
+                raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes grow_id() returned")
+            cid = _lib.UniqueIdStruct()
+            ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
+        ptr = ctypes.c_void_p()
+        _check(_c.ccl_comm_grow(self._p(), _c_int(nranks, "grow: nranks"), None if cid is None else ctypes.byref(cid),
+                                -1, ctypes.byref(ptr)), self._ptr, "grow")
+        c = Comm.__new__(Comm)
+        c._adopt(ptr)
+        return c
+
+    @classmethod
+    def join(cls, nranks, rank, uid):
+        """A newcomer's side of Comm.grow: rank (from the old size up) of
+        nranks, with the uid rank 0's grow_id() made."""
+        if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
+            raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes grow_id() returned")
+        cid = _lib.UniqueIdStruct()
+        ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
+        ptr = ctypes.c_void_p()
+        nranks, rank = _c_int(nranks, "nranks"), _c_int(rank, "rank")
+        _check(_c.ccl_comm_grow(None, nranks, ctypes.byref(cid), rank, ctypes.byref(ptr)),
+               what=f"join as rank {rank} of {nranks}", init=True)
+        self = cls.__new__(cls)
+        self._adopt(ptr)
+        return self
 
     def register(self, buf):
         """Registers a buffer for zero-copy transfers (RDMA) until

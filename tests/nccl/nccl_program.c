@@ -199,7 +199,26 @@ static int run_rank(ncclUniqueId id) {
         CHECK(sum == hn, "all-reduce on the split communicator: %d", sum);
         NCCL_OK(ncclCommAbort(half)); /* abort frees it, as NCCL's does */
     }
-    NCCL_OK(ncclCommDestroy(comm));
+
+    /* shrink: the last rank leaves (it makes no call; its communicator is revoked) */
+    CHECK(ncclCommRevoke(comm, 1) == ncclInvalidArgument, "revoke flags other than 0");
+    if (nranks > 1 && rank == nranks - 1) {
+        int32_t mine = 0;
+        CHECK(ncclAllReduce(&mine, &mine, 1, ncclInt32, ncclSum, comm, 0) == ncclRemoteError,
+              "the left-out rank's call on the revoked communicator");
+    } else if (nranks > 1) {
+        int leaver = nranks - 1, sn = 0, sr = -1;
+        ncclComm_t small = NULL;
+        NCCL_OK(ncclCommShrink(comm, &leaver, 1, &small, NULL, NCCL_SHRINK_DEFAULT));
+        NCCL_OK(ncclCommCount(small, &sn));
+        NCCL_OK(ncclCommUserRank(small, &sr));
+        CHECK(sn == nranks - 1 && sr == rank, "shrink: rank %d of %d", sr, sn);
+        int32_t one = 1, sum = 0;
+        NCCL_OK(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, small, 0));
+        CHECK(sum == nranks - 1, "all-reduce on the shrunk communicator: %d", sum);
+        NCCL_OK(ncclCommDestroy(small));
+    }
+    ncclCommDestroy(comm);
     return fails != 0;
 }
 
