@@ -113,6 +113,9 @@ struct ccl__comm_options {
     const char *timeout_source; /* what set it, for messages (NULL: "config.timeout_s") */
     const char *algo; /* non-NULL: overrides CCL_ALGO */
     const char *algo_source; /* what set it, for messages ("config.algo") */
+    /* A communicator every one of whose ranks comes from this one (a
+     * split's, a shrink's): its probes' figures are taken from it. */
+    const struct ccl_comm *parent;
 };
 
 /* Creates a communicator from a unique id (comm_init.c): the one path
@@ -124,9 +127,11 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
 /* A fresh id (ccl_get_unique_id's work): its root listens from now on. */
 ccl_status_t ccl__make_id(struct ccl__unique_id *uid);
 /* A communicator made from parent's ranks (split, create_group, shrink,
- * grow) keeps parent's timeout and algorithms, wherever they came from. */
+ * grow) keeps parent's timeout and algorithms, wherever they came from;
+ * where every one of its ranks comes from parent (not a grow's), it takes
+ * parent's probed figures too instead of probing again. */
 ccl_status_t ccl__comm_create_from(ccl_comm_t *parent, ccl_comm_t **newcomm, int size,
-                                   const struct ccl__unique_id *uid, int newrank);
+                                   const struct ccl__unique_id *uid, int newrank, int every_rank_from_parent);
 /* Tells the peers of comm that this rank revoked it (they fail with
  * CCL_ERR_REVOKED; tell: [nranks], 1 for the peers to tell, NULL: all),
  * then fails it here with that status and wakes its waiters. Nothing is

@@ -100,7 +100,7 @@ static ccl_status_t grow_member(ccl_comm_t *comm, int nranks, const ccl_unique_i
     }
     if (st == CCL_OK) {
         CCL_INFO(CCL__SUB_INIT, comm->rank, "comm_grow: %d ranks become %d", comm->nranks, nranks);
-        st = ccl__comm_create_from(comm, newcomm, nranks, &offer.id, comm->rank);
+        st = ccl__comm_create_from(comm, newcomm, nranks, &offer.id, comm->rank, 0);
     }
     explicit_bzero(&offer, sizeof(offer));
     return st;

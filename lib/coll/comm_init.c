@@ -201,7 +201,9 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
         comm->params.algo_too_long = 0;
         snprintf(comm->params.algo_source, sizeof comm->params.algo_source, "%s", opt->algo_source);
     }
+    comm->parent = opt ? opt->parent : NULL;
     ccl_status_t st = comm_setup(comm, uid);
+    comm->parent = NULL;
     /* A root in this process (this rank's, or a split's lowest rank's)
      * answers the last round to one rank after another: had this rank
      * heard first and its process exited, the root would have gone before
@@ -246,7 +248,7 @@ static ccl_status_t init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
     if (uid.magic != CCL__UID_MAGIC)
         return refuse_init(rank, "ccl_comm_init_rank: the id was not made by ccl_get_unique_id (a foreign or "
                                  "corrupted id)");
-    struct ccl__comm_options opt = {0, NULL, NULL, "config.algo"};
+    struct ccl__comm_options opt = {0, NULL, NULL, "config.algo", NULL};
     if (config) {
         /* Fields past what the caller's version of the struct has keep their defaults. */
         if (config->size < sizeof(size_t))

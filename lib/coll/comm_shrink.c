@@ -214,8 +214,10 @@ static ccl_status_t agree_and_create(struct shrink *s, ccl_comm_t **newcomm) {
                                       ccl_status_string((ccl_status_t)d.status));
         int size = 0, newrank = 0;
         for (int r = 0; r < s->n; r++) size += !s->out[r], newrank += r < s->me && !s->out[r];
+        CCL_INFO(CCL__SUB_INIT, s->me, "comm_shrink: agreed with rank %d's decision: %d ranks, this one %d", by, size,
+                 newrank);
         ccl__test_fault_point(comm, "shrink-create");
-        st = ccl__comm_create_from(comm, newcomm, size, &d.id, newrank);
+        st = ccl__comm_create_from(comm, newcomm, size, &d.id, newrank, 1);
         explicit_bzero(&d, sizeof d);
         if (st == CCL_OK) return CCL_OK;
         CCL_WARN(CCL__SUB_INIT, s->me, "comm_shrink: creating the %d-rank communicator failed (%s): agreeing again",

@@ -16,9 +16,9 @@
 #include "core/log.h"
 
 ccl_status_t ccl__comm_create_from(ccl_comm_t *parent, ccl_comm_t **newcomm, int size, const struct ccl__unique_id *uid,
-                                int newrank) {
+                                   int newrank, int every_rank_from_parent) {
     struct ccl__comm_options opt = {parent->params.timeout_s, parent->params.timeout_source, parent->params.algo,
-                                    parent->params.algo_source};
+                                    parent->params.algo_source, every_rank_from_parent ? parent : NULL};
     return ccl__comm_create(newcomm, size, uid, newrank, &opt);
 }
 
@@ -61,7 +61,7 @@ CCL_API ccl_status_t ccl_comm_split(ccl_comm_t *comm, int color, int key, ccl_co
         if (!id_valid(&ids[leader]))
             st = ccl__set_error(comm, CCL_ERR_REMOTE, "comm_split: rank %d could not create the new communicator",
                                 leader);
-        else st = ccl__comm_create_from(comm, newcomm, size, &ids[leader], newrank);
+        else st = ccl__comm_create_from(comm, newcomm, size, &ids[leader], newrank, 1);
     }
     free(all);
     free(ids);
@@ -210,5 +210,5 @@ CCL_API ccl_status_t ccl_comm_create_group(ccl_comm_t *comm, const int *ranks, i
     if (st != CCL_OK) return st;
     CCL_INFO(CCL__SUB_INIT, comm->rank, "%s: rank %d of %d in a communicator of parent ranks led by %d", what, me,
              nranks, ranks[0]);
-    return ccl__comm_create_from(comm, newcomm, nranks, &offer.id, me);
+    return ccl__comm_create_from(comm, newcomm, nranks, &offer.id, me, 1);
 }

@@ -121,6 +121,10 @@ struct ccl_comm {
     void *fold_scratch;                 /* folding pieces of the in-place paths, kept between calls */
     size_t fold_scratch_bytes;          /* (ccl__fold_scratch, algo/common.c) */
     double cma_call_us, cma_bytes_per_us; /* init's probe of it, the same on every rank (0: not probed) */
+    /* During init only: the communicator every rank of this one comes
+     * from (a split's, a shrink's), whose probes' figures hold here too;
+     * NULL otherwise, the same on every rank. */
+    const struct ccl_comm *parent;
     double cma_large_bytes, cma_large_bytes_per_us; /* its large point, where CCL_CMA_LARGE_PROBE asked (0: not) */
     /* Shared allocations (ccl_mem_alloc, coll/mem.c), the same list on
      * every rank: the zero-copy path reads and writes peers' buffers

@@ -142,7 +142,14 @@ ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm) {
     for (int r = 0; r < n && st == CCL_OK && off < 0; r++)
         if (all[r].err) off = r;
     if (st == CCL_OK && off >= 0) say_off(comm, off, all[off]);
-    if (st == CCL_OK && off < 0) {
+    const struct ccl_comm *parent = comm->parent;
+    if (st == CCL_OK && off < 0 && parent && parent->single_copy && parent->cma_bytes_per_us > 0) {
+        /* Every rank's parent measured the same machine's reads, alike. */
+        comm->single_copy = 1;
+        comm->cma_call_us = parent->cma_call_us, comm->cma_bytes_per_us = parent->cma_bytes_per_us;
+        comm->cma_large_bytes = parent->cma_large_bytes;
+        comm->cma_large_bytes_per_us = parent->cma_large_bytes_per_us;
+    } else if (st == CCL_OK && off < 0) {
         comm->single_copy = 1;
         double t0 = ccl__now();
         st = measure(comm, &seq, CCL__PROBE_BYTES, CCL__PROBE_BYTES, &comm->cma_call_us, &comm->cma_bytes_per_us);

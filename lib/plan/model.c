@@ -115,6 +115,10 @@ ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
+const struct ccl__figures *ccl__plan_model_figures(const struct ccl_comm *comm) {
+    return comm->cost ? &comm->cost->fig : NULL;
+}
+
 void ccl__plan_model_free(struct ccl_comm *comm) {
     free(comm->cost);
     comm->cost = NULL;

@@ -146,6 +146,9 @@ int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, 
  * and the plan, its figures from the tuning file or defaults. */
 ccl_status_t ccl__plan_model(struct ccl_comm *comm);
 void ccl__plan_model_free(struct ccl_comm *comm);
+/* The figures comm's model uses (NULL before it has one). */
+struct ccl__figures;
+const struct ccl__figures *ccl__plan_model_figures(const struct ccl_comm *comm);
 /* The model's cheapest algorithm for a call of kind moving bytes (see
  * plan/cost.h for what bytes counts), and one algorithm's prediction. */
 struct ccl__cost_pick ccl__plan_model_choose(struct ccl_comm *comm, int kind, size_t bytes);

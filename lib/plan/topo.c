@@ -1,7 +1,9 @@
 /* Local topology through hwloc: a summary of where this process runs (or
  * of what CCL_TOPO_FILE describes) for the peer table, and pinning. */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <hwloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -169,12 +171,66 @@ static void rdma_by_nearness(hwloc_topology_t topo, hwloc_const_bitmap_t cpus, c
     }
 }
 
+static ccl_status_t summarized(struct ccl_comm *comm, struct ccl__peer_info *self, int remembered);
+
+/* hwloc takes tens of milliseconds to load this machine with its devices
+ * (18 ms here), and every communicator a process creates asks again: a
+ * split, a shrink or a grow would wait on it in every rank, one after
+ * another where ranks share cores. What it finds cannot change within a
+ * process, but for where the process may run: the last summary is kept
+ * with the CPUs it was found for (the calling thread's and the process's
+ * first thread's), and used while they are the same. */
+static struct {
+    pthread_mutex_t lock;
+    int valid;
+    cpu_set_t thread_cpus, process_cpus;
+    struct ccl__topo_summary summary;
+    uint16_t ncores;
+    char rdma_near[sizeof(((struct ccl_comm *)0)->rdma_near)];
+} machine_seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int where_allowed(cpu_set_t *thread_cpus, cpu_set_t *process_cpus) {
+    return sched_getaffinity(0, sizeof *thread_cpus, thread_cpus) == 0 &&
+           sched_getaffinity(getpid(), sizeof *process_cpus, process_cpus) == 0;
+}
+
+/* 1 with self's summary and comm->rdma_near filled when this machine was
+ * summarised for these CPUs already. */
+static int machine_seen_before(struct ccl_comm *comm, struct ccl__peer_info *self, const cpu_set_t *thread_cpus,
+                               const cpu_set_t *process_cpus) {
+    pthread_mutex_lock(&machine_seen.lock);
+    int hit = machine_seen.valid && CPU_EQUAL(thread_cpus, &machine_seen.thread_cpus) &&
+              CPU_EQUAL(process_cpus, &machine_seen.process_cpus);
+    if (hit) {
+        self->topo = machine_seen.summary;
+        self->ncores = machine_seen.ncores;
+        memcpy(comm->rdma_near, machine_seen.rdma_near, sizeof comm->rdma_near);
+    }
+    pthread_mutex_unlock(&machine_seen.lock);
+    return hit;
+}
+
+static void remember_machine(const struct ccl_comm *comm, const struct ccl__peer_info *self,
+                             const cpu_set_t *thread_cpus, const cpu_set_t *process_cpus) {
+    pthread_mutex_lock(&machine_seen.lock);
+    machine_seen.thread_cpus = *thread_cpus;
+    machine_seen.process_cpus = *process_cpus;
+    machine_seen.summary = self->topo;
+    machine_seen.ncores = (uint16_t)self->ncores;
+    memcpy(machine_seen.rdma_near, comm->rdma_near, sizeof machine_seen.rdma_near);
+    machine_seen.valid = 1;
+    pthread_mutex_unlock(&machine_seen.lock);
+}
+
 ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_info *self) {
     struct ccl__topo_summary *s = &self->topo;
     memset(s, 0, sizeof *s);
     s->package = s->numa = s->core = -1;
     self->ncores = 0;
     const char *file = comm->params.topo_file;
+    cpu_set_t thread_cpus, process_cpus;
+    int keyed = !file[0] && where_allowed(&thread_cpus, &process_cpus);
+    if (keyed && machine_seen_before(comm, self, &thread_cpus, &process_cpus)) return summarized(comm, self, 1);
     hwloc_topology_t topo;
     int source = CCL__TOPO_MACHINE;
     ccl_status_t st = open_topology(comm, file, &topo, &source);
@@ -199,15 +255,24 @@ ccl_status_t ccl__plan_local_topology(struct ccl_comm *comm, struct ccl__peer_in
         }
         hwloc_bitmap_free(cpus);
         hwloc_topology_destroy(topo);
+        if (keyed && got && source == CCL__TOPO_MACHINE) remember_machine(comm, self, &thread_cpus, &process_cpus);
     }
-    int quota = source == CCL__TOPO_MACHINE ? ccl__plan_cpu_quota() : 0;
+    return summarized(comm, self, 0);
+}
+
+/* What follows the summary, whether hwloc made it now or before: the CPU
+ * quota (a cgroup's may change), CCL_BIND, and what the log says. */
+static ccl_status_t summarized(struct ccl_comm *comm, struct ccl__peer_info *self, int remembered) {
+    struct ccl__topo_summary *s = &self->topo;
+    int quota = s->source == CCL__TOPO_MACHINE || s->source == CCL__TOPO_NONE ? ccl__plan_cpu_quota() : 0;
     if (quota > 0 && (self->ncores == 0 || quota < self->ncores)) self->ncores = quota;
     /* A described machine: ranks are planned as if pinned (nothing is). */
     s->binds = (strcmp(comm->params.bind, "core") == 0 || s->source > CCL__TOPO_MACHINE) && s->core < 0;
     CCL_INFO(CCL__SUB_PLAN, comm->rank,
-             "topology (%s): %u packages, %u NUMA nodes, %u cores; this rank may use %u cores (%u threads) in package "
+             "topology (%s%s): %u packages, %u NUMA nodes, %u cores; this rank may use %u cores (%u threads) in package "
              "%d, NUMA node %d; L2 %u KiB, L3 %u KiB; near it %u network, %u RDMA, %u GPU devices",
              s->source == CCL__TOPO_XML ? "hwloc XML" : s->source == CCL__TOPO_SYNTHETIC ? "synthetic" : "this machine",
+             remembered ? ", as this process found it before" : "",
              s->npackages, s->nnuma, s->machine_cores, s->ncores, s->npus, s->package, s->numa, s->l2_kib, s->l3_kib,
              s->nnet, s->nrdma, s->ngpu);
     if (comm->rdma_near[0])

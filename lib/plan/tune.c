@@ -687,6 +687,15 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
     int c = comm->nranks > 1 ? slowest_class(shape->ring_links) : -1;
     int probed = 0;
     ccl_status_t st = CCL_OK;
+    /* Every rank comes from one communicator that checked or measured these
+     * links (a split, a shrink): what it found stands, alike everywhere,
+     * and the new one is usable without a probe's collective. */
+    const struct ccl__figures *parent = comm->parent ? ccl__plan_model_figures(comm->parent) : NULL;
+    if (c >= 0 && parent && (parent->measured >> c & 1u) && !(out->measured & CCL__FIG_GIVEN)) {
+        out->link[c] = parent->link[c];
+        out->measured |= 1u << c;
+        c = -1;
+    }
     int stale = c >= 0 && (out->measured >> c & 1u) && stale_link(comm, shape, c, out, &st);
     if (stale) out->measured &= ~(1u << c);
     CCL_CHECK(st);

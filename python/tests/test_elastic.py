@@ -4,6 +4,7 @@ refused), each new Comm checked against a numpy reference on every rank."""
 import multiprocessing as mp
 import os
 import signal
+import time
 import traceback
 
 import numpy as np
@@ -28,6 +29,7 @@ def test_revoke_then_shrink():
     def body(comm):
         if comm.rank == 1:
             comm.barrier()
+            time.sleep(0.2)  # the others leave the barrier first: a revoke ends whatever call it finds
             comm.revoke()
         else:
             comm.barrier()
@@ -48,6 +50,7 @@ def test_shrink_after_a_kill():
     def body(comm):
         if comm.rank == 2:
             comm.barrier()
+            time.sleep(0.2)  # the others leave the barrier first
             os._exit(9)
         comm.barrier()
         with pytest.raises((ccl.RemoteError, ccl.Revoked)):
