@@ -789,6 +789,32 @@ class ProcessGroupCCL : public CclBase {
                                                 "ccl_comm_split", global(sorted));
   }
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+  // torch's shrink_group: a backend of this group's ranks without
+  // ranks_to_exclude, which make no call (ccl_comm_shrink, docs/elastic.md).
+  // SHRINK_ABORT (1) revokes this communicator first, so that calls still
+  // running on it end at once, on every rank.
+  bool supportsShrinking() const override { return true; }
+
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& exclude, int flags,
+                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override {
+    std::vector<int> ex(exclude.begin(), exclude.end()), kept;
+    for (int r = 0; r < getSize(); r++)
+      if (std::find(ex.begin(), ex.end(), r) == ex.end()) kept.push_back(r);
+    if (flags & 1) ccl_comm_revoke(comm_);
+    ccl_comm_t* sub = nullptr;
+    ccl_status_t st = run_now([&] { return ccl_comm_shrink(comm_, ex.data(), (int)ex.size(), &sub); });
+    TORCH_CHECK(st == CCL_OK, "ccl: shrink: ", ccl_status_string(st), ": ", ccl_comm_last_error(comm_));
+    int rank = 0, size = 0;
+    ccl_comm_rank(sub, &rank);
+    ccl_comm_size(sub, &size);
+    double timeout_s = opts ? std::chrono::duration<double>(opts->timeout).count() : 0;
+    if (timeout_s > 0 && ccl_comm_set_timeout(sub, timeout_s) != CCL_OK) timeout_s = 0;  // keeps the parent's
+    return c10::make_intrusive<ProcessGroupCCL>(sub, rank, size, timeout_s > 0 ? timeout_s : timeout_s_,
+                                                "ccl_comm_shrink", global(kept));
+  }
+#endif
+
   // Tensors in memory every rank of the host maps (ccl_mem_alloc), which
   // torch asks for where a caller wants buffers the backend moves fastest
   // (FSDP2's set_allocate_memory_from_process_group: its all-gather and

@@ -152,6 +152,17 @@ def test_abort_fails_pending_and_later_calls_everywhere():
         assert code == 0 and "abort: rank" in out, f"rank {r} exited {code}:\n{out[-3000:]}"
 
 
+@needs_torch2
+def test_shrink_group_leaves_a_rank_out():
+    if not hasattr(torch.distributed, "shrink_group"):
+        pytest.skip("this torch has no shrink_group")
+    outs = launch("shrink", 3, deadline=120)
+    for r, (code, out) in enumerate(outs):
+        assert code == 0 and "shrink: " in out, f"rank {r} exited {code}:\n{out[-3000:]}"
+    assert "after shrink_group, all_reduce 3" in outs[0][1], outs[0][1][-3000:]
+    assert "the leaver's call raised" in outs[2][1], outs[2][1][-3000:]
+
+
 def test_skipped_collective_raises_everywhere():
     outs = launch("skipped", 3, deadline=120)
     for r, (code, out) in enumerate(outs):

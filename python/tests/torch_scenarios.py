@@ -805,7 +805,33 @@ def check_abort(rank, world, gloo):
     raise AssertionError("a call on an aborted process group completed")
 
 
-SCENARIOS = {"ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "fsdp2_shared": check_fsdp2_shared, "mesh2d": check_mesh2d, "cuda": check_cuda, "cuda_stream": check_cuda_stream, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
+def check_shrink(rank, world, gloo):
+    """torch's shrink_group on the libccl group: the last rank leaves (it
+    makes no call), the others get a smaller default group whose
+    all_reduce sums over them alone; the leaver's pending call fails."""
+    leaver = world - 1
+    if rank == leaver:
+        try:
+            dist.all_reduce(torch.ones(4))  # the others never join it: the shrink revokes it
+        except RuntimeError as e:
+            print(f"shrink: the leaver's call raised: {str(e).splitlines()[0][:200]}")
+        dist.barrier(group=gloo)
+        sys.stdout.flush()
+        os._exit(0)
+    time.sleep(0.5)  # the leaver is in its call
+    small = dist.shrink_group([leaver])
+    assert small.size() == world - 1 and small.rank() == rank, (small.size(), small.rank())
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t, group=small)
+    want = sum(r + 1 for r in range(world - 1))
+    assert torch.equal(t, torch.full((5,), float(want))), t
+    print(f"shrink: rank {rank} of {small.size()} after shrink_group, all_reduce {t[0].item():g}")
+    dist.barrier(group=gloo)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+SCENARIOS = {"shrink": check_shrink, "ops": check_ops, "abort": check_abort, "fsdp2": check_fsdp2, "fsdp2_shared": check_fsdp2_shared, "mesh2d": check_mesh2d, "cuda": check_cuda, "cuda_stream": check_cuda_stream, "ddp": check_ddp, "killed": check_killed, "timeout": check_timeout,
              "set_timeout": check_set_timeout, "bound": check_bound,
              "api2": check_api2, "monitored": check_monitored, "skipped": check_skipped}
 
