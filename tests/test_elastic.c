@@ -23,13 +23,22 @@
 
 #define ELASTIC_TIMEOUT "3" /* CCL_TIMEOUT: how long a silent rank is waited for */
 
-static const struct matrix_config elastic_configs[] = {
+static const struct matrix_config host_configs[] = {
     {3, "shm", 0, "3 ranks shm", NULL},
     {5, "shm", 0, "5 ranks shm", NULL},
     {4, "tcp", 0, "4 ranks tcp", NULL},
     {4, NULL, 2, "4 ranks auto, 2 hosts x 2", NULL},
 };
-#define NCONFIGS ((int)(sizeof elastic_configs / sizeof elastic_configs[0]))
+/* CCL_TEST_MATRIX=ib (tests/rdma_suite.sh, in the RDMA VM): the same
+ * cases over the RDMA transport, each rank a host of its own, and mixed. */
+static const struct matrix_config ib_configs[] = {
+    {3, "ib", 1, "3 ranks ib", NULL},
+    {5, "ib", 1, "5 ranks ib", NULL},
+    {4, "ib", 1, "4 ranks ib", NULL},
+    {4, NULL, 2, "4 ranks auto (shm in a host, ib across), 2 hosts x 2", NULL},
+};
+static const struct matrix_config *elastic_configs = host_configs;
+#define NCONFIGS ((int)(sizeof host_configs / sizeof host_configs[0]))
 
 /* ---- the correctness matrix on a new communicator ---- */
 
@@ -577,10 +586,18 @@ static const struct grow_case grow_cases[] = {
 };
 
 START_TEST(grow_and_back) {
-    const struct grow_case *gc = &grow_cases[_i];
+    struct grow_case ib_case, *gc = (struct grow_case *)&grow_cases[_i];
+    if (elastic_configs == ib_configs) {
+        /* Over RDMA, every rank a host; fewer cycles (the VM emulates its CPUs). */
+        ib_case = *gc;
+        ib_case.transport = "ib";
+        if (ib_case.cycles > 20) ib_case.cycles = 20;
+        gc = &ib_case;
+    }
     struct harness_run run = {.nranks = gc->members + gc->joiners, .joiners = gc->joiners,
                               .body = body_grow_member, .joiner_body = body_grow_joiner, .arg = (void *)gc,
-                              .transport = gc->transport, .host_per_rank = gc->transport == NULL,
+                              .transport = gc->transport,
+                              .host_per_rank = gc->transport == NULL || strcmp(gc->transport, "ib") == 0,
                               .ccl_timeout = ELASTIC_TIMEOUT, .deadline_s = 600, .parent = parent_grow,
                               .lenient_destroy = 1};
     util_run_clean(&run, 0, "grow %d + %d, %d cycle(s)%s", gc->members, gc->joiners, gc->cycles,
@@ -602,4 +619,8 @@ static Suite *elastic_suite(void) {
     return s;
 }
 
-int main(void) { return harness_main(elastic_suite()); }
+int main(void) {
+    const char *m = getenv("CCL_TEST_MATRIX");
+    if (m && strcmp(m, "ib") == 0) elastic_configs = ib_configs;
+    return harness_main(elastic_suite());
+}
