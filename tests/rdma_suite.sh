@@ -59,4 +59,14 @@ for tc in ${CCL_RDMA_SUITES:-test_coll_all_reduce:matrix test_coll_all_gather:ma
           test_coll_exchange:ring_send_recv test_coll_exchange:barrier test_coll_scatter:all_to_all_v}; do
   run "${tc%%:*} (${tc#*:})" env CK_RUN_CASE="${tc#*:}" "$build/tests/${tc%%:*}"
 done
+# Elastic communicators over ib: a revoke's notice where links only close,
+# kills noticed by the adapters' queue pairs, and grows that connect
+# newcomers' queue pairs (an intruder refused). The agreement itself runs
+# on the pair channel whatever the transport; its phases, and a stopped
+# rank, are the host suite's (the whole of test_elastic passes here too, in
+# 5.5 min: CCL_RDMA_ELASTIC=all).
+for tc in ${CCL_RDMA_ELASTIC:-revoke_then_shrink shrink_after_kill grow_and_back}; do
+  if [ "$tc" = all ]; then tc=; fi
+  run "test_elastic (${tc:-all})" env CK_RUN_CASE="$tc" "$build/tests/test_elastic"
+done
 exit "$fails"
