@@ -66,7 +66,7 @@ done
 # rank, are the host suite's (the whole of test_elastic passes here too, in
 # 5.5 min: CCL_RDMA_ELASTIC=all).
 for tc in ${CCL_RDMA_ELASTIC:-revoke_then_shrink shrink_after_kill grow_and_back}; do
-  if [ "$tc" = all ]; then tc=; fi
-  run "test_elastic (${tc:-all})" env CK_RUN_CASE="$tc" "$build/tests/test_elastic"
+  if [ "$tc" = all ]; then run "test_elastic (all)" "$build/tests/test_elastic"
+  else run "test_elastic ($tc)" env CK_RUN_CASE="$tc" "$build/tests/test_elastic"; fi
 done
 exit "$fails"
