@@ -18,6 +18,7 @@
  * passes or fails together; when a member died in it, everyone agrees
  * again, without it.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,10 +149,18 @@ static int coordinate(struct shrink *s, struct decision *d, int *by) {
     memcpy(s->msg, d, sizeof(*d));
     memcpy(s->msg + sizeof(*d), s->out, (size_t)s->n);
     /* Everyone who reported hears, and so do silent ranks: a rank left
-     * out learns it, whenever it looks. */
+     * out learns it, whenever it looks; its copy has no id, so it holds
+     * no secret of the new communicator. */
     for (int r = 0; r < s->n; r++)
-        if (r != s->me && (!s->out[r] || s->silent[r] || reported[r]))
+        if (r != s->me && s->out[r] && (s->silent[r] || reported[r])) {
+            memset(s->msg + offsetof(struct decision, id), 0, sizeof d->id);
             (void)ccl__pair_send_within(comm, r, CCL__PAIR_TAG_SHRINK_DECIDE, s->msg, s->decision_bytes, DIAL_S);
+        }
+    memcpy(s->msg, d, sizeof(*d));
+    for (int r = 0; r < s->n; r++)
+        if (r != s->me && !s->out[r])
+            (void)ccl__pair_send_within(comm, r, CCL__PAIR_TAG_SHRINK_DECIDE, s->msg, s->decision_bytes, DIAL_S);
+    explicit_bzero(s->msg, s->decision_bytes);
     free(reported);
     ccl__test_fault_point(comm, "shrink-decided");
     return 1;
@@ -295,6 +304,7 @@ CCL_API ccl_status_t ccl_comm_shrink(ccl_comm_t *comm, const int *exclude, int n
     }
     free(s.out);
     free(s.silent);
+    if (s.msg) explicit_bzero(s.msg, s.decision_bytes > s.report_bytes ? s.decision_bytes : s.report_bytes);
     free(s.msg);
     return st;
 }
