@@ -5,7 +5,7 @@
  * NCCL has and libccl has not is added here: premultiplied sums
  * (ncclRedOpCreatePreMulSum) and a per-thread last error.
  */
-#include "nccl.h"
+#include "nccl_impl.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -15,25 +15,9 @@
 #include "ccl.h"
 #include "reduce/elem.h"
 
-#define NCCL_API __attribute__((visibility("default")))
-#define COMM_MAGIC 0x4e43434cu
-#define MAX_PREMUL 64
+_Thread_local char nccl_last_error[512];
 
-struct premul {
-    int live;
-    ncclDataType_t dtype;
-    unsigned char scalar[8]; /* the value, in the dtype */
-};
-
-struct ncclComm {
-    uint32_t magic;
-    ccl_comm_t *c;
-    struct premul ops[MAX_PREMUL]; /* op ncclNumOps + i */
-};
-
-static _Thread_local char last_error[512];
-
-static ncclResult_t from_ccl(ccl_status_t st) {
+ncclResult_t from_ccl(ccl_status_t st) {
     switch (st) {
     case CCL_OK: return ncclSuccess;
     case CCL_INPROGRESS: return ncclInProgress;
@@ -50,24 +34,19 @@ static ncclResult_t from_ccl(ccl_status_t st) {
     }
 }
 
-/* A libccl result, its sentence kept as this thread's last error. */
-static ncclResult_t done(ncclComm_t comm, ccl_status_t st) {
-    if (st < 0) snprintf(last_error, sizeof last_error, "%s", ccl_comm_last_error(comm ? comm->c : NULL));
+ncclResult_t done(ncclComm_t comm, ccl_status_t st) {
+    if (st < 0) snprintf(nccl_last_error, sizeof nccl_last_error, "%s", ccl_comm_last_error(comm ? comm->c : NULL));
     return from_ccl(st);
 }
 
-static ncclResult_t fail(ncclResult_t r, const char *fmt, const char *arg) {
-    snprintf(last_error, sizeof last_error, fmt, arg);
+ncclResult_t fail(ncclResult_t r, const char *fmt, const char *arg) {
+    snprintf(nccl_last_error, sizeof nccl_last_error, fmt, arg);
     return r;
 }
 
-static int valid(const struct ncclComm *comm) { return comm && comm->magic == COMM_MAGIC; }
-#define CHECK_COMM(comm, what)                                                   \
-    do {                                                                         \
-        if (!valid(comm)) return fail(ncclInvalidArgument, "%s: invalid communicator", what); \
-    } while (0)
+int valid(const struct ncclComm *comm) { return comm && comm->magic == COMM_MAGIC; }
 
-static int dtype_of(ncclDataType_t d, ccl_dtype_t *out) {
+int dtype_of(ncclDataType_t d, ccl_dtype_t *out) {
     static const ccl_dtype_t map[ncclNumTypes] = {
         [ncclInt8] = CCL_INT8,       [ncclUint8] = CCL_UINT8,     [ncclInt32] = CCL_INT32,
         [ncclUint32] = CCL_UINT32,   [ncclInt64] = CCL_INT64,     [ncclUint64] = CCL_UINT64,
@@ -93,7 +72,7 @@ NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     return done(NULL, st);
 }
 
-static ncclResult_t wrap(ncclComm_t *out, ccl_comm_t *c) {
+ncclResult_t wrap(ncclComm_t *out, ccl_comm_t *c) {
     struct ncclComm *w = calloc(1, sizeof(*w));
     if (!w) {
         ccl_comm_destroy(c);
@@ -208,7 +187,7 @@ NCCL_API const char *ncclGetErrorString(ncclResult_t r) {
 
 NCCL_API const char *ncclGetLastError(ncclComm_t comm) {
     (void)comm; /* as in NCCL: the calling thread's last error */
-    return last_error;
+    return nccl_last_error;
 }
 
 NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
@@ -400,6 +379,33 @@ NCCL_API ncclResult_t ncclGroupStart(void) { return from_ccl(ccl_group_start());
 
 NCCL_API ncclResult_t ncclGroupEnd(void) {
     ccl_status_t st = ccl_group_end();
-    if (st < 0) snprintf(last_error, sizeof last_error, "ncclGroupEnd: %s", ccl_status_string(st));
+    if (st < 0) snprintf(nccl_last_error, sizeof nccl_last_error, "ncclGroupEnd: %s", ccl_status_string(st));
     return from_ccl(st);
 }
+
+PNCCL(ncclGetVersion);
+PNCCL(ncclGetUniqueId);
+PNCCL(ncclCommInitRankConfig);
+PNCCL(ncclCommInitRank);
+PNCCL(ncclCommSplit);
+PNCCL(ncclCommDestroy);
+PNCCL(ncclCommAbort);
+PNCCL(ncclCommRevoke);
+PNCCL(ncclCommShrink);
+PNCCL(ncclCommGetAsyncError);
+PNCCL(ncclCommCount);
+PNCCL(ncclCommUserRank);
+PNCCL(ncclCommCuDevice);
+PNCCL(ncclRedOpCreatePreMulSum);
+PNCCL(ncclRedOpDestroy);
+PNCCL(ncclAllReduce);
+PNCCL(ncclReduce);
+PNCCL(ncclReduceScatter);
+PNCCL(ncclBroadcast);
+PNCCL(ncclAllGather);
+PNCCL(ncclSend);
+PNCCL(ncclRecv);
+PNCCL(ncclGroupStart);
+PNCCL(ncclGroupEnd);
+PNCCL(ncclGetErrorString);
+PNCCL(ncclGetLastError);

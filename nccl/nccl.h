@@ -152,6 +152,85 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
+/* ---- NCCL 2.28's other calls (CUDA 13's nccl.h): what libccl has is
+ * implemented on it; the rest answers ncclInvalidUsage, and
+ * ncclGetLastError says why. Every one has its pnccl twin. ---- */
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+typedef struct ncclSimInfo_v22200 {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    float estimatedTime;
+} ncclSimInfo_t;
+/* buff in place: ncclBroadcast(buff, buff, ...) */
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream);
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                          ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream);
+/* Nothing to flush first: ncclCommDestroy waits for queued operations. */
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
+/* ccl_comm_register / ccl_comm_deregister */
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
+/* The first id of commIds (every rank passes the same list). */
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
+                                      ncclConfig_t *config);
+/* ncclInvalidUsage, saying why: */
+ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+ncclResult_t ncclMemAlloc(void **ptr, size_t size);
+ncclResult_t ncclMemFree(void *ptr);
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+void ncclResetDebugInit(void);
+
+/* The pnccl twins (NCCL's profiling interface): the same calls. */
+extern __typeof__(ncclAllGather) pncclAllGather;
+extern __typeof__(ncclAllReduce) pncclAllReduce;
+extern __typeof__(ncclAlltoAll) pncclAlltoAll;
+extern __typeof__(ncclBcast) pncclBcast;
+extern __typeof__(ncclBroadcast) pncclBroadcast;
+extern __typeof__(ncclCommAbort) pncclCommAbort;
+extern __typeof__(ncclCommCount) pncclCommCount;
+extern __typeof__(ncclCommCuDevice) pncclCommCuDevice;
+extern __typeof__(ncclCommDeregister) pncclCommDeregister;
+extern __typeof__(ncclCommDestroy) pncclCommDestroy;
+extern __typeof__(ncclCommFinalize) pncclCommFinalize;
+extern __typeof__(ncclCommGetAsyncError) pncclCommGetAsyncError;
+extern __typeof__(ncclCommInitAll) pncclCommInitAll;
+extern __typeof__(ncclCommInitRank) pncclCommInitRank;
+extern __typeof__(ncclCommInitRankConfig) pncclCommInitRankConfig;
+extern __typeof__(ncclCommInitRankScalable) pncclCommInitRankScalable;
+extern __typeof__(ncclCommRegister) pncclCommRegister;
+extern __typeof__(ncclCommRevoke) pncclCommRevoke;
+extern __typeof__(ncclCommShrink) pncclCommShrink;
+extern __typeof__(ncclCommSplit) pncclCommSplit;
+extern __typeof__(ncclCommUserRank) pncclCommUserRank;
+extern __typeof__(ncclCommWindowDeregister) pncclCommWindowDeregister;
+extern __typeof__(ncclCommWindowRegister) pncclCommWindowRegister;
+extern __typeof__(ncclGather) pncclGather;
+extern __typeof__(ncclGetErrorString) pncclGetErrorString;
+extern __typeof__(ncclGetLastError) pncclGetLastError;
+extern __typeof__(ncclGetUniqueId) pncclGetUniqueId;
+extern __typeof__(ncclGetVersion) pncclGetVersion;
+extern __typeof__(ncclGroupEnd) pncclGroupEnd;
+extern __typeof__(ncclGroupSimulateEnd) pncclGroupSimulateEnd;
+extern __typeof__(ncclGroupStart) pncclGroupStart;
+extern __typeof__(ncclMemAlloc) pncclMemAlloc;
+extern __typeof__(ncclMemFree) pncclMemFree;
+extern __typeof__(ncclRecv) pncclRecv;
+extern __typeof__(ncclRedOpCreatePreMulSum) pncclRedOpCreatePreMulSum;
+extern __typeof__(ncclRedOpDestroy) pncclRedOpDestroy;
+extern __typeof__(ncclReduce) pncclReduce;
+extern __typeof__(ncclReduceScatter) pncclReduceScatter;
+extern __typeof__(ncclResetDebugInit) pncclResetDebugInit;
+extern __typeof__(ncclScatter) pncclScatter;
+extern __typeof__(ncclSend) pncclSend;
+
 #ifdef __cplusplus
 }
 #endif

@@ -119,6 +119,25 @@ static void collectives(ncclComm_t comm) {
         }
         NCCL_OK(ncclReduceScatter(in, out, n, t, ncclSum, comm, 0));
         CHECK(same(out, want, t, n), "ncclReduceScatter: datatype %d differs", t);
+        /* NCCL 2.28's: ncclBcast (in place), ncclAlltoAll, ncclGather and ncclScatter to and from the last rank */
+        for (size_t i = 0; i < n; i++) put(out, t, i, value(rank, i)), put(want, t, i, value(root, i));
+        NCCL_OK(ncclBcast(out, n, t, root, comm, 0));
+        CHECK(same(out, want, t, n), "ncclBcast: datatype %d differs", t);
+        for (int r = 0; r < nranks; r++)
+            for (size_t i = 0; i < n; i++)
+                put(in, t, (size_t)r * n + i, value(rank * 3 + r, i)), put(want, t, (size_t)r * n + i, value(r * 3 + rank, i));
+        NCCL_OK(ncclAlltoAll(in, out, n, t, comm, 0));
+        CHECK(same(out, want, t, n * nranks), "ncclAlltoAll: datatype %d differs", t);
+        int last = nranks - 1;
+        for (size_t i = 0; i < n; i++) put(in, t, i, value(rank, i));
+        for (int r = 0; r < nranks; r++)
+            for (size_t i = 0; i < n; i++) put(want, t, (size_t)r * n + i, value(r, i));
+        NCCL_OK(ncclGather(in, out, n, t, last, comm, 0));
+        if (rank == last) CHECK(same(out, want, t, n * nranks), "ncclGather: datatype %d differs", t);
+        for (size_t i = 0; i < n * nranks; i++) put(in, t, i, value(last, i));
+        for (size_t i = 0; i < n; i++) put(want, t, i, value(last, (size_t)rank * n + i));
+        NCCL_OK(ncclScatter(in, out, n, t, last, comm, 0));
+        CHECK(same(out, want, t, n), "ncclScatter: datatype %d differs", t);
     }
     /* send/recv around the ring in a group */
     int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
@@ -181,6 +200,22 @@ static int run_rank(ncclUniqueId id) {
     ncclResult_t async = ncclInternalError;
     NCCL_OK(ncclCommGetAsyncError(comm, &async));
     CHECK(async == ncclSuccess, "async error %d", async);
+
+    /* NCCL 2.28's management calls: registration, finalize, and those that answer ncclInvalidUsage saying why */
+    void *handle = NULL;
+    NCCL_OK(ncclCommRegister(comm, &x, sizeof x, &handle));
+    NCCL_OK(ncclCommDeregister(comm, handle));
+    NCCL_OK(pncclCommFinalize(comm)); /* the pnccl twins are the same calls */
+    void *mem = NULL;
+    ncclComm_t all[2];
+    int devs[2] = {0, 1};
+    ncclSimInfo_t sim = {sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION_CODE, -1.0f};
+    ncclWindow_t win = NULL;
+    CHECK(ncclMemAlloc(&mem, 4096) == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "ncclMemAlloc"), "ncclMemAlloc");
+    CHECK(ncclCommInitAll(all, 2, devs) == ncclInvalidUsage && strlen(ncclGetLastError(NULL)) > 20, "ncclCommInitAll");
+    CHECK(ncclCommWindowRegister(comm, &x, sizeof x, &win, 0) == ncclInvalidUsage, "ncclCommWindowRegister");
+    CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "ncclGroupSimulateEnd");
+    ncclResetDebugInit();
 
     /* split: even and odd ranks; the last rank opts out */
     ncclComm_t half = NULL;
