@@ -179,8 +179,11 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
 /* The first id of commIds (every rank passes the same list). */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
                                       ncclConfig_t *config);
-/* ncclInvalidUsage, saying why: */
+/* ndev ranks in this process (one thread then drives them in groups);
+ * devlist is read for nothing: a communicator takes its first device
+ * buffer's device. */
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+/* ncclInvalidUsage, saying why: */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);

@@ -4,7 +4,11 @@
  * libccl can do is done on it; the rest answers ncclInvalidUsage with a
  * sentence in ncclGetLastError, never a missing symbol.
  */
+#include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "nccl_impl.h"
 
@@ -75,10 +79,61 @@ NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, 
     return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }
 
+/* ncclCommInitAll's ranks: each joins on a thread of its own, as an init
+ * waits for the others. */
+struct one_rank {
+    ncclComm_t *slot;
+    int nranks, rank;
+    ncclUniqueId id;
+    ncclResult_t r;
+    char err[sizeof nccl_last_error];
+};
+
+static void *init_one(void *arg) {
+    struct one_rank *a = arg;
+    a->r = ncclCommInitRank(a->slot, a->nranks, a->id, a->rank);
+    memcpy(a->err, nccl_last_error, sizeof a->err); /* the thread's own last error */
+    return NULL;
+}
+
+/* ndev ranks in this process, rank i in comm[i]. A device is bound to a
+ * communicator at its first device buffer or stream (docs/cuda.md), so
+ * devlist is read for its length only. One thread then drives them all,
+ * a call on every communicator inside one group, as NCCL's programs do. */
 NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
-    (void)comm, (void)ndev, (void)devlist;
-    return fail(ncclInvalidUsage, "%s: several ranks in one process are not supported by libccl-nccl yet: start "
-                "one process per rank (ncclCommInitRank)", "ncclCommInitAll");
+    (void)devlist;
+    if (!comm || ndev < 1)
+        return fail(ncclInvalidArgument, "%s: needs comm and ndev >= 1", "ncclCommInitAll");
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return r;
+    struct one_rank *a = calloc((size_t)ndev, sizeof(*a));
+    pthread_t *t = calloc((size_t)ndev, sizeof(*t));
+    if (!a || !t) {
+        free(a), free(t);
+        return fail(ncclSystemError, "%s: out of memory", "ncclCommInitAll");
+    }
+    int started = 0;
+    for (int i = 0; i < ndev; i++) {
+        comm[i] = NULL;
+        a[i] = (struct one_rank){.slot = &comm[i], .nranks = ndev, .rank = i, .id = id, .r = ncclSystemError};
+        snprintf(a[i].err, sizeof a[i].err, "ncclCommInitAll: cannot start a thread for rank %d", i);
+        if (pthread_create(&t[i], NULL, init_one, &a[i]) != 0) break;
+        started++;
+    }
+    for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+    int bad = -1;
+    for (int i = 0; i < ndev && bad < 0; i++)
+        if (a[i].r != ncclSuccess) bad = i;
+    if (bad >= 0) {
+        r = a[bad].r;
+        snprintf(nccl_last_error, sizeof nccl_last_error, "%s", a[bad].err);
+        for (int i = 0; i < ndev; i++)
+            if (comm[i]) ncclCommDestroy(comm[i]), comm[i] = NULL;
+    }
+    free(a);
+    free(t);
+    return r;
 }
 
 NCCL_API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
