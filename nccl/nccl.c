@@ -347,14 +347,6 @@ NCCL_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, si
                     "ncclReduceScatter");
 }
 
-#define MOVING(what, call)                                                                \
-    do {                                                                                  \
-        CHECK_COMM(comm, what);                                                           \
-        ccl_dtype_t dt;                                                                   \
-        if (dtype_of(datatype, &dt) < 0) return fail(ncclInvalidArgument, "%s: unknown datatype", what); \
-        return done(comm, call);                                                          \
-    } while (0)
-
 NCCL_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                     int root, ncclComm_t comm, cudaStream_t stream) {
     MOVING("ncclBroadcast", ccl_broadcast_stream(sendbuff, recvbuff, count, dt, root, comm->c, stream));

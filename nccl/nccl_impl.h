@@ -44,6 +44,16 @@ int valid(const struct ncclComm *comm);
     } while (0)
 /* NCCL's datatype as libccl's; -1 for one libccl has not (fp8). */
 int dtype_of(ncclDataType_t d, ccl_dtype_t *out);
+/* The body of a call that moves data: comm and datatype checked (the
+ * caller's variables comm and datatype), then call, with dt the datatype
+ * as libccl's. */
+#define MOVING(what, call)                                                                \
+    do {                                                                                  \
+        CHECK_COMM(comm, what);                                                           \
+        ccl_dtype_t dt;                                                                   \
+        if (dtype_of(datatype, &dt) < 0) return fail(ncclInvalidArgument, "%s: unknown datatype", what); \
+        return done(comm, call);                                                          \
+    } while (0)
 /* *out: a new wrapped communicator around c (c destroyed on failure). */
 ncclResult_t wrap(ncclComm_t *out, ccl_comm_t *c);
 

@@ -26,12 +26,6 @@
         on_stream_st_;                                          \
     })
 
-#define TYPED(what)                                                                                    \
-    CHECK_COMM(comm, what);                                                                            \
-    ccl_dtype_t dt;                                                                                    \
-    if (dtype_of(datatype, &dt) < 0)                                                                   \
-        return fail(ncclInvalidArgument, "%s: a datatype libccl has not (the fp8 types are not here yet)", what)
-
 NCCL_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                                 cudaStream_t stream) {
     return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
@@ -39,20 +33,17 @@ NCCL_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatyp
 
 NCCL_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                    ncclComm_t comm, cudaStream_t stream) {
-    TYPED("ncclAlltoAll");
-    return done(comm, ccl_all_to_all_stream(sendbuff, recvbuff, count, dt, comm->c, stream));
+    MOVING("ncclAlltoAll", ccl_all_to_all_stream(sendbuff, recvbuff, count, dt, comm->c, stream));
 }
 
 NCCL_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                  int root, ncclComm_t comm, cudaStream_t stream) {
-    TYPED("ncclGather");
-    return done(comm, ON_STREAM(stream, ccl_gather(sendbuff, recvbuff, count, dt, root, comm->c)));
+    MOVING("ncclGather", ON_STREAM(stream, ccl_gather(sendbuff, recvbuff, count, dt, root, comm->c)));
 }
 
 NCCL_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                   int root, ncclComm_t comm, cudaStream_t stream) {
-    TYPED("ncclScatter");
-    return done(comm, ON_STREAM(stream, ccl_scatter(sendbuff, recvbuff, count, dt, root, comm->c)));
+    MOVING("ncclScatter", ON_STREAM(stream, ccl_scatter(sendbuff, recvbuff, count, dt, root, comm->c)));
 }
 
 NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {

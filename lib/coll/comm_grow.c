@@ -63,17 +63,15 @@ static ccl_status_t grow_member(ccl_comm_t *comm, int nranks, const ccl_unique_i
         else offer.id = *comm->grow_uid;
         if (id) explicit_bzero(&given, sizeof(given));
     }
-    int32_t *all = malloc(sizeof(int32_t) * (size_t)comm->nranks);
     struct grow_offer *offers = malloc(sizeof(*offers) * (size_t)comm->nranks);
-    int32_t mine = nranks;
-    ccl_status_t st = all && offers ? CCL_OK : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "comm_grow: out of memory");
-    /* One gather carries rank 0's offer, one every rank's size: ranks that
+    ccl_status_t st = offers ? CCL_OK : ccl__set_error(comm, CCL_ERR_NO_MEMORY, "comm_grow: out of memory");
+    /* One gather carries rank 0's offer and every rank's size: ranks that
      * disagree all fail here, before any of them waits at the root. */
-    if (st == CCL_OK) st = ccl__own_all_gather(&mine, all, sizeof(mine), comm, "comm_grow");
     if (st == CCL_OK) st = ccl__own_all_gather(&offer, offers, sizeof(offer), comm, "comm_grow");
-    int differs = -1;
+    int differs = -1, asked = 0, asked0 = 0;
     for (int r = 0; st == CCL_OK && r < comm->nranks; r++)
-        if (all[r] != all[0] && differs < 0) differs = r;
+        if (offers[r].nranks != offers[0].nranks && differs < 0)
+            differs = r, asked = offers[r].nranks, asked0 = offers[0].nranks;
     if (st == CCL_OK) {
         offer = offers[0];
         if (offer.status == CCL_ERR_INVALID_USAGE)
@@ -84,13 +82,12 @@ static ccl_status_t grow_member(ccl_comm_t *comm, int nranks, const ccl_unique_i
                                 "an id that is not its last ccl_comm_grow_id's (or NULL)");
         else if (differs >= 0)
             st = ccl__set_error(comm, CCL_ERR_INVALID_USAGE, "comm_grow: rank %d asked for %d ranks, rank 0 for %d",
-                                differs, all[differs], all[0]);
+                                differs, asked, asked0);
         else if (nranks <= comm->nranks)
             st = ccl__set_error(comm, CCL_ERR_INVALID_ARGUMENT, "comm_grow: %d ranks is not more than the %d it has",
                                 nranks, comm->nranks);
     }
     for (int r = 0; offers && r < comm->nranks; r++) explicit_bzero(&offers[r], sizeof(offers[r]));
-    free(all);
     free(offers);
     if (comm->rank == 0 && st == CCL_OK) {
         /* One use: a second grow needs a new id. */

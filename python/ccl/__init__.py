@@ -96,6 +96,15 @@ def get_unique_id():
     return bytes(uid)  # all 128 bytes (the field itself would stop at a zero byte)
 
 
+def _uid_struct(uid, maker):
+    """The C struct of a 128-byte id, refusing anything else (maker: the call that makes such ids)."""
+    if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
+        raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes {maker} returned")
+    cid = _lib.UniqueIdStruct()
+    ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
+    return cid
+
+
 # ---- groups ----
 
 _group = threading.local()
@@ -228,11 +237,8 @@ class Comm:
     CCL_ALGO), the same on every rank."""
 
     def __init__(self, nranks, rank, uid, timeout=None, algo=None):
-        if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
-            raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes get_unique_id() returned")
+        cid = _uid_struct(uid, "get_unique_id()")
         self._ptr = None
-        cid = _lib.UniqueIdStruct()
-        ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
         if algo is not None and not isinstance(algo, str):
             raise InvalidArgument(f"algo must be a string such as 'ring' or 'allreduce:tree', not {algo!r}")
         cfg = _lib.ConfigStruct(ctypes.sizeof(_lib.ConfigStruct), float(timeout or 0),
@@ -384,10 +390,7 @@ class Comm:
         nranks, in which this Comm's ranks keep theirs."""
         cid = None
         if uid is not None:
-            if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
-                raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes grow_id() returned")
-            cid = _lib.UniqueIdStruct()
-            ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
+            cid = _uid_struct(uid, "grow_id()")
         ptr = ctypes.c_void_p()
         _check(_c.ccl_comm_grow(self._p(), _c_int(nranks, "grow: nranks"), None if cid is None else ctypes.byref(cid),
                                 -1, ctypes.byref(ptr)), self._ptr, "grow")
@@ -399,10 +402,7 @@ class Comm:
     def join(cls, nranks, rank, uid):
         """A newcomer's side of Comm.grow: rank (from the old size up) of
         nranks, with the uid rank 0's grow_id() made."""
-        if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
-            raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes grow_id() returned")
-        cid = _lib.UniqueIdStruct()
-        ctypes.memmove(ctypes.addressof(cid), bytes(uid), UNIQUE_ID_BYTES)
+        cid = _uid_struct(uid, "grow_id()")
         ptr = ctypes.c_void_p()
         nranks, rank = _c_int(nranks, "nranks"), _c_int(rank, "rank")
         _check(_c.ccl_comm_grow(None, nranks, ctypes.byref(cid), rank, ctypes.byref(ptr)),
