@@ -10,4 +10,12 @@ dir=${1:-build}
 cmake -S "$top" -B "$dir" -DCCL_WERROR=ON "$@" >/dev/null
 cmake --build "$dir" -j "$(nproc)"
 # shellcheck disable=SC2086 # CCL_CTEST_ARGS is a list of arguments
-ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" ${CCL_CTEST_ARGS:-}
+if ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" ${CCL_CTEST_ARGS:-}; then exit 0; fi
+# A failed suite's output can run to thousands of lines, and logs are often
+# read by their ends: the failed checks again, last, each with its test.
+log="$dir/Testing/Temporary/LastTest.log"
+if [ -f "$log" ]; then
+  echo "== the failed checks (from $log):"
+  grep -E '^[^ ]+\.(c|py):[0-9]+:[EF]:|^\[rank [0-9]+\] [^ ]+\.c:[0-9]+ |^FAILED |^E  ' "$log" | tail -n 40 || true
+fi
+exit 1
