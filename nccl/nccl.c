@@ -16,6 +16,7 @@
 #include "reduce/elem.h"
 
 _Thread_local char nccl_last_error[512];
+_Thread_local int nccl_group_depth;
 
 ncclResult_t from_ccl(ccl_status_t st) {
     switch (st) {
@@ -51,7 +52,7 @@ int dtype_of(ncclDataType_t d, ccl_dtype_t *out) {
         [ncclInt8] = CCL_INT8,       [ncclUint8] = CCL_UINT8,     [ncclInt32] = CCL_INT32,
         [ncclUint32] = CCL_UINT32,   [ncclInt64] = CCL_INT64,     [ncclUint64] = CCL_UINT64,
         [ncclFloat16] = CCL_FLOAT16, [ncclFloat32] = CCL_FLOAT32, [ncclFloat64] = CCL_FLOAT64,
-        [ncclBfloat16] = CCL_BFLOAT16,
+        [ncclBfloat16] = CCL_BFLOAT16, [ncclFloat8e4m3] = CCL_UINT8, [ncclFloat8e5m2] = CCL_UINT8,
     };
     if ((unsigned)d >= ncclNumTypes) return -1;
     *out = map[d];
@@ -84,9 +85,13 @@ ncclResult_t wrap(ncclComm_t *out, ccl_comm_t *c) {
     return ncclSuccess;
 }
 
-/* The fields every NCCL version's ncclConfig_t starts with. */
-static ncclResult_t check_config(const ncclConfig_t *config, const char *what) {
-    if (config && (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, cgaClusterSize)))
+/* Any NCCL version's ncclConfig_t (2.14's, the first, ends at blocking;
+ * each later one is longer): made with NCCL_CONFIG_INITIALIZER, so its
+ * magic is right and its size covers at least 2.14's fields. Nothing past
+ * its size is read. */
+ncclResult_t check_config(const ncclConfig_t *config, const char *what) {
+    if (config && (config->magic != NCCL_API_MAGIC || config->size < offsetof(ncclConfig_t, cgaClusterSize) ||
+                   config->size > 4096))
         return fail(ncclInvalidArgument, "%s: config was not made with NCCL_CONFIG_INITIALIZER", what);
     return ncclSuccess;
 }
@@ -174,13 +179,14 @@ NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int
 NCCL_API const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
     case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclUnhandledCudaError: return "unhandled cuda error (ncclGetLastError says which)";
+    case ncclSystemError: return "unhandled system error (ncclGetLastError says which)";
     case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInvalidArgument: return "invalid argument (ncclGetLastError says which)";
+    case ncclInvalidUsage: return "invalid usage (ncclGetLastError says why)";
+    case ncclRemoteError: return "remote process exited or there was a network error (ncclGetLastError names the rank)";
     case ncclInProgress: return "NCCL operation in progress";
+    case ncclTimeout: return "timeout (ncclGetLastError says which rank is behind)";
     default: return "unknown result code";
     }
 }
@@ -226,6 +232,9 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, nc
     ccl_dtype_t dt;
     if (!op || !scalar || dtype_of(datatype, &dt) < 0)
         return fail(ncclInvalidArgument, "%s: op or scalar is NULL, or the datatype is unknown", "ncclRedOpCreatePreMulSum");
+    if (is_fp8(datatype))
+        return fail(ncclInvalidUsage, "%s: premultiplied sums of 8-bit floats are not supported (sum float32 or "
+                    "bfloat16 copies)", "ncclRedOpCreatePreMulSum");
     if (residence != ncclScalarHostImmediate || ccl_is_device_pointer(scalar))
         return fail(ncclInvalidUsage, "%s: only host-immediate scalars (ncclScalarHostImmediate) are supported",
                     "ncclRedOpCreatePreMulSum");
@@ -287,8 +296,6 @@ static void premultiply(void *dst, const void *src, size_t n, ccl_dtype_t dt, co
 #undef SCALE_HALF
 }
 
-enum { K_ALL_REDUCE, K_REDUCE, K_REDUCE_SCATTER };
-
 /* A premultiplied sum: the inputs scaled on the CPU into a copy, then a
  * sum. The copy is host memory and is freed when the call returns, so
  * only host buffers on the default stream without CUDA work can take it. */
@@ -296,6 +303,10 @@ static ncclResult_t premul_sum(int kind, const void *send, void *recv, size_t co
                                const struct premul *p, int root, ncclComm_t comm, cudaStream_t stream) {
     if (stream || ccl_is_device_pointer(send) || ccl_is_device_pointer(recv))
         return fail(ncclInvalidUsage, "%s: premultiplied sums run on host buffers and the default stream only",
+                    "ncclRedOpCreatePreMulSum");
+    if (nccl_group_depth > 0)
+        return fail(ncclInvalidUsage, "%s: a premultiplied sum cannot be queued in ncclGroupStart/End (libccl scales "
+                    "a copy of the input that lives for the call alone): make it outside the group",
                     "ncclRedOpCreatePreMulSum");
     int nranks = 1;
     ccl_comm_size(comm->c, &nranks);
@@ -313,9 +324,10 @@ static ncclResult_t premul_sum(int kind, const void *send, void *recv, size_t co
 /* The reducing collectives: the op, and its dtype agreeing with a premultiplied sum's. */
 static ncclResult_t reducing(int kind, const void *send, void *recv, size_t count, ncclDataType_t datatype,
                              ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, const char *what) {
-    CHECK_COMM(comm, what);
+    CHECK_LIVE(comm, what);
     ccl_dtype_t dt;
     if (dtype_of(datatype, &dt) < 0) return fail(ncclInvalidArgument, "%s: unknown datatype", what);
+    if (is_fp8(datatype)) return fp8_reduce(kind, send, recv, count, datatype, op, root, comm, stream, what);
     if ((unsigned)op >= ncclNumOps) {
         const struct premul *p = premul_of(comm, op);
         if (!p) return fail(ncclInvalidArgument, "%s: unknown reduction operation", what);
@@ -367,10 +379,15 @@ NCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t data
     MOVING("ncclRecv", ccl_recv_stream(recvbuff, count, dt, peer, comm->c, stream));
 }
 
-NCCL_API ncclResult_t ncclGroupStart(void) { return from_ccl(ccl_group_start()); }
+NCCL_API ncclResult_t ncclGroupStart(void) {
+    ccl_status_t st = ccl_group_start();
+    if (st == CCL_OK) nccl_group_depth++;
+    return from_ccl(st);
+}
 
 NCCL_API ncclResult_t ncclGroupEnd(void) {
     ccl_status_t st = ccl_group_end();
+    if (nccl_group_depth > 0) nccl_group_depth--;
     if (st < 0) snprintf(nccl_last_error, sizeof nccl_last_error, "ncclGroupEnd: %s", ccl_status_string(st));
     return from_ccl(st);
 }

@@ -2,7 +2,7 @@
  * libccl-nccl: NCCL's API on libccl. A program written against NCCL's
  * nccl.h builds against this header and links -lccl-nccl instead of
  * -lnccl, unchanged: the names, types, enum values and the layout of
- * ncclUniqueId and ncclConfig_t are NCCL's (API level 2.19). What differs
+ * ncclUniqueId and ncclConfig_t are NCCL's (API level 2.30). What differs
  * is said in docs/cuda.md ("The NCCL-compatible library").
  */
 #ifndef NCCL_H_
@@ -10,6 +10,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #if !defined(__DRIVER_TYPES_H__)
 /* cudaStream_t exactly as CUDA's driver_types.h declares it. */
@@ -17,10 +18,10 @@ typedef struct CUstream_st *cudaStream_t;
 #endif
 
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 19
-#define NCCL_PATCH 3
+#define NCCL_MINOR 30
+#define NCCL_PATCH 7
 #define NCCL_SUFFIX ""
-#define NCCL_VERSION_CODE 21903
+#define NCCL_VERSION_CODE 23007
 #define NCCL_VERSION(X, Y, Z) \
     (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 
@@ -45,18 +46,38 @@ typedef enum {
     ncclInvalidUsage = 5,
     ncclRemoteError = 6,
     ncclInProgress = 7,
-    ncclNumResults = 8
+    ncclTimeout = 8, /* NCCL 2.29 */
+    ncclNumResults = 9
 } ncclResult_t;
 
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
 #define NCCL_CONFIG_UNDEF_PTR NULL
 #define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_UNDEF_FLOAT -1.0f
+#define NCCL_API_MAGIC 0xcafebeef
+/* ncclCommWindowRegister's flags, and the alignment a window needs */
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+/* ncclConfig_t.CTAPolicy */
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+/* ncclCommSuspend's flags */
+#define NCCL_SUSPEND_MEM 0x01
 /* ncclCommShrink's flags and ncclCommRevoke's (NCCL 2.28). */
 #define NCCL_SHRINK_DEFAULT 0x00 /* shrink; the parent's operations must have ended */
 #define NCCL_SHRINK_ABORT 0x01   /* revoke the parent's ongoing operations first */
 #define NCCL_REVOKE_DEFAULT 0x00
 
-typedef struct ncclConfig_v21700 {
+/* NCCL 2.30's layout. A program built against an older nccl.h passes
+ * the shorter struct of its version (size and version say which); libccl
+ * checks the magic and that size covers the fields every version has, and
+ * reads nothing past the size given. libccl's calls complete before they
+ * return, whatever blocking says; the other fields steer NCCL's GPU
+ * kernels and networks and are accepted and ignored. */
+typedef struct ncclConfig_v23000 {
     /* set by NCCL_CONFIG_INITIALIZER, never by hand */
     size_t size;
     unsigned int magic;
@@ -68,13 +89,27 @@ typedef struct ncclConfig_v21700 {
     int maxCTAs;
     const char *netName;
     int splitShare;
+    int trafficClass;        /* 2.24 */
+    const char *commName;    /* 2.24 */
+    int collnetEnable;       /* 2.24 */
+    int CTAPolicy;           /* 2.27 */
+    int shrinkShare;         /* 2.27 */
+    int nvlsCTAs;            /* 2.27 */
+    int nChannelsPerNetPeer; /* 2.28 */
+    int nvlinkCentricSched;  /* 2.28 */
+    int graphUsageMode;      /* 2.29 */
+    int numRmaCtx;           /* 2.29 */
+    int maxP2pPeers;         /* 2.30 */
+    int graphStreamOrdering; /* 2.30 */
 } ncclConfig_t;
 
-#define NCCL_CONFIG_INITIALIZER                                                                        \
-    {                                                                                                  \
-        sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),            \
-            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
-            NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT                                               \
+#define NCCL_CONFIG_INITIALIZER                                                                               \
+    {                                                                                                         \
+        sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,        \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,        \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,        \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT         \
     }
 
 typedef enum {
@@ -103,7 +138,13 @@ typedef enum {
     ncclFloat64 = 8,
     ncclDouble = 8,
     ncclBfloat16 = 9,
-    ncclNumTypes = 10
+    /* 8-bit floats (NCCL 2.24): moved as bytes; reduced on host buffers by
+     * widening to float64, where the sum of up to 2^21 values and the
+     * minimum and maximum are exact, then rounded once to nearest even,
+     * saturating at the largest finite value (docs/cuda.md) */
+    ncclFloat8e4m3 = 10,
+    ncclFloat8e5m2 = 11,
+    ncclNumTypes = 12
 } ncclDataType_t;
 
 typedef enum { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
@@ -162,6 +203,7 @@ typedef struct ncclSimInfo_v22200 {
     unsigned int version;
     float estimatedTime;
 } ncclSimInfo_t;
+#define NCCL_SIM_INFO_INITIALIZER {sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION_CODE, NCCL_UNDEF_FLOAT}
 /* buff in place: ncclBroadcast(buff, buff, ...) */
 ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream);
@@ -191,6 +233,61 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 void ncclResetDebugInit(void);
 
+/* ---- NCCL 2.29 and 2.30 ---- */
+/* Implemented on libccl: */
+/* On rank 0 of comm: the id that ncclCommGrow's newcomers join with
+ * (ccl_comm_grow_id). */
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+/* ccl_comm_grow: comm's ranks pass comm (rank 0 also the id of
+ * ncclCommGetUniqueId, the others NULL) and rank -1; a newcomer passes
+ * comm NULL, the id and its rank. config NULL: comm's. */
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm,
+                          ncclConfig_t *config);
+/* Until ncclCommResume, every call that moves data on comm is refused
+ * with ncclInvalidUsage. libccl holds no device memory per communicator to
+ * give back, so NCCL_SUSPEND_MEM frees nothing. */
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+typedef enum {
+    ncclStatGpuMemSuspend = 0,   /* bytes of device memory a suspend would free */
+    ncclStatGpuMemSuspended = 1, /* 1 while suspended */
+    ncclStatGpuMemPersist = 2,   /* bytes of device memory a suspend keeps */
+    ncclStatGpuMemTotal = 3      /* the two together */
+} ncclCommMemStat_t;
+/* The device-memory figures are 0 (see ncclCommSuspend). */
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+/* ncclInvalidUsage, saying why (libccl has no windows or one-sided calls,
+ * and keeps its settings in CCL_* variables, not in NCCL's parameter
+ * table): */
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+typedef struct {
+    int opCnt;  /* how many signals to wait for */
+    int peer;   /* from which rank */
+    int sigIdx; /* on which signal */
+    int ctx;    /* in which context */
+} ncclWaitSignalDesc_t;
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+typedef struct ncclParamHandle *ncclParamHandle_t;
+ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+/* At CCL_DEBUG=INFO, says on stderr where libccl's settings are. */
+void ncclParamDumpAll(void);
+
 /* The pnccl twins (NCCL's profiling interface): the same calls. */
 extern __typeof__(ncclAllGather) pncclAllGather;
 extern __typeof__(ncclAllReduce) pncclAllReduce;
@@ -204,14 +301,19 @@ extern __typeof__(ncclCommDeregister) pncclCommDeregister;
 extern __typeof__(ncclCommDestroy) pncclCommDestroy;
 extern __typeof__(ncclCommFinalize) pncclCommFinalize;
 extern __typeof__(ncclCommGetAsyncError) pncclCommGetAsyncError;
+extern __typeof__(ncclCommGetUniqueId) pncclCommGetUniqueId;
+extern __typeof__(ncclCommGrow) pncclCommGrow;
 extern __typeof__(ncclCommInitAll) pncclCommInitAll;
 extern __typeof__(ncclCommInitRank) pncclCommInitRank;
 extern __typeof__(ncclCommInitRankConfig) pncclCommInitRankConfig;
 extern __typeof__(ncclCommInitRankScalable) pncclCommInitRankScalable;
+extern __typeof__(ncclCommMemStats) pncclCommMemStats;
 extern __typeof__(ncclCommRegister) pncclCommRegister;
+extern __typeof__(ncclCommResume) pncclCommResume;
 extern __typeof__(ncclCommRevoke) pncclCommRevoke;
 extern __typeof__(ncclCommShrink) pncclCommShrink;
 extern __typeof__(ncclCommSplit) pncclCommSplit;
+extern __typeof__(ncclCommSuspend) pncclCommSuspend;
 extern __typeof__(ncclCommUserRank) pncclCommUserRank;
 extern __typeof__(ncclCommWindowDeregister) pncclCommWindowDeregister;
 extern __typeof__(ncclCommWindowRegister) pncclCommWindowRegister;
@@ -225,6 +327,21 @@ extern __typeof__(ncclGroupSimulateEnd) pncclGroupSimulateEnd;
 extern __typeof__(ncclGroupStart) pncclGroupStart;
 extern __typeof__(ncclMemAlloc) pncclMemAlloc;
 extern __typeof__(ncclMemFree) pncclMemFree;
+extern __typeof__(ncclParamBind) pncclParamBind;
+extern __typeof__(ncclParamDumpAll) pncclParamDumpAll;
+extern __typeof__(ncclParamGet) pncclParamGet;
+extern __typeof__(ncclParamGetAllParameterKeys) pncclParamGetAllParameterKeys;
+extern __typeof__(ncclParamGetI16) pncclParamGetI16;
+extern __typeof__(ncclParamGetI32) pncclParamGetI32;
+extern __typeof__(ncclParamGetI64) pncclParamGetI64;
+extern __typeof__(ncclParamGetI8) pncclParamGetI8;
+extern __typeof__(ncclParamGetParameter) pncclParamGetParameter;
+extern __typeof__(ncclParamGetStr) pncclParamGetStr;
+extern __typeof__(ncclParamGetU16) pncclParamGetU16;
+extern __typeof__(ncclParamGetU32) pncclParamGetU32;
+extern __typeof__(ncclParamGetU64) pncclParamGetU64;
+extern __typeof__(ncclParamGetU8) pncclParamGetU8;
+extern __typeof__(ncclPutSignal) pncclPutSignal;
 extern __typeof__(ncclRecv) pncclRecv;
 extern __typeof__(ncclRedOpCreatePreMulSum) pncclRedOpCreatePreMulSum;
 extern __typeof__(ncclRedOpDestroy) pncclRedOpDestroy;
@@ -233,6 +350,9 @@ extern __typeof__(ncclReduceScatter) pncclReduceScatter;
 extern __typeof__(ncclResetDebugInit) pncclResetDebugInit;
 extern __typeof__(ncclScatter) pncclScatter;
 extern __typeof__(ncclSend) pncclSend;
+extern __typeof__(ncclSignal) pncclSignal;
+extern __typeof__(ncclWaitSignal) pncclWaitSignal;
+extern __typeof__(ncclWinGetUserPtr) pncclWinGetUserPtr;
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,9 @@
 
 static int rank, nranks, fails;
 
-static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+/* The ten wide datatypes (the 8-bit floats: nccl_fp8.c). */
+#define WIDE_TYPES (ncclBfloat16 + 1)
+static const size_t sizes[WIDE_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 /* Small integers: exact in every datatype (float16 and bfloat16 too), so
  * sums of a few ranks compare bit for bit. */
@@ -85,7 +87,7 @@ static int wraps_negative(ncclDataType_t t) { return t == ncclUint8 || t == nccl
 static void collectives(ncclComm_t comm) {
     const size_t n = 257;
     char *in = malloc(n * nranks * 8), *out = malloc(n * nranks * 8), *want = malloc(n * nranks * 8);
-    for (int t = 0; t < ncclNumTypes; t++) {
+    for (int t = 0; t < WIDE_TYPES; t++) {
         for (int op = 0; op < ncclNumOps; op++) {
             if (op == ncclAvg && t != ncclFloat32 && t != ncclFloat64) continue; /* exact only there */
             /* products of more than two values may round in 16 bits, in whatever order ranks combine */
@@ -173,6 +175,17 @@ static int run_rank(ncclUniqueId id) {
     NCCL_OK(ncclGetVersion(&v));
     CHECK(v == NCCL_VERSION_CODE, "ncclGetVersion: %d", v);
     ncclComm_t comm = NULL;
+    /* an init that fails says why in ncclGetLastError (no communicator to ask) */
+    ncclResult_t bad_init = ncclCommInitRank(&comm, nranks, id, nranks + 2);
+    CHECK(bad_init == ncclInvalidArgument && comm == NULL, "an init with rank %d of %d: %s", nranks + 2, nranks,
+          ncclGetErrorString(bad_init));
+    CHECK(strstr(ncclGetLastError(NULL), "rank") && !strstr(ncclGetLastError(NULL), "NULL"),
+          "ncclGetLastError after a failed init: %s", ncclGetLastError(NULL));
+    ncclUniqueId zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK(ncclCommInitRank(&comm, nranks, zero, rank) != ncclSuccess && comm == NULL, "an init with a zeroed id");
+    CHECK(strlen(ncclGetLastError(NULL)) > 10 && !strstr(ncclGetLastError(NULL), "communicator is NULL"),
+          "ncclGetLastError after an init with a zeroed id: %s", ncclGetLastError(NULL));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 1;
     NCCL_OK(ncclCommInitRankConfig(&comm, nranks, id, rank, &config));
@@ -231,6 +244,55 @@ static int run_rank(ncclUniqueId id) {
         CHECK(sum == hn, "all-reduce on the split communicator: %d", sum);
         NCCL_OK(ncclCommAbort(half)); /* abort frees it, as NCCL's does */
     }
+
+    /* NCCL 2.29's grow: all but the last rank split off, then take the last rank in again as a newcomer,
+     * with rank 0's ncclCommGetUniqueId handed to it over comm */
+    if (nranks > 1) {
+        int newcomer = rank == nranks - 1;
+        ncclComm_t members = NULL, grown = NULL;
+        NCCL_OK(ncclCommSplit(comm, newcomer ? NCCL_SPLIT_NOCOLOR : 0, rank, &members, NULL));
+        ncclUniqueId gid;
+        memset(&gid, 0, sizeof gid);
+        if (rank == 0) NCCL_OK(ncclCommGetUniqueId(members, &gid));
+        if (rank == 1 % (nranks - 1) && rank != 0)
+            CHECK(ncclCommGetUniqueId(members, &gid) == ncclInvalidUsage, "ncclCommGetUniqueId on a rank but 0");
+        NCCL_OK(ncclBcast(&gid, sizeof gid, ncclUint8, 0, comm, 0));
+        if (newcomer) NCCL_OK(ncclCommGrow(NULL, nranks, &gid, rank, &grown, NULL));
+        else NCCL_OK(ncclCommGrow(members, nranks, rank == 0 ? &gid : NULL, -1, &grown, NULL));
+        int gn = 0, gr = -1;
+        if (grown) {
+            NCCL_OK(ncclCommCount(grown, &gn));
+            NCCL_OK(ncclCommUserRank(grown, &gr));
+            CHECK(gn == nranks && gr == rank, "grown: rank %d of %d", gr, gn);
+            int32_t mine = rank + 1, sum = 0;
+            NCCL_OK(ncclAllReduce(&mine, &sum, 1, ncclInt32, ncclSum, grown, 0));
+            CHECK(sum == nranks * (nranks + 1) / 2, "all-reduce on the grown communicator: %d", sum);
+            NCCL_OK(ncclCommDestroy(grown));
+        }
+        if (members) NCCL_OK(ncclCommDestroy(members));
+    }
+
+    /* NCCL 2.30's suspend: calls that move data are refused until resumed */
+    uint64_t stat = 9;
+    NCCL_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+    CHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, 0) == ncclInvalidUsage &&
+              strstr(ncclGetLastError(NULL), "suspended"), "a call on a suspended communicator");
+    NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &stat));
+    CHECK(stat == 1, "ncclStatGpuMemSuspended %llu while suspended", (unsigned long long)stat);
+    CHECK(ncclCommSuspend(comm, 0) == ncclInvalidUsage, "suspending twice");
+    NCCL_OK(ncclCommResume(comm));
+    NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemTotal, &stat));
+    CHECK(stat == 0, "ncclStatGpuMemTotal %llu", (unsigned long long)stat);
+    float unit = 1;
+    NCCL_OK(ncclAllReduce(&unit, &x, 1, ncclFloat, ncclSum, comm, 0));
+    CHECK(x == (float)nranks, "all-reduce after resume: %g", x);
+    /* and the 2.30 calls libccl has no counterpart of say why */
+    ncclParamHandle_t ph;
+    void *up = NULL;
+    CHECK(ncclParamBind(&ph, "NCCL_DEBUG") == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "CCL_"), "ncclParamBind");
+    CHECK(ncclSignal(0, 0, 0, 0, comm, 0) == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "one-sided"), "ncclSignal");
+    CHECK(ncclWinGetUserPtr(comm, NULL, &up) == ncclInvalidUsage, "ncclWinGetUserPtr");
+    ncclParamDumpAll();
 
     /* shrink: the last rank leaves (it makes no call; its communicator is revoked) */
     CHECK(ncclCommRevoke(comm, 1) == ncclInvalidArgument, "revoke flags other than 0");
