@@ -27,8 +27,8 @@ ncclResult_t from_ccl(ccl_status_t st) {
     case CCL_ERR_ABORTED:
     case CCL_ERR_UNSUPPORTED: return ncclInvalidUsage;
     case CCL_ERR_REMOTE:
-    case CCL_ERR_REVOKED:
-    case CCL_ERR_TIMEOUT: return ncclRemoteError;
+    case CCL_ERR_REVOKED: return ncclRemoteError;
+    case CCL_ERR_TIMEOUT: return ncclTimeout;
     case CCL_ERR_SYSTEM:
     case CCL_ERR_NO_MEMORY: return ncclSystemError;
     default: return ncclInternalError;

@@ -39,7 +39,7 @@ if [ "$suite" = torch2 ]; then
   suite=torch
 fi
 export CCL_LIBRARY="$lib" CCL_CCLRUN="$cclrun" PYTHONPATH="$top/python:$top/python/tests"
-export CCL_TORCH_BUILD_DIR="$ext" PYTHONDONTWRITEBYTECODE=1
+export CCL_TORCH_BUILD_DIR="$ext" PYTHONDONTWRITEBYTECODE=1 CCL_NCCL_DROP_IN="$build/nccl/drop-in/libnccl.so.2"
 cd "$build"
 if [ "$suite" = torch ]; then
   # Build the extension once, before the ranks start (each would wait on the build lock).
@@ -52,4 +52,5 @@ if [ "$suite" = torch ]; then
   fi
   exec $py -m pytest -q -p no:cacheprovider "$top/python/tests/test_torch.py"
 fi
-exec $py -m pytest -q -p no:cacheprovider "$top/python/tests/test_ccl.py" "$top/python/tests/test_elastic.py"
+exec $py -m pytest -q -p no:cacheprovider "$top/python/tests/test_ccl.py" "$top/python/tests/test_elastic.py" \
+  "$top/python/tests/test_nccl_ctypes.py"

@@ -1,8 +1,9 @@
 /*
  * ncclCommInitAll: several ranks in one process, driven by one thread
  * inside groups, as single-process multi-GPU programs (and nccl-tests' -g)
- * use NCCL; on host buffers here. nccl_init_all N: N ranks. Exits 1 on a
- * wrong result, naming it.
+ * use NCCL; on host buffers here. nccl_init_all N [timeout]: N ranks
+ * (timeout: then a call that only rank 0 makes). Exits 1 on a wrong
+ * result, naming it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -72,7 +73,23 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) ncclBcast(in[i], COUNT, ncclInt32, n - 1, comms[i], NULL);
     CHECK(ncclGroupEnd() == ncclSuccess, "ncclGroupEnd (broadcast): %s", ncclGetLastError(NULL));
     for (int i = 0; i < n; i++) CHECK(memcmp(in[i], in[n - 1], sizeof(int32_t) * COUNT) == 0, "broadcast: rank %d", i);
+    /* With "timeout" (ctest sets CCL_TIMEOUT=1): rank 0 calls alone, outside a group; the others never come.
+     * It fails with ncclTimeout, and ncclGetLastError names rank 1 as not inside a libccl call. */
+    if (argc > 2 && strcmp(argv[2], "timeout") == 0 && n > 1) {
+        r = ncclAllReduce(in[0], out[0], COUNT, ncclInt32, ncclSum, comms[0], NULL);
+        CHECK(r == ncclTimeout, "a call no other rank makes returned %s, not ncclTimeout", ncclGetErrorString(r));
+        CHECK(strstr(ncclGetLastError(comms[0]), "rank 1") != NULL, "the timeout does not name rank 1: %s",
+              ncclGetLastError(comms[0]));
+        ncclResult_t async = ncclSuccess;
+        CHECK(ncclCommGetAsyncError(comms[0], &async) == ncclSuccess && async == ncclTimeout, "async error %s",
+              ncclGetErrorString(async));
+        for (int i = 0; i < n; i++) ncclCommAbort(comms[i]), comms[i] = NULL;
+    }
     for (int i = 0; i < n; i++) {
+        if (!comms[i]) {
+            free(in[i]), free(out[i]);
+            continue;
+        }
         CHECK(ncclCommDestroy(comms[i]) == ncclSuccess, "ncclCommDestroy %d", i);
         free(in[i]), free(out[i]);
     }
