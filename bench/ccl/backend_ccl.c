@@ -189,6 +189,8 @@ static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int 
     case BENCH_BROADCAST: st = CALL(ccl_broadcast, k->send, k->recv, k->count, k->dtype, k->root); break;
     case BENCH_REDUCE: st = CALL(ccl_reduce, k->send, k->recv, k->count, k->dtype, k->redop, k->root); break;
     case BENCH_ALL_TO_ALL: st = CALL(ccl_all_to_all, k->send, k->recv, k->count, k->dtype); break;
+    case BENCH_GATHER: st = CALL(ccl_gather, k->send, k->recv, k->count, k->dtype, k->root); break;
+    case BENCH_SCATTER: st = CALL(ccl_scatter, k->send, k->recv, k->count, k->dtype, k->root); break;
     case BENCH_SENDRECV: /* the ring neighbour exchange: to rank + 1, from rank - 1 */
         st = CALL(ccl_send, k->send, k->count, k->dtype, (c->rank + 1) % c->size);
         if (st != CCL_OK) return st;

@@ -26,6 +26,8 @@ enum bench_coll {
     BENCH_SENDRECV,
     BENCH_PINGPONG,
     BENCH_BARRIER,
+    BENCH_GATHER,
+    BENCH_SCATTER,
     BENCH_NUM_COLLS
 };
 

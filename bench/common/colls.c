@@ -14,6 +14,8 @@ static const struct bench_coll_info infos[BENCH_NUM_COLLS] = {
     /* Ranks 2k and 2k+1 in turn: 2k sends, 2k+1 sends it back. */
     [BENCH_PINGPONG] = {"pingpong", "pingpong_perf", 0, 0, 0, 1, 2},
     [BENCH_BARRIER] = {"barrier", "barrier_perf", 0, 0, 0, 0, 1},
+    [BENCH_GATHER] = {"gather", "gather_perf", 0, 1, 1, 1, 1},
+    [BENCH_SCATTER] = {"scatter", "scatter_perf", 0, 1, 1, 1, 1},
 };
 
 const struct bench_coll_info *bench_coll_info(enum bench_coll coll) { return &infos[coll]; }
@@ -26,6 +28,8 @@ double bench_bus_factor(enum bench_coll coll, int nranks) {
     case BENCH_REDUCE_SCATTER:
     case BENCH_ALL_GATHER:
     case BENCH_ALL_TO_ALL:
+    case BENCH_GATHER: /* the root receives, or sends, (n - 1) of n blocks */
+    case BENCH_SCATTER:
         return (n - 1) / n;
     case BENCH_BARRIER:
         return 0.0;
@@ -40,12 +44,14 @@ struct bench_layout bench_layout_for(enum bench_coll coll, size_t size_bytes, si
     size_t n = (size_t)nranks, r = (size_t)rank;
     size_t whole = size_bytes / elem_size;
     switch (coll) {
+    case BENCH_SCATTER:        /* the root's send: n blocks; in place, recv is its own block */
     case BENCH_REDUCE_SCATTER: /* send: n blocks; in place, recv is this rank's block */
         l.count = whole / n;
         l.send_elems = l.in_place_elems = n * l.count;
         l.recv_elems = l.count;
         l.in_place_recv = r * l.count;
         break;
+    case BENCH_GATHER:     /* the root's recv: n blocks; in place, send is its own block */
     case BENCH_ALL_GATHER: /* recv: n blocks; in place, send is this rank's block */
         l.count = whole / n;
         l.recv_elems = l.in_place_elems = n * l.count;

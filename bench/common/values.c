@@ -153,7 +153,8 @@ static void encode(ccl_dtype_t dtype, int64_t v, unsigned char *out) {
 /* ---- inputs and expected outputs per collective ---- */
 
 static size_t input_elems(const struct bench_check_case *k) {
-    if (k->coll == BENCH_REDUCE_SCATTER || k->coll == BENCH_ALL_TO_ALL) return (size_t)k->nranks * k->count;
+    if (k->coll == BENCH_REDUCE_SCATTER || k->coll == BENCH_ALL_TO_ALL || k->coll == BENCH_SCATTER)
+        return (size_t)k->nranks * k->count;
     return k->coll == BENCH_BARRIER ? 0 : k->count;
 }
 
@@ -170,6 +171,8 @@ size_t bench_output_elems(const struct bench_check_case *k) {
         return (size_t)k->nranks * k->count;
     case BENCH_REDUCE:
         return k->rank == k->root ? k->count : 0;
+    case BENCH_GATHER:
+        return k->rank == k->root ? (size_t)k->nranks * k->count : 0;
     case BENCH_BARRIER:
         return 0;
     case BENCH_PINGPONG: /* the last of an odd count has no partner */
@@ -185,7 +188,9 @@ static int64_t expected_value(const struct bench_check_case *k, size_t j) {
     case BENCH_REDUCE_SCATTER: return reduced_value(k, (size_t)k->rank * c + j);
     case BENCH_ALL_REDUCE:
     case BENCH_REDUCE: return reduced_value(k, j);
-    case BENCH_ALL_GATHER: return input_value(k, (int)(j / c), j % c);
+    case BENCH_ALL_GATHER:
+    case BENCH_GATHER: return input_value(k, (int)(j / c), j % c);
+    case BENCH_SCATTER: return input_value(k, k->root, (size_t)k->rank * c + j);
     case BENCH_BROADCAST: return input_value(k, k->root, j);
     case BENCH_ALL_TO_ALL: return input_value(k, (int)(j / c), (size_t)k->rank * c + j % c);
     case BENCH_PINGPONG: return input_value(k, k->rank ^ 1, j);
@@ -204,7 +209,9 @@ size_t bench_count_wrong(const struct bench_check_case *k, const void *recv) {
     return wrong;
 }
 
-int bench_corrupt_rank(const struct bench_check_case *k) { return k->coll == BENCH_REDUCE ? k->root : 0; }
+int bench_corrupt_rank(const struct bench_check_case *k) {
+    return k->coll == BENCH_REDUCE || k->coll == BENCH_GATHER ? k->root : 0;
+}
 
 void bench_corrupt_one(const struct bench_check_case *k, void *recv) {
     size_t es = dtypes[k->dtype].size, n = bench_output_elems(k);

@@ -176,6 +176,18 @@ static int issue(struct bench_comm *c, const struct bench_call *k, MPI_Request *
         err = r ? MPI_Ireduce(in, k->recv, n, t, op, k->root, w, r) : MPI_Reduce(in, k->recv, n, t, op, k->root, w);
         break;
     }
+    case BENCH_GATHER: { /* in place at the root: its block is already at recv + root * count */
+        int in_place = c->rank == k->root && (const char *)k->send == (const char *)k->recv + (size_t)k->root * k->count * es;
+        const void *in = in_place ? MPI_IN_PLACE : k->send;
+        err = r ? MPI_Igather(in, n, t, k->recv, n, t, k->root, w, r) : MPI_Gather(in, n, t, k->recv, n, t, k->root, w);
+        break;
+    }
+    case BENCH_SCATTER: { /* in place at the root: its block stays at send + root * count */
+        int in_place = c->rank == k->root && (const char *)k->recv == (const char *)k->send + (size_t)k->root * k->count * es;
+        void *out = in_place ? MPI_IN_PLACE : k->recv;
+        err = r ? MPI_Iscatter(k->send, n, t, out, n, t, k->root, w, r) : MPI_Scatter(k->send, n, t, out, n, t, k->root, w);
+        break;
+    }
     case BENCH_ALL_TO_ALL:
         err = r ? MPI_Ialltoall(k->send, n, t, k->recv, n, t, w, r) : MPI_Alltoall(k->send, n, t, k->recv, n, t, w);
         break;

@@ -11,7 +11,7 @@ macro(bench_add_test name case prog)
 endmacro()
 
 set(bench_reducing all_reduce reduce_scatter reduce)
-set(bench_moving all_reduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv pingpong)
+set(bench_moving all_reduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv pingpong gather scatter)
 
 # Every program, 1 to 4 ranks, over shared memory and over TCP.
 foreach(coll ${BENCH_COLLS})
