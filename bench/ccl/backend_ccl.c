@@ -43,6 +43,9 @@ static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_sta
     /* Before anything reads the library's environment. */
     if (o->transport) setenv("CCL_TRANSPORT", o->transport, 1);
     if (o->algo) setenv("CCL_ALGO", o->algo, 1);
+    char timeout[32];
+    snprintf(timeout, sizeof timeout, "%g", o->timeout_s);
+    if (o->timeout_s > 0) setenv("CCL_TIMEOUT", timeout, 1);
     int local = o->ranks > 0 || !launched_by_env();
     if (local) setenv("CCL_SOCKET_IFNAME", "lo", 0); /* every rank is on this machine */
     ccl_unique_id_t id;
@@ -253,6 +256,14 @@ static void ccl_shared_free(struct bench_comm *c, void *p) {
     failed(c, ccl_mem_free(c->measured ? c->measured : c->comm, p), "ccl_mem_free");
 }
 
+static int ccl_register_buf(struct bench_comm *c, void *p, size_t bytes, void **handle) {
+    return failed(c, ccl_comm_register(c->measured ? c->measured : c->comm, p, bytes, handle), "ccl_comm_register");
+}
+
+static void ccl_unregister_buf(struct bench_comm *c, void *handle) {
+    failed(c, ccl_comm_deregister(c->measured ? c->measured : c->comm, handle), "ccl_comm_deregister");
+}
+
 static int ccl_finish(struct bench_comm *c, int exit_status) {
     ccl_status_t st = CCL_OK;
     if (c->measured) st = ccl_comm_destroy(c->measured);
@@ -284,5 +295,7 @@ const struct bench_backend bench_ccl_backend = {
     .abort = ccl_give_up,
     .shared_alloc = ccl_shared_alloc,
     .shared_free = ccl_shared_free,
+    .register_buf = ccl_register_buf,
+    .unregister_buf = ccl_unregister_buf,
     .finish = ccl_finish,
 };

@@ -70,7 +70,15 @@ struct bench_options {
      * communicator whose algorithm ccl_comm_set_algo switches. */
     const char *algos[BENCH_MAX_ALGOS];
     int nalgos; /* 0: one algorithm (or the planner's) for the whole run */
-    int rounds; /* -R: timed blocks per algorithm and size; the median is reported */
+    int rounds; /* --rounds: timed blocks per algorithm and size; the median is reported */
+    /* nccl-tests' flags of 2.19 */
+    int stats_skip;      /* -K: leading iterations left out of -I's statistics */
+    int register_bufs;   /* -R 1: the buffers registered with the library (-R 2 is --shared-mem) */
+    double timeout_s;    /* -T: a call that makes no progress this long fails (0: the library's default) */
+    int report_cputime;  /* -C: the time column is CPU time (every thread of the process), not wall time */
+    int timestamps;      /* -S: each row ends with the time it was measured */
+    int memory_report;   /* -M: what the buffers and the process took, at the end */
+    int unalign;         /* -u: send and receive buffers start this many elements past a page */
     char algo_names[160]; /* where algos point */
 };
 
@@ -134,6 +142,10 @@ struct bench_backend {
      * communicator (collective), and its free; NULL where it has none. */
     void *(*shared_alloc)(struct bench_comm *c, size_t bytes);
     void (*shared_free)(struct bench_comm *c, void *p);
+    /* -R 1: registers [p, p + bytes) with the library for the run (handle
+     * for unregister); NULL where the library has no registration. 0 or -1. */
+    int (*register_buf)(struct bench_comm *c, void *p, size_t bytes, void **handle);
+    void (*unregister_buf)(struct bench_comm *c, void *handle);
     /* Frees everything; returns the exit status the process should use. */
     int (*finish)(struct bench_comm *c, int exit_status);
 };

@@ -30,7 +30,7 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"
             "  -i, --stepbytes N       add N bytes each step instead\n"
             "  -n, --iters N           timed iterations per size (default 20)\n"
-            "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
+            "  -w, --warmup_iters N    untimed iterations first (default 1)\n"
             "  -m, --agg_iters N       operations per iteration, issued as one group (default 1)\n"
             "  -c, --check 0|1         check every result bit for bit before timing (default 1)\n"
             "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 float16 bfloat16\n"
@@ -38,7 +38,7 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             "  -o, --op OP             sum prod max min avg, a comma list, or all (default sum)\n"
             "  -r, --root R            root rank, or all (default 0)\n"
             "  -a, --average 0..3      combine times across ranks: 0 rank 0, 1 average,\n"
-            "                          2 min, 3 max (default 3)\n"
+            "                          2 min, 3 max (default 1)\n"
             "  -z, --blocking 0|1      as nccl-tests: 1 waits for each call (blocking calls, the\n"
             "                          default here); 0 issues each iteration's calls with the\n"
             "                          non-blocking twins and waits for them together\n"
@@ -47,8 +47,24 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             "                          run one thread per rank (more ranks: --ranks N)\n"
             "  -g, --ngpus 1           GPUs per thread, as nccl-tests: one per rank (--device)\n"
             "  -N, --run_cycles N      repeat the whole sweep N times, 0 forever (default 1)\n"
-            "  -I, --stats             time every iteration alone (after a barrier) and add\n"
-            "                          min, median, p99 and max over iterations\n"
+            "  -I, --per_iter_timing [0|1]  (also --stats) time every iteration alone (after\n"
+            "                          a barrier) and add min, median, p99 and max over them\n"
+            "  -K, --per_iter_skip N   leave the first N iterations out of -I's statistics\n"
+            "  -R, --local_register 0|1|2  1: register the buffers with the library\n"
+            "                          (ccl_comm_register); 2: symmetric, the library's shared\n"
+            "                          allocation (--shared-mem)\n"
+            "  -T, --timeout S         a call that makes no progress for S seconds fails,\n"
+            "                          naming the rank behind (CCL_TIMEOUT; 0: its default)\n"
+            "  -C, --report_cputime 0|1  1: the time column is the process's CPU time per\n"
+            "                          operation (every thread), not the wall clock's\n"
+            "  -S, --report_timestamps 0|1  1: each row ends with the time it was measured\n"
+            "  -J, --output_file FILE  write the results as JSON (as --json; .json only)\n"
+            "  -M, --memory 0|1        1: report the buffers' and the process's memory at the end\n"
+            "  -u, --unalign N         buffers start N elements past a page boundary\n"
+            "  -y, -p, -x, -V          nccl-tests' stream, parallel-init, CTA-policy and CTA-count\n"
+            "                          flags: taken, and meaningless on the host\n"
+            "  -G, -D                  CUDA graph launches and NCCL's device implementation:\n"
+            "                          only 0 (libccl calls cannot be captured in graphs yet)\n"
             "      --steady[=F]        bracket every timed block with a 1 MiB all-reduce probe\n"
             "                          and time it again when a probe took over F (1.5) times\n"
             "                          the fastest: results from a machine's usual speed only\n"
@@ -157,11 +173,11 @@ static void set_defaults(struct bench_options *o, const char *prog) {
     o->min_bytes = o->max_bytes = 32u << 20;
     o->step_factor = 2;
     o->iters = 20;
-    o->warmup = 5;
+    o->warmup = 1;
     o->agg = 1;
     o->cycles = 1;
     o->check = 1;
-    o->combine = BENCH_TIME_MAX;
+    o->combine = BENCH_TIME_AVG;
     o->dtype_mask = 1u << CCL_FLOAT32;
     o->redop_mask = 1u << CCL_SUM;
     o->rounds = 5;
@@ -177,7 +193,15 @@ static const struct option long_opts[] = {
     {"blocking", required_argument, 0, 'z'},  {"nonblocking", required_argument, 0, OPT_NONBLOCKING},
     {"run_cycles", required_argument, 0, 'N'}, {"nthreads", required_argument, 0, 't'},
     {"ngpus", required_argument, 0, 'g'},
-    {"stats", no_argument, 0, 'I'},           {"transport", required_argument, 0, OPT_TRANSPORT},
+    {"stats", no_argument, 0, 'I'},           {"per_iter_timing", no_argument, 0, 'I'},
+    {"per_iter_skip", required_argument, 0, 'K'}, {"local_register", required_argument, 0, 'R'},
+    {"timeout", required_argument, 0, 'T'},   {"report_cputime", required_argument, 0, 'C'},
+    {"report_timestamps", required_argument, 0, 'S'}, {"output_file", required_argument, 0, 'J'},
+    {"memory", required_argument, 0, 'M'},    {"unalign", required_argument, 0, 'u'},
+    {"cudagraph", required_argument, 0, 'G'}, {"stream_null", required_argument, 0, 'y'},
+    {"parallel_init", required_argument, 0, 'p'}, {"cta_policy", required_argument, 0, 'x'},
+    {"device_implementation", required_argument, 0, 'D'}, {"device_cta_count", required_argument, 0, 'V'},
+    {"transport", required_argument, 0, OPT_TRANSPORT},
     {"algo", required_argument, 0, 'A'},      {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV},   {"ranks", required_argument, 0, OPT_RANKS},
     {"host-per-rank", no_argument, 0, OPT_HOST_PER_RANK}, {"help", no_argument, 0, 'h'},
@@ -217,9 +241,9 @@ static int parse_algo_list(const char *p, const char *v, struct bench_options *o
 static int apply_flag(int c, const char *v, const struct bench_backend *be, struct bench_options *o, int *factor_set,
                       int *step_set) {
     const char *p = o->prog;
-    int launch = c == OPT_TRANSPORT || c == 'A' || c == OPT_RANKS || c == OPT_HOST_PER_RANK;
+    int launch = c == OPT_TRANSPORT || c == 'A' || c == OPT_RANKS || c == OPT_HOST_PER_RANK || c == 'T';
     if (launch && !be->launch_flags)
-        return usage_error(p, "this program does not take --transport, -A, --ranks or --host-per-rank");
+        return usage_error(p, "this program does not take --transport, -A, --ranks, --host-per-rank or -T");
     switch (c) {
     case 'b':
     case 'e':
@@ -281,6 +305,49 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
         }
         return parse_int(v, 0, 1 << 30, &o->root) ? usage_error(p, "-r: '%s' is not a rank or all", v) : 0;
     case 'I': o->stats = 1; return 0;
+    case 'K': return parse_int(v, 0, 1 << 30, &o->stats_skip) ? usage_error(p, "-K: '%s' is not a count >= 0", v) : 0;
+    case 'R': {
+        int r;
+        if (parse_int(v, 0, 2, &r)) return usage_error(p, "-R: '%s' is not 0, 1 (registered) or 2 (symmetric)", v);
+        if (r == 1 && !be->register_buf) return usage_error(p, "-R 1: this library has no buffer registration");
+        if (r == 2 && !be->shared_alloc) return usage_error(p, "-R 2: this library has no shared allocation");
+        o->register_bufs = r == 1;
+        if (r == 2) o->shared = 1;
+        return 0;
+    }
+    case 'T': {
+        int s;
+        if (parse_int(v, 0, 1 << 24, &s)) return usage_error(p, "-T: '%s' is not a number of seconds >= 0", v);
+        o->timeout_s = s;
+        return 0;
+    }
+    case 'C': return parse_int(v, 0, 1, &o->report_cputime) ? usage_error(p, "-C: '%s' is not 0 or 1", v) : 0;
+    case 'S': return parse_int(v, 0, 1, &o->timestamps) ? usage_error(p, "-S: '%s' is not 0 or 1", v) : 0;
+    case 'M': return parse_int(v, 0, 1, &o->memory_report) ? usage_error(p, "-M: '%s' is not 0 or 1", v) : 0;
+    case 'u': return parse_int(v, 0, 4096, &o->unalign) ? usage_error(p, "-u: '%s' is not a count from 0 to 4096", v) : 0;
+    case 'J': {
+        size_t n = strlen(v);
+        if (n < 5 || strcasecmp(v + n - 5, ".json") != 0)
+            return usage_error(p, "-J: '%s': only JSON is written, to a file named *.json", v);
+        o->json_path = v;
+        return 0;
+    }
+    case 'G':
+    case 'D': {
+        int g;
+        if (parse_int(v, 0, 1 << 30, &g)) return usage_error(p, "-%c: '%s' is not a count", c, v);
+        if (g > 0)
+            return usage_error(p, "%s: libccl's calls cannot be captured in CUDA graphs or run by NCCL's device "
+                                  "implementation; only 0", c == 'G' ? "-G (CUDA graph launches)" : "-D");
+        return 0;
+    }
+    case 'y':
+    case 'p':
+    case 'x':
+    case 'V': {
+        int any;
+        return parse_int(v, -1, 1 << 30, &any) ? usage_error(p, "-%c: '%s' is not a number", c, v) : 0;
+    }
     case OPT_TRANSPORT:
         if (strcmp(v, "shm") && strcmp(v, "tcp") && strcmp(v, "ib"))
             return usage_error(p, "--transport: '%s' is not shm, tcp or ib", v);
@@ -324,7 +391,8 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     int factor_set = 0, step_set = 0, c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:d:o:r:a:z:N:It:g:A:h", long_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:m:c:d:o:r:a:z:N:It:g:A:K:R:T:C:S:J:M:u:G:D:y:p:x:V:h", long_opts,
+                            NULL)) != -1) {
         if (c == 'h') {
             usage(stdout, o->prog, be);
             return 1;
@@ -332,6 +400,9 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
         if (c == ':') return usage_error(o->prog, "%s needs a value", argv[optind - 1]);
         if (c == '?') return usage_error(o->prog, "unknown option '%s'", argv[optind - 1]);
         if (apply_flag(c, optarg, be, o, &factor_set, &step_set)) return -1;
+        /* -I takes nccl-tests' 0|1 after it, or nothing (libccl's spelling) */
+        if (c == 'I' && optind < argc && (!strcmp(argv[optind], "0") || !strcmp(argv[optind], "1")))
+            o->stats = argv[optind++][0] == '1';
     }
     if (optind < argc) return usage_error(o->prog, "unexpected argument '%s'", argv[optind]);
     if (factor_set && step_set) return usage_error(o->prog, "-f and -i exclude each other");
@@ -341,6 +412,11 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     if (o->min_bytes > o->max_bytes) return usage_error(o->prog, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
     if (o->host_per_rank && !o->ranks) return usage_error(o->prog, "--host-per-rank needs --ranks");
     if (o->nalgos && o->stats) return usage_error(o->prog, "-I and several -A algorithms exclude each other");
+    if (o->stats_skip && (!o->stats || o->stats_skip >= o->iters))
+        return usage_error(o->prog, "-K %d needs -I and fewer skipped iterations than -n (%d)", o->stats_skip, o->iters);
+    if (o->register_bufs && (o->shared || o->device))
+        return usage_error(o->prog, "-R 1 registers host buffers: not with --shared-mem, -R 2 or --device");
+    if (o->unalign && o->shared) return usage_error(o->prog, "-u: the shared allocation's buffers are its own");
     if (bench_coll_info(coll)->legs > 1 && (o->agg > 1 || o->nonblocking))
         return usage_error(o->prog, "-m and -z 0 would overlap what a %s times one after the other",
                            bench_coll_info(coll)->name);

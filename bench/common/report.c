@@ -1,7 +1,10 @@
 /* Text table, CSV and JSON. Only rank 0 reports. */
+#define _GNU_SOURCE /* localtime_r */
 #include "report.h"
 
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "colls.h"
 #include "options.h"
@@ -43,8 +46,13 @@ static void text_header(const struct bench_report *r) {
     printf("# minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: %d validation: %d "
            "nonblocking: %d run cycles: %d\n",
            o->min_bytes, o->max_bytes, step, o->warmup, o->iters, o->agg, o->check, o->nonblocking, o->cycles);
-    printf("# time: %s of the mean per operation over %s\n", combine_words[o->combine],
+    printf("# time: %s of the mean %s per operation over %s", combine_words[o->combine],
+           o->report_cputime ? "CPU time of the process (-C 1)" : "wall time",
            o->stats ? "iterations timed one by one, each after a barrier" : "one timed block after a barrier");
+    if (o->stats_skip) printf(", the first %d left out (-K)", o->stats_skip);
+    if (o->unalign) printf("; buffers %d elements past a page (-u)", o->unalign);
+    if (o->register_bufs) printf("; buffers registered (-R 1)");
+    printf("\n");
     if (r->memcpy.gpu) {
         printf("# buffers: GPU memory (--device), rank r on GPU r %% GPUs\n");
         printf("# memcpy: %.2f GB/s device to device on %s (%s buffer, cuMemcpyDtoDAsync, median of %d reps on rank 0 "
@@ -63,6 +71,7 @@ static void text_header(const struct bench_report *r) {
     if (o->stats)
         for (int p = 0; p < BENCH_NUM_PLACEMENTS; p++) printf("  %10s %10s %10s %10s", "min", "median", "p99", "max");
     if (o->nalgos) printf("  %-8s", "algo");
+    if (o->timestamps) printf("  %-19s", "timestamp");
     printf("\n# %10s %14s %9s %7s %6s  %10s %8s %8s %6s  %10s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
            "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
     if (o->nalgos)
@@ -145,6 +154,13 @@ static void text_row(const struct bench_report *r, const struct bench_row *row) 
     }
     if (row->algo && row->auto_ran[0]) printf("  %s:%-8s", row->algo, row->auto_ran);
     else if (row->algo) printf("  %-8s", row->algo);
+    if (r->o->timestamps) { /* -S: when the row was measured, local time */
+        char when[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+        printf("  %s", when);
+    }
     printf("\n");
 }
 
@@ -225,6 +241,15 @@ int bench_report_close(struct bench_report *r) {
     if (r->checked) printf("# Out of bounds values : %lld %s\n", r->wrong_total, r->wrong_total ? "FAILED" : "OK");
     else printf("# Out of bounds values : N/A (not checked)\n");
     printf("# Avg bus bandwidth    : %g \n", avg);
+    if (r->o->memory_report) { /* -M */
+        struct rusage ru;
+        char bufs[32], peak[32];
+        bench_format_bytes(r->buffer_bytes, bufs, sizeof bufs);
+        getrusage(RUSAGE_SELF, &ru);
+        bench_format_bytes((size_t)ru.ru_maxrss * 1024, peak, sizeof peak);
+        printf("# Memory               : buffers %s per rank (send and receive%s), rank 0's peak resident set %s\n",
+               bufs, r->o->device ? ", GPU memory" : r->o->shared ? ", the library's shared allocation" : "", peak);
+    }
     if (r->o->steady)
         printf("# Steady               : %ld blocks timed again, %ld s waited, %ld kept slow, %ld waits ended slow "
                "(fastest probe %.1f us, factor %.2f)\n",

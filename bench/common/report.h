@@ -49,6 +49,7 @@ struct bench_report {
     long busbw_rows;
     long long wrong_total;
     int checked;
+    size_t buffer_bytes; /* -M: what the sweep allocated for one rank's buffers */
     /* --steady's account (steady.h), for the footer */
     long steady_redone, steady_waited_s, steady_kept_slow, steady_gave_up;
     double steady_best_us;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench.h"
 #include "colls.h"
@@ -26,7 +27,9 @@ struct sweep {
     const struct bench_coll_info *info;
     int rank, nranks;
     int corrupt; /* CCL_BENCH_CORRUPT: the checker's self-test */
-    unsigned char *send, *recv; /* what the calls get: GPU memory with --device */
+    unsigned char *send, *recv; /* what the calls get: GPU memory with --device; -u's offset included */
+    unsigned char *send_alloc, *recv_alloc; /* as allocated */
+    void *send_reg, *recv_reg; /* -R 1: the registrations */
     unsigned char *hsend, *hrecv; /* --device: host copies that the check pass fills and reads */
     size_t buf_bytes;
     double *iter_times; /* -I */
@@ -118,6 +121,13 @@ static int check_pass(struct sweep *sw, const struct bench_call *call, const str
     return 0;
 }
 
+/* -C: seconds of CPU time this process (every thread) has used. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* A result's time per operation and the bandwidths that follow from it. */
 static void set_time(const struct sweep *sw, struct bench_place_result *res, size_t bytes, double time_us) {
     res->time_us = time_us;
@@ -134,21 +144,22 @@ static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t by
     double t;
     if (!o->stats) {
         if (be->barrier(sw->c)) return fail(sw, "barrier failed", NULL);
-        double t0 = bench_now();
+        double t0 = o->report_cputime ? cpu_now() : bench_now();
         for (int i = 0; i < o->iters; i++)
             if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "timed call failed", call);
-        t = (bench_now() - t0) / o->iters / o->agg / sw->info->legs;
+        t = ((o->report_cputime ? cpu_now() : bench_now()) - t0) / o->iters / o->agg / sw->info->legs;
         if (combine_times(sw, &t, 1)) return fail(sw, "combining times failed", NULL);
     } else {
         /* Each iteration alone, so that its time is its own on every rank. */
         for (int i = 0; i < o->iters; i++) {
             if (be->barrier(sw->c)) return fail(sw, "barrier failed", NULL);
-            double t0 = bench_now();
+            double t0 = o->report_cputime ? cpu_now() : bench_now();
             if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "timed call failed", call);
-            sw->iter_times[i] = (bench_now() - t0) / o->agg / sw->info->legs * 1e6;
+            sw->iter_times[i] = ((o->report_cputime ? cpu_now() : bench_now()) - t0) / o->agg / sw->info->legs * 1e6;
         }
         if (combine_times(sw, sw->iter_times, o->iters)) return fail(sw, "combining times failed", NULL);
-        struct bench_stats s = bench_stats_of(sw->iter_times, o->iters);
+        /* -K: the first iterations left out of the statistics */
+        struct bench_stats s = bench_stats_of(sw->iter_times + o->stats_skip, o->iters - o->stats_skip);
         res->has_stats = 1;
         res->min_us = s.min;
         res->median_us = s.median;
@@ -209,6 +220,8 @@ static int timed_rounds(struct sweep *sw, const struct bench_call *call, size_t 
 static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t redop, int root) {
     size_t es = bench_dtype_size(dtype);
     struct bench_layout l = bench_layout_for(sw->coll, size, es, sw->nranks, sw->rank);
+    /* -u: the calls' buffers start unalign elements of this type past the page */
+    unsigned char *send = sw->send + (size_t)sw->o->unalign * es, *recv = sw->recv + (size_t)sw->o->unalign * es;
     if (sw->coll != BENCH_BARRIER && l.count == 0) { /* smaller than one element per rank */
         if (sw->rank == 0) bench_progress_step(&sw->progress, size);
         return 0;
@@ -219,13 +232,13 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
         rows[a] = (struct bench_row){l.bytes, l.count, sw->coll == BENCH_BARRIER ? -1 : (int)dtype,
                                      sw->info->has_redop ? (int)redop : -1, sw->info->has_root ? root : -1,
                                      sw->o->nalgos ? sw->o->algos[a] : NULL, "", {{0}}};
-    struct bench_call call = {sw->coll, sw->send, sw->recv, l.count, dtype, redop, root};
+    struct bench_call call = {sw->coll, send, recv, l.count, dtype, redop, root};
     for (int p = 0; p < BENCH_NUM_PLACEMENTS; p++) {
-        struct placement pl = {sw->send, sw->recv, sw->recv, l.recv_elems};
+        struct placement pl = {send, recv, recv, l.recv_elems};
         if (p == BENCH_IN_PLACE) {
             if (!l.in_place_elems) continue;
-            pl.send = sw->recv + l.in_place_send * es;
-            pl.recv = sw->recv + l.in_place_recv * es;
+            pl.send = recv + l.in_place_send * es;
+            pl.recv = recv + l.in_place_recv * es;
             pl.clear_elems = l.in_place_elems; /* the whole shared buffer */
         }
         call.send = pl.send;
@@ -351,12 +364,16 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
         all_ok(sw, 0);
         return BENCH_EXIT_ERROR;
     }
+    /* -u: each buffer starts that many elements (of the widest type: 8 bytes) past its page */
+    size_t pad = (size_t)o->unalign * 8;
+    bytes += (pad + 4095) & ~(size_t)4095;
     sw->buf_bytes = bytes;
     if (sw->coll != BENCH_BARRIER) {
-        sw->send = o->device ? bench_device_alloc(bytes) : o->shared ? sw->be->shared_alloc(sw->c, bytes)
-                                                                     : aligned_alloc(4096, bytes);
-        sw->recv = o->device ? bench_device_alloc(bytes) : o->shared ? sw->be->shared_alloc(sw->c, bytes)
-                                                                     : aligned_alloc(4096, bytes);
+        sw->send_alloc = o->device ? bench_device_alloc(bytes) : o->shared ? sw->be->shared_alloc(sw->c, bytes)
+                                                                           : aligned_alloc(4096, bytes);
+        sw->recv_alloc = o->device ? bench_device_alloc(bytes) : o->shared ? sw->be->shared_alloc(sw->c, bytes)
+                                                                           : aligned_alloc(4096, bytes);
+        sw->send = sw->send_alloc, sw->recv = sw->recv_alloc;
         if (o->device) {
             sw->hsend = calloc(1, bytes);
             sw->hrecv = calloc(1, bytes);
@@ -372,6 +389,12 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
     } else if (sw->send && !o->device) { /* first touch outside any timing (device memory comes zeroed) */
         memset(sw->send, 0, bytes);
         memset(sw->recv, 0, bytes);
+    }
+    if (ok && o->register_bufs &&
+        (sw->be->register_buf(sw->c, sw->send, bytes, &sw->send_reg) ||
+         sw->be->register_buf(sw->c, sw->recv, bytes, &sw->recv_reg))) {
+        fail(sw, "registering the buffers (-R 1) failed", NULL);
+        ok = 0;
     }
     if (ok && bench_steady_init(&sw->steady, o->steady, sw->be, sw->c, sw->rank, o->nalgos, o->prog)) ok = 0;
     if (!all_ok(sw, ok)) return BENCH_EXIT_ERROR;
@@ -395,6 +418,7 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
         sw->report.w = w;
         sw->report.op_name = sw->info->name;
         sw->report.nranks = sw->nranks;
+        sw->report.buffer_bytes = sw->coll == BENCH_BARRIER ? 0 : 2 * bytes;
         ok = bench_report_open(&sw->report) == 0;
         bench_progress_start(&sw->progress, o->prog, o->cycles ? rows_per_cycle(sw) * o->cycles : 0);
     }
@@ -439,17 +463,19 @@ int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_b
     const char *corrupt = getenv("CCL_BENCH_CORRUPT");
     sw.corrupt = corrupt && *corrupt && strcmp(corrupt, "0") != 0;
     status = run_all(&sw);
+    if (sw.send_reg) be->unregister_buf(c, sw.send_reg);
+    if (sw.recv_reg) be->unregister_buf(c, sw.recv_reg);
     if (o.device) {
-        bench_device_free(sw.send);
-        bench_device_free(sw.recv);
+        bench_device_free(sw.send_alloc);
+        bench_device_free(sw.recv_alloc);
         free(sw.hsend);
         free(sw.hrecv);
     } else if (o.shared) {
-        if (sw.send) be->shared_free(c, sw.send);
-        if (sw.recv) be->shared_free(c, sw.recv);
+        if (sw.send_alloc) be->shared_free(c, sw.send_alloc);
+        if (sw.recv_alloc) be->shared_free(c, sw.recv_alloc);
     } else {
-        free(sw.send);
-        free(sw.recv);
+        free(sw.send_alloc);
+        free(sw.recv_alloc);
     }
     free(sw.iter_times);
     free(sw.calls);

@@ -190,6 +190,30 @@ usage) # bad flags: a message naming the program, status 2; -h: status 0
   [ $rc -eq 2 ] && grep -q 'only 2 ranks' "$tmp/out.err" || die "-r 5 with 2 ranks: status $rc"
   run "$tmp/out" "$bin/$prog" -h
   [ $rc -eq 0 ] && grep -q "^Usage: $prog " "$tmp/out" && grep -q CCL_BENCH_CORRUPT "$tmp/out" || die "-h" ;;
+nccltests) # nccl-tests 2.19's flags, spelt as there: each taken and doing what its help says
+  run "$tmp/out" "$bin/$prog" --ranks 3 -b 8 -e 64K -f 8 -n 5 -I 1 -K 2 -R 1 -T 30 -C 1 -S 1 -M 1 -u 3 \
+    -y 0 -p 1 -x 1 -V 16 -G 0 -D 0 -J "$tmp/r.json"
+  [ $rc -eq 0 ] || die "exit status $rc"
+  expect_all_right "$tmp/out"
+  for said in "CPU time of the process (-C 1)" "the first 2 left out (-K)" "3 elements past a page (-u)" \
+              "buffers registered (-R 1)" "per iteration (us)" "warmup iters: 1 " "average over ranks"; do
+    grep -qF "$said" "$tmp/out" || die "the header does not say '$said'"
+  done
+  rows "$tmp/out" | awk '$NF !~ /^[0-9][0-9]:[0-9][0-9]:[0-9][0-9]$/ { print "no -S timestamp: " $0; bad = 1 }
+    END { exit bad }' || exit 1
+  grep -q '^# Memory  *: buffers .* per rank (send and receive), rank 0.s peak resident set ' "$tmp/out" || die "-M"
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["rows"], "no rows"' "$tmp/r.json" ||
+    die "-J did not write JSON with results"
+  run "$tmp/out" "$bin/$prog" --ranks 3 -b 8 -e 64K -f 8 -n 3 -R 2 -I 0
+  [ $rc -eq 0 ] || die "-R 2: exit status $rc"
+  expect_all_right "$tmp/out"
+  grep -q "per iteration" "$tmp/out" && die "-I 0 still timed each iteration"
+  for bad in "-G 1" "-D 1" "-J out.txt" "-K 2" "-I 1 -K 5 -n 5" "-R 3" "-u 5000" "-C 2" "-S x" "-T -1" \
+             "-R 2 -u 1" "-R 1 --shared-mem"; do
+    run "$tmp/out" "$bin/$prog" $bad
+    [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
+    grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"
+  done ;;
 legs) # a program whose call is messages one after the other refuses to overlap them
   for bad in "-m 2" "-z 0" "--nonblocking 1"; do
     run "$tmp/out" "$bin/$prog" --ranks 2 $short $bad
