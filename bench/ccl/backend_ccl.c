@@ -9,6 +9,7 @@
 
 #include "common/colls.h"
 #include "common/device_mem.h"
+#include "common/values.h"
 #include "launch.h"
 
 struct bench_comm {
@@ -180,6 +181,28 @@ static const char *ccl_unsupported(const struct bench_comm *c, enum bench_coll c
     return NULL;
 }
 
+/* nccl-tests' hypercube: this rank's block into place, then in round k
+ * (mask 2^k) a send of the mask blocks this rank holds to rank ^ mask and a
+ * receive of that rank's, in a group; blocking (options.c: sequential). */
+static ccl_status_t hypercube(struct bench_comm *c, const struct bench_call *k) {
+    size_t block = k->count * bench_dtype_size(k->dtype);
+    unsigned char *out = k->recv;
+    if (out + (size_t)c->rank * block != (const unsigned char *)k->send)
+        memcpy(out + (size_t)c->rank * block, k->send, block);
+    for (int mask = 1; mask < c->size; mask <<= 1) {
+        int mine = c->rank & ~(mask - 1), theirs = mine ^ mask;
+        ccl_status_t st = ccl_group_start();
+        if (st != CCL_OK) return st;
+        st = ccl_send(out + (size_t)mine * block, k->count * (size_t)mask, k->dtype, c->rank ^ mask,
+                                        c->active);
+        if (st == CCL_OK) st = ccl_recv(out + (size_t)theirs * block, k->count * (size_t)mask, k->dtype,
+                                        c->rank ^ mask, c->active);
+        ccl_status_t end = ccl_group_end();
+        if (st != CCL_OK || end != CCL_OK) return st != CCL_OK ? st : end;
+    }
+    return CCL_OK;
+}
+
 /* One call; *nreq counts the requests it left in c->reqs (non-blocking). */
 static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int nonblocking, int *nreq) {
 #define CALL(fn, ...) \
@@ -200,6 +223,12 @@ static ccl_status_t issue(struct bench_comm *c, const struct bench_call *k, int 
         *nreq += nonblocking;
         st = CALL(ccl_recv, k->recv, k->count, k->dtype, (c->rank + c->size - 1) % c->size);
         break;
+    case BENCH_ALLTOALLV: {
+        const size_t *v = k->vcounts, n = (size_t)c->size;
+        st = CALL(ccl_all_to_all_v, k->send, v, v + n, k->recv, v + 2 * n, v + 3 * n, k->dtype);
+        break;
+    }
+    case BENCH_HYPERCUBE: return hypercube(c, k);
     case BENCH_PINGPONG: { /* blocking calls only (options.c), one after the other */
         int partner = c->rank ^ 1;
         if (partner >= c->size) return CCL_OK;

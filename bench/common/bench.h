@@ -28,6 +28,8 @@ enum bench_coll {
     BENCH_BARRIER,
     BENCH_GATHER,
     BENCH_SCATTER,
+    BENCH_ALLTOALLV,  /* nccl-tests' alltoallv: uneven per-peer counts (colls.h) */
+    BENCH_HYPERCUBE,  /* nccl-tests' hypercube: an all-gather by send/recv, pairs at distance 2^k */
     BENCH_NUM_COLLS
 };
 
@@ -105,6 +107,9 @@ struct bench_call {
     ccl_dtype_t dtype;
     ccl_op_t redop;
     int root;
+    /* alltoallv: this rank's send counts, send displacements, receive
+     * counts and receive displacements (nranks each, in elements) */
+    const size_t *vcounts;
 };
 
 struct bench_comm; /* a backend's rank state */

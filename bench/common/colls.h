@@ -18,6 +18,9 @@ struct bench_coll_info {
      * time reported is per message, the one-way latency that osu_latency
      * and perftest report. */
     int legs;
+    /* Steps of one call that wait on each other (a ping-pong's legs, a
+     * hypercube's rounds): -m and -z 0 would overlap them. */
+    int sequential;
 };
 
 const struct bench_coll_info *bench_coll_info(enum bench_coll coll);
@@ -40,5 +43,17 @@ struct bench_layout {
 
 struct bench_layout bench_layout_for(enum bench_coll coll, size_t size_bytes, size_t elem_size, int nranks,
                                      int rank);
+
+/* alltoallv_perf's pattern, nccl-tests' generated one: of size_bytes per
+ * rank, rank i sends rank j a share weighted by their distance (j - i) mod
+ * n, blended with an even share by NCCL_TESTS_ALLTOALLV_SPREAD (0 even,
+ * 1, the default, by distance alone), each cut down to 16 bytes. Every
+ * rank sends and receives the same total. Elements of elem_size. */
+size_t bench_a2av_elems(int i, int j, int nranks, size_t size_bytes, size_t elem_size);
+/* This rank's counts and displacements for the call: vcounts (4 * nranks:
+ * send counts, send displacements, receive counts, receive displacements). */
+void bench_a2av_counts(int rank, int nranks, size_t size_bytes, size_t elem_size, size_t *vcounts);
+/* NULL when the pattern can be made here, else why not. */
+const char *bench_a2av_unsupported(void);
 
 #endif

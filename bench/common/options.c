@@ -417,7 +417,7 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     if (o->register_bufs && (o->shared || o->device))
         return usage_error(o->prog, "-R 1 registers host buffers: not with --shared-mem, -R 2 or --device");
     if (o->unalign && o->shared) return usage_error(o->prog, "-u: the shared allocation's buffers are its own");
-    if (bench_coll_info(coll)->legs > 1 && (o->agg > 1 || o->nonblocking))
+    if (bench_coll_info(coll)->sequential && (o->agg > 1 || o->nonblocking))
         return usage_error(o->prog, "-m and -z 0 would overlap what a %s times one after the other",
                            bench_coll_info(coll)->name);
     return 0;

@@ -52,7 +52,7 @@ void bench_steady_free(struct bench_steady *s) {
  * the run measures the same thing; then back to `slot`'s. */
 static int probe(struct bench_steady *s, int slot, int role, double *us) {
     struct bench_call call = {BENCH_ALL_REDUCE, s->send, s->recv, BENCH_STEADY_PROBE_BYTES / sizeof(float),
-                              CCL_FLOAT32, CCL_SUM, -1};
+                              CCL_FLOAT32, CCL_SUM, -1, NULL};
     if (s->nalgos && slot != 0 && s->be->use_algo(s->c, 0)) return -1;
     double best = 0;
     /* Warm first: a rank that has just slept wakes slowly. */

@@ -27,12 +27,14 @@ struct sweep {
     const struct bench_coll_info *info;
     int rank, nranks;
     int corrupt; /* CCL_BENCH_CORRUPT: the checker's self-test */
+    size_t size_bytes; /* the size being measured (alltoallv's pattern divides it) */
     unsigned char *send, *recv; /* what the calls get: GPU memory with --device; -u's offset included */
     unsigned char *send_alloc, *recv_alloc; /* as allocated */
     void *send_reg, *recv_reg; /* -R 1: the registrations */
     unsigned char *hsend, *hrecv; /* --device: host copies that the check pass fills and reads */
     size_t buf_bytes;
     double *iter_times; /* -I */
+    size_t *vcounts;    /* alltoallv: this size's counts and displacements (4 * nranks) */
     struct bench_call *calls;
     long long wrong_total;
     struct bench_report report;
@@ -105,7 +107,8 @@ static int move_checked(struct sweep *sw, int to_gpu) {
 }
 
 static int check_pass(struct sweep *sw, const struct bench_call *call, const struct placement *pl, long long *wrong) {
-    struct bench_check_case k = {sw->coll, call->dtype, call->redop, call->root, sw->nranks, sw->rank, call->count};
+    struct bench_check_case k = {sw->coll, call->dtype, call->redop, call->root, sw->nranks, sw->rank, call->count,
+                                 sw->size_bytes};
     size_t es = bench_dtype_size(call->dtype);
     /* Stale results of an earlier call must not pass for new ones. */
     memset(host_view(sw, pl->clear), 0xa5, pl->clear_elems * es);
@@ -232,7 +235,9 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
         rows[a] = (struct bench_row){l.bytes, l.count, sw->coll == BENCH_BARRIER ? -1 : (int)dtype,
                                      sw->info->has_redop ? (int)redop : -1, sw->info->has_root ? root : -1,
                                      sw->o->nalgos ? sw->o->algos[a] : NULL, "", {{0}}};
-    struct bench_call call = {sw->coll, send, recv, l.count, dtype, redop, root};
+    sw->size_bytes = size;
+    if (sw->coll == BENCH_ALLTOALLV) bench_a2av_counts(sw->rank, sw->nranks, size, es, sw->vcounts);
+    struct bench_call call = {sw->coll, send, recv, l.count, dtype, redop, root, sw->vcounts};
     for (int p = 0; p < BENCH_NUM_PLACEMENTS; p++) {
         struct placement pl = {send, recv, recv, l.recv_elems};
         if (p == BENCH_IN_PLACE) {
@@ -261,6 +266,15 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
     return 0;
 }
 
+/* NULL when the sweep can run this combination, else why not: the
+ * program's own limits, then the library's. */
+static const char *unsupported(const struct sweep *sw, ccl_dtype_t dtype, ccl_op_t redop) {
+    if (sw->coll == BENCH_HYPERCUBE && (sw->nranks & (sw->nranks - 1)))
+        return "a hypercube needs a power-of-2 rank count (as nccl-tests' hypercube_perf)";
+    if (sw->coll == BENCH_ALLTOALLV && bench_a2av_unsupported()) return bench_a2av_unsupported();
+    return sw->be->unsupported(sw->c, sw->coll, dtype, redop);
+}
+
 /* The first root a sweep runs (-1 for a collective without one). */
 static int first_root(const struct sweep *sw) {
     return !sw->info->has_root ? -1 : sw->o->root == BENCH_ALL ? 0 : sw->o->root;
@@ -273,7 +287,7 @@ static int run_cycle(struct sweep *sw, int first_cycle) {
         if (!(o->dtype_mask & (1u << d))) continue;
         for (int op = 0; op < BENCH_NUM_REDOPS; op++) {
             if (sw->info->has_redop ? !(o->redop_mask & (1u << op)) : op != CCL_SUM) continue;
-            const char *why = sw->be->unsupported(sw->c, sw->coll, (ccl_dtype_t)d, (ccl_op_t)op);
+            const char *why = unsupported(sw, (ccl_dtype_t)d, (ccl_op_t)op);
             if (why) {
                 if (sw->rank == 0 && first_cycle)
                     printf("# skipped %s%s%s: %s\n", bench_dtype_name((ccl_dtype_t)d), sw->info->has_redop ? " " : "",
@@ -328,12 +342,14 @@ static int warm_transports(struct sweep *sw) {
         if (!(o->dtype_mask & (1u << d))) continue;
         for (int op = 0; op < BENCH_NUM_REDOPS; op++) {
             if (sw->info->has_redop ? !(o->redop_mask & (1u << op)) : op != CCL_SUM) continue;
-            if (sw->be->unsupported(sw->c, sw->coll, (ccl_dtype_t)d, (ccl_op_t)op)) continue;
+            if (unsupported(sw, (ccl_dtype_t)d, (ccl_op_t)op)) continue;
             struct bench_layout l = bench_layout_for(sw->coll, o->max_bytes, bench_dtype_size((ccl_dtype_t)d),
                                                      sw->nranks, sw->rank);
             if (l.count == 0) return 0;
+            if (sw->coll == BENCH_ALLTOALLV)
+                bench_a2av_counts(sw->rank, sw->nranks, o->max_bytes, bench_dtype_size((ccl_dtype_t)d), sw->vcounts);
             struct bench_call call = {sw->coll, sw->send, sw->recv, l.count, (ccl_dtype_t)d, (ccl_op_t)op,
-                                      first_root(sw)};
+                                      first_root(sw), sw->vcounts};
             size_t calls = l.bytes ? WARM_BYTES / l.bytes : WARM_MAX_CALLS;
             if (calls < 1) calls = 1;
             if (calls > WARM_MAX_CALLS) calls = WARM_MAX_CALLS;
@@ -381,8 +397,9 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
     }
     sw->iter_times = calloc((size_t)o->iters, sizeof(double));
     sw->calls = calloc((size_t)o->agg, sizeof(*sw->calls));
+    sw->vcounts = calloc(4 * (size_t)sw->nranks, sizeof(size_t));
     if ((sw->coll != BENCH_BARRIER && (!sw->send || !sw->recv || (o->device && (!sw->hsend || !sw->hrecv)))) ||
-        !sw->iter_times || !sw->calls) {
+        !sw->iter_times || !sw->calls || !sw->vcounts) {
         fprintf(stderr, "[rank %d] %s: out of %s memory for buffers of %zu bytes\n", sw->rank, o->prog,
                 o->device ? "GPU or host" : "host", bytes);
         ok = 0;
@@ -479,6 +496,7 @@ int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_b
     }
     free(sw.iter_times);
     free(sw.calls);
+    free(sw.vcounts);
     bench_steady_free(&sw.steady);
     return be->finish(c, status);
 }

@@ -155,6 +155,7 @@ static void encode(ccl_dtype_t dtype, int64_t v, unsigned char *out) {
 static size_t input_elems(const struct bench_check_case *k) {
     if (k->coll == BENCH_REDUCE_SCATTER || k->coll == BENCH_ALL_TO_ALL || k->coll == BENCH_SCATTER)
         return (size_t)k->nranks * k->count;
+    if (k->coll == BENCH_ALLTOALLV) return k->count; /* what this rank sends in all */
     return k->coll == BENCH_BARRIER ? 0 : k->count;
 }
 
@@ -173,6 +174,8 @@ size_t bench_output_elems(const struct bench_check_case *k) {
         return k->rank == k->root ? k->count : 0;
     case BENCH_GATHER:
         return k->rank == k->root ? (size_t)k->nranks * k->count : 0;
+    case BENCH_HYPERCUBE:
+        return (size_t)k->nranks * k->count;
     case BENCH_BARRIER:
         return 0;
     case BENCH_PINGPONG: /* the last of an odd count has no partner */
@@ -182,9 +185,27 @@ size_t bench_output_elems(const struct bench_check_case *k) {
     }
 }
 
+/* alltoallv: element j of this rank's output, from the rank whose block
+ * holds it, at that block's place in that rank's send buffer. */
+static int64_t a2av_expected(const struct bench_check_case *k, size_t j) {
+    size_t es = dtypes[k->dtype].size, at = 0;
+    for (int p = 0; p < k->nranks; p++) {
+        size_t n = bench_a2av_elems(p, k->rank, k->nranks, k->size_bytes, es);
+        if (j < at + n) {
+            size_t from = 0; /* where p's block for this rank starts in p's send buffer */
+            for (int q = 0; q < k->rank; q++) from += bench_a2av_elems(p, q, k->nranks, k->size_bytes, es);
+            return input_value(k, p, from + (j - at));
+        }
+        at += n;
+    }
+    return -1;
+}
+
 static int64_t expected_value(const struct bench_check_case *k, size_t j) {
     size_t c = k->count;
     switch (k->coll) {
+    case BENCH_ALLTOALLV: return a2av_expected(k, j);
+    case BENCH_HYPERCUBE: return input_value(k, (int)(j / c), j % c);
     case BENCH_REDUCE_SCATTER: return reduced_value(k, (size_t)k->rank * c + j);
     case BENCH_ALL_REDUCE:
     case BENCH_REDUCE: return reduced_value(k, j);

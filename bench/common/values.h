@@ -28,7 +28,8 @@ struct bench_check_case {
     ccl_op_t redop;
     int root;
     int nranks, rank;
-    size_t count; /* the call's count argument */
+    size_t count; /* the call's count argument (alltoallv: what this rank sends in all) */
+    size_t size_bytes; /* alltoallv: the size its pattern divides (colls.h) */
 };
 
 /* Writes this rank's input: the whole send buffer of the call. */

@@ -24,6 +24,7 @@ struct bench_comm {
     char error[MPI_MAX_ERROR_STRING + 64];
     MPI_Request *reqs; /* -m calls, two requests each for sendrecv */
     MPI_Status *statuses; /* not MPI_STATUSES_IGNORE: GCC misreads MPICH's (MPI_Status *)1 as a buffer */
+    int *vcounts; /* alltoallv's counts and displacements as MPI takes them (4 * size ints) */
 };
 
 static struct bench_comm *mpi_start(const struct bench_options *o, int *exit_status) {
@@ -41,6 +42,11 @@ static struct bench_comm *mpi_start(const struct bench_options *o, int *exit_sta
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    c->vcounts = calloc(4 * (size_t)c->size, sizeof(int));
+    if (!c->vcounts) {
+        fprintf(stderr, "%s: out of memory\n", o->prog);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     return c;
 }
 
@@ -188,6 +194,26 @@ static int issue(struct bench_comm *c, const struct bench_call *k, MPI_Request *
         err = r ? MPI_Iscatter(k->send, n, t, out, n, t, k->root, w, r) : MPI_Scatter(k->send, n, t, out, n, t, k->root, w);
         break;
     }
+    case BENCH_ALLTOALLV: { /* MPI's counts are ints */
+        int *v = c->vcounts;
+        for (int i = 0; i < 4 * c->size; i++) v[i] = (int)k->vcounts[i];
+        int *sc = v, *sd = v + c->size, *rc = v + 2 * c->size, *rd = v + 3 * c->size;
+        err = r ? MPI_Ialltoallv(k->send, sc, sd, t, k->recv, rc, rd, t, w, r)
+                : MPI_Alltoallv(k->send, sc, sd, t, k->recv, rc, rd, t, w);
+        break;
+    }
+    case BENCH_HYPERCUBE: { /* blocking (options.c): its rounds wait on each other */
+        size_t block = k->count * es;
+        char *out = k->recv;
+        if (out + (size_t)c->rank * block != (const char *)k->send) memcpy(out + (size_t)c->rank * block, k->send, block);
+        err = MPI_SUCCESS;
+        for (int mask = 1; mask < c->size && err == MPI_SUCCESS; mask <<= 1) {
+            int mine = c->rank & ~(mask - 1), theirs = mine ^ mask;
+            err = MPI_Sendrecv(out + (size_t)mine * block, n * mask, t, c->rank ^ mask, 0, out + (size_t)theirs * block,
+                               n * mask, t, c->rank ^ mask, 0, w, MPI_STATUS_IGNORE);
+        }
+        break;
+    }
     case BENCH_ALL_TO_ALL:
         err = r ? MPI_Ialltoall(k->send, n, t, k->recv, n, t, w, r) : MPI_Alltoall(k->send, n, t, k->recv, n, t, w);
         break;
@@ -242,6 +268,7 @@ static void mpi_give_up(struct bench_comm *c) { MPI_Abort(MPI_COMM_WORLD, BENCH_
 static int mpi_finish(struct bench_comm *c, int exit_status) {
     MPI_Finalize();
     free(c->reqs);
+    free(c->vcounts);
     free(c->statuses);
     free(c);
     return exit_status;

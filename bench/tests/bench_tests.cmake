@@ -11,7 +11,8 @@ macro(bench_add_test name case prog)
 endmacro()
 
 set(bench_reducing all_reduce reduce_scatter reduce)
-set(bench_moving all_reduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv pingpong gather scatter)
+set(bench_moving all_reduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv pingpong gather scatter
+                 alltoallv hypercube)
 
 # Every program, 1 to 4 ranks, over shared memory and over TCP.
 foreach(coll ${BENCH_COLLS})
@@ -30,7 +31,11 @@ endif()
 # Every type, op and root, on 3 ranks (an odd count: the average's inputs
 # pair ranks up) and on 4 over TCP for all-reduce.
 foreach(coll ${bench_moving})
-  bench_add_test(types_${coll} types ${coll}_perf 3)
+  if(coll STREQUAL hypercube)
+    bench_add_test(types_${coll} types ${coll}_perf 4) # a power of 2
+  else()
+    bench_add_test(types_${coll} types ${coll}_perf 3)
+  endif()
 endforeach()
 bench_add_test(types_all_reduce_tcp types all_reduce_perf 4 --transport tcp -z 0 -m 2)
 # The same on ccl_mem_alloc buffers (--shared-mem), every call zero-copy.
