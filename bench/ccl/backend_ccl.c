@@ -11,6 +11,7 @@
 #include "common/device_mem.h"
 #include "common/values.h"
 #include "launch.h"
+#include "split.h"
 
 struct bench_comm {
     ccl_comm_t *comm;      /* the run's: combining numbers, and every call without -A's list */
@@ -21,6 +22,9 @@ struct bench_comm {
      * their FIFOs into the caches); c->comm combines the numbers, so a
      * forced algorithm never runs the benchmark's own bookkeeping. */
     ccl_comm_t *measured;
+    ccl_comm_t *world; /* NCCL_TESTS_SPLIT: the whole job (c->comm is this rank's group) */
+    int world_rank;
+    char split[160];
     const char *const *algo_names;
     int nalgos;
     int rank, size;
@@ -38,6 +42,7 @@ static int launched_by_env(void) {
 }
 
 static ccl_status_t open_measured_comm(struct bench_comm *c, const struct bench_options *o);
+static ccl_status_t split_into_groups(struct bench_comm *c, const struct bench_options *o);
 static int failed(struct bench_comm *c, ccl_status_t st, const char *what);
 
 static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_status) {
@@ -80,6 +85,16 @@ static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_sta
     }
     c->reqs = reqs;
     c->active = c->comm;
+    c->world_rank = c->rank;
+    if (split_into_groups(c, o) != CCL_OK) {
+        fprintf(stderr, "[rank %d] %s: %s\n", rank, o->prog, c->error);
+        *exit_status = c->last == CCL_ERR_INVALID_ARGUMENT ? BENCH_EXIT_USAGE : BENCH_EXIT_ERROR;
+        if (c->world) ccl_comm_destroy(c->world);
+        ccl_comm_destroy(c->comm);
+        free(c);
+        free(reqs);
+        return NULL;
+    }
     if (o->nalgos && open_measured_comm(c, o) != CCL_OK) {
         fprintf(stderr, "[rank %d] %s: the communicator of -A's algorithms: %s\n", rank, o->prog, c->error);
         if (c->measured) ccl_comm_destroy(c->measured);
@@ -90,6 +105,44 @@ static struct bench_comm *ccl_start(const struct bench_options *o, int *exit_sta
         return NULL;
     }
     return c;
+}
+
+/* NCCL_TESTS_SPLIT: c->comm becomes this rank's group (split by color,
+ * in rank order), the whole job kept in c->world. */
+static ccl_status_t split_into_groups(struct bench_comm *c, const struct bench_options *o) {
+    int color = 0;
+    char why[200];
+    int set = bench_split_color(c->rank, &color, c->split, sizeof c->split, why, sizeof why);
+    if (set == 1) return CCL_OK;
+    if (set < 0) {
+        snprintf(c->error, sizeof c->error, "%s", why);
+        return c->last = CCL_ERR_INVALID_ARGUMENT;
+    }
+    (void)o;
+    int *colors = calloc((size_t)c->size, sizeof(int));
+    ccl_comm_t *group = NULL;
+    ccl_status_t st = colors ? ccl_all_gather(&color, colors, 1, CCL_INT32, c->comm) : CCL_ERR_NO_MEMORY;
+    if (st == CCL_OK) st = ccl_comm_split(c->comm, color, c->rank, &group);
+    int groups = 0;
+    for (int r = 0; st == CCL_OK && r < c->size; r++) {
+        int first = 1;
+        for (int q = 0; q < r && first; q++) first = colors[q] != colors[r];
+        groups += first;
+    }
+    free(colors);
+    if (st != CCL_OK) {
+        snprintf(c->error, sizeof c->error, "splitting the ranks (%s): %s: %s", c->split, ccl_status_string(st),
+                 ccl_comm_last_error(c->comm));
+        return c->last = st;
+    }
+    size_t len = strlen(c->split);
+    snprintf(c->split + len, sizeof c->split - len, ": %d groups run at once; the rows are world rank 0's group's",
+             groups);
+    c->world = c->comm;
+    c->comm = c->active = group;
+    ccl_comm_rank(group, &c->rank);
+    ccl_comm_size(group, &c->size);
+    return CCL_OK;
 }
 
 /* -A's list: the measured communicator, over the same ranks (its id made
@@ -121,6 +174,7 @@ static int ccl_use_algo(struct bench_comm *c, int i) {
 }
 
 static int ccl_rank_of(const struct bench_comm *c) { return c->rank; }
+static int ccl_reports(const struct bench_comm *c) { return c->world_rank == 0; }
 static int ccl_size_of(const struct bench_comm *c) { return c->size; }
 
 /* "key=value" from ccl_comm_describe's text. */
@@ -140,6 +194,7 @@ static void ccl_describe(struct bench_comm *c, struct bench_wiring *w) {
     char hosts[16], transports[128];
     int v = ccl_version();
     snprintf(w->library, sizeof w->library, "libccl");
+    snprintf(w->split, sizeof w->split, "%s", c->split);
     snprintf(w->version, sizeof w->version, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
     if (ccl_comm_describe(c->comm, w->detail, sizeof w->detail) != CCL_OK) snprintf(w->detail, sizeof w->detail, "?");
     field(w->detail, "hosts", hosts, sizeof hosts);
@@ -274,6 +329,7 @@ static const char *ccl_error_text(const struct bench_comm *c) { return c->error;
 static void ccl_give_up(struct bench_comm *c) {
     if (c->measured) ccl_comm_abort(c->measured);
     ccl_comm_abort(c->comm);
+    if (c->world) ccl_comm_abort(c->world);
 }
 
 static void *ccl_shared_alloc(struct bench_comm *c, size_t bytes) {
@@ -298,6 +354,7 @@ static int ccl_finish(struct bench_comm *c, int exit_status) {
     if (c->measured) st = ccl_comm_destroy(c->measured);
     ccl_status_t sw = ccl_comm_destroy(c->comm);
     if (st == CCL_OK) st = sw;
+    if (c->world && (sw = ccl_comm_destroy(c->world)) != CCL_OK && st == CCL_OK) st = sw;
     if (st != CCL_OK && exit_status == BENCH_EXIT_OK) {
         fprintf(stderr, "[rank %d] ccl_comm_destroy: %s\n", c->rank, ccl_status_string(st));
         exit_status = BENCH_EXIT_ERROR;
@@ -312,6 +369,7 @@ const struct bench_backend bench_ccl_backend = {
     .device_buffers = 1,
     .start = ccl_start,
     .rank = ccl_rank_of,
+    .reports = ccl_reports,
     .size = ccl_size_of,
     .describe = ccl_describe,
     .use_algo = ccl_use_algo,

@@ -92,6 +92,7 @@ struct bench_wiring {
     char transport[64]; /* "shm", "shm+tcp", "none" */
     char algo[160];
     char detail[512];   /* rank 0's own description, for the header */
+    char split[160];    /* NCCL_TESTS_SPLIT: how the ranks were split ("" when they were not) */
     int machine_ranks;  /* ranks on rank 0's machine and the CPUs they may use; */
     int machine_cpus;   /* 0 where the library does not say */
 };
@@ -122,6 +123,9 @@ struct bench_backend {
      * failure (already reported on stderr). */
     struct bench_comm *(*start)(const struct bench_options *o, int *exit_status);
     int (*rank)(const struct bench_comm *c);
+    /* 1 on the one rank that prints and writes the results (NULL: rank 0;
+     * with NCCL_TESTS_SPLIT, rank 0 of the whole job) */
+    int (*reports)(const struct bench_comm *c);
     int (*size)(const struct bench_comm *c);
     void (*describe)(struct bench_comm *c, struct bench_wiring *w);
     /* With -A's list: the calls, barriers and waits that follow run on the

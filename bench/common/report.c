@@ -39,6 +39,7 @@ static void text_header(const struct bench_report *r) {
     printf("# %s: %s %s, %d rank%s, %d host%s, transport %s, algo %s\n", o->prog, w->library, w->version, r->nranks,
            r->nranks == 1 ? "" : "s", w->nhosts, w->nhosts == 1 ? "" : "s", w->transport, w->algo);
     printf("# rank 0: %s\n", w->detail);
+    if (w->split[0]) printf("# split: %s\n", w->split);
     if (w->machine_cpus > 0 && w->machine_ranks > w->machine_cpus)
         printf("# oversubscribed: %d ranks on this machine share %d CPUs, so ranks wait for a core (waits yield "
                "instead of spinning); times are slower than with a core per rank (--ranks %d)\n",

@@ -26,6 +26,7 @@ struct sweep {
     enum bench_coll coll;
     const struct bench_coll_info *info;
     int rank, nranks;
+    int reports; /* this rank prints and writes the results */
     int corrupt; /* CCL_BENCH_CORRUPT: the checker's self-test */
     size_t size_bytes; /* the size being measured (alltoallv's pattern divides it) */
     unsigned char *send, *recv; /* what the calls get: GPU memory with --device; -u's offset included */
@@ -226,7 +227,7 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
     /* -u: the calls' buffers start unalign elements of this type past the page */
     unsigned char *send = sw->send + (size_t)sw->o->unalign * es, *recv = sw->recv + (size_t)sw->o->unalign * es;
     if (sw->coll != BENCH_BARRIER && l.count == 0) { /* smaller than one element per rank */
-        if (sw->rank == 0) bench_progress_step(&sw->progress, size);
+        if (sw->reports) bench_progress_step(&sw->progress, size);
         return 0;
     }
     int nalgos = sw->o->nalgos ? sw->o->nalgos : 1;
@@ -259,7 +260,7 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
         }
         if (timed_rounds(sw, &call, l.bytes, p, rows)) return -1;
     }
-    if (sw->rank == 0) {
+    if (sw->reports) {
         for (int a = 0; a < nalgos; a++) bench_report_row(&sw->report, &rows[a]);
         bench_progress_step(&sw->progress, l.bytes);
     }
@@ -289,7 +290,7 @@ static int run_cycle(struct sweep *sw, int first_cycle) {
             if (sw->info->has_redop ? !(o->redop_mask & (1u << op)) : op != CCL_SUM) continue;
             const char *why = unsupported(sw, (ccl_dtype_t)d, (ccl_op_t)op);
             if (why) {
-                if (sw->rank == 0 && first_cycle)
+                if (sw->reports && first_cycle)
                     printf("# skipped %s%s%s: %s\n", bench_dtype_name((ccl_dtype_t)d), sw->info->has_redop ? " " : "",
                            sw->info->has_redop ? bench_redop_name((ccl_op_t)op) : "", why);
                 continue;
@@ -430,7 +431,7 @@ static int setup(struct sweep *sw, struct bench_wiring *w) {
         return BENCH_EXIT_ERROR;
     }
     ok = 1;
-    if (sw->rank == 0) {
+    if (sw->reports) {
         sw->report.o = o;
         sw->report.w = w;
         sw->report.op_name = sw->info->name;
@@ -457,7 +458,7 @@ static int run_all(struct sweep *sw) {
     if (sw->o->steady)
         bench_steady_summary(&sw->steady, &r->steady_redone, &r->steady_waited_s, &r->steady_kept_slow,
                              &r->steady_gave_up, &r->steady_best_us);
-    if (sw->rank == 0 && bench_report_close(&sw->report)) status = BENCH_EXIT_ERROR;
+    if (sw->reports && bench_report_close(&sw->report)) status = BENCH_EXIT_ERROR;
     /* Nobody exits before rank 0 has written everything: launchers stop
      * every rank when one exits with a failure. */
     if (sw->be->barrier(sw->c)) {
@@ -477,6 +478,7 @@ int bench_main(int argc, char **argv, enum bench_coll coll, const struct bench_b
     struct sweep sw = {.o = &o, .be = be, .c = c, .coll = coll, .info = bench_coll_info(coll)};
     sw.rank = be->rank(c);
     sw.nranks = be->size(c);
+    sw.reports = be->reports ? be->reports(c) : sw.rank == 0;
     const char *corrupt = getenv("CCL_BENCH_CORRUPT");
     sw.corrupt = corrupt && *corrupt && strcmp(corrupt, "0") != 0;
     status = run_all(&sw);

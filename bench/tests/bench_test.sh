@@ -217,6 +217,18 @@ nccltests) # nccl-tests 2.19's flags, spelt as there: each taken and doing what 
     [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
     grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"
   done ;;
+split) # nccl-tests' NCCL_TESTS_SPLIT: groups by a color made from the rank, each running the sweep at once
+  NCCL_TESTS_SPLIT="MOD 2" run "$tmp/out" "$bin/$prog" --ranks 4 $short
+  [ $rc -eq 0 ] || die "MOD 2: exit status $rc"
+  expect_all_right "$tmp/out"
+  grep -q "^# $prog: .*, 2 ranks, " "$tmp/out" && grep -q '^# split: NCCL_TESTS_SPLIT=MOD 2: 2 groups run at once' "$tmp/out" ||
+    die "MOD 2: the header does not say 2 groups of 2 ranks"
+  NCCL_TESTS_SPLIT_MASK=0x1 run "$tmp/out" "$bin/$prog" --ranks 3 $short
+  [ $rc -eq 0 ] || die "MASK 0x1: exit status $rc"
+  expect_all_right "$tmp/out"
+  grep -q "^# $prog: .*, 2 ranks, " "$tmp/out" || die "MASK 0x1 on 3 ranks: rank 0's group has ranks 0 and 2"
+  NCCL_TESTS_SPLIT="DIV 0" run "$tmp/out" "$bin/$prog" --ranks 2 $short
+  [ $rc -eq 2 ] && grep -q "NCCL_TESTS_SPLIT=DIV 0: want" "$tmp/out.err" || die "DIV 0: status $rc" ;;
 legs) # a program whose call is messages one after the other refuses to overlap them
   for bad in "-m 2" "-z 0" "--nonblocking 1"; do
     run "$tmp/out" "$bin/$prog" --ranks 2 $short $bad

@@ -73,6 +73,8 @@ bench_add_test(usage usage broadcast_perf)
 foreach(coll all_reduce gather)
   bench_add_test(nccltests_${coll} nccltests ${coll}_perf)
 endforeach()
+bench_add_test(split_all_reduce split all_reduce_perf)
+bench_add_test(split_all_gather split all_gather_perf)
 bench_add_test(legs_pingpong legs pingpong_perf)
 bench_add_test(roofline roofline roofline)
 
