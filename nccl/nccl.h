@@ -225,9 +225,12 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myran
  * devlist is read for nothing: a communicator takes its first device
  * buffer's device. */
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
-/* ncclInvalidUsage, saying why: */
+/* Device memory (cudaMalloc on the current device) in a program that has
+ * the CUDA runtime and a GPU; whole pages of host memory elsewhere (which
+ * ncclCommRegister takes). ncclMemFree frees either. */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
+/* ncclInvalidUsage, saying why: */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);

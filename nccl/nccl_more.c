@@ -4,11 +4,15 @@
  * libccl can do is done on it; the rest answers ncclInvalidUsage with a
  * sentence in ncclGetLastError, never a missing symbol.
  */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "nccl_impl.h"
 
@@ -127,15 +131,77 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *dev
     return r;
 }
 
+/* ---- ncclMemAlloc: device memory where the program uses CUDA, pages on the host elsewhere ---- */
+
+/* Host allocations, so that ncclMemFree knows them (and their size). */
+struct host_block {
+    void *p;
+    size_t bytes;
+    struct host_block *next;
+};
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_block *host_blocks;
+
+typedef int (*cuda_alloc_fn)(void **, size_t);
+typedef int (*cuda_free_fn)(void *);
+
+/* The CUDA runtime's calls, where the program has it loaded (it links
+ * libcudart to use NCCL on GPUs); NULL in a host-only program. */
+static void *cuda_runtime(const char *name) { return dlsym(RTLD_DEFAULT, name); }
+
 NCCL_API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
-    (void)ptr, (void)size;
-    return fail(ncclInvalidUsage, "%s: libccl-nccl does not allocate memory yet: allocate with cudaMalloc (or "
-                "malloc for host buffers) and register it with ncclCommRegister", "ncclMemAlloc");
+    if (!ptr || size == 0) return fail(ncclInvalidArgument, "%s: ptr is NULL or size is 0", "ncclMemAlloc");
+    *ptr = NULL;
+    cuda_alloc_fn cuda_malloc = (cuda_alloc_fn)cuda_runtime("cudaMalloc");
+    int devices = 0;
+    int (*count)(int *) = (int (*)(int *))cuda_runtime("cudaGetDeviceCount");
+    if (cuda_malloc && count && count(&devices) == 0 && devices > 0) {
+        int e = cuda_malloc(ptr, size); /* on the current device, as NCCL's */
+        if (e != 0) {
+            char why[96];
+            snprintf(why, sizeof why, "cudaMalloc of %zu bytes failed (cudaError %d)", size, e);
+            return fail(ncclUnhandledCudaError, "ncclMemAlloc: %s", why);
+        }
+        return ncclSuccess;
+    }
+    /* No GPU here: whole pages, which ncclCommRegister can register. */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (size + page - 1) / page * page;
+    struct host_block *b = malloc(sizeof *b);
+    void *p = b ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        free(b);
+        return fail(ncclSystemError, "%s: out of memory", "ncclMemAlloc");
+    }
+    *b = (struct host_block){p, bytes, NULL};
+    pthread_mutex_lock(&host_lock);
+    b->next = host_blocks, host_blocks = b;
+    pthread_mutex_unlock(&host_lock);
+    *ptr = p;
+    return ncclSuccess;
 }
 
 NCCL_API ncclResult_t ncclMemFree(void *ptr) {
-    (void)ptr;
-    return fail(ncclInvalidUsage, "%s: no memory of ncclMemAlloc's to free (it allocates none here)", "ncclMemFree");
+    if (!ptr) return ncclSuccess;
+    pthread_mutex_lock(&host_lock);
+    struct host_block **at = &host_blocks;
+    while (*at && (*at)->p != ptr) at = &(*at)->next;
+    struct host_block *b = *at;
+    if (b) *at = b->next;
+    pthread_mutex_unlock(&host_lock);
+    if (b) {
+        munmap(b->p, b->bytes);
+        free(b);
+        return ncclSuccess;
+    }
+    cuda_free_fn cuda_free = (cuda_free_fn)cuda_runtime("cudaFree");
+    if (cuda_free && ccl_is_device_pointer(ptr)) {
+        int e = cuda_free(ptr);
+        if (e == 0) return ncclSuccess;
+        char why[64];
+        snprintf(why, sizeof why, "cudaFree failed (cudaError %d)", e);
+        return fail(ncclUnhandledCudaError, "ncclMemFree: %s", why);
+    }
+    return fail(ncclInvalidArgument, "%s: not memory of ncclMemAlloc's (or freed already)", "ncclMemFree");
 }
 
 NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,

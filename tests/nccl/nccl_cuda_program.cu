@@ -125,6 +125,21 @@ static int run_rank(ncclUniqueId id) {
     ncclResult_t async = ncclInternalError;
     NCCL_OK(ncclCommGetAsyncError(comm, &async));
     CHECK(async == ncclSuccess, "ncclCommGetAsyncError: %s", ncclGetErrorString(async));
+    /* ncclMemAlloc in a program with the CUDA runtime: device memory, good for a call on the stream */
+    float *dm = NULL, host[4] = {0};
+    NCCL_OK(ncclMemAlloc((void **)&dm, 1 << 20));
+    if (dm) {
+        cudaPointerAttributes attr;
+        CUDA_OK(cudaPointerGetAttributes(&attr, dm));
+        CHECK(attr.type == cudaMemoryTypeDevice, "ncclMemAlloc gave memory of type %d, not device memory", (int)attr.type);
+        float ones[4] = {1, 1, 1, 1};
+        CUDA_OK(cudaMemcpyAsync(dm, ones, sizeof ones, cudaMemcpyHostToDevice, s));
+        NCCL_OK(ncclAllReduce(dm, dm, 4, ncclFloat32, ncclSum, comm, s));
+        CUDA_OK(cudaMemcpyAsync(host, dm, sizeof host, cudaMemcpyDeviceToHost, s));
+        CUDA_OK(cudaStreamSynchronize(s));
+        CHECK(host[3] == (float)nranks, "an all-reduce on ncclMemAlloc's memory gave %g", host[3]);
+        NCCL_OK(ncclMemFree(dm));
+    }
     CUDA_OK(cudaFree(in));
     CUDA_OK(cudaFree(out));
     CUDA_OK(cudaFree(bad));

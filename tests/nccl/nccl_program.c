@@ -222,7 +222,20 @@ static int run_rank(ncclUniqueId id) {
     void *mem = NULL;
     ncclSimInfo_t sim = {sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION_CODE, -1.0f};
     ncclWindow_t win = NULL;
-    CHECK(ncclMemAlloc(&mem, 4096) == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "ncclMemAlloc"), "ncclMemAlloc");
+    /* no CUDA runtime in this program: ncclMemAlloc gives host pages, which take a registration and a call */
+    NCCL_OK(ncclMemAlloc(&mem, 5000));
+    if (mem) {
+        float *m = mem;
+        for (int i = 0; i < 1250; i++) m[i] = (float)(rank + i);
+        void *mh = NULL;
+        NCCL_OK(ncclCommRegister(comm, mem, 5000, &mh));
+        NCCL_OK(ncclAllReduce(mem, mem, 1250, ncclFloat, ncclSum, comm, 0));
+        CHECK(m[7] == (float)(nranks * 7 + nranks * (nranks - 1) / 2), "all-reduce on ncclMemAlloc's memory: %g", m[7]);
+        NCCL_OK(ncclCommDeregister(comm, mh));
+        NCCL_OK(ncclMemFree(mem));
+    }
+    CHECK(ncclMemFree(&x) == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "ncclMemAlloc"),
+          "ncclMemFree of memory it did not allocate");
     CHECK(ncclCommWindowRegister(comm, &x, sizeof x, &win, 0) == ncclInvalidUsage, "ncclCommWindowRegister");
     CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "ncclGroupSimulateEnd");
     ncclResetDebugInit();
