@@ -438,6 +438,53 @@ START_TEST(stream_order_on_a_simulated_gpu) {
 }
 END_TEST
 
+/* ---- a stream capturing a CUDA graph ----
+ * A call on a stream that is capturing a graph would be recorded without
+ * its host side, and a replay would not redo it: every way onto a stream
+ * is refused with CCL_ERR_INVALID_USAGE, saying why, before anything is
+ * queued; the same call after the capture runs and is right. The
+ * simulated driver's streams capture while CCL_SIM_CAPTURING is set. */
+static int body_capture(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    void *s = NULL;
+    if (!t.fails) EXPECT(&t, sim.StreamCreate(&s, 1) == 0, "cuStreamCreate");
+    if (t.fails) return t.fails;
+    enum { N = 1031 };
+    int32_t in[N], out[N];
+    for (size_t i = 0; i < N; i++) in[i] = val(rank, i), out[i] = 0;
+    setenv("CCL_SIM_CAPTURING", "1", 1);
+    ccl_status_t st = ccl_all_reduce_stream(in, out, N, CCL_INT32, CCL_SUM, comm, s);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE && strstr(ccl_comm_last_error(comm), "capturing a CUDA graph"),
+           "a call on a capturing stream returned %s: %s", ccl_status_string(st), ccl_comm_last_error(comm));
+    EXPECT_OK(&t, ccl_group_start());
+    EXPECT_OK(&t, ccl_broadcast(in, out, N, CCL_INT32, 0, comm));
+    st = ccl_group_end_stream(s);
+    EXPECT(&t, st == CCL_ERR_INVALID_USAGE, "a group ended on a capturing stream returned %s", ccl_status_string(st));
+    unsetenv("CCL_SIM_CAPTURING");
+    EXPECT(&t, out[0] == 0 && out[N - 1] == 0, "a refused call wrote its output");
+    EXPECT_OK(&t, ccl_all_reduce_stream(in, out, N, CCL_INT32, CCL_SUM, comm, s));
+    EXPECT(&t, sim.StreamSynchronize(s) == 0, "cuStreamSynchronize");
+    for (size_t i = 0; i < N; i++) {
+        int32_t want = 0;
+        for (int r = 0; r < nranks; r++) want = (int32_t)((uint32_t)want + (uint32_t)val(r, i));
+        if (out[i] != want) {
+            EXPECT(&t, 0, "after the capture, element %zu is %d, not %d", i, out[i], want);
+            break;
+        }
+    }
+    sim.StreamDestroy(s);
+    return t.fails;
+}
+
+START_TEST(stream_capture_refused) {
+    struct harness_run run = {.nranks = 2 + _i, .transport = _i ? "tcp" : "shm", .body = body_capture,
+                              .deadline_s = 60, .env = "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER};
+    util_run_clean(&run, 0, "a capturing stream, %d ranks", 2 + _i);
+}
+END_TEST
+
 /* ---- the GPU-resident path on a simulated GPU ----
  * A communicator made while the simulated GPU is current (a split of the
  * harness's) has every rank on one GPU: with windows (shm), its
@@ -729,6 +776,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "stream_twins_with_a_driver_but_no_context", stream_twins_with_a_driver_but_no_context, 1, 120);
     util_add_loop_case(s, "stream_order_on_a_simulated_gpu", stream_order_on_a_simulated_gpu, 3, 150);
     util_add_loop_case(s, "device_buffers_on_a_simulated_gpu", device_buffers_on_a_simulated_gpu, 3, 150);
+    util_add_loop_case(s, "stream_capture_refused", stream_capture_refused, 2, 120);
     util_add_loop_case(s, "gpu_resident_path_on_a_simulated_gpu", gpu_resident_path_on_a_simulated_gpu, 5, 280);
     util_add_loop_case(s, "gpu_resident_ranks_that_disagree", gpu_resident_ranks_that_disagree, 1, 150);
     util_add_loop_case(s, "gpu_resident_kill_9", gpu_resident_kill_9, 2, 150);

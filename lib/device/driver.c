@@ -60,6 +60,10 @@ static const struct sym optional[] = {
     SYM(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
     SYM(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
 };
+/* Used where the driver has it. */
+static const struct sym capture[] = {
+    SYM(StreamIsCapturing, "cuStreamIsCapturing"),
+};
 #undef SYM
 
 /* Fills cu's entries of syms[0..n) from h (NULL where missing); the name
@@ -83,6 +87,7 @@ static int bind_all(void *h, char *why, size_t whylen) {
         return -1;
     }
     cu.has_ipc = bind(h, optional, sizeof optional / sizeof optional[0]) == NULL;
+    (void)bind(h, capture, sizeof capture / sizeof capture[0]);
     return 0;
 }
 

@@ -85,6 +85,9 @@ struct ccl__cu {
     CUresult (*IpcGetMemHandle)(CCL__CUipcMemHandle *handle, CUdeviceptr p);
     CUresult (*IpcOpenMemHandle)(CUdeviceptr *p, CCL__CUipcMemHandle handle, unsigned flags);
     CUresult (*IpcCloseMemHandle)(CUdeviceptr p);
+    /* NULL in a driver without it (older than CUDA 10): then no stream is
+     * taken to be capturing. *status: 0 none, 1 active, 2 invalidated. */
+    CUresult (*StreamIsCapturing)(CUstream stream, int *status);
 };
 
 /* 1 when the process has the driver loaded (something in it uses CUDA, so

@@ -70,6 +70,20 @@ struct ccl__stream_link {
     struct host_wait *hw;    /* instead, where the stream waits in a host function */
 };
 
+/* A stream capturing a CUDA graph would record the call's host functions
+ * and waits, and a replay would run them again against stale state (the
+ * call would be neither redone nor right): refused, saying so. */
+static ccl_status_t refuse_capture(void *stream, char *why, size_t whylen) {
+    const struct ccl__cu *cu = ccl__cuda();
+    int status = 0;
+    if (!cu->StreamIsCapturing || cu->StreamIsCapturing(stream, &status) != CCL__CUDA_SUCCESS || status == 0)
+        return CCL_OK;
+    snprintf(why, whylen, "the CUDA stream is %s a CUDA graph: libccl's calls cannot be captured in a graph (they "
+             "would not run again on replay); make the call outside the capture",
+             status == 1 ? "capturing" : "in an invalidated capture of");
+    return CCL_ERR_INVALID_USAGE;
+}
+
 ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t whylen) {
     *ordered = 0;
     if (ccl__cuda_in_process()) {
@@ -79,7 +93,7 @@ ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t wh
          * links may have loaded it), so the call runs at once, as without CUDA. */
         CUcontext ctx = NULL;
         *ordered = stream || (ccl__cuda()->CtxGetCurrent(&ctx) == CCL__CUDA_SUCCESS && ctx);
-        return CCL_OK;
+        return *ordered ? refuse_capture(stream, why, whylen) : CCL_OK;
     }
     if (!stream) return CCL_OK; /* no CUDA here: nothing can be on the default stream */
     char reason[600];
@@ -88,7 +102,7 @@ ccl_status_t ccl__stream_usable(void *stream, int *ordered, char *why, size_t wh
         return CCL_ERR_UNSUPPORTED;
     }
     *ordered = 1;
-    return CCL_OK;
+    return refuse_capture(stream, why, whylen);
 }
 
 /* Under d->lock, with d's context current: comm's ticket word. */

@@ -363,6 +363,11 @@ API(CUresult, cuStreamQuery, (void *handle)) {
     return idle ? SUCCESS : NOT_READY;
 }
 API(CUresult, cuStreamSynchronize, (void *handle)) { return drain(stream_of(handle)), SUCCESS; }
+/* CCL_SIM_CAPTURING set: every created stream is capturing a graph. */
+API(CUresult, cuStreamIsCapturing, (void *handle, int *status)) {
+    *status = handle && getenv("CCL_SIM_CAPTURING") ? 1 : 0;
+    return SUCCESS;
+}
 
 API(CUresult, cuEventCreate, (void **out, unsigned flags)) {
     pthread_mutex_lock(&driver_lock);
