@@ -2,9 +2,12 @@
 # The GPU checks in one go, on a machine with a GPU (docs/cuda.md records
 # what they gave): build with the kernels for this GPU's architecture alone
 # (a build for every architecture spends minutes in nvcc), run every test
-# labelled cuda or nccl, then the device benchmarks' figures: the
+# labelled cuda or nccl (among them nccl_cuda_swap_{2,4}: a program built
+# against NVIDIA's nccl.h and libnccl.so.2, run on device buffers with
+# libccl's drop-in swapped in), then the device benchmarks' figures: the
 # GPU-resident all-reduce on 2 and 4 ranks, in and out of place, and the
-# staged path for comparison.
+# staged path for comparison; then the torch backend's CUDA tests and
+# PyTorch's own NCCL process group on libccl's libnccl.so.2.
 #
 # usage: tools/gpu-check.sh [BUILD_DIR] [LOG_DIR]
 #   BUILD_DIR  default /tmp/ccl-gpu-build; LOG_DIR  default BUILD_DIR/gpu-logs
@@ -84,6 +87,18 @@ if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
         done
     fi
     grep -E "passed|failed|cuda:|exit|Error" "$logs/torch.log" | head -20
+    # PyTorch's own NCCL process group with libccl's libnccl.so.2 in place of NVIDIA's (LD_PRELOAD):
+    # all-reduce, all-gather, broadcast and 5 DDP steps on 2 ranks of this GPU (python/tests/torch_nccl_swap.py)
+    d=$(mktemp -d)
+    for r in 0 1; do
+        (LD_PRELOAD="$build/nccl/drop-in/libnccl.so.2" timeout 200 python3 "$src/python/tests/torch_nccl_swap.py" $r 2 \
+            "$d/store" >"$logs/torch-swap-$r.log" 2>&1; echo "exit $?" >>"$logs/torch-swap-$r.log") &
+    done
+    wait
+    for r in 0 1; do
+        tail -n 3 "$logs/torch-swap-$r.log"
+        grep -q "^exit 0$" "$logs/torch-swap-$r.log" || status=1
+    done
 else
     echo "gpu-check: no CUDA torch for python3 here: the torch backend's CUDA tensors were not run"
 fi

@@ -76,6 +76,14 @@ __global__ void check(const float *x, size_t n, enum kind k, int r, int nr, size
 
 static int run_rank(ncclUniqueId id) {
     CUDA_OK(cudaSetDevice(0));
+#ifdef SWAPPED_UNDER_LIBCCL
+    /* Built against NVIDIA's nccl.h and libnccl.so.2, run with libccl's
+     * drop-in in its place: the version that answers must be libccl's. */
+    int version = 0;
+    NCCL_OK(ncclGetVersion(&version));
+    CHECK(version == SWAPPED_UNDER_LIBCCL, "ncclGetVersion says %d: NVIDIA's NCCL answered, not libccl's drop-in (%d)",
+          version, SWAPPED_UNDER_LIBCCL);
+#endif
     ncclComm_t comm;
     NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
     if (fails) return 1;
