@@ -151,6 +151,15 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_comm_set_timeout(ccl_comm_t *comm, double
  * SLURM_NTASKS; else Open MPI's OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE
  * (the root address then comes from CCL_ROOT_ADDR or MASTER_ADDR/PORT). */
 CCL_API CCL_NODISCARD ccl_status_t ccl_comm_init_env(ccl_comm_t **comm);
+/* An id that every rank can make for itself, with no id to pass around:
+ * its root is host_port ("host:port", "[v6]:port"), which rank 0 starts
+ * when it calls ccl_comm_init_rank with the id, and the job's secret is
+ * CCL_SECRET or CCL_SECRET_FILE's (as ccl_comm_init_env's; with neither,
+ * one derived from the address and the launcher's job id, with the same
+ * warning). Every rank passes the same address. NCCL's NCCL_COMM_ID is
+ * this, in libccl-nccl. CCL_ERR_INVALID_ARGUMENT for an address that does
+ * not resolve or a bad secret variable, saying why. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_unique_id_from_address(const char *host_port, ccl_unique_id_t *id);
 /* Collective over comm: ranks with the same color form a new communicator,
  * ordered by key then by parent rank. color < 0 (CCL_SPLIT_NOCOLOR) gives
  * *newcomm = NULL. */

@@ -65,10 +65,14 @@ NCCL_API ncclResult_t ncclGetVersion(int *version) {
     return ncclSuccess;
 }
 
+/* With NCCL_COMM_ID=host:port (NCCL's), every rank makes the same id for
+ * itself and rank 0 starts the root there at init (ccl_unique_id_from_address:
+ * the job's secret from CCL_SECRET or CCL_SECRET_FILE). */
 NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     if (!id) return fail(ncclInvalidArgument, "%s: uniqueId is NULL", "ncclGetUniqueId");
     ccl_unique_id_t u;
-    ccl_status_t st = ccl_get_unique_id(&u);
+    const char *comm_id = getenv("NCCL_COMM_ID");
+    ccl_status_t st = comm_id && *comm_id ? ccl_unique_id_from_address(comm_id, &u) : ccl_get_unique_id(&u);
     if (st == CCL_OK) memcpy(id->internal, u.internal, sizeof id->internal);
     return done(NULL, st);
 }

@@ -130,6 +130,10 @@ ccl_status_t ccl__make_id(struct ccl__unique_id *uid);
  * grow) keeps parent's timeout and algorithms, wherever they came from;
  * where every one of its ranks comes from parent (not a grow's), it takes
  * parent's probed figures too instead of probing again. */
+/* Rank 0's root of an id made from an address (uid->root), where no
+ * root runs yet (ccl_comm_init_env, ccl_unique_id_from_address); what
+ * names the caller in the message, hint ends it. */
+ccl_status_t ccl__root_start_at(const struct ccl__unique_id *uid, int rank, const char *what, const char *hint);
 ccl_status_t ccl__comm_create_from(ccl_comm_t *parent, ccl_comm_t **newcomm, int size,
                                    const struct ccl__unique_id *uid, int newrank, int every_rank_from_parent);
 /* Tells the peers of comm that this rank revoked it (they fail with

@@ -32,6 +32,9 @@ static const char *env_first(const char *const *names, const char **which) {
 /* A bad environment: logged, kept for ccl_comm_last_error(NULL), and
  * CCL_ERR_INVALID_ARGUMENT. */
 #define refuse_env(rank, ...) ccl__init_failed((rank), CCL_ERR_INVALID_ARGUMENT, "ccl_comm_init_env: ", __VA_ARGS__)
+/* The same for the job's secret, read by init_env and address ids alike:
+ * who is the call's name and ": ". */
+#define refuse_secret(who, rank, ...) ccl__init_failed((rank), CCL_ERR_INVALID_ARGUMENT, (who), __VA_ARGS__)
 
 static int parse_int(const char *s, int *out) {
     char *end;
@@ -72,11 +75,11 @@ static int parse_secret(const char *hex, uint8_t out[CCL__SECRET_BYTES]) {
     return 0;
 }
 
-static ccl_status_t secret_from_file(const char *path, int rank, uint8_t out[CCL__SECRET_BYTES]) {
+static ccl_status_t secret_from_file(const char *who, const char *path, int rank, uint8_t out[CCL__SECRET_BYTES]) {
     /* A link is fine: the file it leads to is checked. Non-blocking: a FIFO
      * would hold the open until someone wrote to it. */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return refuse_env(rank, "cannot open CCL_SECRET_FILE %s: %s", path, strerror(errno));
+    if (fd < 0) return refuse_secret(who, rank, "cannot open CCL_SECRET_FILE %s: %s", path, strerror(errno));
     struct stat st = {0};
     char buf[4 * CCL__SECRET_BYTES + 1];
     ssize_t got = -1;
@@ -92,7 +95,8 @@ static ccl_status_t secret_from_file(const char *path, int rank, uint8_t out[CCL
         if (parse_secret(buf, out) != 0) why = "does not hold 32 to 64 hex digits";
     }
     explicit_bzero(buf, sizeof(buf));
-    if (why) return refuse_env(rank, "CCL_SECRET_FILE %s (mode %04o): %s", path, (unsigned)(st.st_mode & 07777), why);
+    if (why)
+        return refuse_secret(who, rank, "CCL_SECRET_FILE %s (mode %04o): %s", path, (unsigned)(st.st_mode & 07777), why);
     return CCL_OK;
 }
 
@@ -110,18 +114,19 @@ static void derive_secret(const char *root, uint8_t out[CCL__SECRET_BYTES]) {
     }
 }
 
-static ccl_status_t job_secret(const char *root, int rank, uint8_t out[CCL__SECRET_BYTES]) {
+static ccl_status_t job_secret(const char *who, const char *root, int rank, uint8_t out[CCL__SECRET_BYTES]) {
     const char *hex = getenv("CCL_SECRET"), *file = getenv("CCL_SECRET_FILE");
     memset(out, 0, CCL__SECRET_BYTES);
-    if (hex && *hex && file && *file) return refuse_env(rank, "both CCL_SECRET and CCL_SECRET_FILE are set; set one");
-    if (file && *file) return secret_from_file(file, rank, out);
+    if (hex && *hex && file && *file)
+        return refuse_secret(who, rank, "both CCL_SECRET and CCL_SECRET_FILE are set; set one");
+    if (file && *file) return secret_from_file(who, file, rank, out);
     if (hex && *hex) {
         if (parse_secret(hex, out) == 0) return CCL_OK;
-        return refuse_env(rank, "CCL_SECRET is not 32 to 64 hex digits");
+        return refuse_secret(who, rank, "CCL_SECRET is not 32 to 64 hex digits");
     }
     derive_secret(root, out);
     CCL_WARN(CCL__SUB_INIT, rank,
-             "ccl_comm_init_env: INSECURE: no CCL_SECRET or CCL_SECRET_FILE, so the job's secret is derived from "
+             "INSECURE: no CCL_SECRET or CCL_SECRET_FILE, so the job's secret is derived from "
              "the root address and job id; anyone who can reach %s can compute it, join as a rank and feed this "
              "job data. Set CCL_SECRET_FILE to a file only you can read (README: Security)",
              root);
@@ -195,29 +200,53 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
     if (root_address(root, sizeof root, &torchrun, why, sizeof why) != 0) return refuse_env(rank, "%s", why);
     struct ccl__unique_id uid = {.magic = CCL__UID_MAGIC};
     if (ccl__sa_parse(root, &uid.root) != CCL_OK) return refuse_env(rank, "cannot resolve the root address '%s'", root);
-    ccl_status_t sst = job_secret(root, rank, uid.secret);
+    ccl_status_t sst = job_secret("ccl_comm_init_env: ", root, rank, uid.secret);
     if (sst != CCL_OK) return sst;
     CCL_INFO(CCL__SUB_INIT, rank, "init from environment: rank %d of %d (%s, %s), root %s%s", rank, size, rv_name,
              sv_name, root, torchrun ? " (MASTER_PORT + 1: torchrun's store holds MASTER_PORT)" : "");
     if (rank == 0) {
-        const struct ccl__params *prm = ccl__params_get();
-        union ccl__sa bind_addr = uid.root;
-        ccl_status_t st = ccl__boot_root_start(&bind_addr, uid.secret, prm->timeout_s, ccl__conns_record_bytes());
-        if (st != CCL_OK) {
-            /* The name may resolve to an address of this host that cannot be
-             * bound (e.g. behind NAT): listen on every address instead. */
-            union ccl__sa any = uid.root;
-            if (any.sa.sa_family == AF_INET6) any.in6.sin6_addr = in6addr_any;
-            else any.in.sin_addr.s_addr = htonl(INADDR_ANY);
-            st = ccl__boot_root_start(&any, uid.secret, prm->timeout_s, ccl__conns_record_bytes());
-        }
-        if (st != CCL_OK) {
-            CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_env: cannot listen on %s (%s)%s", root, ccl_status_string(st),
-                     torchrun ? "; under torchrun the root takes MASTER_PORT + 1: set CCL_ROOT_ADDR=host:port to "
-                                "choose another"
-                              : "");
-            return st;
-        }
+        ccl_status_t st = ccl__root_start_at(&uid, rank, "ccl_comm_init_env",
+                                             torchrun ? "; under torchrun the root takes MASTER_PORT + 1: set "
+                                                        "CCL_ROOT_ADDR=host:port to choose another" : "");
+        if (st != CCL_OK) return st;
     }
     return ccl__comm_create(comm, size, &uid, rank, NULL);
+}
+
+ccl_status_t ccl__root_start_at(const struct ccl__unique_id *uid, int rank, const char *what, const char *hint) {
+    const struct ccl__params *prm = ccl__params_get();
+    union ccl__sa bind_addr = uid->root;
+    ccl_status_t st = ccl__boot_root_start(&bind_addr, uid->secret, prm->timeout_s, ccl__conns_record_bytes());
+    if (st != CCL_OK) {
+        /* The name may resolve to an address of this host that cannot be
+         * bound (e.g. behind NAT): listen on every address instead. */
+        union ccl__sa any = uid->root;
+        if (any.sa.sa_family == AF_INET6) any.in6.sin6_addr = in6addr_any;
+        else any.in.sin_addr.s_addr = htonl(INADDR_ANY);
+        st = ccl__boot_root_start(&any, uid->secret, prm->timeout_s, ccl__conns_record_bytes());
+    }
+    if (st != CCL_OK) {
+        char root[80];
+        ccl__sa_str(&uid->root, root, sizeof root);
+        return ccl__init_failed(rank, st, "", "%s: rank 0 cannot listen on %s for the job's root (%s)%s", what, root,
+                                ccl_status_string(st), hint);
+    }
+    return CCL_OK;
+}
+
+CCL_API ccl_status_t ccl_unique_id_from_address(const char *host_port, ccl_unique_id_t *id) {
+    if (!id || !host_port || !*host_port)
+        return ccl__init_failed(-1, CCL_ERR_INVALID_ARGUMENT, "ccl_unique_id_from_address: ", "%s is NULL or empty",
+                                id ? "host_port" : "id");
+    ccl__log_init();
+    struct ccl__unique_id uid = {.magic = CCL__UID_MAGIC, .flags = CCL__UID_ROOT_AT_RANK0};
+    if (ccl__sa_parse(host_port, &uid.root) != CCL_OK)
+        return ccl__init_failed(-1, CCL_ERR_INVALID_ARGUMENT, "ccl_unique_id_from_address: ",
+                                "'%s' is not host:port, or the host does not resolve", host_port);
+    ccl_status_t st = job_secret("ccl_unique_id_from_address: ", host_port, -1, uid.secret);
+    if (st != CCL_OK) return st;
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, &uid, sizeof uid);
+    explicit_bzero(&uid, sizeof uid);
+    return CCL_OK;
 }

@@ -263,6 +263,8 @@ static ccl_status_t init_rank(ccl_comm_t **comm, int nranks, ccl_unique_id_t id,
         if (opt.algo && strlen(opt.algo) > algo_max)
             return refuse_init(rank, "ccl_comm_init_rank_config: algo is longer than %zu characters", algo_max);
     }
+    if ((uid.flags & CCL__UID_ROOT_AT_RANK0) && rank == 0) /* an id from an address: its root is rank 0's to start */
+        CCL_CHECK(ccl__root_start_at(&uid, rank, "ccl_comm_init_rank", ""));
     return ccl__comm_create(comm, nranks, &uid, rank, &opt);
 }
 

@@ -17,6 +17,9 @@
 #include "core/socket.h"
 
 #define CCL__UID_MAGIC 0x31444943u /* "CID1" */
+/* uid.flags: no root runs for this id yet; rank 0 starts it at init, on
+ * uid.root (ccl_unique_id_from_address). */
+#define CCL__UID_ROOT_AT_RANK0 0x1u
 
 /* The layout behind ccl_unique_id_t (fits in CCL_UNIQUE_ID_BYTES). */
 struct ccl__unique_id {
