@@ -100,5 +100,8 @@ if(BENCH_MPI_LIBRARY STREQUAL "mpi-openmpi" AND BENCH_MPIRUN_OPENMPI)
 endif()
 
 set_tests_properties(${bench_tests} PROPERTIES TIMEOUT 120 LABELS bench)
+# --steady waits for a slow machine by design (up to a minute before a
+# block): on a loaded machine its three runs may wait that long each.
+set_tests_properties(bench_steady PROPERTIES TIMEOUT 300)
 set_tests_properties(bench_device_all_reduce bench_device_reduce_scatter bench_device_all_gather bench_device_sendrecv
   PROPERTIES SKIP_RETURN_CODE 77 LABELS "bench;cuda")
