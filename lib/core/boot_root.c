@@ -543,11 +543,24 @@ static void forget_root(struct root_entry *entry) {
     free(entry);
 }
 
-void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadline) {
-    pthread_mutex_lock(&roots_lock);
+/* Under roots_lock: this process's entry of the root with this secret. */
+static struct root_entry *find_root(const uint8_t secret[CCL__SECRET_BYTES]) {
     struct root_entry *e = roots;
     while (e && (e->pid != getpid() || !ccl__secret_equal(e->secret, secret, CCL__SECRET_BYTES))) e = e->next;
-    while (e && !e->done) {
+    return e;
+}
+
+/* Several ranks of one process (ncclCommInitAll's threads) wait on one
+ * root: the first to see it done forgets its entry, so each wait looks the
+ * entry up afresh after every sleep (one it held across a sleep may have
+ * been freed); an entry gone means its root is done. */
+void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadline) {
+    pthread_mutex_lock(&roots_lock);
+    for (struct root_entry *e; (e = find_root(secret)) != NULL;) {
+        if (e->done) {
+            forget_root(e);
+            break;
+        }
         double left = deadline - ccl__now();
         if (left <= 0) break;
         struct timespec ts;
@@ -557,7 +570,6 @@ void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadlin
         ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
         pthread_cond_timedwait(&roots_done, &roots_lock, &ts);
     }
-    if (e && e->done) forget_root(e);
     pthread_mutex_unlock(&roots_lock);
 }
 
