@@ -388,6 +388,15 @@ CCL_API CCL_NODISCARD ccl_status_t ccl_recv_any(void *buf, size_t count, ccl_dty
  * between ranks fail the call, never the next one's data). */
 CCL_API CCL_NODISCARD ccl_status_t ccl_group_start(void);
 CCL_API CCL_NODISCARD ccl_status_t ccl_group_end(void);
+/* Ends the outermost open group as ccl_group_end would, but runs nothing:
+ * *us gets the cost model's estimate of how long the group's calls would
+ * take (per communicator the sum of its calls' predicted times, for the
+ * algorithm each would run; the communicators' calls would run at once,
+ * so the longest of them), and the calls are dropped (an async one's
+ * request completes with CCL_ERR_INVALID_USAGE). Local: no rank talks to
+ * another. NCCL's ncclGroupSimulateEnd. CCL_ERR_INVALID_USAGE outside a
+ * group or inside a nested one. */
+CCL_API CCL_NODISCARD ccl_status_t ccl_group_simulate_end(double *us);
 
 /* ---- non-blocking twins ----
  * Each returns at once with *req set; the operation progresses on the

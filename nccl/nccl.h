@@ -230,10 +230,12 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
  * ncclCommRegister takes). ncclMemFree frees either. */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
+/* Ends the group running nothing: estimatedTime gets libccl's cost
+ * model's time for its calls, in microseconds (ccl_group_simulate_end). */
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 /* ncclInvalidUsage, saying why: */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
-ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 void ncclResetDebugInit(void);
 
 /* ---- NCCL 2.29 and 2.30 ---- */

@@ -219,10 +219,21 @@ NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win
                 "ncclCommWindowDeregister");
 }
 
+/* The group ends running nothing; estimatedTime is libccl's cost model's
+ * time for its calls, in microseconds (ccl_group_simulate_end). */
 NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
-    (void)simInfo;
-    return fail(ncclInvalidUsage, "%s: not supported by libccl-nccl yet (tools/ccl-plan shows the planner's "
-                "estimates)", "ncclGroupSimulateEnd");
+    if (!simInfo || simInfo->magic != 0x74685283u || simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
+        return fail(ncclInvalidArgument, "%s: simInfo was not made with NCCL_SIM_INFO_INITIALIZER",
+                    "ncclGroupSimulateEnd");
+    double us = 0;
+    ccl_status_t st = ccl_group_simulate_end(&us);
+    if (st == CCL_ERR_INVALID_USAGE)
+        return fail(ncclInvalidUsage, "%s: no group to end (ncclGroupStart first), or a nested one",
+                    "ncclGroupSimulateEnd");
+    if (st != CCL_OK) return from_ccl(st);
+    if (nccl_group_depth > 0) nccl_group_depth--;
+    simInfo->estimatedTime = (float)us;
+    return ncclSuccess;
 }
 
 NCCL_API void ncclResetDebugInit(void) {} /* libccl reads its logging settings once; nothing to reset */

@@ -4,6 +4,7 @@
 
 #include "coll/coll.h"
 #include "core/log.h"
+#include "plan/plan.h"
 
 static _Thread_local int group_depth;
 static _Thread_local struct ccl__call *group_calls;
@@ -120,6 +121,39 @@ static ccl_status_t group_end(int on_stream, void *stream) {
 }
 
 CCL_API ccl_status_t ccl_group_end(void) { return group_end(0, NULL); }
+
+CCL_API ccl_status_t ccl_group_simulate_end(double *us) {
+    if (!us) return CCL_ERR_INVALID_ARGUMENT;
+    *us = 0;
+    if (group_depth != 1) return CCL_ERR_INVALID_USAGE; /* no group, or a nested one */
+    group_depth = 0;
+    /* Per communicator, its calls one after another; communicators at once. */
+    for (int i = 0; i < group_n; i++) {
+        struct ccl_comm *comm = group_calls[i].comm;
+        int first = 1;
+        for (int k = 0; k < i && first; k++) first = group_calls[k].comm != comm;
+        if (!first) continue;
+        double sum = 0;
+        for (int k = i; k < group_n; k++) {
+            const struct ccl__call *c = &group_calls[k];
+            if (c->comm != comm) continue;
+            if (c->is_p2p)
+                sum += ccl__plan_estimate_p2p_us(comm, c->xfer.peer, c->xfer.count * ccl_dtype_size(c->xfer.dtype));
+            else
+                sum += ccl__plan_estimate_us(comm, c->coll.id.kind, c->coll.id.count * ccl_dtype_size(c->coll.id.dtype));
+        }
+        if (sum > *us) *us = sum;
+    }
+    for (int i = 0; i < group_n; i++) {
+        ccl__set_error(group_calls[i].comm, CCL_ERR_INVALID_USAGE, "this call was in a group that "
+                       "ccl_group_simulate_end ended: it did not run");
+        ccl__call_complete(&group_calls[i], CCL_ERR_INVALID_USAGE);
+    }
+    free(group_calls);
+    group_calls = NULL;
+    group_n = group_cap = group_lost = 0;
+    return CCL_OK;
+}
 
 CCL_API ccl_status_t ccl_group_end_stream(ccl_stream_t stream) { return group_end(1, stream); }
 

@@ -115,6 +115,29 @@ ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
+double ccl__plan_estimate_us(struct ccl_comm *comm, int kind, size_t bytes) {
+    if (!comm->cost) return 0;
+    int algo = comm->algo_forced[kind];
+    if (algo >= 0) {
+        double us = ccl__plan_model_predict(comm, kind, algo, bytes, 0);
+        return us > 0 ? us : 0;
+    }
+    struct ccl__cost_pick p = ccl__plan_model_choose(comm, kind, bytes);
+    return p.algo >= 0 && p.us > 0 ? p.us : 0;
+}
+
+double ccl__plan_estimate_p2p_us(struct ccl_comm *comm, int peer, size_t bytes) {
+    if (!comm->cost || peer < 0 || peer >= comm->nranks || peer == comm->rank) return 0;
+    int c = pair_transport_class(comm, comm->rank, peer);
+    if (c < 0) { /* shared memory: the two ranks' places decide */
+        struct ccl__place pl[2];
+        struct ccl__peer_info two[2] = {comm->peers[comm->rank], comm->peers[peer]};
+        ccl__plan_places(2, two, pl);
+        c = ccl__plan_shm_class(&pl[0], &pl[1]);
+    }
+    return ccl__cost_step_us(&comm->cost->shape, &comm->cost->fig, 1u << c, (double)bytes);
+}
+
 const struct ccl__figures *ccl__plan_model_figures(const struct ccl_comm *comm) {
     return comm->cost ? &comm->cost->fig : NULL;
 }

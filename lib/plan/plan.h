@@ -160,6 +160,12 @@ size_t ccl__plan_model_chunk(struct ccl_comm *comm, int kind, int algo, size_t b
  * call of kind moving bytes (the same answer on every rank). */
 int ccl__plan_model_zero_copy_pays(struct ccl_comm *comm, int kind, size_t bytes);
 double ccl__plan_model_predict(const struct ccl_comm *comm, int kind, int algo, size_t bytes, size_t chunk);
+/* The model's time (us) for a call of kind and bytes as comm would run it
+ * (its forced algorithm, or the cheapest), and for a transfer of bytes to
+ * peer over their link; 0 where the model has none. For estimates that
+ * run nothing (ccl_group_simulate_end). */
+double ccl__plan_estimate_us(struct ccl_comm *comm, int kind, size_t bytes);
+double ccl__plan_estimate_p2p_us(struct ccl_comm *comm, int peer, size_t bytes);
 
 /* The collective (enum ccl__op_kind) a CCL_ALGO name means: NCCL's
  * spelling, underscores ignored ("all_reduce", "allreduce"); -1 if none. */

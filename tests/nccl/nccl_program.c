@@ -237,7 +237,15 @@ static int run_rank(ncclUniqueId id) {
     CHECK(ncclMemFree(&x) == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "ncclMemAlloc"),
           "ncclMemFree of memory it did not allocate");
     CHECK(ncclCommWindowRegister(comm, &x, sizeof x, &win, 0) == ncclInvalidUsage, "ncclCommWindowRegister");
-    CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "ncclGroupSimulateEnd");
+    /* a simulated group: the estimate, and nothing run */
+    float sim_in[256], sim_out[256];
+    for (int i = 0; i < 256; i++) sim_in[i] = 1, sim_out[i] = -3;
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclAllReduce(sim_in, sim_out, 256, ncclFloat, ncclSum, comm, 0));
+    NCCL_OK(ncclGroupSimulateEnd(&sim));
+    CHECK((nranks == 1 || sim.estimatedTime > 0) && sim_out[0] == -3, "ncclGroupSimulateEnd: estimate %g, output %g",
+          sim.estimatedTime, sim_out[0]);
+    CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "ncclGroupSimulateEnd with no group");
     ncclResetDebugInit();
 
     /* split: even and odd ranks; the last rank opts out */
