@@ -22,7 +22,7 @@ from ._buffers import DTYPES, Buffer, dtype_name
 from .errors import (Aborted, Error, InternalError, InvalidArgument, InvalidUsage, NoMemory, RemoteError, Revoked,
                      SystemCallError, Timeout, Unsupported, from_status)
 
-__all__ = ["Comm", "Request", "SharedMemory", "group", "get_unique_id", "version", "Error", "InvalidArgument", "InvalidUsage",
+__all__ = ["Comm", "Request", "SharedMemory", "group", "get_unique_id", "unique_id_from_address", "version", "Error", "InvalidArgument", "InvalidUsage",
            "SystemCallError", "RemoteError", "Timeout", "Aborted", "Unsupported", "NoMemory", "InternalError", "Revoked",
            "DTYPES", "OPS", "SUM", "PROD", "MAX", "MIN", "AVG", "BAND", "BOR", "BXOR"]
 
@@ -94,6 +94,19 @@ def get_unique_id():
     uid = _lib.UniqueIdStruct()
     _check(_c.ccl_get_unique_id(ctypes.byref(uid)), what="get_unique_id", init=True)
     return bytes(uid)  # all 128 bytes (the field itself would stop at a zero byte)
+
+
+def unique_id_from_address(host_port):
+    """An id every rank makes for itself from the same "host:port", with
+    nothing handed around: rank 0 starts the root there when it joins, and
+    the job's secret comes from CCL_SECRET or CCL_SECRET_FILE (as for
+    ccl_comm_init_env). The C call ccl_unique_id_from_address."""
+    if not isinstance(host_port, str) or not host_port:
+        raise InvalidArgument("host_port must be a non-empty 'host:port' string")
+    uid = _lib.UniqueIdStruct()
+    _check(_c.ccl_unique_id_from_address(host_port.encode(), ctypes.byref(uid)), what="unique_id_from_address",
+           init=True)
+    return bytes(uid)
 
 
 def _uid_struct(uid, maker):

@@ -79,6 +79,7 @@ _protos = {
     "ccl_comm_last_error": (ctypes.c_char_p, [_comm]),
     "ccl_version": (_i, []),
     "ccl_get_unique_id": (_i, [ctypes.POINTER(UniqueIdStruct)]),
+    "ccl_unique_id_from_address": (_i, [ctypes.c_char_p, ctypes.POINTER(UniqueIdStruct)]),
     "ccl_comm_init_rank_config": (_i, [ctypes.POINTER(_comm), _i, UniqueIdStruct, _i, ctypes.POINTER(ConfigStruct)]),
     "ccl_comm_init_env": (_i, [ctypes.POINTER(_comm)]),
     "ccl_comm_split": (_i, [_comm, _i, _i, ctypes.POINTER(_comm)]),

@@ -4,8 +4,10 @@ rank counts 1, 2, 3 and 5, counts 0, 1 and 7 and 1001; buffers of every
 kind; async requests, groups, split; bad arguments caught before anything
 is sent; errors with the library's sentence; the GIL released while a call
 waits; abort, timeout and a killed rank."""
+import multiprocessing as mp
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import threading
@@ -447,6 +449,39 @@ def test_unique_id_pickles_and_init_errors():
     with pytest.raises(ccl.InvalidArgument):
         ccl.Comm(2, 5, uid)
     assert ccl.version()[0] == 0
+
+
+def _address_rank(rank, n, addr, q):
+    try:
+        os.environ["CCL_SECRET"] = "ab" * 32
+        c = ccl.Comm(n, rank, ccl.unique_id_from_address(addr))
+        x = np.array([rank + 1], np.int64)
+        c.all_reduce(x)
+        c.destroy()
+        q.put((rank, int(x[0])))
+    except BaseException as e:  # the parent reports it
+        q.put((rank, repr(e)))
+
+
+def test_unique_id_from_address():
+    """Every rank makes its own id from one address (and CCL_SECRET): nothing is handed around."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    addr = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_address_rank, args=(r, 3, addr, q)) for r in range(3)]
+    for p in procs:
+        p.start()
+    got = dict(q.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(10)
+    assert got == {0: 6, 1: 6, 2: 6}, got
+    with pytest.raises(ccl.InvalidArgument):
+        ccl.unique_id_from_address("not an address")
+    with pytest.raises(ccl.InvalidArgument):
+        ccl.unique_id_from_address("")
 
 
 def test_from_env_under_cclrun():
