@@ -4,21 +4,21 @@
 #include <stdlib.h>
 
 static const struct bench_coll_info infos[BENCH_NUM_COLLS] = {
-    [BENCH_ALL_REDUCE] = {"all_reduce", "all_reduce_perf", 1, 0, 1, 1, 1},
-    [BENCH_REDUCE_SCATTER] = {"reduce_scatter", "reduce_scatter_perf", 1, 0, 1, 1, 1},
-    [BENCH_ALL_GATHER] = {"all_gather", "all_gather_perf", 0, 0, 1, 1, 1},
-    [BENCH_BROADCAST] = {"broadcast", "broadcast_perf", 0, 1, 1, 1, 1},
-    [BENCH_REDUCE] = {"reduce", "reduce_perf", 1, 1, 1, 1, 1},
+    [BENCH_ALL_REDUCE] = {"all_reduce", "all_reduce_perf", 1, 0, 1, 1, 1, 0},
+    [BENCH_REDUCE_SCATTER] = {"reduce_scatter", "reduce_scatter_perf", 1, 0, 1, 1, 1, 0},
+    [BENCH_ALL_GATHER] = {"all_gather", "all_gather_perf", 0, 0, 1, 1, 1, 0},
+    [BENCH_BROADCAST] = {"broadcast", "broadcast_perf", 0, 1, 1, 1, 1, 0},
+    [BENCH_REDUCE] = {"reduce", "reduce_perf", 1, 1, 1, 1, 1, 0},
     /* libccl's all-to-all is never in place; sending from and receiving
      * into one buffer at once would race in a ring exchange too. */
-    [BENCH_ALL_TO_ALL] = {"all_to_all", "all_to_all_perf", 0, 0, 0, 1, 1},
-    [BENCH_SENDRECV] = {"sendrecv", "sendrecv_perf", 0, 0, 0, 1, 1},
+    [BENCH_ALL_TO_ALL] = {"all_to_all", "all_to_all_perf", 0, 0, 0, 1, 1, 0},
+    [BENCH_SENDRECV] = {"sendrecv", "sendrecv_perf", 0, 0, 0, 1, 1, 0},
     /* Ranks 2k and 2k+1 in turn: 2k sends, 2k+1 sends it back. */
     [BENCH_PINGPONG] = {"pingpong", "pingpong_perf", 0, 0, 0, 1, 2, 1},
-    [BENCH_BARRIER] = {"barrier", "barrier_perf", 0, 0, 0, 0, 1},
-    [BENCH_GATHER] = {"gather", "gather_perf", 0, 1, 1, 1, 1},
-    [BENCH_SCATTER] = {"scatter", "scatter_perf", 0, 1, 1, 1, 1},
-    [BENCH_ALLTOALLV] = {"alltoallv", "alltoallv_perf", 0, 0, 0, 1, 1},
+    [BENCH_BARRIER] = {"barrier", "barrier_perf", 0, 0, 0, 0, 1, 0},
+    [BENCH_GATHER] = {"gather", "gather_perf", 0, 1, 1, 1, 1, 0},
+    [BENCH_SCATTER] = {"scatter", "scatter_perf", 0, 1, 1, 1, 1, 0},
+    [BENCH_ALLTOALLV] = {"alltoallv", "alltoallv_perf", 0, 0, 0, 1, 1, 0},
     [BENCH_HYPERCUBE] = {"hypercube", "hypercube_perf", 0, 0, 1, 1, 1, 1},
 };
 
