@@ -28,17 +28,17 @@ static void say_dropped(const char *var, const char *what) {
 
 /* NCCL_DEBUG: its levels are libccl's, but for VERSION (NCCL's version
  * line and warnings) and ABORT, which become WARN. */
-static int debug(const char *v, char *out) {
+static int debug(const char *var, const char *v, char *out) {
     static const char *const same[] = {"NONE", "WARN", "INFO", "TRACE"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (strcasecmp(v, same[i]) == 0) return snprintf(out, VALUE_BYTES, "%s", same[i]), 0;
     if (strcasecmp(v, "VERSION") == 0 || strcasecmp(v, "ABORT") == 0) return snprintf(out, VALUE_BYTES, "WARN"), 0;
-    say_dropped("NCCL_DEBUG", v);
+    say_dropped(var, v);
     return -1;
 }
 
 /* NCCL_DEBUG_SUBSYS: a comma list, ^ before it excluding. */
-static int debug_subsys(const char *v, char *out) {
+static int debug_subsys(const char *var, const char *v, char *out) {
     static const struct {
         const char *nccl, *ccl;
     } map[] = {{"INIT", "INIT"}, {"COLL", "COLL"},  {"P2P", "P2P"},       {"SHM", "SHM"},     {"NET", "NET"},
@@ -54,7 +54,7 @@ static int debug_subsys(const char *v, char *out) {
         for (size_t i = 0; i < sizeof map / sizeof map[0] && !to; i++)
             if (strcasecmp(tok, map[i].nccl) == 0) to = map[i].ccl;
         if (!to) {
-            say_dropped("NCCL_DEBUG_SUBSYS", tok);
+            say_dropped(var, tok);
             continue;
         }
         o += (size_t)snprintf(out + o, VALUE_BYTES - o, "%s%s", o > (size_t)exclude ? "," : "", to);
@@ -79,7 +79,8 @@ static int first_name(const char *var, const char *v, char *out) {
     return 0;
 }
 
-static int copy(const char *v, char *out) {
+static int copy(const char *var, const char *v, char *out) {
+    (void)var;
     if (strlen(v) >= VALUE_BYTES) return -1;
     strcpy(out, v);
     return 0;
@@ -100,9 +101,9 @@ static const char *algo_name(const char *list) {
     return NULL;
 }
 
-static int algo(const char *v, char *out) {
+static int algo(const char *var, const char *v, char *out) {
     if (v[0] == '^') {
-        say_dropped("NCCL_ALGO", "an exclusion list (^...)");
+        say_dropped(var, "an exclusion list (^...)");
         return -1;
     }
     char buf[VALUE_BYTES], *save = NULL;
@@ -125,22 +126,14 @@ static const struct {
     const char *nccl, *ccl;
     int (*translate)(const char *var, const char *v, char *out);
 } table[] = {
-    {"NCCL_DEBUG", "CCL_DEBUG", NULL},
-    {"NCCL_DEBUG_SUBSYS", "CCL_DEBUG_SUBSYS", NULL},
-    {"NCCL_DEBUG_FILE", "CCL_DEBUG_FILE", NULL}, /* %h and %p are libccl's too */
+    {"NCCL_DEBUG", "CCL_DEBUG", debug},
+    {"NCCL_DEBUG_SUBSYS", "CCL_DEBUG_SUBSYS", debug_subsys},
+    {"NCCL_DEBUG_FILE", "CCL_DEBUG_FILE", copy}, /* %h and %p are libccl's too */
     {"NCCL_SOCKET_IFNAME", "CCL_SOCKET_IFNAME", first_name},
     {"NCCL_IB_HCA", "CCL_IB_HCA", first_name},
-    {"NCCL_IB_GID_INDEX", "CCL_IB_GID_INDEX", NULL},
-    {"NCCL_ALGO", "CCL_ALGO", NULL},
+    {"NCCL_IB_GID_INDEX", "CCL_IB_GID_INDEX", copy},
+    {"NCCL_ALGO", "CCL_ALGO", algo},
 };
-
-static int translate(size_t i, const char *v, char *out) {
-    if (table[i].translate) return table[i].translate(table[i].nccl, v, out);
-    if (strcmp(table[i].ccl, "CCL_DEBUG") == 0) return debug(v, out);
-    if (strcmp(table[i].ccl, "CCL_DEBUG_SUBSYS") == 0) return debug_subsys(v, out);
-    if (strcmp(table[i].ccl, "CCL_ALGO") == 0) return algo(v, out);
-    return copy(v, out);
-}
 
 /* Runs when the library is loaded, before any call can read libccl's
  * settings (a program sets its environment before it loads NCCL). */
@@ -149,7 +142,7 @@ __attribute__((constructor)) static void nccl_env_as_ccl(void) {
         const char *v = getenv(table[i].nccl), *mine = getenv(table[i].ccl);
         if (!v || !*v || (mine && *mine)) continue;
         char out[VALUE_BYTES];
-        if (translate(i, v, out) == 0 && out[0]) {
+        if (table[i].translate(table[i].nccl, v, out) == 0 && out[0]) {
             setenv(table[i].ccl, out, 1); /* unset or empty: ours to set */
             if (info_wanted()) fprintf(stderr, "libccl-nccl: %s=%s read as %s=%s\n", table[i].nccl, v, table[i].ccl, out);
         }

@@ -70,10 +70,6 @@ static uint8_t fp8_encode(const struct fp8_format *f, double x) {
     return sign | (uint8_t)(((e + f->bias) << f->mant_bits) | (m - (1 << f->mant_bits)));
 }
 
-static ncclResult_t refuse(const char *what, const char *why) {
-    return fail(ncclInvalidUsage, what, why);
-}
-
 ncclResult_t fp8_reduce(int kind, const void *send, void *recv, size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, const char *what) {
     const struct fp8_format *f = datatype == ncclFloat8e4m3 ? &E4M3 : &E5M2;
@@ -86,17 +82,17 @@ ncclResult_t fp8_reduce(int kind, const void *send, void *recv, size_t count, nc
     if (stream || ccl_is_device_pointer(send) || ccl_is_device_pointer(recv)) {
         snprintf(why, sizeof why, "%s: 8-bit float reductions run on host buffers and the default stream only "
                  "(they are widened to float64 on the host)", what);
-        return refuse("%s", why);
+        return fail(ncclInvalidUsage, "%s", why);
     }
     if (nccl_group_depth > 0) {
         snprintf(why, sizeof why, "%s: an 8-bit float reduction cannot be queued in ncclGroupStart/End (its result "
                  "is rounded after the call): make it outside the group", what);
-        return refuse("%s", why);
+        return fail(ncclInvalidUsage, "%s", why);
     }
     if (op == ncclProd && nranks > PROD_MAX_RANKS(f)) {
         snprintf(why, sizeof why, "%s: a product of %d 8-bit floats may not be exact in float64 (at most %d ranks)",
                  what, nranks, PROD_MAX_RANKS(f));
-        return refuse("%s", why);
+        return fail(ncclInvalidUsage, "%s", why);
     }
     size_t in_n = kind == K_REDUCE_SCATTER ? count * (size_t)nranks : count;
     double *wide_in = malloc(in_n * sizeof(double) + 8), *wide_out = malloc(count * sizeof(double) + 8);

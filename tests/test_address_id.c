@@ -23,20 +23,11 @@
 
 #include "ccl.h"
 #include "harness.h"
+#include "util.h"
 
 #define COUNT 1031
 #define SECRET "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 #define OTHER_SECRET "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
-
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
 
 /* What a rank's process reports through its exit status. */
 enum { RAN = 0, INIT_FAILED = 10, WRONG = 11, CALL_FAILED = 12 };
@@ -70,20 +61,6 @@ static pid_t start_rank(int rank, int nranks, const char *addr, const char *secr
     _exit(st != CCL_OK ? CALL_FAILED : bad ? WRONG : RAN);
 }
 
-static int finish(pid_t pid, double timeout_s) {
-    double end = harness_now() + timeout_s;
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (harness_now() > end) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -1;
-        }
-        usleep(10000);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static int file_has(const char *path, const char *needle) {
     char buf[1 << 16];
     FILE *f = fopen(path, "r");
@@ -107,14 +84,14 @@ static void run_job(int nranks, const char *addr, int odd, int *status, char log
         snprintf(logs[r], 64, "/tmp/ccl-addrid-%d-%d.log", (int)getpid(), r);
         pid[r] = start_rank(r, nranks, addr, r == odd ? OTHER_SECRET : SECRET, logs[r]);
     }
-    for (int r = 0; r < nranks; r++) status[r] = finish(pid[r], 60);
+    for (int r = 0; r < nranks; r++) status[r] = util_finish_child(pid[r], 60);
 }
 
 START_TEST(every_rank_makes_its_own_id) {
     static const int sizes[] = {1, 3, 5};
     int n = sizes[_i], status[8];
     char addr[64], logs[8][64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", util_free_port());
     run_job(n, addr, -1, status, logs);
     for (int r = 0; r < n; r++) {
         if (status[r] != RAN) show(logs[r]);
@@ -127,7 +104,7 @@ END_TEST
 START_TEST(a_rank_with_another_secret_is_kept_out) {
     int status[8];
     char addr[64], logs[8][64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", util_free_port());
     run_job(3, addr, 2, status, logs);
     for (int r = 0; r < 3; r++) {
         if (status[r] != INIT_FAILED) show(logs[r]);
@@ -183,9 +160,9 @@ END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("address_id");
-    TCase *tc = tcase_create("address_id");
+    util_add_loop_case(s, "every_rank_makes_its_own_id", every_rank_makes_its_own_id, 3, 150);
+    TCase *tc = tcase_create("faults_and_arguments");
     tcase_set_timeout(tc, 150);
-    tcase_add_loop_test(tc, every_rank_makes_its_own_id, 0, 3);
     tcase_add_test(tc, a_rank_with_another_secret_is_kept_out);
     tcase_add_test(tc, root_address_taken);
     tcase_add_test(tc, bad_arguments);
@@ -193,10 +170,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
-}
+int main(void) { return harness_main(suite()); }

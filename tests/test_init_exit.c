@@ -21,20 +21,9 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "util.h"
 
 enum { MAX_RANKS = 16, JOB_DEADLINE_S = 60 };
-
-/* A port nothing listens on now (the root's, taken by rank 0). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 /* One rank's whole life; its exit status: 0, or which step failed. */
 static int rank_main(int rank, int nranks, int port, int split) {
@@ -71,7 +60,7 @@ static int rank_main(int rank, int nranks, int port, int split) {
 
 /* Runs nranks processes that join and leave; returns how many failed. */
 static int run_job(int nranks, int split) {
-    int port = free_port();
+    int port = util_free_port();
     pid_t pid[MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
         pid[r] = fork();

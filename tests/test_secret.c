@@ -26,6 +26,7 @@
 
 #include "ccl.h"
 #include "harness.h"
+#include "util.h"
 
 #define COUNT 1000
 #define SECRET_HEX "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -51,16 +52,6 @@ static void write_file(char *path, size_t n, const char *name, const char *text,
     ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
     ck_assert_int_eq(chmod(path, mode), 0);
-}
-
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    close(s);
-    return ntohs(a.sin_port);
 }
 
 /* The environment of one process of a 2-rank job; secret_file NULL: none. */
@@ -109,21 +100,6 @@ static pid_t start(enum role role, int rank, int port, const char *secret_file, 
     _exit(st == CCL_OK && bad == 0 ? 0 : 3);
 }
 
-/* Exit status of pid within timeout_s (killed and -1 after it). */
-static int finish(pid_t pid, double timeout_s) {
-    double end = harness_now() + timeout_s;
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (harness_now() > end) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -1;
-        }
-        usleep(10000);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static int log_has(const char *tag, const char *needle) {
     char path[128], buf[1 << 16];
     snprintf(path, sizeof path, "%s/log%s", dir, tag);
@@ -147,13 +123,13 @@ START_TEST(secret_file_keeps_stranger_out) {
     make_dir();
     char secret[128];
     write_file(secret, sizeof secret, "secret", SECRET_HEX "\n", 0600);
-    int port = free_port();
+    int port = util_free_port();
     pid_t r0 = start(REAL, 0, port, secret, "0");
     usleep(300000); /* the root listens */
     pid_t stranger = start(STRANGER, 1, port, NULL, "s");
     usleep(300000); /* the stranger is there first */
     pid_t r1 = start(REAL, 1, port, secret, "1");
-    int s0 = finish(r0, 60), s1 = finish(r1, 60), ss = finish(stranger, 60);
+    int s0 = util_finish_child(r0, 60), s1 = util_finish_child(r1, 60), ss = util_finish_child(stranger, 60);
     if (s0 || s1 || ss) {
         show_log("0");
         show_log("1");
@@ -172,10 +148,10 @@ END_TEST
 
 START_TEST(no_secret_warns_every_rank) {
     make_dir();
-    int port = free_port();
+    int port = util_free_port();
     pid_t r0 = start(REAL, 0, port, NULL, "0");
     pid_t r1 = start(REAL, 1, port, NULL, "1");
-    int s0 = finish(r0, 60), s1 = finish(r1, 60);
+    int s0 = util_finish_child(r0, 60), s1 = util_finish_child(r1, 60);
     if (s0 || s1) {
         show_log("0");
         show_log("1");
@@ -215,7 +191,7 @@ START_TEST(bad_secret_refused) {
     make_dir();
     char path[192] = "";
     for (int rank = 0; rank < 2; rank++) {
-        job_env(rank, free_port(), NULL, "5");
+        job_env(rank, util_free_port(), NULL, "5");
         if (b->secret) setenv("CCL_SECRET", b->secret, 1);
         if (b->file_text) {
             write_file(path, sizeof path, "secret", b->file_text, b->mode);

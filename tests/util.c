@@ -4,14 +4,18 @@
 #define _GNU_SOURCE
 #include "util.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, int timeout_s) {
     TCase *tc = tcase_create(name);
@@ -100,4 +104,29 @@ void util_run_with_victim(struct harness_run *run) {
     util_run_clean(run, dead, "%d ranks", run->nranks);
     int st = run->status[run->nranks - 1];
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the victim was not killed (status 0x%x)", st);
+}
+
+int util_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+int util_finish_child(pid_t pid, double timeout_s) {
+    double end = harness_now() + timeout_s;
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (harness_now() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

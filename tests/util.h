@@ -7,6 +7,7 @@
 
 #include <check.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "harness.h"
 
@@ -23,6 +24,14 @@ void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char 
 /* A harness init_check: init must fail with CCL_ERR_INVALID_ARGUMENT; arg
  * is the environment that should make it fail (for the message). */
 int util_init_invalid_argument(int rank, ccl_status_t st, void *arg);
+
+/* A port of 127.0.0.1 that nothing listens on now (for a root address
+ * that a test's rank 0 will listen on). */
+int util_free_port(void);
+
+/* The exit status of child pid, waited for up to timeout_s; -1 when it
+ * did not exit normally, or had to be killed at the deadline. */
+int util_finish_child(pid_t pid, double timeout_s);
 
 /* A fresh unique id made by rank 0 and broadcast over comm: every rank
  * gets the same, for a second communicator over the same ranks. */
