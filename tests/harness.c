@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "util.h"
 
 #include "ccl_spawn.h"
 #include "container.h"
@@ -57,6 +58,17 @@ void harness_fail(struct harness_tally *t, const char *file, int line, const cha
 
 /* ---- child ---- */
 
+static void observe_dir(const struct harness_run *run, char *out, size_t n) {
+    snprintf(out, n, "/tmp/%s.observe", run->shm_prefix);
+}
+
+/* Removes the run's observe directory and what the ranks wrote there. */
+static void observe_remove(const struct harness_run *run) {
+    char dir[64];
+    observe_dir(run, dir, sizeof dir);
+    util_remove_dir(dir);
+}
+
 static void apply_env_list(const char *list) {
     if (!list) return;
     char copy[1024];
@@ -96,6 +108,12 @@ static void child_environment(const struct harness_run *run, int rank) {
     }
     setenv("CCL_TIMEOUT", run->ccl_timeout ? run->ccl_timeout : DEFAULT_CCL_TIMEOUT, 1);
     setenv("CCL_SHM_PREFIX", run->shm_prefix, 1);
+    /* Flight recorder dumps and status files go to the run's own
+     * directory, which the parent removes (a test may name another). */
+    char observe[64];
+    observe_dir(run, observe, sizeof observe);
+    setenv("CCL_FLIGHT_DIR", observe, 1);
+    setenv("CCL_STATUS_DIR", observe, 1);
     pick_ib_device(per_host > 0 ? rank / per_host : 0);
     apply_env_list(run->env);
     if (run->rank_env && run->rank_env[rank]) apply_env_list(run->rank_env[rank]);
@@ -309,6 +327,7 @@ int harness_run(struct harness_run *run) {
                 run->shm_leftovers, run->shm_prefix);
         shm_remove_all(run->shm_prefix);
     }
+    observe_remove(run);
     return harness_problems(run, 0);
 }
 

@@ -59,6 +59,15 @@ for tc in ${CCL_RDMA_SUITES:-test_coll_all_reduce:matrix test_coll_all_gather:ma
           test_coll_exchange:ring_send_recv test_coll_exchange:barrier test_coll_scatter:all_to_all_v}; do
   run "${tc%%:*} (${tc#*:})" env CK_RUN_CASE="${tc#*:}" "$build/tests/${tc%%:*}"
 done
+# ccl-trace flight and ccl-status on jobs over ib, every rank a host: a
+# sleeper, another collective, a stopped and a killed rank named. The
+# host's suite holds ccl-status to 2 s; here, under emulation, the
+# interpreter alone takes 3 s and a stopped rank's second of silence takes 2,
+# and the hang cases' timeout is 6 s, not 2, so that their good calls never
+# time out.
+run "test_flight (over ib)" env CCL_TEST_STATUS_TRANSPORT=ib CK_RUN_CASE=across_hosts \
+  CCL_TEST_STATUS_BOUND_S=6 CCL_TEST_FLIGHT_TIMEOUT=6 \
+  "$build/tests/test_flight"
 # Elastic communicators over ib: a revoke's notice where links only close,
 # kills noticed by the adapters' queue pairs, and grows that connect
 # newcomers' queue pairs (an intruder refused). The agreement itself runs

@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -129,4 +130,17 @@ int util_finish_child(pid_t pid, double timeout_s) {
         usleep(10000);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void util_remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char path[600];
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    rmdir(dir);
 }

@@ -33,6 +33,9 @@ int util_free_port(void);
  * did not exit normally, or had to be killed at the deadline. */
 int util_finish_child(pid_t pid, double timeout_s);
 
+/* Removes the files in dir, then dir (one level: what ranks wrote there). */
+void util_remove_dir(const char *dir);
+
 /* A fresh unique id made by rank 0 and broadcast over comm: every rank
  * gets the same, for a second communicator over the same ranks. */
 void util_shared_id(struct harness_tally *t, ccl_comm_t *comm, ccl_unique_id_t *id);

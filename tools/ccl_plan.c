@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ccl_plan_train.h"
 #include "plan/plan.h"
 #include "plan/tune.h"
 #include "transports/shm/shm.h"
@@ -32,7 +33,8 @@ static const char usage[] =
     "  -b SIZE -e SIZE -f F  the sweep: from -b to -e bytes, times F (default 8, 64M, 8)\n"
     "  --tuning-file PATH  figures to use, any machine's (default: this machine's, CCL_TUNING_FILE;\n"
     "                      none: the built-in defaults)\n"
-    "CCL_CHUNK_BYTES fixes every call's chunk, as it does for a job.\n";
+    "CCL_CHUNK_BYTES fixes every call's chunk, as it does for a job.\n"
+    "ccl-plan --train ... plans a training job's data x tensor x pipeline x ZeRO split (--train --help).\n";
 
 struct opts {
     const char *topo, *colls, *tuning;
@@ -230,7 +232,7 @@ static size_t class_slot(int c) {
 /* The chunk of calls over these links, as a job picks it (plan/plan.c):
  * the smallest slot among them. No links (one rank): the job copies in
  * shared memory's slots. */
-static size_t links_slot(unsigned links) {
+size_t ccl_plan_links_slot(unsigned links) {
     size_t slot = SIZE_MAX;
     for (int c = 0; c < CCL__NUM_LINKS; c++) {
         size_t s = links >> c & 1u ? class_slot(c) : 0;
@@ -240,6 +242,8 @@ static size_t links_slot(unsigned links) {
 }
 
 int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--train")) return ccl_plan_train(argc, argv);
     struct opts o;
     parse(argc, argv, &o);
     struct ccl__peer_info machine;
@@ -278,8 +282,8 @@ int main(int argc, char **argv) {
     /* As if the kernel let every rank read the others (it does unless a
      * container or Yama forbids it; CCL_SINGLE_COPY=0 plans without). */
     shape.single_copy = shape.windows && params->single_copy;
-    shape.ring_chunk = links_slot(shape.ring_links);
-    shape.any_chunk = links_slot(shape.all_links);
+    shape.ring_chunk = ccl_plan_links_slot(shape.ring_links);
+    shape.any_chunk = ccl_plan_links_slot(shape.all_links);
     o.chunk = params->chunk_bytes;
     shape.window_area = shape.windows ? ccl__direct_area(window) : 0;
 

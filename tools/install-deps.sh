@@ -1,12 +1,13 @@
 #!/bin/sh
-# Installs what libccl builds and tests with, skipping what is already
+# Installs what libccl builds and tests with (Chromium: the trace viewer's
+# browser tests), skipping what is already
 # there: the Debian packages (Debian's torch 1.13 runs on /usr/bin/python3),
 # then, from PyPI into the python3 first on PATH, one pinned PyTorch 2.x
 # release with numpy and pytest (the torch backend's suite runs on both).
 # Uses sudo when not run as root.
 set -eu
 TORCH2=2.11.0 # the release the project's GPU machine carries
-pkgs="build-essential clang cmake pkg-config libhwloc-dev check libsubunit-dev python3 libopenmpi-dev openmpi-bin iproute2 libibverbs-dev ibverbs-providers python3-numpy python3-pytest python3-pip python3-setuptools python3-torch libtorch-dev pybind11-dev"
+pkgs="build-essential clang cmake pkg-config libhwloc-dev check libsubunit-dev python3 libopenmpi-dev openmpi-bin iproute2 libibverbs-dev ibverbs-providers python3-numpy python3-pytest python3-pip python3-setuptools python3-torch libtorch-dev pybind11-dev chromium"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 sudo=""

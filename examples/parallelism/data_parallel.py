@@ -67,6 +67,8 @@ def main():
     lesson.say(comm, f"  lesson: a ring all_reduce of {w.nbytes:,} B sends 2(N-1)/N of it per rank: "
                      f"{lesson.ring_sent('all_reduce', w.nbytes, n):,.0f} B (with CCL_ALGO=ring and CCL_TRACE set, "
                      f"`ccl-trace summary` shows it)")
+    if args.sync == "step":
+        lesson.plan_command(comm, sizes, args, "sgd", accum=len(micro))
     status = lesson.check(comm, w, args, sizes)
     comm.destroy()
     return status

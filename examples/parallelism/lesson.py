@@ -232,6 +232,21 @@ class Traffic:
                       f"{b / steps:,.0f} B per step)")
 
 
+def plan_command(comm, sizes, args, optimizer, zero=0, accum=1):
+    """Prints the `ccl-plan --train` command that plans this very run: the
+    same layers, float64, ranks all data-parallel (docs/training-planner.md).
+    Its calls per step are the ones counted above."""
+    n = comm.size
+    layers = [sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1)]
+    if args.batch % (n * accum):
+        say(comm, f"  (the planner cuts a batch into equal micro-batches: {args.batch} rows do not divide into "
+                  f"{n} ranks x {accum})")
+        return
+    say(comm, "  the planner's view of this run: ccl-plan --train --layer-params " + ",".join(map(str, layers)) +
+        f" --precision fp64 --optimizer {optimizer} --gpus {n} --dp {n} --zero {zero} --batch {args.batch}"
+        f" --micro-batch {args.batch // (n * accum)}")
+
+
 def ring_sent(kind, nbytes, n):
     """Bytes one rank sends for a collective on a buffer of nbytes with the
     ring algorithm: the lesson's formula. all_reduce: 2(N-1)/N of it;

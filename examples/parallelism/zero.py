@@ -155,6 +155,8 @@ def main():
     lesson.say(comm, f"  per rank per step, ring algorithms: {sent:,.0f} B sent; the lesson's {times}(N-1)/N of the "
                      f"{psi * ITEM:,} B of parameters: {times * (n - 1) / n * psi * ITEM:,.0f} B (padding adds a "
                      f"little)")
+    if stage:  # stage 0 here all-reduces layer by layer; the planner buckets as DDP does (data_parallel.py)
+        lesson.plan_command(comm, sizes, args, "adam", zero=stage)
     final = [gathered(i) for i in range(len(layers))] if stage == 3 else [layer.split(layer.full) for layer in layers]
     status = lesson.check(comm, lesson.flat(final), args, sizes, lesson.Adam)
     comm.destroy()

@@ -7,7 +7,9 @@
 
 #include "coll/coll.h"
 #include "device/device.h"
+#include "core/flight.h"
 #include "core/log.h"
+#include "core/status.h"
 #include "core/socket.h"
 #include "plan/plan.h"
 
@@ -80,6 +82,7 @@ static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *ca
      * anything is sent, on every rank alike (what it needs is the same
      * everywhere): the call fails, the communicator stays usable. */
     if (!fn) return CCL_ERR_UNSUPPORTED;
+    comm->flight_algo = a.plan.algo;
     if (!CCL__LOG_ON(CCL__LOG_TRACE, CCL__SUB_PLAN)) return run_algo(comm, fn, &a);
     /* CCL_DEBUG=TRACE: the model's prediction against this rank's time
      * (predicted only here: untraced calls never ask for it). */
@@ -123,6 +126,28 @@ static int same_exchange(const struct ccl__call *a, const struct ccl__call *b) {
            a->xfer.coll.seq == b->xfer.coll.seq;
 }
 
+/* A collective, with its flight recorder entry. */
+static ccl_status_t run_recorded(struct ccl_comm *comm, const struct ccl__call *c) {
+    if (!c->flight) return run_coll(comm, &c->coll);
+    comm->flight_algo = -1;
+    ccl__flight_running(comm->flight, c->flight, ccl__status_steps(comm));
+    ccl_status_t st = run_coll(comm, &c->coll);
+    ccl__flight_end(comm->flight, c->flight, st, comm->flight_algo);
+    return st;
+}
+
+/* The batch's transfers' flight recorder entries (one per ticket). */
+static void flight_transfers(struct batch_op *b, int running, ccl_status_t st) {
+    uint64_t last = 0;
+    for (int i = 0; i < b->n; i++) {
+        const struct ccl__call *c = &b->calls[i];
+        if (!c->is_p2p || !c->flight || c->flight == last) continue;
+        last = c->flight;
+        if (running) ccl__flight_running(b->base.comm->flight, c->flight, ccl__status_steps(b->base.comm));
+        else ccl__flight_end(b->base.comm->flight, c->flight, st, -1);
+    }
+}
+
 /* Point-to-point transfers first, all together (so a group's sends and
  * receives can never deadlock on each other), then collectives in issue
  * order (every rank issues those in the same order). */
@@ -139,9 +164,14 @@ static ccl_status_t run_calls(struct batch_op *b) {
         }
         b->xfers[b->nxfers++] = c->xfer;
     }
-    if (b->nxfers) CCL_CHECK(ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->what));
+    if (b->nxfers) {
+        if (comm->flight) flight_transfers(b, 1, CCL_OK);
+        ccl_status_t st = ccl__p2p_run(comm, b->xfers, b->nxfers, CCL__K_P2P, b->what);
+        if (comm->flight) flight_transfers(b, 0, st);
+        CCL_CHECK(st);
+    }
     for (int i = 0; i < b->n; i++)
-        if (!b->calls[i].is_p2p) CCL_CHECK(run_coll(comm, &b->calls[i].coll));
+        if (!b->calls[i].is_p2p) CCL_CHECK(run_recorded(comm, &b->calls[i]));
     return CCL_OK;
 }
 
@@ -163,6 +193,7 @@ static ccl_status_t batch_run(struct ccl__op *base) {
 ccl_status_t ccl__run_inline(struct ccl__call *call) {
     struct ccl_comm *comm = call->comm;
     ccl_status_t st = ccl__comm_health(comm);
+    comm->flight_algo = -1;
     if (st == CCL_OK && !call->is_p2p) {
         st = run_coll(comm, &call->coll);
     } else if (st == CCL_OK) {
@@ -170,6 +201,7 @@ ccl_status_t ccl__run_inline(struct ccl__call *call) {
         if (check_wanted(comm, call)) st = check_exchange(comm, call, 1);
         if (st == CCL_OK) st = ccl__p2p_run(comm, &call->xfer, 1, CCL__K_P2P, "send/recv");
     }
+    ccl__flight_end(comm->flight, call->flight, st, comm->flight_algo);
     ccl__exec_inline_done(comm);
     return st;
 }

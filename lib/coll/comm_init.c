@@ -17,6 +17,8 @@
 #include "core/bootstrap.h"
 #include "core/cma.h"
 #include "core/log.h"
+#include "core/flight.h"
+#include "core/status.h"
 #include "core/trace.h"
 #include "plan/plan.h"
 #include "plan/tune.h"
@@ -58,7 +60,9 @@ static void on_fail(struct ccl_comm *comm, ccl_status_t st) {
 
 static void comm_free(struct ccl_comm *comm) {
     if (!comm) return;
+    ccl__status_release(comm); /* out of the registry already: the server cannot be describing it */
     ccl__exec_destroy(comm);
+    ccl__flight_free(comm);
     ccl__user_regs_free(comm); /* handles the application did not deregister */
     ccl__device_free(comm);    /* nothing queued is left to stage or release */
     comm->gpu_direct = 0;      /* a late failure releases no words: they go with the windows below */
@@ -153,6 +157,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     ccl__tune_local(comm, &self);
     ccl__gpu_identity(self.gpu_uuid, &self.gpu_usable);
     ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
+    if (st == CCL_OK) ccl__status_listen(comm, &self.status_addr);
     if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
     /* Pinned before the transports set up: their buffers are first touched,
      * and the nearest RDMA device chosen, from where the rank will run. A
@@ -211,11 +216,15 @@ ccl_status_t ccl__comm_create(ccl_comm_t **out, int nranks, const struct ccl__un
      * telling latecomers waits for them up to its timeout. */
     ccl__boot_root_wait(uid->secret, ccl__now() + (st == CCL_OK ? comm->params.timeout_s : 1.0));
     if (st == CCL_OK) st = ccl__registry_add(comm);
+    if (st == CCL_OK && ccl__flight_init(comm) != 0)
+        CCL_WARN(CCL__SUB_INIT, rank, "flight recorder: out of memory: this communicator records no calls");
+    if (st == CCL_OK) ccl__status_publish(comm);
     if (st == CCL_OK && comm->params.trace[0]) st = ccl__trace_begin(comm);
     if (st != CCL_OK) {
         /* The message lives in the comm we are about to free: log it. */
         CCL_WARN(CCL__SUB_INIT, rank, "ccl_comm_init_rank failed (%s): %s", ccl_status_string(st), comm->last_error);
         ccl__note_init_failure(comm->last_error);
+        ccl__registry_remove(comm); /* where the trace's start failed after it was added */
         comm_free(comm);
         return st;
     }

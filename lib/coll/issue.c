@@ -16,11 +16,14 @@
 #include <stdlib.h>
 
 #include "coll/coll.h"
+#include "core/flight.h"
 #include "core/log.h"
+#include "core/status.h"
 #include "device/device.h"
 #include "device/gpu_direct.h"
 
 void ccl__call_complete(struct ccl__call *call, ccl_status_t st) {
+    ccl__flight_end(call->comm->flight, call->flight, st, -1);
     if (call->req) {
         call->req->status = st;
         atomic_store_explicit(&call->req->done, 1, memory_order_release);
@@ -121,6 +124,32 @@ ccl_status_t ccl__dispatch(struct ccl_comm *comm, struct ccl__call *calls, int n
     return st;
 }
 
+/* The flight recorder's entries for calls being issued: one per
+ * collective and per point-to-point call, one for a gather's, scatter's
+ * or all_to_all_v's transfers together. Running when the caller runs the
+ * call itself at once (the inline path may still fall back to the
+ * executor: then it is running there a moment later). */
+static void flight_record(struct ccl_comm *comm, struct ccl__call *calls, int n, int inline_run) {
+    int state = inline_run ? CCL__FLIGHT_RUNNING : CCL__FLIGHT_ISSUED;
+    for (int i = 0; i < n; i++) {
+        struct ccl__call *c = &calls[i];
+        const struct ccl__coll_id *id = c->is_p2p ? &c->xfer.coll : &c->coll.id;
+        if (c->is_p2p && id->kind && i > 0 && calls[i - 1].is_p2p && calls[i - 1].xfer.coll.kind == id->kind &&
+            calls[i - 1].xfer.coll.seq == id->seq) {
+            c->flight = calls[i - 1].flight; /* the same exchange */
+        } else if (c->is_p2p && !id->kind) {
+            c->flight = ccl__flight_begin(comm->flight, CCL__K_P2P, 0, c->xfer.count, c->xfer.dtype, -1, c->xfer.peer,
+                                          c->xfer.is_send, state, ccl__status_steps(comm));
+        } else {
+            int rooted = id->kind == CCL__K_BROADCAST || id->kind == CCL__K_REDUCE || id->kind == CCL__K_GATHER ||
+                         id->kind == CCL__K_SCATTER;
+            c->flight = ccl__flight_begin(comm->flight, id->kind, id->seq, id->count, id->dtype,
+                                          ccl__kind_reduces(id->kind) ? (int)id->op : -1, rooted ? id->root : -1, 0,
+                                          state, ccl__status_steps(comm));
+        }
+    }
+}
+
 ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, int n, ccl_request_t **req_out,
                               const char *what) {
     ccl_status_t st = ccl__comm_health(comm);
@@ -135,9 +164,11 @@ ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, in
     calls[0].req = req; /* the batch completes it with the rest */
     for (int i = 0; i < n; i++)
         if (!calls[i].is_p2p) calls[i].coll.id.seq = comm->coll_seq++;
+    int inline_run = !ccl__group_open() && !req && n == 1 && !calls[0].device && !gpu_candidate(comm, calls);
+    if (comm->flight) flight_record(comm, calls, n, inline_run);
     if (ccl__group_open()) {
         for (int i = 0; i < n && st == CCL_OK; i++) st = ccl__group_record(&calls[i]);
-    } else if (!req && n == 1 && !calls[0].device && !gpu_candidate(comm, calls) && ccl__exec_try_inline(comm)) {
+    } else if (inline_run && ccl__exec_try_inline(comm)) {
         return ccl__run_inline(calls);
     } else {
         /* A group of its own. */

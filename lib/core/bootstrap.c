@@ -45,7 +45,14 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
     char where[64];
     ccl__sa_str(&uid->root, where, sizeof(where));
     int fd;
-    ccl_status_t st = ccl__sock_connect(&uid->root, ccl__now() + comm->params.timeout_s, &fd);
+    /* An id made inside a parent communicator (split, shrink) had its root
+     * listening before the parent carried the id: a refusal there means
+     * the rank holding the root died, and every member must learn it as
+     * soon as the ones that reached the root first (a shrink agrees again
+     * at once, and waits for each survivor only so long). */
+    double deadline = ccl__now() + comm->params.timeout_s;
+    ccl_status_t st = comm->parent ? ccl__sock_connect_listening(&uid->root, deadline, &fd)
+                                   : ccl__sock_connect(&uid->root, deadline, &fd);
     if (st == CCL_ERR_SYSTEM) {
         /* Not the root's absence: this process could not even try (out of
          * file descriptors, no route), and waiting would not help. */
@@ -56,6 +63,9 @@ ccl_status_t ccl__boot_connect(struct ccl_comm *comm, const struct ccl__unique_i
                               strerror(err), fds ? " (this process may open " : "", fds ? (long)lim.rlim_cur : 0L,
                               fds ? " files: raise ulimit -n)" : "");
     }
+    if (st == CCL_ERR_REMOTE)
+        return ccl__set_error(comm, st, "init: the bootstrap root at %s refuses connections: the parent "
+                              "communicator's rank that made the id exited", where);
     if (st != CCL_OK)
         return ccl__set_error(comm, st, "init: cannot reach the bootstrap root at %s within %g s", where,
                               comm->params.timeout_s);

@@ -164,6 +164,7 @@ struct ccl_comm {
     /* execution (core/exec.c) */
     struct ccl__exec *exec;
     uint32_t coll_seq;                  /* collectives issued, same on every rank */
+    int flight_algo;                    /* the algorithm the running collective was planned on, -1 none (batch.c) */
     uint32_t *send_seq;                 /* [nranks] p2p messages sent to each peer */
     uint32_t *recv_seq;                 /* [nranks] p2p messages received from each */
 
@@ -174,6 +175,15 @@ struct ccl_comm {
     int clock_shared_with_root;         /* reads the root's clock (same kernel and time namespace): offset 0 */
     double clock_rtt;                   /* last set-up round's round trip (0 before the first) */
     struct ccl__pair_chan *pairs;       /* pair messages after set-up (core/boot_pair.h) */
+
+    /* the flight recorder (core/flight.h): NULL when off */
+    struct ccl__flight *flight;
+    /* the status server (core/status.h) */
+    int status_on;                      /* counted in by the process's server (its generation + 1), 0: not */
+    char status_file[512];              /* where this rank says where the server is ("" = nowhere) */
+    _Atomic int32_t wait_peer;          /* the rank a wait past its spin is on + 2 (1: none), 0: no such wait */
+    _Atomic int64_t wait_since_us;      /* and since when (ccl__now() in us) */
+    _Atomic uint32_t wait_steps;        /* waits this rank completed (prims/wait.c): how far a call has got */
 
     /* tracing (core/trace.h): NULL when off */
     struct ccl__trace *trace;
@@ -235,6 +245,9 @@ static inline ccl_status_t ccl__comm_health(struct ccl_comm *comm) {
 ccl_status_t ccl__registry_add(struct ccl_comm *comm);
 void ccl__registry_remove(struct ccl_comm *comm);
 int ccl__registry_has(const struct ccl_comm *comm);
+/* fn on every live communicator, under the registry's lock (none can be
+ * destroyed meanwhile; fn must not call into the registry). */
+void ccl__registry_each(void (*fn)(struct ccl_comm *comm, void *arg), void *arg);
 
 /* Propagate a status from a call, logging where it failed (NCCL's NCCLCHECK). */
 #define CCL_CHECK(call)                                                                         \

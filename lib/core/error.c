@@ -1,5 +1,6 @@
 /* Per-communicator error state, failure propagation and the registry of
  * live communicators. */
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 
 #include "core/boot_pair.h"
 #include "core/comm.h"
+#include "core/flight.h"
 #include "core/log.h"
 
 static ccl_status_t keep_error(struct ccl_comm *comm, ccl_status_t st, int replace, const char *fmt, va_list ap) {
@@ -80,6 +82,14 @@ ccl_status_t ccl__comm_fail(struct ccl_comm *comm, ccl_status_t st) {
     CCL_WARN(CCL__SUB_ALL, comm->rank, "communicator failed (%s): %s", ccl_status_string(st), comm->last_error);
     pthread_mutex_unlock(&comm->err_lock);
     if (comm->on_fail) comm->on_fail(comm, st);
+    if (comm->flight) {
+        if (ccl__flight_dump(comm, CCL__FLIGHT_FAILURE) == 0)
+            CCL_WARN(CCL__SUB_ALL, comm->rank, "flight recorder written to %s (ccl-trace flight %s)", comm->flight->path,
+                     comm->flight->dir);
+        else
+            CCL_WARN(CCL__SUB_ALL, comm->rank, "flight recorder: could not write %s (%s)", comm->flight->path,
+                     strerror(errno));
+    }
     return st;
 }
 
@@ -154,6 +164,12 @@ void ccl__registry_remove(struct ccl_comm *comm) {
         registry = NULL;
         registry_cap = 0;
     }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void ccl__registry_each(void (*fn)(struct ccl_comm *comm, void *arg), void *arg) {
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len; i++) fn((struct ccl_comm *)registry[i], arg);
     pthread_mutex_unlock(&registry_lock);
 }
 

@@ -154,6 +154,11 @@ static void params_load(void) {
     copy_str(params.algo_source, sizeof(params.algo_source), "CCL_ALGO");
     ccl__params_tuning_file(params.tuning_file, sizeof(params.tuning_file));
     env_str("CCL_TRACE", "", params.trace, sizeof params.trace);
+    params.flight_recorder = env_long("CCL_FLIGHT_RECORDER", 512, 0, 1L << 20);
+    env_str("CCL_FLIGHT_DIR", "", params.flight_dir, sizeof params.flight_dir);
+    env_str("CCL_FLIGHT_SIGNAL", "USR2", params.flight_signal, sizeof params.flight_signal);
+    params.status = (int)env_long("CCL_STATUS", 1, 0, 1);
+    env_str("CCL_STATUS_DIR", "", params.status_dir, sizeof params.status_dir);
     env_str("CCL_TEST_KILL_AT", "", params.test_kill_at, sizeof params.test_kill_at);
     env_str("CCL_TEST_STALL_AT", "", params.test_stall_at, sizeof params.test_stall_at);
     env_str("CCL_CUDA_LIBRARY", "libcuda.so.1", params.cuda_library, sizeof params.cuda_library);
@@ -163,6 +168,22 @@ static void params_load(void) {
     params.zero_copy = (int)env_long("CCL_ZERO_COPY", 1, 0, 1);
     params.zero_copy_min = env_long("CCL_ZERO_COPY_MIN", -1, -1, 1L << 40);
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
+}
+
+int ccl__params_private_dir(const char *configured, const char *variable, const char *stem, char *dst, size_t n) {
+    if (configured[0]) {
+        copy_str(dst, n, configured);
+        return 0;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dst, n, "%s/%s-%u", tmp && *tmp ? tmp : "/tmp", stem, (unsigned)getuid());
+    (void)mkdir(dst, 0700);
+    struct stat st;
+    if (lstat(dst, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && !(st.st_mode & 077)) return 0;
+    CCL_WARN(CCL__SUB_INIT, -1, "%s cannot be made, or is not a directory of this user's alone: nothing is "
+             "written there (set %s)", dst, variable);
+    dst[0] = 0;
+    return -1;
 }
 
 long ccl__env_long(const char *name, long def, long lo, long hi) { return env_long(name, def, lo, hi); }

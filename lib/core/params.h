@@ -35,6 +35,11 @@ struct ccl__params {
     size_t algo_too_long;     /* CCL_ALGO's length when it did not fit (algo then holds its start); else 0 */
     char algo_source[24];     /* what set algo, for messages: "CCL_ALGO", "config.algo" or "ccl_comm_set_algo" */
     char trace[PATH_MAX];         /* CCL_TRACE: trace file written at destroy ("" = off) */
+    long flight_recorder;         /* CCL_FLIGHT_RECORDER: calls each communicator keeps (0 = off) */
+    char flight_dir[400];         /* CCL_FLIGHT_DIR: where dumps go ("" = the user's own in $TMPDIR) */
+    char flight_signal[16];       /* CCL_FLIGHT_SIGNAL: the signal that dumps ("0" = none) */
+    int status;                   /* CCL_STATUS: the status server runs */
+    char status_dir[400];         /* CCL_STATUS_DIR: where status files go ("" = the user's own in $TMPDIR) */
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
     int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (device/gpu_direct.h) */
     int single_copy;          /* CCL_SINGLE_COPY: the single-copy algorithm may read peers' buffers (algo/single_copy.c) */
@@ -53,6 +58,12 @@ const struct ccl__params *ccl__params_get(void);
  * the process-wide values (a tool that sets CCL_TUNING_FILE for the jobs
  * it forks needs the user's path first). */
 void ccl__params_tuning_file(char *dst, size_t n);
+/* Where files of this user's go that others must not read or plant
+ * (flight recorder dumps, status files): `configured` (the variable
+ * named) when set, else $TMPDIR/<stem>-<uid> (or /tmp's), made 0700; 0,
+ * or -1 with dst "" when that directory is there but not this user's
+ * alone (a warning says so). */
+int ccl__params_private_dir(const char *configured, const char *variable, const char *stem, char *dst, size_t n);
 
 /* A knob from the environment, by the rules every knob follows (params.c
  * says them): a whole number in lo..hi (a k or M suffix allowed), else def

@@ -60,6 +60,7 @@ struct ccl__peer_info {
     uint32_t pid_ns;                  /* inode of its /proc/self/ns/pid: pids compare only within one, 0 unknown */
     uint64_t cma_probe;               /* where its cross-memory attach probe word lies (core/cma.h) */
     union ccl__sa pair_addr;          /* where this rank's pair channel listens (core/boot_pair.h) */
+    union ccl__sa status_addr;        /* where its process's status server listens (core/status.h), zero: none */
     struct ccl__topo_summary topo;
     struct ccl__tuned_record tuned;
     uint8_t gpu_uuid[16]; /* the GPU current at init (device/gpu_direct.h) */

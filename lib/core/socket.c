@@ -30,6 +30,12 @@ double ccl__now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double ccl__wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 socklen_t ccl__sa_len(const union ccl__sa *a) {
     switch (a->sa.sa_family) {
     case AF_INET: return sizeof(struct sockaddr_in);
@@ -282,6 +288,31 @@ int ccl__sock_silent_s(int fd, double *silent_s) {
     return 1;
 }
 
+int ccl__sock_is_listener_at(int fd, const union ccl__sa *addr) {
+    int type = 0, listening = 0;
+    socklen_t ol = sizeof(int);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ol) != 0 || type != SOCK_STREAM) return 0;
+    ol = sizeof(int);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0 || !listening) return 0;
+    union ccl__sa at;
+    socklen_t len = sizeof(at);
+    if (getsockname(fd, &at.sa, &len) != 0 || at.sa.sa_family != addr->sa.sa_family) return 0;
+    if (at.sa.sa_family == AF_INET) {
+        if (at.in.sin_port != addr->in.sin_port) return 0;
+        if (at.in.sin_addr.s_addr != htonl(INADDR_ANY) && at.in.sin_addr.s_addr != addr->in.sin_addr.s_addr) return 0;
+    } else if (at.sa.sa_family == AF_INET6) {
+        if (at.in6.sin6_port != addr->in6.sin6_port) return 0;
+        if (memcmp(&at.in6.sin6_addr, &in6addr_any, sizeof(in6addr_any)) != 0 &&
+            memcmp(&at.in6.sin6_addr, &addr->in6.sin6_addr, sizeof(in6addr_any)) != 0)
+            return 0;
+    } else {
+        return 0;
+    }
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return 0;
+    ccl__sock_nonblock(fd);
+    return 1;
+}
+
 ccl_status_t ccl__sock_listen(union ccl__sa *addr, int *fd) {
     *fd = -1;
     socklen_t len = ccl__sa_len(addr);
@@ -355,7 +386,9 @@ static int connect_once(const union ccl__sa *addr, double deadline, int *fd) {
     return 0;
 }
 
-ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *fd) {
+/* refusal_final: the listener was up before its address was handed out,
+ * so a refusal means it is gone, not that it is still to come. */
+static ccl_status_t connect_retrying(const union ccl__sa *addr, double deadline, int refusal_final, int *fd) {
     *fd = -1;
     if (ccl__sa_len(addr) == 0) return CCL_ERR_INVALID_ARGUMENT;
     char name[80];
@@ -364,6 +397,10 @@ ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *
     for (;;) {
         int err = connect_once(addr, deadline, fd);
         if (err == 0) return CCL_OK;
+        if (refusal_final && (err == ECONNREFUSED || err == ECONNRESET)) {
+            CCL_INFO(CCL__SUB_NET, -1, "connect to %s: %s (its listener is gone)", name, strerror(err));
+            return CCL_ERR_REMOTE;
+        }
         if (!connect_retryable(err)) {
             CCL_WARN(CCL__SUB_NET, -1, "connect to %s: %s", name, strerror(err));
             errno = err; /* the caller's sentence names it */
@@ -379,6 +416,14 @@ ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *
         nanosleep(&ts, NULL);
         backoff = backoff * 2 < CONNECT_BACKOFF_MAX_S ? backoff * 2 : CONNECT_BACKOFF_MAX_S;
     }
+}
+
+ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *fd) {
+    return connect_retrying(addr, deadline, 0, fd);
+}
+
+ccl_status_t ccl__sock_connect_listening(const union ccl__sa *addr, double deadline, int *fd) {
+    return connect_retrying(addr, deadline, 1, fd);
 }
 
 ccl_status_t ccl__sock_connect_up(const union ccl__sa *addr, double deadline, int *fd) {

@@ -21,6 +21,9 @@ union ccl__sa {
 
 /* Monotonic clock in seconds. */
 double ccl__now(void);
+/* The wall clock in seconds since the epoch (CLOCK_REALTIME: comparable
+ * across hosts as far as their clocks agree); async-signal-safe. */
+double ccl__wall_now(void);
 
 socklen_t ccl__sa_len(const union ccl__sa *a);
 /* "host:port", "[v6addr]:port"; host may be a name. */
@@ -34,9 +37,16 @@ ccl_status_t ccl__sa_local(const char *ifname, union ccl__sa *out);
 
 /* Bind and listen on *addr (port 0 picks one); *addr gets the real port. */
 ccl_status_t ccl__sock_listen(union ccl__sa *addr, int *fd);
+/* 1 when fd is a TCP socket listening on addr's port (and its address,
+ * or every address), made close-on-exec and non-blocking: a listener a
+ * launcher bound and handed down. 0 otherwise, fd untouched. */
+int ccl__sock_is_listener_at(int fd, const union ccl__sa *addr);
 /* Connects, retrying refused connections until the deadline (the listener
  * may not exist yet). */
 ccl_status_t ccl__sock_connect(const union ccl__sa *addr, double deadline, int *fd);
+/* Like ccl__sock_connect, at a listener that was up before its address
+ * was handed out: CCL_ERR_REMOTE at once when refused (it is gone). */
+ccl_status_t ccl__sock_connect_listening(const union ccl__sa *addr, double deadline, int *fd);
 /* One attempt at a listener known to exist: CCL_ERR_REMOTE when refused
  * (nobody listens there any more), CCL_ERR_TIMEOUT at the deadline. */
 ccl_status_t ccl__sock_connect_up(const union ccl__sa *addr, double deadline, int *fd);

@@ -24,6 +24,7 @@ struct ccl__call {
     int device;              /* CCL__DEV_SEND | CCL__DEV_RECV: device buffers the batch stages (device.h) */
     int on_stream;           /* a _stream twin: ordered on stream at the group's end */
     void *stream;
+    uint64_t flight;         /* its flight recorder ticket (core/flight.h), 0: not recorded */
 };
 
 #endif

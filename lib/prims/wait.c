@@ -15,6 +15,7 @@
 #include "core/boot_pair.h"
 #include "core/log.h"
 #include "core/socket.h"
+#include "core/status.h"
 #include "transports/transport.h"
 
 #define LIVENESS_PERIOD_S 0.1 /* how often a sleeping waiter checks its peers */
@@ -41,6 +42,7 @@ struct ccl__waiter {
     uint32_t armed_bell;
     unsigned idle_rounds;
     int slept;         /* this idle stretch went to sleep */
+    int published;     /* the status server was told what this wait is on (core/status.h) */
     int spinning;      /* a pure spin under way: most rounds only poll */
     int pure_spin;     /* alone on its core: spinning needs no yield */
     int no_spin;       /* this idle stretch skips the spin (an adapter works for it on our CPUs) */
@@ -63,6 +65,7 @@ static void waiter_init(struct ccl__waiter *w, struct ccl_comm *comm, struct ccl
     w->armed_bell = 0;
     w->idle_rounds = 0;
     w->slept = 0;
+    w->published = 0;
     w->spinning = 0;
     w->no_spin = 0;
     w->announced = NULL;
@@ -92,6 +95,10 @@ static void waiter_learn(struct ccl__waiter *w, double now) {
 
 /* Peers ring the bell again only when they must wake a sleeper. */
 static void waiter_withdraw(struct ccl__waiter *w) {
+    if (w->published) {
+        ccl__status_not_waiting(w->comm);
+        w->published = 0;
+    }
     if (!w->announced) return;
     ccl__wake_withdraw(w->announced);
     w->announced = NULL;
@@ -357,6 +364,11 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     if (idle > w->comm->params.timeout_s) return timeout_error(w, idle);
     if (now >= w->next_check) {
         w->next_check = now + LIVENESS_PERIOD_S;
+        if (!w->published) {
+            /* Past the spin only: the fast path tells nobody anything. */
+            ccl__status_waiting(w->comm, blocking_peer(w), w->idle_since);
+            w->published = 1;
+        }
         if (!w->o->detached) answer_where(w);
         for (int i = 0; i < *w->nconns; i++) {
             struct ccl__conn *c = w->conns[i];
@@ -467,10 +479,14 @@ ccl_status_t ccl__wait_with(struct ccl_comm *comm, const char *what, struct ccl_
                             ccl__poll_fn poll, void *ctx, const struct ccl__wait_opts *opts) {
     int moved = 0;
     ccl_status_t st = poll(ctx, &moved); /* the fast path: no clock read */
-    if (st != CCL_INPROGRESS) return st;
+    if (st != CCL_INPROGRESS) {
+        if (st == CCL_OK) ccl__status_step(comm);
+        return st;
+    }
     struct ccl__waiter w;
     waiter_init(&w, comm, conns, nconns, what, opts ? opts : &plain_wait);
     st = wait_loop(&w, poll, ctx);
     waiter_withdraw(&w);
+    if (st == CCL_OK) ccl__status_step(comm);
     return st;
 }
