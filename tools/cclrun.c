@@ -65,6 +65,7 @@ struct launcher {
     int output_broken[3]; /* stdout/stderr closed by the reader */
     char *scratch;        /* "[r] " + one line + "\n" */
     int master_port;      /* MASTER_PORT for torch's store: not the root's */
+    int root_fd;          /* listening on the root's port until rank 0 has it */
 };
 
 static double now_s(void) {
@@ -241,6 +242,8 @@ static void run_child(const struct launcher *l, int rank, int out_fd, int err_fd
     setenv_int("CCL_WORLD_SIZE", l->opt.nranks);
     setenv_int("CCL_LOCAL_RANK", rank);
     setenv("CCL_ROOT_ADDR", root_addr, 1);
+    if (rank == 0 && l->root_fd >= 0 && fcntl(l->root_fd, F_SETFD, 0) == 0) setenv_int("CCL_ROOT_FD", l->root_fd);
+    else unsetenv("CCL_ROOT_FD");
     setenv("CCL_SECRET", secret, 1);
     /* What torch.distributed (env://) and programs written for torchrun
      * read; MASTER_PORT is a port of its own, for torch's store, since
@@ -372,15 +375,15 @@ static int final_status(const struct launcher *l) {
 }
 
 int main(int argc, char **argv) {
-    struct launcher l = {.exit_status = -1, .sigfd = -1};
+    struct launcher l = {.exit_status = -1, .sigfd = -1, .root_fd = -1};
     int parsed = cclrun_parse_options(argc, argv, &l.opt);
     if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
     ensure_std_fds_open();
 
-    int port = cclrun_pick_free_port();
-    /* two different ports, though each was free when picked */
-    for (int tries = 0; tries < 16 && port >= 0 && (l.master_port = cclrun_pick_free_port()) == port; tries++) {
-    }
+    /* The root's port stays bound, by a socket rank 0 takes over
+     * (CCL_ROOT_FD); torch's store binds MASTER_PORT itself. */
+    int port = cclrun_pick_port(&l.root_fd);
+    if (port >= 0) l.master_port = cclrun_pick_port(NULL);
     char secret[65], root_addr[32];
     if (port < 0 || l.master_port < 0 || l.master_port == port) {
         fprintf(stderr, "cclrun: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
@@ -425,7 +428,12 @@ int main(int argc, char **argv) {
             stop_ranks(&l);
             break;
         }
+        if (r == 0 && l.root_fd >= 0) {
+            close(l.root_fd); /* rank 0 holds it now */
+            l.root_fd = -1;
+        }
     }
+    if (l.root_fd >= 0) close(l.root_fd);
     event_loop(&l, fds, owners);
     if (l.stopping) signal_ranks(&l, SIGKILL); /* descendants still holding a pipe */
 

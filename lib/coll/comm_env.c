@@ -179,6 +179,29 @@ static int root_address(char *root, size_t n, int *shifted, char *why, size_t wh
     return 0;
 }
 
+/* cclrun binds the root's port and hands rank 0 the listening socket
+ * (CCL_ROOT_FD), so that no other process can take the port between the
+ * launcher's choice and rank 0's start. Taken once per process: a second
+ * communicator from the environment binds the port as usual. 1: the root
+ * runs on it. */
+static int root_on_inherited_listener(const struct ccl__unique_id *uid, int size) {
+    static int taken;
+    const char *v = getenv("CCL_ROOT_FD");
+    int fd;
+    if (!v || !*v || __atomic_exchange_n(&taken, 1, __ATOMIC_ACQ_REL)) return 0;
+    if (parse_int(v, &fd) || fd < 3 || !ccl__sock_is_listener_at(fd, &uid->root)) {
+        char root[80];
+        ccl__sa_str(&uid->root, root, sizeof root);
+        CCL_WARN(CCL__SUB_INIT, 0, "CCL_ROOT_FD=%s is not a socket listening on %s: ignored, rank 0 binds it", v,
+                 root);
+        return 0;
+    }
+    if (ccl__boot_root_start_on(fd, uid->secret, ccl__params_get()->timeout_s, ccl__conns_record_bytes()) != CCL_OK)
+        return 0; /* fd is closed; binding the port again says why it fails */
+    CCL_INFO(CCL__SUB_INIT, 0, "the root of %d ranks listens on the launcher's socket (CCL_ROOT_FD=%s)", size, v);
+    return 1;
+}
+
 CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
     if (!comm) return CCL_ERR_INVALID_ARGUMENT;
     *comm = NULL;
@@ -204,7 +227,7 @@ CCL_API ccl_status_t ccl_comm_init_env(ccl_comm_t **comm) {
     if (sst != CCL_OK) return sst;
     CCL_INFO(CCL__SUB_INIT, rank, "init from environment: rank %d of %d (%s, %s), root %s%s", rank, size, rv_name,
              sv_name, root, torchrun ? " (MASTER_PORT + 1: torchrun's store holds MASTER_PORT)" : "");
-    if (rank == 0) {
+    if (rank == 0 && !root_on_inherited_listener(&uid, size)) {
         ccl_status_t st = ccl__root_start_at(&uid, rank, "ccl_comm_init_env",
                                              torchrun ? "; under torchrun the root takes MASTER_PORT + 1: set "
                                                         "CCL_ROOT_ADDR=host:port to choose another" : "");

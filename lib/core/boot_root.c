@@ -573,6 +573,10 @@ void ccl__boot_root_wait(const uint8_t secret[CCL__SECRET_BYTES], double deadlin
     pthread_mutex_unlock(&roots_lock);
 }
 
+static ccl_status_t root_start(int lfd, const uint8_t secret[CCL__SECRET_BYTES],
+                               const uint8_t member_token[CCL__SECRET_BYTES], int members_below, double timeout_s,
+                               size_t record_bytes);
+
 ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
                                   size_t record_bytes) {
     return ccl__boot_root_start_members(addr, secret, NULL, 0, timeout_s, record_bytes);
@@ -582,20 +586,34 @@ ccl_status_t ccl__boot_root_start_members(union ccl__sa *addr, const uint8_t sec
                                           const uint8_t member_token[CCL__SECRET_BYTES], int members_below,
                                           double timeout_s, size_t record_bytes) {
     if (record_bytes == 0 || record_bytes > CCL__BOOT_MAX_RECORD) return CCL_ERR_INTERNAL;
+    int lfd;
+    ccl_status_t st = ccl__sock_listen(addr, &lfd);
+    if (st != CCL_OK) return st;
+    return root_start(lfd, secret, member_token, members_below, timeout_s, record_bytes);
+}
+
+ccl_status_t ccl__boot_root_start_on(int lfd, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
+                                     size_t record_bytes) {
+    if (record_bytes == 0 || record_bytes > CCL__BOOT_MAX_RECORD) {
+        close(lfd);
+        return CCL_ERR_INTERNAL;
+    }
+    return root_start(lfd, secret, NULL, 0, timeout_s, record_bytes);
+}
+
+/* Takes lfd, listening, and closes it on failure. */
+static ccl_status_t root_start(int lfd, const uint8_t secret[CCL__SECRET_BYTES],
+                               const uint8_t member_token[CCL__SECRET_BYTES], int members_below, double timeout_s,
+                               size_t record_bytes) {
     struct root *r = calloc(1, sizeof(*r));
-    if (!r) return CCL_ERR_NO_MEMORY;
-    if (!(r->entry = calloc(1, sizeof(*r->entry)))) {
+    if (!r || !(r->entry = calloc(1, sizeof(*r->entry)))) {
         free(r);
+        close(lfd);
         return CCL_ERR_NO_MEMORY;
     }
     memcpy(r->entry->secret, secret, CCL__SECRET_BYTES);
     r->entry->pid = getpid();
-    ccl_status_t st = ccl__sock_listen(addr, &r->lfd);
-    if (st != CCL_OK) {
-        free(r->entry);
-        free(r);
-        return st;
-    }
+    r->lfd = lfd;
     ccl__sock_nonblock(r->lfd);
     memcpy(r->secret, secret, CCL__SECRET_BYTES);
     if (member_token && members_below > 0) {
@@ -644,8 +662,10 @@ ccl_status_t ccl__boot_root_start_members(union ccl__sa *addr, const uint8_t sec
     pthread_mutex_lock(&roots_lock);
     while (!started) pthread_cond_wait(&roots_done, &roots_lock);
     pthread_mutex_unlock(&roots_lock);
-    char s[64];
-    ccl__sa_str(addr, s, sizeof(s));
+    union ccl__sa at;
+    socklen_t len = sizeof(at);
+    char s[64] = "?";
+    if (getsockname(lfd, &at.sa, &len) == 0) ccl__sa_str(&at, s, sizeof(s));
     CCL_INFO(CCL__SUB_BOOT, -1, "bootstrap root listening on %s", s);
     return CCL_OK;
 }

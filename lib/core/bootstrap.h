@@ -43,6 +43,11 @@ struct ccl__unique_id {
 ccl_status_t ccl__boot_root_start(union ccl__sa *addr, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
                                   size_t record_bytes);
 
+/* As ccl__boot_root_start, on a socket already listening (a launcher's,
+ * inherited by rank 0), which the root takes and closes when it ends. */
+ccl_status_t ccl__boot_root_start_on(int lfd, const uint8_t secret[CCL__SECRET_BYTES], double timeout_s,
+                                     size_t record_bytes);
+
 /* A grow's root: as ccl__boot_root_start, but a rank below members_below
  * (one of the growing communicator's ranks) is admitted only with
  * member_token as well; anyone else claiming such a rank is refused and

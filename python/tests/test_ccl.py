@@ -499,3 +499,70 @@ def test_from_env_under_cclrun():
     assert out.returncode == 0, out.stderr
     for r in range(3):
         assert f"rank {r} of 3 sum 6" in out.stdout, out.stdout
+
+
+def test_cclrun_holds_the_root_port_for_rank_0():
+    """cclrun keeps the root's port bound until rank 0 takes the socket over
+    (CCL_ROOT_FD): another process that tries the port in between is
+    refused, and the port lies outside the kernel's ephemeral range, where
+    connect() and bind(0) of other processes never land."""
+    cclrun = os.environ.get("CCL_CCLRUN")
+    if not cclrun:
+        pytest.skip("CCL_CCLRUN (the path of build/tools/cclrun) is not set")
+    script = ("import ccl, os, socket, time, numpy as np\n"
+              "port = int(os.environ['CCL_ROOT_ADDR'].rsplit(':', 1)[1])\n"
+              "if os.environ['CCL_RANK'] == '0':\n"
+              "    time.sleep(1.0)\n"
+              "else:\n"
+              "    s = socket.socket()\n"
+              "    try:\n"
+              "        s.bind(('127.0.0.1', port)); print('stranger bound', port)\n"
+              "    except OSError:\n"
+              "        print('stranger refused', port)\n"
+              "    s.close()\n"
+              "c = ccl.Comm.from_env()\n"
+              "x = np.array([c.rank + 1], np.int64)\n"
+              "c.all_reduce(x)\n"
+              "print('rank', c.rank, 'sum', x[0])\n"
+              "c.destroy()\n")
+    env = dict(os.environ, CCL_DEBUG="INFO", CCL_DEBUG_SUBSYS="INIT")
+    out = subprocess.run([cclrun, "-n", "3", sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    for r in range(3):
+        assert f"rank {r} sum 6" in out.stdout, out.stdout
+    assert out.stdout.count("stranger refused") == 2, out.stdout
+    assert "listens on the launcher's socket (CCL_ROOT_FD=" in out.stdout + out.stderr, out.stderr
+    port = int(out.stdout.split("stranger refused ")[1].split()[0])
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        lo, hi = map(int, f.read().split())
+    assert not lo <= port <= hi, (port, lo, hi)
+
+
+def test_root_fd_that_is_no_listener_is_ignored(tmp_path):
+    """A CCL_ROOT_FD naming something else (a file) is refused with a
+    warning, and rank 0 binds the address itself."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = ("import ccl, numpy as np\n"
+              "c = ccl.Comm.from_env()\n"
+              "x = np.array([5], np.int32)\n"
+              "c.all_reduce(x)\n"
+              "print('sum', x[0], 'size', c.size)\n"
+              "c.destroy()\n")
+    f = open(tmp_path / "not-a-socket", "w")
+    fd = f.fileno()
+    try:
+        launch = ("CCL_RANK", "CCL_WORLD_SIZE", "CCL_ROOT_ADDR", "CCL_ROOT_FD", "CCL_SECRET", "CCL_SECRET_FILE",
+                  "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+        env = {k: v for k, v in os.environ.items() if k not in launch}
+        env.update(CCL_RANK="0", CCL_WORLD_SIZE="1", CCL_ROOT_ADDR=f"127.0.0.1:{port}",
+                   CCL_ROOT_FD=str(fd), CCL_SECRET="ab" * 32)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env,
+                             pass_fds=(fd,))
+    finally:
+        f.close()
+    assert out.returncode == 0, out.stderr
+    assert "sum 5 size 1" in out.stdout, out.stdout
+    assert f"CCL_ROOT_FD={fd} is not a socket listening on 127.0.0.1:{port}" in out.stderr, out.stderr
