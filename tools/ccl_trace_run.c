@@ -49,8 +49,9 @@
 #define MAX_RANKS 256
 #define ERR_LEN 240
 
-enum coll { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE };
-static const char *const coll_names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
+enum coll { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE, ALL_TO_ALL };
+static const char *const coll_names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
+                                         "all_to_all"};
 enum pattern { DIGITS, OFFSET };
 static const char *const pattern_names[] = {"digits", "offset"};
 
@@ -80,9 +81,10 @@ static void usage(FILE *f) {
     fprintf(f, "Usage: ccl_trace_run --ranks N --count C --coll COLL --out FILE.json [--dtype int64|int32]\n"
                "                     [--transport shm|tcp] [--ranks-per-host K] [--root R] [--values FILE.txt]\n"
                "                     [--compare-untraced] [--timeout SECONDS]\n"
-               "COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce (op: sum).\n"
+               "COLL: all_reduce, reduce_scatter, all_gather, broadcast, reduce (op: sum), all_to_all.\n"
                "C is the call's count argument: all elements for all_reduce/broadcast/reduce,\n"
-               "the per-rank block for reduce_scatter (recvcount) and all_gather (sendcount).\n");
+               "the per-rank block for reduce_scatter (recvcount), all_gather (sendcount) and\n"
+               "all_to_all (the block each rank sends each rank).\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -167,10 +169,12 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
 /* ---- buffers and the reference ---- */
 
 static size_t in_elems(const struct opts *o) {
-    return o->coll == REDUCE_SCATTER ? o->count * (size_t)o->ranks : o->count;
+    return o->coll == REDUCE_SCATTER || o->coll == ALL_TO_ALL ? o->count * (size_t)o->ranks : o->count;
 }
 
-static size_t out_elems(const struct opts *o) { return o->coll == ALL_GATHER ? o->count * (size_t)o->ranks : o->count; }
+static size_t out_elems(const struct opts *o) {
+    return o->coll == ALL_GATHER || o->coll == ALL_TO_ALL ? o->count * (size_t)o->ranks : o->count;
+}
 
 static int has_input(const struct opts *o, int r) { return o->coll != BROADCAST || r == o->root; }
 static int has_output(const struct opts *o, int r) { return o->coll != REDUCE || r == o->root; }
@@ -206,6 +210,8 @@ static int64_t expected_value(const struct opts *o, int r, size_t i) {
         return input_value(o, (int)(i / o->count), i % o->count);
     case BROADCAST:
         return input_value(o, o->root, i);
+    case ALL_TO_ALL: /* block q of the output is rank q's block r */
+        return input_value(o, (int)(i / o->count), (size_t)r * o->count + i % o->count);
     }
     return 0;
 }
@@ -241,6 +247,7 @@ static ccl_status_t run_coll(const struct opts *o, const void *in, void *out, cc
     case ALL_GATHER: return ccl_all_gather(in, out, o->count, o->dtype, comm);
     case BROADCAST: return ccl_broadcast(in, out, o->count, o->dtype, o->root, comm);
     case REDUCE: return ccl_reduce(in, out, o->count, o->dtype, CCL_SUM, o->root, comm);
+    case ALL_TO_ALL: return ccl_all_to_all(in, out, o->count, o->dtype, comm);
     }
     return CCL_ERR_INVALID_ARGUMENT;
 }

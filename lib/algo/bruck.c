@@ -55,6 +55,12 @@ static size_t span_chunk(const struct span *s, size_t k, size_t chunk, size_t *o
     return 0;
 }
 
+static void trace_piece(struct ccl__prims *p, int step, size_t off, size_t count) {
+    if (__builtin_expect(p->comm->trace != NULL, 0))
+        ccl__prims_at(p, CCL__TR_BRUCK, CCL__TR_ALL_GATHER, step, CCL__TR_ALL_GATHER, step,
+                      (int)(off / (count ? count : 1)), 0, (uint64_t)off * p->esize);
+}
+
 static ccl_status_t bruck_all_gather(struct ccl_comm *comm, const struct ccl__coll_args *a) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
@@ -62,16 +68,17 @@ static ccl_status_t bruck_all_gather(struct ccl_comm *comm, const struct ccl__co
     size_t count = a->id.count;
     char *buf = a->recvbuf;
     p.compute->copy(buf + (size_t)r * count * p.esize, a->sendbuf, count * p.esize);
-    for (int d = 1, step = 1; d < n; d <<= 1, step++) {
+    for (int d = 1, step = 0; d < n; d <<= 1, step++) {
         int m = d < n - d ? d : n - d, to = ccl__mod(r - d, n), from = (r + d) % n;
         struct span out = span_of(r, m, n, count), in = span_of((r + d) % n, m, n, count);
-        if (__builtin_expect(comm->trace != NULL, 0))
-            ccl__prims_at(&p, CCL__TR_BRUCK, CCL__TR_ALL_GATHER, step - 1, CCL__TR_ALL_GATHER, step, step, 0,
-                          (uint64_t)out.off[0] * p.esize);
         for (size_t k = 0;; k++) {
             size_t so = 0, ro = 0, sn = span_chunk(&out, k, p.chunk_elems, &so), rn = span_chunk(&in, k, p.chunk_elems, &ro);
             if (!sn && !rn) break;
+            /* the trace names each piece by where it lands: its first block
+             * and its byte offset in recvbuf, the same on both ends */
+            if (sn) trace_piece(&p, step, so, count);
             if (sn) CCL_CHECK(ccl__prims_send(&p, to, ccl__at(buf, so, p.esize), sn));
+            if (rn) trace_piece(&p, step, ro, count);
             if (rn) CCL_CHECK(ccl__prims_recv(&p, from, (char *)ccl__at(buf, ro, p.esize), rn));
         }
     }
@@ -108,7 +115,7 @@ static ccl_status_t bruck_all_to_all(struct ccl_comm *comm, const struct ccl__co
         for (int i = 0; i < n; i++)
             if (i & d) cu->copy(pack + (size_t)(k++) * bb, tmp + (size_t)i * bb, bb);
         if (__builtin_expect(comm->trace != NULL, 0))
-            ccl__prims_at(&p, CCL__TR_BRUCK, CCL__TR_P2P, step - 1, CCL__TR_P2P, step, step, 0, 0);
+            ccl__prims_at(&p, CCL__TR_BRUCK, CCL__TR_P2P, step - 1, CCL__TR_P2P, step - 1, step - 1, 0, 0);
         st = swap_packed(&p, (r + d) % n, ccl__mod(r - d, n), pack, unpack, (size_t)k * a->id.count);
         k = 0;
         for (int i = 0; i < n && st == CCL_OK; i++)
@@ -126,7 +133,7 @@ static ccl_status_t dissemination_barrier(struct ccl_comm *comm, const struct cc
     int n = comm->nranks, r = comm->rank;
     for (int d = 1, step = 1; d < n; d <<= 1, step++) {
         if (__builtin_expect(comm->trace != NULL, 0))
-            ccl__prims_at(&p, CCL__TR_BRUCK, CCL__TR_P2P, step - 1, CCL__TR_P2P, step, step, 0, 0);
+            ccl__prims_at(&p, CCL__TR_BRUCK, CCL__TR_P2P, step - 1, CCL__TR_P2P, step - 1, step - 1, 0, 0);
         CCL_CHECK(ccl__prims_send(&p, (r + d) % n, NULL, 0));
         CCL_CHECK(ccl__prims_recv(&p, ccl__mod(r - d, n), NULL, 0));
     }

@@ -93,19 +93,18 @@ static ccl_status_t exchange(struct ccl__prims *p, int peer, const char **in, ch
 /* The ranks that sit out hand their data in (fold) or get the result back
  * (unfold). */
 static ccl_status_t fold_in(struct ccl__prims *p, const struct fold *f, int rank, const char **in, char *buf,
-                            size_t base, size_t count) {
+                            size_t base, size_t count, int algo) {
     if (rank >= 2 * f->rem) return CCL_OK;
-    at(p, CCL__TR_RD, CCL__TR_REDUCE_PHASE, 0);
+    at(p, algo, CCL__TR_REDUCE_PHASE, 0);
     if (f->me < 0) return exchange(p, rank + 1, in, buf, base, count, 0, 0, 0, 0, 0);
     return exchange(p, rank - 1, in, buf, 0, 0, base, count, 1, 0, 1);
 }
 
+/* after_step: the last step of the power-of-two part (the trace's). */
 static ccl_status_t fold_out(struct ccl__prims *p, const struct fold *f, int rank, const char **in, char *buf,
-                             size_t base, size_t count) {
+                             size_t base, size_t count, int algo, int after_step) {
     if (rank >= 2 * f->rem) return CCL_OK;
-    int steps = 0;
-    while ((1 << steps) < f->p2) steps++;
-    at(p, CCL__TR_RD, CCL__TR_BROADCAST, steps + 1);
+    at(p, algo, CCL__TR_BROADCAST, after_step + 1);
     if (f->me < 0) return exchange(p, rank + 1, in, buf, 0, 0, base, count, 0, 0, 0);
     return exchange(p, rank - 1, in, buf, base, count, 0, 0, 0, 0, 0);
 }
@@ -136,13 +135,16 @@ typedef ccl_status_t (*among_p2_fn)(struct ccl__prims *p, const struct fold *f, 
  * extra ranks in, run the power-of-two part, hand the result back to the
  * extra ranks. A segment's first exchange reads the send buffer; a rank
  * that had no exchange (alone) copies at the end. */
-static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a, among_p2_fn among) {
+static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a, among_p2_fn among,
+                                      int algo, int passes) {
     struct ccl__prims p;
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     struct fold f = fold_of(comm->nranks, comm->rank);
     char *buf = a->recvbuf;
     size_t total = a->id.count, seg = segment_elems(&p);
     int div = a->id.op == CCL_AVG ? comm->nranks : 0;
+    int log2p = 0; /* the power-of-two part takes passes x log2(P) steps */
+    while ((1 << log2p) < f.p2) log2p++;
     size_t base = 0;
     do {
         size_t count = min_sz(seg, total - base);
@@ -151,9 +153,9 @@ static ccl_status_t folded_all_reduce(struct ccl_comm *comm, const struct ccl__c
          * having read its send buffer and one not: a reduction gives the
          * same bits in place and out of place (NaN payloads included,
          * lib/reduce), so they still agree. */
-        CCL_CHECK(fold_in(&p, &f, comm->rank, &in, buf, base, count));
+        CCL_CHECK(fold_in(&p, &f, comm->rank, &in, buf, base, count, algo));
         if (f.me >= 0) CCL_CHECK(among(&p, &f, &in, buf, base, count, div));
-        CCL_CHECK(fold_out(&p, &f, comm->rank, &in, buf, base, count));
+        CCL_CHECK(fold_out(&p, &f, comm->rank, &in, buf, base, count, algo, passes * log2p));
         if (in != buf)
             p.compute->copy((char *)ccl__at(buf, base, p.esize), ccl__at(in, base, p.esize), count * p.esize);
         base += count;
@@ -201,11 +203,11 @@ static ccl_status_t rhd_among(struct ccl__prims *p, const struct fold *f, const 
 }
 
 static ccl_status_t rd_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    return folded_all_reduce(comm, a, rd_among);
+    return folded_all_reduce(comm, a, rd_among, CCL__TR_RD, 1);
 }
 
 static ccl_status_t rhd_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    return folded_all_reduce(comm, a, rhd_among);
+    return folded_all_reduce(comm, a, rhd_among, CCL__TR_RHD, 2);
 }
 
 static int pow2(int n) { return (n & (n - 1)) == 0; }

@@ -10,17 +10,24 @@ import tempfile
 import textwrap
 
 from . import formulas
-from .provenance import names, replay, short_names
+from .provenance import Pieces, names, replay, short_names
 from .tracefile import TraceError, load
 from .values import Values
 
-COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
-# What each algorithm can be explained for: where libccl runs it and its
-# trace labels every piece of the buffer alike from step to step.
+RING_COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+COLLS = RING_COLLS + ("all_to_all",)
+# What each algorithm is explained for: every collective libccl runs it
+# for. (Bruck's all-to-all packs blocks from scattered places of its work
+# buffer into one message, and its trace names the message, not the
+# blocks: its story cannot be told from the trace.)
 ALGOS = {
-    "ring": COLLS,
+    "ring": RING_COLLS,
     "tree": ("all_reduce", "broadcast", "reduce"),
     "rd": ("all_reduce",),
+    "rhd": ("all_reduce",),
+    "bruck": ("all_gather",),
+    "hier": ("all_reduce",),
+    "pairwise": ("all_to_all",),
     "direct": COLLS,
 }
 
@@ -50,7 +57,46 @@ ALGO_PHASE_TEXT = {
                    "one, which adds it and takes part for both."),
         "broadcast": "The ranks that sat out get the finished result back from their partner.",
     },
+    "rhd": {
+        "reduce": ("N is not a power of two: the first 2R ranks pair up (step 0). The even one of each pair "
+                   "hands its whole buffer to the odd one, which adds it and takes part for both; the P "
+                   "ranks left (a power of two) are renumbered 0..P-1."),
+        "reduce-scatter": ("Recursive halving: in each step a rank swaps half of what it still works on with "
+                           "the partner whose number differs in one bit (the highest first), keeping the half "
+                           "its bit selects and adding the partner's copy of it. Each step halves the work: "
+                           "after log2(P) steps each rank holds one block of the buffer summed over all ranks, "
+                           "having sent (P-1)/P of the buffer."),
+        "all-gather": ("Recursive doubling: the halving backwards. Each rank swaps everything it has finished "
+                       "with its partner (the lowest bit first), so the finished part doubles every step until "
+                       "every rank holds the whole sum."),
+        "broadcast": "The ranks that sat out get the finished result back from their partner.",
+    },
+    "bruck": {
+        "all-gather": ("Bruck: in step k every rank passes every block it has gathered so far (up to 2^k of "
+                       "them: its own and the next ones) to the rank 2^k below it and gets as many from the rank "
+                       "2^k above. Blocks land at their final places. After ceil(log2 N) steps, for any N, every "
+                       "rank holds every block."),
+    },
+    "hier": {
+        "reduce-scatter": ("Hierarchical, three rings. First a reduce-scatter ring inside each host (L ranks): "
+                           "the rank at place i of its host ends with block i summed over its host. Then the "
+                           "ranks at place i of every host form a ring across the hosts (H ranks, one per host, "
+                           "all such rings side by side) and reduce-scatter block i among them, in H pieces: "
+                           "each ends with one piece summed over every rank. Only these rings cross hosts."),
+        "all-gather": ("Then the way back: each ring across the hosts all-gathers its block's finished pieces, "
+                       "so that every rank at place i holds block i summed over everyone, and an all-gather "
+                       "ring inside each host hands every rank all L blocks."),
+    },
+    "pairwise": {
+        "p2p": ("Pairwise exchange: in step s each rank sends its block for rank r + s to that rank and "
+                "receives rank r - s's block for it, so every pair of ranks meets once, in N-1 steps, each "
+                "rank sending and receiving one block per step. in[q] is a rank's input block for rank q, "
+                "out[q] the block it gets from rank q."),
+    },
     "direct": {
+        "p2p": ("Every rank has put its input in its shared window. Every rank copies the block each peer "
+                "holds for it straight out of the peer's window: one step. in[q] is a rank's input block for "
+                "rank q, out[q] the block it gets from rank q."),
         "reduce": ("Every rank has put its input in its shared window. Nothing travels hop by hop: every rank "
                    "that wants the result reads every peer's window in place and adds the inputs up itself, "
                    "in rank order, so every copy of the result has the same bits. One step."),
@@ -115,6 +161,8 @@ def run(args, script_dir, workdir):
            "--out", trace, "--values", values, "--root", str(args.root)]
     if args.transport:
         cmd += ["--transport", args.transport]
+    if args.ranks_per_host:
+        cmd += ["--ranks-per-host", str(args.ranks_per_host)]
     # Forced for the explained collective only (CCL_ALGO's per-collective form).
     env = dict(os.environ, CCL_ALGO=f"{args.collective.replace('_', '')}:{args.algo}")
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -123,85 +171,78 @@ def run(args, script_dir, workdir):
     return trace, values
 
 
-def piece_label(key, multi_round):
-    chunk, rnd = key
-    return f"c{chunk}.{rnd}" if multi_round else f"c{chunk}"
-
-
 def byte_range(ev):
     return f"bytes {ev.offset}-{ev.offset + ev.bytes - 1}"
 
 
 def pieces(coll):
     """Every piece of the buffer: key -> (offset, bytes)."""
-    out = {}
-    for e in coll.events:
-        out.setdefault(e.key, (e.offset, e.bytes))
-    return dict(sorted(out.items(), key=lambda kv: kv[1][0]))
+    return {k: (o, b) for k, (o, b, _) in Pieces(coll, 1).span.items()}
 
 
-def several_rounds(parts):
-    """Whether some chunk moves in more than one slice (labels then say which)."""
-    rounds = {}
-    for chunk, rnd in parts:
-        rounds.setdefault(chunk, set()).add(rnd)
-    return any(len(r) > 1 for r in rounds.values())
-
-
-def show_inputs(out, vals, parts, multi):
+def show_inputs(out, vals, pcs):
     print("Inputs, as the run filled them:", file=out)
     if vals.pattern == "digits":
         print("  rank r's element i is (i mod 9 + 1) x 10^r, so decimal digit r of any sum is non-zero", file=out)
         print("  exactly when rank r's data is in it (element 0 of r0+r2 is 101, element 1 is 202).", file=out)
     else:
         print("  rank r's element i is (r+1) x 1000 + (i mod 1000).", file=out)
+    inputs = [k for k, (_, _, sp) in pcs.span.items() if sp == "in"] or pcs.keys()
     for r in range(vals.nranks):
         if r not in vals.inputs:
             print(f"  r{r}: (no input)", file=out)
             continue
         cells = []
-        for key, (off, nb) in parts.items():
+        for key in inputs:
+            off, nb = pcs.where(key)
             if vals.contribution(r, off // vals.esize) is not None:
-                cells.append(f"{piece_label(key, multi)}={vals.piece((r,), off, nb)}")
+                cells.append(f"{pcs.label[key]}={vals.piece((r,), off, nb)}")
         print(f"  r{r}: " + "  ".join(cells), file=out)
 
 
-def show_grid(out, story, held, parts, multi):
+def show_grid(out, story, held, pcs):
     n = story.nranks
-    labels = [piece_label(k, multi) for k in parts]
-    cells = [[short_names(held[r].get(k, ()), n) for k in parts] for r in range(n)]
+    keys = pcs.keys(with_input=False)
+    labels = [pcs.label[k] for k in keys]
+    cells = [[short_names(held[r].get(k, ()), n) for k in keys] for r in range(n)]
     width = max([len(x) for row in cells for x in row] + [len(x) for x in labels]) + 2
     print("       " + "".join(x.ljust(width) for x in labels).rstrip(), file=out)
     for r in range(n):
         print(f"    r{r}".ljust(7) + "".join(x.ljust(width) for x in cells[r]).rstrip(), file=out)
 
 
-def show_step(out, vals, step, phase, moves, steps_of_phase, multi):
+def show_step(out, vals, step, phase, moves, steps_of_phase, pcs):
     pos = steps_of_phase.index(step) + 1
     print(f"Step {step}  ({phase}, {pos} of {len(steps_of_phase)})", file=out)
     rows = []
     for m in moves:
         s, r = m.transfer.send, m.transfer.recv
-        what = piece_label(s.key, multi)
+        what, into = pcs.label[s.key], pcs.label[r.key]
         left = f"r{s.rank} sends {what} ({byte_range(s)}) to r{r.rank},"
-        verb = f"which adds its own {what}" if m.reduced else "which stores it"
-        rows.append((left, verb, f"{what} = {names(m.result)}", vals.piece(m.result, r.offset, r.bytes)))
+        if m.reduced:
+            verb = f"which adds its own {into}"
+        else:
+            verb = "which stores it" + (f" as {into}" if into != what else "")
+        rows.append((left, verb, f"{into} = {names(m.result)}", vals.piece(m.result, m.origin, r.bytes)))
     w = [max(len(row[i]) for row in rows) for i in range(3)]
     for left, verb, prov, val in rows:
         print(f"  {left.ljust(w[0])} {verb.ljust(w[1])}: {prov.ljust(w[2])} = {val}", file=out)
 
 
-def result_rows(vals, story, parts, multi):
+def result_rows(vals, story):
     """Per rank with an output: (rank, values from the replay, values the run produced)."""
+    pcs = Pieces(story.coll, vals.nranks)
     rows = []
     for r in range(vals.nranks):
         if r not in vals.outputs:
             continue
         replayed = []
-        for key, (off, nb) in parts.items():
+        for key in pcs.keys(with_input=False):
+            off, nb = pcs.where(key)
             prov = story.final[r].get(key, ())
-            for i in vals.elements(off, nb):
-                replayed.append((i, vals.value(prov, i)))
+            src = story.origin.get(r, {}).get(key, off) // vals.esize
+            for j, i in enumerate(vals.elements(off, nb)):
+                replayed.append((i, vals.value(prov, src + j)))
         if vals.coll == "reduce_scatter":  # the output is the rank's own block
             lo = r * vals.count
             replayed = [(i - lo, v) for i, v in replayed if lo <= i < lo + vals.count]
@@ -224,35 +265,70 @@ def edges(coll, key=None):
     return ", ".join(f"r{a}->r{b}" for a, b in seen)
 
 
-def show_structure(out, vals, coll, parts, multi):
+def partners(coll):
+    """Per step, who exchanges with whom."""
+    for step in coll.steps:
+        pairs = sorted({tuple(sorted((t.src, t.dst))) for t in coll.transfers if t.step == step})
+        yield step, ", ".join(f"r{a}<->r{b}" for a, b in pairs)
+
+
+def show_structure(out, vals, coll, pcs):
     """How the ranks are wired, as this algorithm uses them."""
     algo = coll.algo
+    n = len(pcs.span)
     if algo in ("ring", "chain"):
         order = formulas.ring_order(coll, start=chain_start(coll))
         ring = algo == "ring"
         print(("Ring: " if ring else "Chain: ") + " -> ".join(f"r{r}" for r in order)
               + (f" -> r{order[0]}" if ring else ""), file=out)
-        print(f"The buffer is cut into {len(parts)} pieces; chunk cK is the part rank K ends up owning:" if ring
-              else f"The buffer moves in {len(parts)} piece(s):", file=out)
+        print(f"The buffer is cut into {n} pieces; chunk cK is the part rank K ends up owning:" if ring
+              else f"The buffer moves in {n} piece(s):", file=out)
     elif algo == "tree" and vals.coll == "all_reduce":
-        for h in sorted({k[0] for k in parts}):
+        for h in sorted({k[0] for k in pcs.span}):
             print(f"Tree {h} (carries c{h}), child -> parent: {edges(coll, h)}", file=out)
         print("The buffer is halved: chunk c0 is the half tree 0 carries, c1 the half tree 1 carries:", file=out)
     elif algo == "tree":
         print(f"Binomial tree rooted at r{vals.root}, " + ("child -> parent: " if vals.coll == "reduce"
                                                            else "parent -> child: ") + edges(coll), file=out)
-        print(f"The buffer moves in {len(parts)} piece(s):", file=out)
-    elif algo == "rd":
+        print(f"The buffer moves in {n} piece(s):", file=out)
+    elif algo in ("rd", "rhd"):
+        for step, pairs in partners(coll):
+            print(f"Step {step} partners: {pairs}", file=out)
+        print(f"The whole buffer moves in every exchange, as {n} piece(s):" if algo == "rd" else
+              f"Each exchange moves a part of the buffer; the parts are cut into {n} pieces, at every place "
+              "where some exchange starts or ends:", file=out)
+    elif algo == "bruck":
         for step in coll.steps:
-            pairs = sorted({tuple(sorted((t.src, t.dst))) for t in coll.transfers if t.step == step})
-            print(f"Step {step} partners: " + ", ".join(f"r{a}<->r{b}" for a, b in pairs), file=out)
-        print(f"The whole buffer moves in every exchange, as {len(parts)} piece(s):", file=out)
+            pairs = sorted({(t.src, t.dst) for t in coll.transfers if t.step == step})
+            print(f"Step {step} (distance {2 ** step}): " + ", ".join(f"r{a}->r{b}" for a, b in pairs), file=out)
+        print(f"Block cK is rank K's input; the buffer holds {n} pieces:", file=out)
+    elif algo == "hier":
+        hosts = formulas.hosts_of(coll, vals.nranks)
+        print("Hosts (from which transfers stay inside one): " +
+              "  ".join("{" + " ".join(f"r{r}" for r in h) + "}" for h in hosts), file=out)
+        print(f"The buffer is cut into {n} pieces, at every place where some ring's block starts or ends:",
+              file=out)
+    elif vals.coll == "all_to_all":
+        if algo == "pairwise":
+            for step in coll.steps:
+                pairs = sorted({(t.src, t.dst) for t in coll.transfers if t.step == step})
+                print(f"Step {step}: " + ", ".join(f"r{a}->r{b}" for a, b in pairs), file=out)
+        else:
+            print("One host: every rank publishes its input in a shared window and every peer reads its own "
+                  "block there (the trace tells each read as a transfer from the window's owner).", file=out)
+        print(f"Each rank's input and output hold {vals.nranks} blocks of {vals.count} element(s):", file=out)
     else:
         print("One host: every rank publishes its data in a shared window and its peers read it there in "
               "place (the trace tells each read as a transfer from the window's owner).", file=out)
-        print(f"The buffer moves in {len(parts)} piece(s):", file=out)
-    print("  " + "   ".join(f"{piece_label(k, multi)} = bytes {o}-{o + b - 1}" for k, (o, b) in parts.items()),
-          file=out)
+        print(f"The buffer moves in {n} piece(s):", file=out)
+    line = ""
+    for k, (o, b, _) in pcs.span.items():
+        entry = f"{pcs.label[k]} = bytes {o}-{o + b - 1}"
+        if line and len(line) + 3 + len(entry) > 98:
+            print("  " + line, file=out)
+            line = ""
+        line += ("   " if line else "") + entry
+    print("  " + line, file=out)
 
 
 def chain_start(coll):
@@ -262,15 +338,16 @@ def chain_start(coll):
     return starts[0] if starts else 0
 
 
-def show_header(out, vals, coll, parts, multi):
+def show_header(out, vals, coll, pcs):
     D = formulas.buffer_bytes(vals)
     print(f"A real {coll.algo} {vals.coll} on {vals.nranks} ranks, traced by libccl and replayed from the "
           f"trace.", file=out)
     transport = sorted({e.transport for e in coll.events if e.kind != "reduce"})
     op = ", op sum" if vals.coll in ("all_reduce", "reduce_scatter", "reduce") else ""
-    print(f"count {vals.count} x {vals.dtype} (the whole buffer: D = {D} bytes){op}, "
+    whole = "a rank's whole input" if vals.coll == "all_to_all" else "the whole buffer"
+    print(f"count {vals.count} x {vals.dtype} ({whole}: D = {D} bytes){op}, "
           f"transport {', '.join(transport)}.", file=out)
-    show_structure(out, vals, coll, parts, multi)
+    show_structure(out, vals, coll, pcs)
     print(file=out)
 
 
@@ -294,7 +371,7 @@ def phase_text(algo, vals, phase, number):
     return texts.get(phase, "")
 
 
-def show_steps(out, vals, story, parts, multi):
+def show_steps(out, vals, story, pcs):
     phases = phase_steps(story)
     for step, phase, moves, held in story.steps:
         number, steps = next((i + 1, s) for i, (p, s) in enumerate(phases) if p == phase and step in s)
@@ -302,28 +379,30 @@ def show_steps(out, vals, story, parts, multi):
             print(f"\n== Phase {number}: {phase}, steps {steps[0]}-{steps[-1]} ==", file=out)
             para(out, phase_text(story.coll.algo, vals, phase, number))
         print(file=out)
-        show_step(out, vals, step, phase, moves, steps, multi)
+        show_step(out, vals, step, phase, moves, steps, pcs)
         if vals.nranks <= 4 or step == steps[-1]:
             print("  Who holds what now (each copy's ingredients, in the order they were added):", file=out)
-            show_grid(out, story, held, parts, multi)
+            show_grid(out, story, held, pcs)
 
 
-def show_result(out, vals, story, parts, multi):
+def show_result(out, vals, story, pcs):
     ok = True
     print("\n== Result ==", file=out)
-    complete = all(sorted(story.final[r].get(k, ())) == list(range(vals.nranks))
-                   for r in vals.outputs for k in parts)
+    keys = pcs.keys(with_input=False)
+    complete = all(sorted(story.final[r].get(k, ())) == list(range(vals.nranks)) for r in vals.outputs for k in keys)
     if vals.coll == "all_reduce" and complete:
-        para(out, f"Every rank holds all {len(parts)} chunks, each the sum over all {vals.nranks} ranks:")
+        para(out, f"Every rank holds all {len(keys)} chunks, each the sum over all {vals.nranks} ranks:")
     elif vals.coll == "all_gather":
-        para(out, f"Every rank holds all {len(parts)} chunks, chunk cK being rank K's input:")
+        para(out, f"Every rank holds all {len(keys)} chunks, chunk cK being rank K's input:")
     elif vals.coll == "reduce_scatter":
         para(out, "Each rank's output is its own chunk, summed over all ranks:")
     elif vals.coll == "broadcast":
         para(out, f"Every rank holds the root's (r{vals.root}'s) buffer:")
     elif vals.coll == "reduce":
         para(out, f"The root r{vals.root} holds the sum over all ranks:")
-    for r, got, want in result_rows(vals, story, parts, multi):
+    elif vals.coll == "all_to_all":
+        para(out, "Every rank r holds in out[q] rank q's in[r], the block q had for it:")
+    for r, got, want in result_rows(vals, story):
         same = got == want
         ok &= same
         shown = " ".join(str(v) for v in want[:16]) + (" ..." if len(want) > 16 else "")
@@ -335,7 +414,8 @@ def show_result(out, vals, story, parts, multi):
 def show_totals(out, vals, coll):
     t = formulas.totals(coll, vals, coll.algo)
     print(f"\n== Totals (N = {vals.nranks}, D = {t.D} bytes) ==", file=out)
-    print(f"  expected per rank, each way: {t.formula}", file=out)
+    print(textwrap.fill(f"expected per rank, each way: {t.formula}", width=100, initial_indent="  ",
+                        subsequent_indent="    "), file=out)
     print("  rank      sent  received   expected sent/received", file=out)
     for r in range(vals.nranks):
         mark = "ok" if (t.sent[r], t.received[r]) == (t.want_sent[r], t.want_received[r]) else "MISMATCH"
@@ -348,25 +428,33 @@ def show_totals(out, vals, coll):
     return t.ok
 
 
+def followable(trace_path, vals, coll):
+    """TraceError unless explain can tell this call's story."""
+    algo = "ring" if coll.algo == "chain" else coll.algo  # the ring's broadcast and reduce run as a chain
+    if algo not in ALGOS:
+        raise TraceError(f"{trace_path}: the {vals.coll} ran {coll.algo}, which explain cannot follow "
+                         f"(it follows {', '.join(ALGOS)})")
+    if vals.coll not in ALGOS[algo]:
+        raise TraceError(f"{trace_path}: explain follows {algo} for {', '.join(ALGOS[algo])}, not {vals.coll}")
+
+
 def explain(trace_path, values_path, out=sys.stdout):
     """Prints the story; returns True when the traced totals match the
     formulas and the replayed values match the run's output."""
     vals = Values(values_path)
     trace = load(trace_path)
     coll = trace.collective(coll=vals.coll)
-    if coll.algo not in set(ALGOS) | {"chain"}:  # the ring's broadcast and reduce run as a chain
-        raise TraceError(f"{trace_path}: the {vals.coll} ran {coll.algo}, which explain cannot follow "
-                         f"(it follows {', '.join(ALGOS)})")
+    followable(trace_path, vals, coll)
     story = replay(coll, vals.nranks)
-    parts = pieces(coll)
-    multi = several_rounds(parts)
-    show_header(out, vals, coll, parts, multi)
-    show_inputs(out, vals, parts, multi)
-    show_steps(out, vals, story, parts, multi)
+    coll = story.coll  # cut into pieces where the trace's labels do not name them
+    pcs = Pieces(coll, vals.nranks)
+    show_header(out, vals, coll, pcs)
+    show_inputs(out, vals, pcs)
+    show_steps(out, vals, story, pcs)
     for p in story.problems:
         print(f"problem: {p}", file=out)
     ok = not story.problems
-    ok &= show_result(out, vals, story, parts, multi)
+    ok &= show_result(out, vals, story, pcs)
     ok &= show_totals(out, vals, coll)
     if trace.dropped:
         print(f"warning: the trace dropped {trace.dropped} events (CCL_TRACE_MAX_EVENTS)", file=out)
@@ -383,13 +471,19 @@ def main(args, script_dir):
         raise TraceError(f"--algo {args.algo} is explained for {', '.join(ALGOS[args.algo])}, not {args.collective}")
     if args.ranks < 2:
         raise TraceError("--ranks must be at least 2: one rank moves no data")
+    if args.ranks_per_host is None and args.algo == "hier":
+        # hosts of the smallest size above 1 that divides the ranks (one rank per host for a prime)
+        args.ranks_per_host = next((d for d in range(2, args.ranks) if args.ranks % d == 0), 1)
+    if args.ranks_per_host is not None and (args.ranks_per_host < 1 or args.ranks % args.ranks_per_host):
+        raise TraceError(f"--ranks-per-host {args.ranks_per_host} does not divide --ranks {args.ranks}")
     if args.count is None:
-        args.count = 2 if args.collective in ("reduce_scatter", "all_gather") else 2 * args.ranks
+        args.count = 2 if args.collective in ("reduce_scatter", "all_gather", "all_to_all") else 2 * args.ranks
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         trace, values = run(args, script_dir, args.keep)
         ok = explain(trace, values)
         print(f"\nKept {trace} and {values}: `ccl-trace render {trace} -o {args.algo}.svg` draws it; "
+              f"`ccl-trace html {trace} --values {values} -o {args.algo}.html` plays it in a browser; "
               "ui.perfetto.dev opens the trace.")
         return 0 if ok else 1
     with tempfile.TemporaryDirectory(prefix="ccl-trace-") as tmp:

@@ -31,7 +31,7 @@ class Totals:
 
 
 def buffer_bytes(values):
-    per_rank_blocks = values.coll in ("reduce_scatter", "all_gather")
+    per_rank_blocks = values.coll in ("reduce_scatter", "all_gather", "all_to_all")
     return values.count * values.esize * (values.nranks if per_rank_blocks else 1)
 
 
@@ -77,8 +77,11 @@ def traced(coll, values):
 def totals(coll, values, algo="ring"):
     """Traced bytes per rank and step count, against the algorithm's formula."""
     t = traced(coll, values)
-    {"ring": ring_totals, "chain": ring_totals, "tree": tree_totals, "rd": rd_totals,
-     "direct": direct_totals, "hier": hier_totals}[algo](t, coll, values)
+    if values.coll == "all_to_all":
+        all_to_all_totals(t, coll, values)
+        return t
+    {"ring": ring_totals, "chain": ring_totals, "tree": tree_totals, "rd": rd_totals, "rhd": rhd_totals,
+     "bruck": bruck_totals, "direct": direct_totals, "hier": hier_totals}[algo](t, coll, values)
     return t
 
 
@@ -223,6 +226,89 @@ def rd_totals(t, coll, values):
     t.formula = (f"D = {D} per exchange: log2(P) = {logP} exchanges among the P = {P} ranks"
                  + (f"; the first 2R = {2 * R} ranks pair up first (one hands its data in, "
                     "gets the result back), one more D each way" if R else ""))
+
+
+def fold(N):
+    """(P, R): the power of two below N and the ranks above it."""
+    P = 1
+    while P * 2 <= N:
+        P *= 2
+    return P, N - P
+
+
+# rd.c runs a buffer larger than this as one all-reduce per segment (for
+# chunks that divide it, as the plan's do).
+RHD_SEGMENT_BYTES = 1 << 20
+
+
+def rhd_moves(count, P, me):
+    """Elements participant `me` of P sends and receives: halving (it sends
+    the half its bit does not keep) then doubling (it sends all it has and
+    gets its partner's as much), blocks of count split P ways."""
+    off = [b * (count // P) + min(b, count % P) for b in range(P + 1)]
+    sent = received = 0
+    lo, hi, mask = 0, P, P // 2
+    while mask >= 1:
+        mid = (lo + hi) // 2
+        keep, other = ((lo, mid), (mid, hi)) if not me & mask else ((mid, hi), (lo, mid))
+        sent += off[other[1]] - off[other[0]]
+        received += off[keep[1]] - off[keep[0]]
+        lo, hi = keep
+        mask //= 2
+    mask = 1
+    while mask < P:
+        width = hi - lo
+        plo = lo - width if me & mask else hi
+        sent += off[hi] - off[lo]
+        received += off[plo + width] - off[plo]
+        lo, hi = min(lo, plo), max(hi, plo + width)
+        mask *= 2
+    return sent, received
+
+
+def rhd_totals(t, coll, values):
+    N, D, es = values.nranks, t.D, values.esize
+    P, R = fold(N)
+    seg = max(RHD_SEGMENT_BYTES // es, 1)
+    segments = [min(seg, values.count - b) for b in range(0, values.count, seg)] or [0]
+    for r in range(N):
+        me = (r // 2 if r % 2 else -1) if r < 2 * R else r - R
+        s = rcv = 0
+        for n in segments:
+            if me >= 0:
+                a, b = rhd_moves(n, P, me)
+                s, rcv = s + a * es, rcv + b * es
+            if r < 2 * R:  # the pair's even rank hands its data in and gets the result back
+                s, rcv = s + n * es, rcv + n * es
+        t.want_sent[r], t.want_received[r] = s, rcv
+    logP = P.bit_length() - 1
+    t.want_steps = 2 * logP + (2 if R else 0)
+    t.steps_formula = f"2 log2(P) = {2 * logP}" + (" + 2 (fold in, fold out)" if R else "")
+    t.formula = (f"halving then doubling among P = {P}: each sends and receives D - its block in each half, "
+                 f"2(P-1)/P x D = {2 * (P - 1) * D // P} when the blocks are equal"
+                 + (f"; the first 2R = {2 * R} ranks pair up first, one more D each way" if R else ""))
+
+
+def bruck_totals(t, coll, values):
+    N, D = values.nranks, t.D
+    for r in range(N):
+        t.want_sent[r] = t.want_received[r] = (N - 1) * D // N
+    t.want_steps = max(N - 1, 0).bit_length()
+    t.steps_formula = f"ceil(log2 N) = {t.want_steps}"
+    t.formula = (f"(N-1)/N x D = {(N - 1) * D // N}: step k passes the (up to) 2^k blocks gathered so far to "
+                 "the rank 2^k below, so every block reaches every rank once")
+
+
+def all_to_all_totals(t, coll, values):
+    N, D = values.nranks, t.D
+    for r in range(N):
+        t.want_sent[r] = t.want_received[r] = (N - 1) * D // N
+    if coll.algo == "direct":
+        t.want_steps, t.steps_formula = 1, "1"
+    else:
+        t.want_steps, t.steps_formula = N - 1, f"N-1 = {N - 1}"
+    t.formula = (f"(N-1)/N x D = {(N - 1) * D // N} (D = {D}, a rank's whole input): one block to and from "
+                 "every other rank; the block a rank keeps is copied locally")
 
 
 # ---- single-host direct (lib/algo/direct.c) ----

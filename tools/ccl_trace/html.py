@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from . import formulas
-from .provenance import REDUCING, replay
+from .provenance import REDUCING, Pieces, replay
 from .tracefile import TraceError, load
 from .values import Values
 
@@ -46,7 +46,7 @@ def infer_shape(coll, nranks):
     for e in coll.events:
         g = math.gcd(math.gcd(g, e.offset), e.bytes)
     esize = next((s for s in (8, 4, 2, 1) if g % s == 0), 1)
-    blocks = nranks if coll.coll in ("reduce_scatter", "all_gather") else 1
+    blocks = nranks if coll.coll in ("reduce_scatter", "all_gather", "all_to_all") else 1
     senders = {t.src for t in coll.transfers}
     receivers = {t.dst for t in coll.transfers}
     if coll.coll == "broadcast":
@@ -126,13 +126,17 @@ def contributions(vals, parts):
 def payload(trace, coll, vals=None):
     nranks = max(trace.nranks, 1 + max(coll.ranks, default=0))
     story = replay(coll, nranks)
-    keys = sorted({e.key for e in coll.events}, key=lambda k: (min(e.offset for e in coll.events if e.key == k), k))
+    coll = story.coll  # cut into pieces where the trace's labels do not name them
+    pcs = Pieces(coll, nranks)
+    keys = list(pcs.span)
     index = {k: i for i, k in enumerate(keys)}
-    multi = len({k[1] for k in keys}) > 1
-    parts = []
-    for k in keys:
-        ev = next(e for e in coll.events if e.key == k)
-        parts.append((ev.offset, ev.bytes))
+    parts = [pcs.where(k) for k in keys]
+    # A copy's values are its origin's: the piece of the owner's input at
+    # that offset (an all-to-all block lands somewhere else than it left).
+    source = {}
+    for i, k in enumerate(keys):
+        if pcs.span[k][2] != "out":
+            source.setdefault(pcs.span[k][0], i)
     provs, prov_index = [], {}
 
     def prov_id(p):
@@ -142,22 +146,29 @@ def payload(trace, coll, vals=None):
             provs.append(list(p))
         return prov_index[p]
 
+    def origin_id(offset, k):
+        return source.get(offset, index[k])
+
     initial = [[prov_id(story.initial[r].get(k, ())) for k in keys] for r in range(nranks)]
+    origin = [[origin_id(story.origin_initial.get(r, {}).get(k, pcs.span[k][0]), k) for k in keys]
+              for r in range(nranks)]
     steps = []
     for step, phase, moves, _ in story.steps:
         steps.append({"step": step, "phase": phase,
                       "moves": [[m.transfer.src, m.transfer.dst, index[m.transfer.send.key], m.transfer.recv.bytes,
-                                 1 if m.reduced else 0, prov_id(m.carried), prov_id(m.result)] for m in moves]})
+                                 1 if m.reduced else 0, prov_id(m.carried), prov_id(m.result),
+                                 index[m.transfer.recv.key], origin_id(m.origin, m.transfer.recv.key)]
+                                for m in moves]})
     shape = Shape(vals.coll, vals.nranks, vals.count, vals.esize, vals.root) if vals else infer_shape(coll, nranks)
     pos, shape_name = layout(coll, nranks)
     transports = sorted({e.transport for e in coll.events if e.kind != "reduce"})
-    label = (lambda k: f"c{k[0]}.{k[1]}") if multi else (lambda k: f"c{k[0]}")
     return {
         "coll": coll.coll, "algo": coll.algo, "seq": coll.seq, "nranks": nranks, "shape": shape_name,
         "reducing": coll.coll in REDUCING, "transport": ", ".join(transports),
-        "pieces": [{"label": label(k), "chunk": k[0], "offset": o, "bytes": b} for k, (o, b) in zip(keys, parts)],
+        "pieces": [{"label": pcs.label[k], "chunk": k[0], "offset": o, "bytes": b, "space": pcs.span[k][2]}
+                   for k, (o, b) in zip(keys, parts)],
         "pos": [[round(pos[r][0], 4), round(pos[r][1], 4)] for r in range(nranks)],
-        "provs": provs, "initial": initial, "steps": steps,
+        "provs": provs, "initial": initial, "origin": origin, "steps": steps,
         "totals": totals_for(coll, shape),
         "values": contributions(vals, parts) if vals else None,
         "dtype": vals.dtype if vals else None,
@@ -181,6 +192,10 @@ def write(trace_path, out_path, seq=None, values_path=None):
     trace = load(trace_path)
     vals = Values(values_path) if values_path else None
     coll = trace.collective(coll=vals.coll if vals and seq is None else None, seq=seq)
+    if coll.coll == "all_to_all" and coll.algo == "bruck":
+        raise TraceError(f"{trace_path}: the all_to_all #{coll.seq} ran bruck, which packs blocks from scattered "
+                         "places of its work buffer into each message; the trace names the messages, not the "
+                         "blocks, so the page cannot tell where each block went (pairwise and direct can be shown)")
     if not coll.transfers:
         raise TraceError(f"{trace_path}: the {coll.coll} #{coll.seq} moved no data between ranks: nothing to show")
     data = payload(trace, coll, vals)

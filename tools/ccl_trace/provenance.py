@@ -14,12 +14,14 @@ REDUCING = {"all_reduce", "reduce_scatter", "reduce", "barrier"}
 
 
 class Move:
-    """A transfer as the replay saw it."""
+    """A transfer as the replay saw it. origin: the input byte offset the
+    values it carries come from (a copy's; a sum's are at its own place)."""
 
-    __slots__ = ("transfer", "carried", "result", "reduced")
+    __slots__ = ("transfer", "carried", "result", "reduced", "origin")
 
-    def __init__(self, transfer, carried, result, reduced):
+    def __init__(self, transfer, carried, result, reduced, origin):
         self.transfer, self.carried, self.result, self.reduced = transfer, carried, result, reduced
+        self.origin = origin
 
 
 class Story:
@@ -28,6 +30,10 @@ class Story:
     def __init__(self, coll, nranks):
         self.coll, self.nranks = coll, nranks
         self.initial = {}
+        # origin[r][key]: where in its owner's input the values of rank r's
+        # copy come from (a byte offset); the piece's own offset unless
+        # an all-to-all moved a block to another place
+        self.origin_initial, self.origin = {}, {}
         self.steps = []  # (step, phase, [Move], holdings after the step)
         self.final = {}
         self.problems = []
@@ -37,9 +43,34 @@ class Story:
             yield from moves
 
 
+def all_to_all_start(coll, ranks, nranks):
+    """Every rank holds its whole input; the block it keeps for itself is
+    copied into its output before anything moves (no transfer shows it).
+    Bruck's work buffer starts as the input rotated: block i of rank r is
+    its block for rank r + i. Returns (held, origin)."""
+    held, origin = {r: {} for r in range(nranks)}, {r: {} for r in range(nranks)}
+    spans = {}
+    for e in coll.events:
+        spans.setdefault(e.key, (e.space, e.offset, e.bytes))
+    ends = [o + b for sp, o, b in spans.values() if sp in ("", "out")]
+    block = max(ends, default=0) // max(nranks, 1)
+    for r in ranks:
+        for k, (sp, off, nb) in spans.items():
+            if sp == "in":
+                held[r][k], origin[r][k] = (r,), off
+            elif sp == "out" and block and off // block == r:
+                held[r][k], origin[r][k] = (r,), off
+            elif sp == "" and block:
+                i, within = divmod(off, block)
+                held[r][k], origin[r][k] = (r,), ((r + i) % nranks) * block + within
+    return held, origin
+
+
 def initial_holdings(coll, ranks, nranks):
     keys = sorted({e.key for e in coll.events})
     held = {r: {} for r in range(nranks)}
+    if coll.coll == "all_to_all":
+        return all_to_all_start(coll, ranks, nranks)[0]
     if coll.coll in REDUCING:
         for r in ranks:
             for k in keys:
@@ -54,10 +85,18 @@ def initial_holdings(coll, ranks, nranks):
 
 
 def replay(coll, nranks):
-    """Replays one collective; returns a Story."""
+    """Replays one collective (cut into pieces: Collective.by_piece);
+    returns a Story whose coll is the view it replayed."""
+    coll = coll.by_piece()
     story = Story(coll, nranks)
     held = initial_holdings(coll, coll.ranks, nranks)
     story.initial = {r: dict(h) for r, h in held.items()}
+    offsets = {e.key: e.offset for e in coll.events}
+    if coll.coll == "all_to_all":
+        origin = all_to_all_start(coll, coll.ranks, nranks)[1]
+    else:
+        origin = {r: {k: offsets[k] for k in h} for r, h in held.items()}
+    story.origin_initial = {r: dict(o) for r, o in origin.items()}
     by_step = {}
     for t in coll.transfers:
         by_step.setdefault(t.step, []).append(t)
@@ -68,11 +107,12 @@ def replay(coll, nranks):
         transfers = by_step[step]
         # every send of a step carries what its rank held before the step
         carried = [held[t.src].get(t.send.key, ()) for t in transfers]
+        came_from = [origin[t.src].get(t.send.key, t.send.offset) for t in transfers]
         moves = []
-        for t, data in zip(transfers, carried):
+        for t, data, src_at in zip(transfers, carried, came_from):
             if not data:
                 story.problems.append(f"step {step}: rank {t.src} sends c{t.send.chunk} before holding any of it")
-            if t.send.key != t.recv.key:
+            if t.send.key != t.recv.key and t.send.space == t.recv.space:
                 story.problems.append(f"step {step}: rank {t.src} sends c{t.send.chunk} but rank {t.dst} "
                                       f"receives it as c{t.recv.chunk}")
             if t.reduce is not None:
@@ -80,10 +120,12 @@ def replay(coll, nranks):
             else:
                 result = tuple(data)
             held[t.dst][t.recv.key] = result
-            moves.append(Move(t, tuple(data), result, t.reduce is not None))
+            origin[t.dst][t.recv.key] = t.recv.offset if t.reduce is not None else src_at
+            moves.append(Move(t, tuple(data), result, t.reduce is not None, origin[t.dst][t.recv.key]))
         phase = transfers[0].send.phase
         story.steps.append((step, phase, moves, {r: dict(h) for r, h in held.items()}))
     story.final = held
+    story.origin = origin
     return story
 
 
@@ -101,3 +143,40 @@ def short_names(prov, nranks):
     if len(prov) > 4:
         return f"r{prov[0]}+..+r{prov[-1]} ({len(prov)})"
     return names(prov)
+
+
+class Pieces:
+    """The pieces of a replayed call in buffer order (an all-to-all's output
+    first, then its input) with their labels: cK, or cK.R when a chunk moves
+    in several slices; an all-to-all's blocks are out[q] (what came from
+    rank q) and in[q] (what goes to rank q), .j when cut."""
+
+    def __init__(self, coll, nranks):
+        spans = {}
+        for e in coll.events:
+            spans.setdefault(e.key, (e.offset, e.bytes, e.space))
+        self.span = dict(sorted(spans.items(), key=lambda kv: (kv[1][2] == "in", kv[1][0], kv[0])))
+        self.label = {}
+        if any(sp for _, _, sp in self.span.values()):
+            ends = [o + b for o, b, sp in self.span.values() if sp == "out"]
+            block = max(max(ends, default=0) // max(nranks, 1), 1)
+            of_block = {}
+            for k, (o, _, sp) in self.span.items():
+                of_block.setdefault((sp, o // block), []).append(k)
+            for (sp, q), keys in of_block.items():
+                for j, k in enumerate(keys):
+                    self.label[k] = f"{sp}[{q}]" + (f".{j}" if len(keys) > 1 else "")
+        else:
+            rounds = {}
+            for chunk, rnd in self.span:
+                rounds.setdefault(chunk, set()).add(rnd)
+            multi = any(len(r) > 1 for r in rounds.values())
+            for chunk, rnd in self.span:
+                self.label[(chunk, rnd)] = f"c{chunk}.{rnd}" if multi else f"c{chunk}"
+
+    def keys(self, with_input=True):
+        return [k for k, (_, _, sp) in self.span.items() if with_input or sp != "in"]
+
+    def where(self, k):
+        o, b, _ = self.span[k]
+        return o, b

@@ -23,7 +23,7 @@ class Event:
     """One chunk event (a "ph": "X" event of cat send, recv or reduce)."""
 
     __slots__ = ("kind", "rank", "tid", "ts", "dur", "coll", "seq", "algo", "step", "phase",
-                 "chunk", "round", "offset", "bytes", "peer", "transport", "link_seq")
+                 "chunk", "round", "offset", "bytes", "peer", "transport", "link_seq", "space")
 
     def __init__(self, raw):
         args = raw.get("args") or {}
@@ -44,6 +44,9 @@ class Event:
         self.peer = int(args.get("peer", -1))
         self.transport = args.get("transport", "?")
         self.link_seq = int(args.get("link_seq", -1))
+        # Which buffer the offset is in: "" (the collective's one buffer),
+        # or, for a by_piece view of an all-to-all, "in" or "out".
+        self.space = ""
 
     @property
     def key(self):
@@ -87,10 +90,24 @@ class Collective:
         self.coll, self.seq, self.events = coll, seq, events
         self.algo = events[0].algo if events else "?"
         self.transfers, self.unmatched = match_transfers(events)
+        self._pieces = None
 
     @property
     def ranks(self):
         return sorted({e.rank for e in self.events} | {e.peer for e in self.events if e.kind != "reduce"})
+
+    def by_piece(self):
+        """This call with every event about one piece of the buffer: itself
+        where the trace's (chunk, round) labels already name pieces (the
+        ring, the trees, rd, direct, hier), else re-cut by byte range
+        (recursive halving-doubling sends a different half each step, a
+        Bruck step a different run of blocks, an all-to-all a block of its
+        input into a block of another rank's output). Piece keys are then
+        (index, 0), numbered by offset: the output's pieces first, then,
+        for an all-to-all, the input's."""
+        if self._pieces is None:
+            self._pieces = cut_into_pieces(self)
+        return self._pieces
 
     @property
     def steps(self):
@@ -208,3 +225,92 @@ def match_transfers(events):
         unmatched.extend(rest)
     transfers.sort(key=lambda t: (t.step, t.send.round, t.src, t.send.chunk))
     return transfers, unmatched
+
+
+# ---- the by_piece view ----
+
+def labels_name_pieces(coll):
+    """Whether every (chunk, round) label means one byte range, and no two
+    ranges overlap (the hierarchical algorithm's rings cut the buffer
+    differently, under labels of their own)."""
+    spans = {}
+    for e in coll.events:
+        spans.setdefault(e.key, set()).add((e.offset, e.bytes))
+    if any(len(v) != 1 for v in spans.values()):
+        return False
+    ranges = sorted(next(iter(v)) for v in spans.values())
+    return all(a_off + a_len <= b_off for (a_off, a_len), (b_off, _) in zip(ranges, ranges[1:]))
+
+
+def space_of(coll, e):
+    """An all-to-all reads its input and writes its output: two buffers.
+    (Bruck's all-to-all moves blocks of one work buffer.)"""
+    if coll.coll == "all_to_all" and coll.algo != "bruck":
+        return "in" if e.kind == "send" else "out"
+    return ""
+
+
+def derive(e, space, offset, nbytes, index):
+    d = Event.__new__(Event)
+    for name in Event.__slots__:
+        setattr(d, name, getattr(e, name))
+    d.space, d.offset, d.bytes, d.chunk, d.round = space, offset, nbytes, index, 0
+    return d
+
+
+def cut_into_pieces(coll):
+    a2a = coll.coll == "all_to_all" and coll.algo != "bruck"
+    if not a2a and labels_name_pieces(coll):
+        return coll
+    cuts = {}
+    for e in coll.events:
+        cuts.setdefault(space_of(coll, e), set()).update((e.offset, e.offset + e.bytes))
+
+    def inner(e):
+        sp = space_of(coll, e)
+        return {c - e.offset for c in cuts[sp] if e.offset < c < e.offset + e.bytes}
+
+    # A transfer lands its bytes in order: a cut on either side cuts the other.
+    changed = True
+    while changed:
+        changed = False
+        for t in coll.transfers:
+            rel = inner(t.send) | inner(t.recv)
+            for e in (t.send, t.recv):
+                new = {e.offset + x for x in rel} - cuts[space_of(coll, e)]
+                if new:
+                    cuts[space_of(coll, e)].update(new)
+                    changed = True
+    index = {}
+    for sp in ("", "out", "in"):
+        cs = sorted(cuts.get(sp, ()))
+        for a in cs[:-1]:
+            index[(sp, a)] = len(index)
+
+    def pieces_of(e, rel):
+        """(relative start, length) of the pieces of e, cut at rel."""
+        points = [0] + sorted(rel) + [e.bytes]
+        return [(a, b - a) for a, b in zip(points, points[1:]) if b > a]
+
+    def split(e, rel):
+        sp = space_of(coll, e)
+        return [derive(e, sp, e.offset + a, n, index[(sp, e.offset + a)]) for a, n in pieces_of(e, rel)]
+
+    events, transfers, unmatched = [], [], []
+    for t in coll.transfers:
+        rel = inner(t.send) | inner(t.recv)
+        sends, recvs = split(t.send, rel), split(t.recv, rel)
+        reduces = split(t.reduce, rel) if t.reduce is not None else [None] * len(recvs)
+        for s, r, red in zip(sends, recvs, reduces):
+            transfers.append(Transfer(s, r, red))
+            events += [x for x in (s, r, red) if x is not None]
+    for e in coll.unmatched:
+        parts = split(e, inner(e))
+        unmatched += parts
+        events += parts
+    transfers.sort(key=lambda t: (t.step, t.send.round, t.src, t.send.chunk))
+    view = Collective.__new__(Collective)
+    view.coll, view.seq, view.algo = coll.coll, coll.seq, coll.algo
+    view.events, view.transfers, view.unmatched = events, transfers, unmatched
+    view._pieces = view
+    return view

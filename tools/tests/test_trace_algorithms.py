@@ -1,8 +1,9 @@
 """Traces of every algorithm ccl-trace explains besides the ring: the
 double binary tree (all-reduce), the binomial tree (broadcast, reduce),
-recursive doubling (all-reduce, folding the extra ranks in and out when N
-is not a power of two) and the single-host direct algorithm (every
-collective, one-step and two-step rounds); the hierarchical all-reduce's
+recursive doubling and recursive halving-doubling (all-reduce, folding the
+extra ranks in and out when N is not a power of two), Bruck's all-gather,
+the pairwise and direct all-to-all, and the single-host direct algorithm
+(every collective, one-step and two-step rounds); the hierarchical all-reduce's
 three rings (labels, step numbers, which links, totals, the result). For each, over rank counts
 that include 1-off-a-power-of-two, primes and 8: every send has its
 receive and flow, the replay finds no problem, every rank's replayed
@@ -13,7 +14,7 @@ that the traced run's output has the same bits as an untraced one."""
 import unittest
 
 from tracetest import TracerTest
-from ccl_trace.explain import pieces, result_rows
+from ccl_trace.explain import result_rows
 
 
 class Algorithms(TracerTest):
@@ -25,7 +26,7 @@ class Algorithms(TracerTest):
             self.assert_flows_paired(run)
             self.assertEqual(run.coll.unmatched, [])
             self.assertEqual(run.story.problems, [])
-            rows = result_rows(run.values, run.story, pieces(run.coll), True)
+            rows = result_rows(run.values, run.story)
             self.assertEqual(len(rows), 1 if coll == "reduce" else ranks)
             for r, replayed, produced in rows:
                 self.assertEqual(replayed, produced, f"rank {r}: the replay disagrees with the run")
@@ -64,6 +65,33 @@ class Algorithms(TracerTest):
         # More than a one-step round: slices reduced by their owners, then gathered.
         self.check("direct", "all_reduce", 3, 3001)
         self.check("direct", "reduce", 3, 3001, root=1)
+
+    def test_rhd_all_reduce(self):
+        """Recursive halving-doubling: each exchange moves another part of
+        the buffer, so the replay cuts it at every part's edges."""
+        for ranks in (2, 3, 4, 5, 6, 7, 8):
+            run = self.check("rhd", "all_reduce", ranks, 11)
+            self.assertGreater(len({e.key for e in run.story.coll.events}), 1)
+        self.check("rhd", "all_reduce", 4, 8, transport="tcp")
+        self.check("rhd", "all_reduce", 5, 64)
+        self.check("rhd", "all_reduce", 8, 1)  # most halves hold nothing
+
+    def test_bruck_all_gather(self):
+        for ranks in (2, 3, 5, 6, 7, 8):
+            for count in (1, 3):
+                self.check("bruck", "all_gather", ranks, count)
+        self.check("bruck", "all_gather", 3, 2, transport="tcp")
+
+    def test_all_to_all(self):
+        """Pairwise and direct all-to-all: each block goes from its place in
+        the sender's input to the sender's place in the receiver's output."""
+        for algo in ("pairwise", "direct"):
+            for ranks in (2, 3, 5, 8):
+                for count in (1, 3):
+                    run = self.check(algo, "all_to_all", ranks, count)
+                    for t in run.story.coll.transfers:
+                        self.assertEqual((t.send.space, t.recv.space), ("in", "out"))
+        self.check("pairwise", "all_to_all", 3, 2, transport="tcp")
 
     def test_hier_all_reduce(self):
         # (ranks, ranks per host, count): 2x2, 3 hosts of 2 (count not divisible), 2 hosts of 3, one per host

@@ -54,8 +54,8 @@ class Cli(TracerTest):
         self.assertTrue(os.path.exists(os.path.join(keep, "values.txt")))
 
     def test_explain_other_algorithms(self):
-        """tree, rd and direct on the same 4 ranks as the ring above: each
-        story with its own structure, phases and formula."""
+        """Every other algorithm on the same 4 ranks as the ring above: each
+        story with its own structure, phases, values and formula."""
         cases = {
             "tree": ("Tree 0 (carries c0), child -> parent:", "== Phase 1: reduce, steps 0-1 ==",
                      "== Phase 2: broadcast, steps 2-3 ==", "steps: 4 traced, expected 2 x the deepest level (2) = 4: ok"),
@@ -63,12 +63,31 @@ class Cli(TracerTest):
                    "steps: 2 traced, expected log2(P) = 2 = 2: ok"),
             "direct": ("every rank publishes its data in a shared window", "steps: 1 traced, expected 1 = 1: ok",
                        "r0 sends c0 (bytes 0-63) to r1, which adds its own c0"),
+            # halving: r0 keeps the low half and sends the high one to r2, which keeps it
+            "rhd": ("Step 1 partners: r0<->r2, r1<->r3", "Step 2 partners: r0<->r1, r2<->r3",
+                    "r0 sends c2 (bytes 32-47) to r2, which adds its own c2: c2 = r0+r2 = [505 606]",
+                    "== Phase 2: all-gather, steps 3-4 ==", "steps: 4 traced, expected 2 log2(P) = 4 = 4: ok",
+                    "2(P-1)/P x D = 96"),
+            "hier": ("Hosts (from which transfers stay inside one): {r0 r1}  {r2 r3}",
+                     "steps: 4 traced, expected (L-1) + 2(H-1) + (L-1) with L = 2 ranks per host, H = 2 hosts = 4"),
+            ("bruck", "all_gather"): ("Step 0 (distance 1): r0->r3, r1->r0, r2->r1, r3->r2",
+                                      "Step 1 (distance 2): r0->r2, r1->r3, r2->r0, r3->r1",
+                                      "r1 sends c1 (bytes 16-31) to r0, which stores it: c1 = r1 = [10 20]",
+                                      "steps: 2 traced, expected ceil(log2 N) = 2 = 2: ok"),
+            ("pairwise", "all_to_all"): ("Step 1: r0->r1, r1->r2, r2->r3, r3->r0",
+                                         "r0 sends in[1] (bytes 16-31) to r1, which stores it as out[0]: "
+                                         "out[0] = r0 = [3 4]", "steps: 3 traced, expected N-1 = 3 = 3: ok"),
+            ("direct", "all_to_all"): ("every peer reads its own block there",
+                                       "r3 sends in[0] (bytes 0-15) to r0,",
+                                       "which stores it as out[3]: out[3] = r3 = [1000 2000]",
+                                       "steps: 1 traced, expected 1 = 1: ok"),
         }
-        for algo, wants in cases.items():
-            with self.subTest(algo=algo):
-                p = tool("explain", "--ranks", "4", "--algo", algo)
+        for what, wants in cases.items():
+            algo, coll = what if isinstance(what, tuple) else (what, "all_reduce")
+            with self.subTest(algo=algo, coll=coll):
+                p = tool("explain", "--ranks", "4", "--algo", algo, coll)
                 self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-                self.assertIn(f"A real {algo} all_reduce on 4 ranks", p.stdout)
+                self.assertIn(f"A real {algo} {coll} on 4 ranks", p.stdout)
                 for want in wants + ("Every traced total matches its formula.",):
                     self.assertIn(want, p.stdout)
                 self.assertEqual(p.stdout.count("(the run's output; the replay agrees)"), 4)
@@ -76,8 +95,9 @@ class Cli(TracerTest):
                 self.assertNotIn("problem:", p.stdout)
 
     def test_explain_bad_arguments(self):
-        for args in (["bogus"], ["--ranks", "1"], ["--algo", "rhd"], ["--algo", "rd", "reduce_scatter"],
-                     ["--algo", "tree", "all_gather"]):
+        for args in (["bogus"], ["--ranks", "1"], ["--algo", "bogus"], ["--algo", "rd", "reduce_scatter"],
+                     ["--algo", "tree", "all_gather"], ["--algo", "bruck", "all_to_all"], ["--algo", "pairwise"],
+                     ["--algo", "hier", "--ranks", "4", "--ranks-per-host", "3"]):
             p = tool("explain", *args)
             self.assertEqual(p.returncode, 2, args)
             self.assertTrue(p.stderr.startswith("ccl-trace: "), p.stderr)

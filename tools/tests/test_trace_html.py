@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tracetest import TOOL, TracerTest  # noqa: E402
 
 from ccl_trace import formulas, html  # noqa: E402
-from ccl_trace.provenance import names  # noqa: E402
+from ccl_trace.provenance import Pieces, names  # noqa: E402
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
@@ -74,9 +74,9 @@ def holding(run, k, r, key):
 
 
 def piece_keys(run):
-    """The pieces in the page's order (by offset)."""
-    keys = {e.key for e in run.coll.events}
-    return sorted(keys, key=lambda k: (min(e.offset for e in run.coll.events if e.key == k), k))
+    """The pieces in the page's order (by offset; an all-to-all's output
+    before its input), as the replay cut them."""
+    return list(Pieces(run.story.coll, run.ranks).span)
 
 
 @unittest.skipIf(CHROMIUM is None, "no chromium on PATH (tools/install-deps.sh installs Debian's): the viewer's "
@@ -126,6 +126,48 @@ class ViewerInBrowser(TracerTest):
             want = run.values.outputs[r][off // run.values.esize:(off + nb) // run.values.esize]
             shown = d["values"].removeprefix("values: [").removesuffix("]").split(" ...")[0].split()
             self.assertEqual([int(v) for v in shown], want[:len(shown)])
+
+    def test_pieces_cut_by_the_replay(self):
+        """Algorithms whose transfers carry other parts of the buffer from
+        step to step (recursive halving-doubling, Bruck's all-gather) or put
+        a block elsewhere than it came from (all-to-all): at every step every
+        chunk of every rank shows the replay's provenance, and at the end
+        every chunk of the output shows the run's real output."""
+        for coll, algo, n, count in (("all_reduce", "rhd", 5, 11), ("all_gather", "bruck", 5, 2),
+                                     ("all_to_all", "pairwise", 3, 2), ("all_to_all", "direct", 4, 1)):
+            with self.subTest(coll=coll, algo=algo, ranks=n):
+                run = self.run_coll(coll, n, count, algo=algo, compare=False)
+                page, _ = self.page(run, f"cut-{algo}-{coll}")
+                pcs = Pieces(run.story.coll, n)
+                keys = list(pcs.span)
+                S = len(run.story.steps)
+                script = []
+                for k in range(S + 1):
+                    script += (["key:ArrowRight"] if k else []) + [f"click:{r}.{p},dump" for r in range(n)
+                                                                   for p in range(len(keys))]
+                _, log = browse(self, page, ",".join(script))
+                self.assertEqual(len(log), (S + 1) * n * len(keys))
+                for d in log:
+                    k, (r, p) = d["k"], d["sel"]
+                    prov = holding(run, k, r, keys[p])
+                    self.assertEqual(d["holds"].split(" (")[0], f"holds {names(prov)}" if prov else "holds nothing yet",
+                                     f"step {k}, rank {r}, {pcs.label[keys[p]]}")
+                for d in log[-n * len(keys):]:
+                    r, p = d["sel"]
+                    off, nb, space = pcs.span[keys[p]]
+                    if space == "in":
+                        continue
+                    want = run.values.outputs[r][off // run.values.esize:(off + nb) // run.values.esize]
+                    shown = d["values"].removeprefix("values: [").removesuffix("]").split(" ...")[0].split()
+                    self.assertEqual([int(v) for v in shown], want[:len(shown)], (r, pcs.label[keys[p]]))
+                self.assertIn("(matches)", log[-1]["steps"])
+                t = formulas.totals(run.coll, run.values, algo)
+                self.assertEqual(log[-1]["sent"], [t.want_sent[r] for r in range(n)])
+
+    def test_bruck_all_to_all_is_refused(self):
+        run = self.run_coll("all_to_all", 3, 2, algo="bruck", compare=False)
+        with self.assertRaisesRegex(Exception, "packs blocks from scattered places"):
+            html.write(run.trace_path, os.path.join(self.tmp, "bruck-a2a.html"), values_path=run.values_path)
 
     def test_totals_keep_pace_and_end_on_the_formula(self):
         run = self.run_coll("all_reduce", 5, 13)
