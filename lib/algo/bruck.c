@@ -86,10 +86,13 @@ static ccl_status_t bruck_all_gather(struct ccl_comm *comm, const struct ccl__co
 }
 
 /* One packed message of `elems` elements: sent from out, received into in,
- * chunk by chunk. */
+ * chunk by chunk. The trace gives each chunk its offset in the message:
+ * the blocks with the step's bit set, in index order (which ccl-trace
+ * unpacks into places of the work buffer). */
 static ccl_status_t swap_packed(struct ccl__prims *p, int to, int from, const char *out, char *in, size_t elems) {
     for (size_t k = 0; k < elems; k += p->chunk_elems) {
         size_t m = min_sz(p->chunk_elems, elems - k);
+        if (__builtin_expect(p->comm->trace != NULL, 0)) p->tr.offset = (uint64_t)k * p->esize;
         CCL_CHECK(ccl__prims_send(p, to, ccl__at(out, k, p->esize), m));
         CCL_CHECK(ccl__prims_recv(p, from, (char *)ccl__at(in, k, p->esize), m));
     }

@@ -17,15 +17,13 @@ from .values import Values
 RING_COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 COLLS = RING_COLLS + ("all_to_all",)
 # What each algorithm is explained for: every collective libccl runs it
-# for. (Bruck's all-to-all packs blocks from scattered places of its work
-# buffer into one message, and its trace names the message, not the
-# blocks: its story cannot be told from the trace.)
+# for (besides barriers, which move no data).
 ALGOS = {
     "ring": RING_COLLS,
     "tree": ("all_reduce", "broadcast", "reduce"),
     "rd": ("all_reduce",),
     "rhd": ("all_reduce",),
-    "bruck": ("all_gather",),
+    "bruck": ("all_gather", "all_to_all"),
     "hier": ("all_reduce",),
     "pairwise": ("all_to_all",),
     "direct": COLLS,
@@ -72,6 +70,10 @@ ALGO_PHASE_TEXT = {
         "broadcast": "The ranks that sat out get the finished result back from their partner.",
     },
     "bruck": {
+        "p2p": ("Bruck: in step k every rank sends, packed in one message, every block of its work buffer whose "
+                "index K has bit k set to the rank 2^k ahead, which puts them at the same places of its own. A "
+                "block that must go K ranks on so travels once per 1 bit of K: more bytes than pairwise, in "
+                "ceil(log2 N) steps instead of N-1."),
         "all-gather": ("Bruck: in step k every rank passes every block it has gathered so far (up to 2^k of "
                        "them: its own and the next ones) to the rank 2^k below it and gets as many from the rank "
                        "2^k above. Blocks land at their final places. After ceil(log2 N) steps, for any N, every "
@@ -187,16 +189,17 @@ def show_inputs(out, vals, pcs):
         print("  exactly when rank r's data is in it (element 0 of r0+r2 is 101, element 1 is 202).", file=out)
     else:
         print("  rank r's element i is (r+1) x 1000 + (i mod 1000).", file=out)
-    inputs = [k for k, (_, _, sp) in pcs.span.items() if sp == "in"] or pcs.keys()
+    if vals.coll == "all_to_all":  # blocks: in[q] is the one for rank q
+        bb = vals.count * vals.esize
+        inputs = [(f"in[{q}]", q * bb, bb) for q in range(vals.nranks)]
+    else:
+        inputs = [(pcs.label[k], *pcs.where(k)) for k in pcs.keys()]
     for r in range(vals.nranks):
         if r not in vals.inputs:
             print(f"  r{r}: (no input)", file=out)
             continue
-        cells = []
-        for key in inputs:
-            off, nb = pcs.where(key)
-            if vals.contribution(r, off // vals.esize) is not None:
-                cells.append(f"{pcs.label[key]}={vals.piece((r,), off, nb)}")
+        cells = [f"{label}={vals.piece((r,), off, nb)}" for label, off, nb in inputs
+                 if vals.contribution(r, off // vals.esize) is not None]
         print(f"  r{r}: " + "  ".join(cells), file=out)
 
 
@@ -246,9 +249,25 @@ def result_rows(vals, story):
         if vals.coll == "reduce_scatter":  # the output is the rank's own block
             lo = r * vals.count
             replayed = [(i - lo, v) for i, v in replayed if lo <= i < lo + vals.count]
+        if vals.coll == "all_to_all" and story.coll.algo == "bruck":
+            replayed = bruck_rotation(vals, r, replayed)
         got = [v for _, v in sorted(replayed)]
         rows.append((r, got, vals.outputs[r]))
     return rows
+
+
+def bruck_rotation(vals, r, work):
+    """Bruck's all-to-all ends by copying block i of its work buffer to block
+    r - i of the output; block 0, the one it keeps, never moves (its copy
+    is the rank's own input block r)."""
+    c, n = vals.count, vals.nranks
+    have = dict(work)
+    out = []
+    for i in range(c * n):
+        q, j = divmod(i, c)
+        w = (r - q) % n
+        out.append((i, have.get(w * c + j) if w else vals.value((r,), r * c + j)))
+    return out
 
 
 def para(out, text):
@@ -301,7 +320,11 @@ def show_structure(out, vals, coll, pcs):
         for step in coll.steps:
             pairs = sorted({(t.src, t.dst) for t in coll.transfers if t.step == step})
             print(f"Step {step} (distance {2 ** step}): " + ", ".join(f"r{a}->r{b}" for a, b in pairs), file=out)
-        print(f"Block cK is rank K's input; the buffer holds {n} pieces:", file=out)
+        if vals.coll == "all_to_all":
+            para(out, "Rank r's work buffer starts as its input rotated: block cK is its block for rank r + K "
+                      "(c0, the block it keeps, never moves); at the end block cK goes to output block r - K.")
+        else:
+            print(f"Block cK is rank K's input; the buffer holds {n} pieces:", file=out)
     elif algo == "hier":
         hosts = formulas.hosts_of(coll, vals.nranks)
         print("Hosts (from which transfers stay inside one): " +
@@ -400,6 +423,10 @@ def show_result(out, vals, story, pcs):
         para(out, f"Every rank holds the root's (r{vals.root}'s) buffer:")
     elif vals.coll == "reduce":
         para(out, f"The root r{vals.root} holds the sum over all ranks:")
+    elif vals.coll == "all_to_all" and story.coll.algo == "bruck":
+        para(out, "Each block has moved K ranks on, once per 1 bit of K; the final rotation puts work block cK "
+                  "of rank r at output block r - K, so that block q of every rank's output is rank q's block "
+                  "for it:")
     elif vals.coll == "all_to_all":
         para(out, "Every rank r holds in out[q] rank q's in[r], the block q had for it:")
     for r, got, want in result_rows(vals, story):

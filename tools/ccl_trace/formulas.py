@@ -303,6 +303,15 @@ def all_to_all_totals(t, coll, values):
     N, D = values.nranks, t.D
     for r in range(N):
         t.want_sent[r] = t.want_received[r] = (N - 1) * D // N
+    if coll.algo == "bruck":
+        B, steps = D // max(N, 1), max(N - 1, 0).bit_length()
+        moved = sum(B for k in range(steps) for i in range(N) if i & (1 << k))
+        for r in range(N):
+            t.want_sent[r] = t.want_received[r] = moved
+        t.want_steps, t.steps_formula = steps, f"ceil(log2 N) = {steps}"
+        t.formula = (f"B x (the 1 bits of 1..N-1) = {moved} (B = D/N = {B}): the block for the rank i ahead "
+                     "moves once per 1 bit of i, all blocks with bit k set in one message in step k")
+        return
     if coll.algo == "direct":
         t.want_steps, t.steps_formula = 1, "1"
     else:

@@ -111,7 +111,8 @@ def totals_for(coll, shape):
 
 
 def contributions(vals, parts):
-    """[rank][piece] -> the rank's first values in that piece (None: none)."""
+    """[rank][i] -> the rank's first input values in byte range parts[i]
+    (None: none)."""
     out = []
     for r in range(vals.nranks):
         row = []
@@ -131,12 +132,19 @@ def payload(trace, coll, vals=None):
     keys = list(pcs.span)
     index = {k: i for i, k in enumerate(keys)}
     parts = [pcs.where(k) for k in keys]
-    # A copy's values are its origin's: the piece of the owner's input at
-    # that offset (an all-to-all block lands somewhere else than it left).
-    source = {}
-    for i, k in enumerate(keys):
-        if pcs.span[k][2] != "out":
-            source.setdefault(pcs.span[k][0], i)
+    # A copy's values are its origin's: a range of its owners' inputs, the
+    # piece's own place unless an all-to-all moved the block elsewhere.
+    sources, source_index = [], {}
+
+    def origin_id(offset, k):
+        at = (offset, pcs.span[k][1])
+        if at not in source_index:
+            source_index[at] = len(sources)
+            sources.append(at)
+        return source_index[at]
+
+    for k in keys:
+        origin_id(pcs.span[k][0], k)
     provs, prov_index = [], {}
 
     def prov_id(p):
@@ -145,9 +153,6 @@ def payload(trace, coll, vals=None):
             prov_index[p] = len(provs)
             provs.append(list(p))
         return prov_index[p]
-
-    def origin_id(offset, k):
-        return source.get(offset, index[k])
 
     initial = [[prov_id(story.initial[r].get(k, ())) for k in keys] for r in range(nranks)]
     origin = [[origin_id(story.origin_initial.get(r, {}).get(k, pcs.span[k][0]), k) for k in keys]
@@ -170,7 +175,7 @@ def payload(trace, coll, vals=None):
         "pos": [[round(pos[r][0], 4), round(pos[r][1], 4)] for r in range(nranks)],
         "provs": provs, "initial": initial, "origin": origin, "steps": steps,
         "totals": totals_for(coll, shape),
-        "values": contributions(vals, parts) if vals else None,
+        "values": contributions(vals, sources) if vals else None,
         "dtype": vals.dtype if vals else None,
         "problems": story.problems,
     }
@@ -192,10 +197,6 @@ def write(trace_path, out_path, seq=None, values_path=None):
     trace = load(trace_path)
     vals = Values(values_path) if values_path else None
     coll = trace.collective(coll=vals.coll if vals and seq is None else None, seq=seq)
-    if coll.coll == "all_to_all" and coll.algo == "bruck":
-        raise TraceError(f"{trace_path}: the all_to_all #{coll.seq} ran bruck, which packs blocks from scattered "
-                         "places of its work buffer into each message; the trace names the messages, not the "
-                         "blocks, so the page cannot tell where each block went (pairwise and direct can be shown)")
     if not coll.transfers:
         raise TraceError(f"{trace_path}: the {coll.coll} #{coll.seq} moved no data between ranks: nothing to show")
     data = payload(trace, coll, vals)

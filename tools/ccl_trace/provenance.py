@@ -157,15 +157,15 @@ class Pieces:
             spans.setdefault(e.key, (e.offset, e.bytes, e.space))
         self.span = dict(sorted(spans.items(), key=lambda kv: (kv[1][2] == "in", kv[1][0], kv[0])))
         self.label = {}
-        if any(sp for _, _, sp in self.span.values()):
-            ends = [o + b for o, b, sp in self.span.values() if sp == "out"]
+        if coll.coll == "all_to_all":  # by block: Bruck's work buffer's cK, or in[q] and out[q]
+            ends = [o + b for o, b, sp in self.span.values() if sp != "in"]
             block = max(max(ends, default=0) // max(nranks, 1), 1)
             of_block = {}
             for k, (o, _, sp) in self.span.items():
                 of_block.setdefault((sp, o // block), []).append(k)
             for (sp, q), keys in of_block.items():
                 for j, k in enumerate(keys):
-                    self.label[k] = f"{sp}[{q}]" + (f".{j}" if len(keys) > 1 else "")
+                    self.label[k] = (f"{sp}[{q}]" if sp else f"c{q}") + (f".{j}" if len(keys) > 1 else "")
         else:
             rounds = {}
             for chunk, rnd in self.span:

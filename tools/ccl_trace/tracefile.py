@@ -258,9 +258,42 @@ def derive(e, space, offset, nbytes, index):
     return d
 
 
+def unpack_bruck(coll):
+    """Bruck's all-to-all sends, in step k, the blocks of its work buffer
+    whose index has bit k set, packed in index order into one message; the
+    trace gives offsets in that message. Returns the transfers with their
+    offsets moved to the blocks' places in the work buffer (one transfer
+    per block or part of one), and the unmatched events."""
+    n = 1 + max(coll.ranks, default=0)
+    sent = {}
+    for t in coll.transfers:
+        sent[(t.src, t.step)] = sent.get((t.src, t.step), 0) + t.send.bytes
+    blocks_of = {s: [i for i in range(n) if i & (1 << s)] for s in {t.step for t in coll.transfers}}
+    bb = max((b // len(blocks_of[s]) for (_, s), b in sent.items() if blocks_of[s]), default=0)
+    if not bb:
+        return list(coll.transfers), list(coll.unmatched)
+    out = []
+    for t in coll.transfers:
+        idx, o, end = blocks_of[t.step], t.send.offset, t.send.offset + t.send.bytes
+        for j in range(o // bb, (end - 1) // bb + 1):
+            a, b = max(o, j * bb), min(end, (j + 1) * bb)
+            block = idx[j] if j < len(idx) else j
+            at = block * bb + a - j * bb  # both ends pack and unpack the same blocks alike
+            out.append(Transfer(*(derive(e, "", at, b - a, block) if e is not None else None
+                                  for e in (t.send, t.recv, t.reduce))))
+    return out, list(coll.unmatched)
+
+
 def cut_into_pieces(coll):
     a2a = coll.coll == "all_to_all" and coll.algo != "bruck"
-    if not a2a and labels_name_pieces(coll):
+    if coll.coll == "all_to_all" and coll.algo == "bruck":
+        transfers, unmatched = unpack_bruck(coll)
+        seq, coll = coll.seq, Collective.__new__(Collective)
+        coll.coll, coll.seq, coll.algo = "all_to_all", seq, "bruck"
+        coll.transfers, coll.unmatched = transfers, unmatched
+        coll.events = [e for t in transfers for e in (t.send, t.recv, t.reduce) if e is not None] + unmatched
+        coll._pieces = None
+    elif not a2a and labels_name_pieces(coll):
         return coll
     cuts = {}
     for e in coll.events:

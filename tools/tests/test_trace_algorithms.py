@@ -93,6 +93,19 @@ class Algorithms(TracerTest):
                         self.assertEqual((t.send.space, t.recv.space), ("in", "out"))
         self.check("pairwise", "all_to_all", 3, 2, transport="tcp")
 
+    def test_bruck_all_to_all(self):
+        """Bruck's all-to-all packs the blocks of a step into one message:
+        the replay unpacks them into their places in the work buffer, moves
+        each once per 1 bit of its distance, and the final rotation gives
+        the run's output."""
+        for ranks in (2, 3, 5, 6, 7, 8):
+            for count in (1, 3):
+                run = self.check("bruck", "all_to_all", ranks, count)
+                moved = {(t.src, t.send.offset // (count * run.values.esize)) for t in run.story.coll.transfers
+                         if t.step == 0}
+                self.assertEqual({k for _, k in moved}, {k for k in range(ranks) if k & 1})
+        self.check("bruck", "all_to_all", 5, 2, transport="tcp")
+
     def test_hier_all_reduce(self):
         # (ranks, ranks per host, count): 2x2, 3 hosts of 2 (count not divisible), 2 hosts of 3, one per host
         for ranks, per_host, count in ((4, 2, 12), (6, 2, 13), (6, 3, 7), (3, 1, 5)):

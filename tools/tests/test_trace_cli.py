@@ -77,6 +77,9 @@ class Cli(TracerTest):
             ("pairwise", "all_to_all"): ("Step 1: r0->r1, r1->r2, r2->r3, r3->r0",
                                          "r0 sends in[1] (bytes 16-31) to r1, which stores it as out[0]: "
                                          "out[0] = r0 = [3 4]", "steps: 3 traced, expected N-1 = 3 = 3: ok"),
+            ("bruck", "all_to_all"): ("block cK is its block for rank r + K",
+                                      "r0 sends c1 (bytes 16-31) to r1, which stores it: c1 = r0 = [3 4]",
+                                      "steps: 2 traced, expected ceil(log2 N) = 2 = 2: ok"),
             ("direct", "all_to_all"): ("every peer reads its own block there",
                                        "r3 sends in[0] (bytes 0-15) to r0,",
                                        "which stores it as out[3]: out[3] = r3 = [1000 2000]",
@@ -96,7 +99,7 @@ class Cli(TracerTest):
 
     def test_explain_bad_arguments(self):
         for args in (["bogus"], ["--ranks", "1"], ["--algo", "bogus"], ["--algo", "rd", "reduce_scatter"],
-                     ["--algo", "tree", "all_gather"], ["--algo", "bruck", "all_to_all"], ["--algo", "pairwise"],
+                     ["--algo", "tree", "all_gather"], ["--algo", "bruck"], ["--algo", "pairwise"],
                      ["--algo", "hier", "--ranks", "4", "--ranks-per-host", "3"]):
             p = tool("explain", *args)
             self.assertEqual(p.returncode, 2, args)
