@@ -40,6 +40,8 @@ static const char usage[] =
     "  --layer-params LIST each layer's parameter count (ZeRO shards and pads layer by layer)\n"
     "  --layers L --hidden H --seq S   the transformer's shape: activations, tensor- and pipeline-parallel\n"
     "                      messages need hidden and seq\n"
+    "  --block B           what a layer is: transformer (default: attention and an MLP, four tensor-parallel\n"
+    "                      all-reduces per micro-batch) or mlp (Megatron's MLP block alone: two)\n"
     "  --batch B           global batch in sequences (default 512)\n"
     "  --micro-batch b     sequences per micro-batch (default 1)\n"
     "The cluster:\n"
@@ -70,12 +72,13 @@ struct model {
     int layers, hidden, seq;
     double layer_params[MAX_LAYERS]; /* per layer; all equal unless given */
     int given_layers;                /* --layer-params */
+    int mlp;                         /* --block mlp: a layer is an MLP block, no attention */
 };
 
 static const struct model presets[] = {
-    {"gpt2-1.5b", 1.5e9, 48, 1600, 1024, {0}, 0},   {"llama2-7b", 6.7e9, 32, 4096, 4096, {0}, 0},
-    {"llama2-13b", 13.0e9, 40, 5120, 4096, {0}, 0}, {"llama2-70b", 69.0e9, 80, 8192, 4096, {0}, 0},
-    {"gpt3-175b", 175.0e9, 96, 12288, 2048, {0}, 0},
+    {"gpt2-1.5b", 1.5e9, 48, 1600, 1024, {0}, 0, 0},   {"llama2-7b", 6.7e9, 32, 4096, 4096, {0}, 0, 0},
+    {"llama2-13b", 13.0e9, 40, 5120, 4096, {0}, 0, 0}, {"llama2-70b", 69.0e9, 80, 8192, 4096, {0}, 0, 0},
+    {"gpt3-175b", 175.0e9, 96, 12288, 2048, {0}, 0, 0},
 };
 
 struct conv {
@@ -195,10 +198,11 @@ static void parse(int argc, char **argv, struct opts *o) {
         {"tuning-file", 1, 0, 'T'},   {"tflops", 1, 0, 'f'},    {"precision", 1, 0, 'r'}, {"optimizer", 1, 0, 'o'},
         {"master-weights", 0, 0, 'w'}, {"bucket", 1, 0, 'k'},   {"dp", 1, 0, 'D'},       {"tp", 1, 0, 't'},
         {"pp", 1, 0, 'q'},            {"zero", 1, 0, 'z'},      {"show", 1, 0, 'S'},     {"top", 1, 0, 'O'},
-        {"json", 0, 0, 'J'},          {"reduce", 1, 0, 'R'},    {"help", 0, 0, 'h'},      {0, 0, 0, 0},
+        {"json", 0, 0, 'J'},          {"reduce", 1, 0, 'R'},    {"block", 1, 0, 'b'},    {"help", 0, 0, 'h'},
+        {0, 0, 0, 0},
     };
     const char *precision = "mixed", *optimizer = "adam";
-    int master = 0, have_model = 0, layers = 0, hidden = 0, seq = 0;
+    int master = 0, have_model = 0, layers = 0, hidden = 0, seq = 0, mlp = 0;
     *o = (struct opts){.batch = 512, .micro = 1, .gpu_mem = 80, .tflops = 200, .bucket = 25 * 1048576.0,
                        .fix_dp = 0, .fix_tp = 0, .fix_pp = 0, .fix_zero = -1, .show = 1, .top = 12,
                        .net = CCL__LINK_RDMA};
@@ -245,6 +249,10 @@ static void parse(int argc, char **argv, struct opts *o) {
         case 'O': o->top = (int)parse_num(optarg, "--top", 0, MAX_CONFIGS); break;
         case 'J': o->json = 1; break;
         case 'R': o->reduce_gbps = parse_num(optarg, "--reduce", 0.001, 1e6); break;
+        case 'b':
+            if (strcmp(optarg, "transformer") && strcmp(optarg, "mlp")) die("--block %s: transformer or mlp", optarg);
+            mlp = !strcmp(optarg, "mlp");
+            break;
         case 'h': fputs(usage, stdout); exit(0);
         default: fputs(usage, stderr); exit(2);
         }
@@ -258,6 +266,7 @@ static void parse(int argc, char **argv, struct opts *o) {
     if (layers) o->m.layers = layers;
     if (hidden) o->m.hidden = hidden;
     if (seq) o->m.seq = seq;
+    o->m.mlp = mlp;
     if (!o->m.given_layers) {
         if (!o->m.layers) o->m.layers = 1;
         for (int l = 0; l < o->m.layers; l++) o->m.layer_params[l] = o->m.params / o->m.layers;
@@ -346,12 +355,14 @@ static void evaluate(const struct opts *o, const struct pricing *pr, struct conf
     }
     double act_msg = (double)m->seq * o->micro * m->hidden * cv->act_b; /* one micro-batch's activations */
     if (t > 1 && act_msg > 0) /* Megatron: attention and MLP each all-reduce once forward, once backward */
-        add(c, TENSOR, "all_reduce", CCL__K_ALL_REDUCE, act_msg, 4.0 * per_stage * K);
+        add(c, TENSOR, "all_reduce", CCL__K_ALL_REDUCE, act_msg, (m->mlp ? 2.0 : 4.0) * per_stage * K);
     if (p > 1 && act_msg > 0) /* a middle stage: activations on, gradients back, per micro-batch */
         add(c, PIPE, "send/recv", -1, act_msg, 2.0 * K);
     c->weights = wb, c->grads = gb, c->optim = sb;
-    /* 1F1B: stage 0 keeps min(K, p) micro-batches' activations */
-    c->acts = act_msg > 0 ? per_stage * (double)m->seq * o->micro * m->hidden * (10.0 + 24.0 / t) * cv->act_b / 2 *
+    /* 1F1B: stage 0 keeps min(K, p) micro-batches' activations; an MLP block (h -> 4h -> h) keeps its
+     * input and dropout mask whole, its two 4h-wide tensors cut t ways: s b h (3 + 16/t) at 16 bits */
+    double per_sbh = m->mlp ? 3.0 + 16.0 / t : 10.0 + 24.0 / t;
+    c->acts = act_msg > 0 ? per_stage * (double)m->seq * o->micro * m->hidden * per_sbh * cv->act_b / 2 *
                                 (K < p ? K : p)
                           : 0;
     c->total = wb + gb + sb + c->acts;
@@ -458,6 +469,7 @@ static void print_text(const struct opts *o, const char *figs, const struct conf
     const struct model *m = &o->m;
     printf("ccl-plan --train: %.4g parameters in %d layer%s", m->params, m->layers, m->layers == 1 ? "" : "s");
     if (m->hidden && m->seq) printf(", hidden %d, sequence %d", m->hidden, m->seq);
+    if (m->mlp) printf(" (MLP blocks)");
     printf("; global batch %d, micro-batch %d\n", o->batch, o->micro);
     printf("%d GPUs, %d per node, %g GiB each; %s\n", o->gpus, o->per_node, o->gpu_mem, figs);
     printf("%s precision: weights %d B, gradients %d B, %d optimizer state%s of %d B (%s%s) per parameter\n",
@@ -509,7 +521,8 @@ static void json_str(const char *s) {
 static void print_json(const struct opts *o, const char *figs, const struct config *cs, int n) {
     const struct model *m = &o->m;
     printf("{\"model\": {\"params\": %.0f, \"layers\": %d, \"hidden\": %d, \"seq\": %d, \"batch\": %d, "
-           "\"micro_batch\": %d},\n", m->params, m->layers, m->hidden, m->seq, o->batch, o->micro);
+           "\"micro_batch\": %d, \"block\": \"%s\"},\n", m->params, m->layers, m->hidden, m->seq, o->batch, o->micro,
+           m->mlp ? "mlp" : "transformer");
     printf(" \"cluster\": {\"gpus\": %d, \"gpus_per_node\": %d, \"gpu_mem_gib\": %g, \"figures\": ", o->gpus,
            o->per_node, o->gpu_mem);
     json_str(figs);

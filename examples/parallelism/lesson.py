@@ -232,6 +232,42 @@ class Traffic:
                       f"{b / steps:,.0f} B per step)")
 
 
+def plan_tensor_command(comm, sizes, args):
+    """The same for the tensor-parallel block a -> hidden -> out on every
+    rank: Megatron's MLP block (--block mlp), whose input and output are
+    one width (--hidden), a row being a sequence of one. Its all-reduces per
+    step are the block's: one forward, one backward. The layer before the
+    block, which every rank holds whole, is not the planner's."""
+    n = comm.size
+    if sizes[1] != sizes[3]:
+        say(comm, f"  (the planner's MLP block has one width in and out: give --sizes x,h,H,h to compare; this run's "
+                  f"block takes {sizes[1]} and gives {sizes[3]})")
+        return
+    block = sizes[1] * sizes[2] + sizes[2] + sizes[2] * sizes[3] + sizes[3]
+    say(comm, f"  the planner's view of this run: ccl-plan --train --layer-params {block} --block mlp --hidden {sizes[1]}"
+        f" --seq 1 --precision fp64 --optimizer sgd --gpus {n} --dp 1 --tp {n} --pp 1 --batch {args.batch}"
+        f" --micro-batch {args.batch}")
+
+
+def plan_pipeline_command(comm, sizes, args, P, K):
+    """The same for a pipeline of P stages (the layers cut as np.array_split
+    cuts them) and K micro-batches: the planner's stages pass activations of
+    one width (--hidden), a row being a sequence of one (--seq 1). Its
+    send/recv per step are a middle stage's: K activations on, K gradients
+    back."""
+    splits = np.array_split(np.arange(len(sizes) - 1), P)
+    widths = sorted({sizes[part[0]] for part in splits[1:]})
+    if len(widths) > 1 or args.batch % K:
+        why = (f"this run's stage boundaries are {', '.join(map(str, widths))} wide" if len(widths) > 1 else
+               f"{args.batch} rows do not cut into {K} equal micro-batches")
+        say(comm, f"  (the planner's pipeline passes activations of one width in equal micro-batches: {why})")
+        return
+    layers = [sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1)]
+    say(comm, "  the planner's view of this run: ccl-plan --train --layer-params " + ",".join(map(str, layers)) +
+        f" --hidden {widths[0] if widths else sizes[0]} --seq 1 --precision fp64 --optimizer sgd --gpus {P} --dp 1"
+        f" --tp 1 --pp {P} --batch {args.batch} --micro-batch {args.batch // K}")
+
+
 def plan_command(comm, sizes, args, optimizer, zero=0, accum=1):
     """Prints the `ccl-plan --train` command that plans this very run: the
     same layers, float64, ranks all data-parallel (docs/training-planner.md).

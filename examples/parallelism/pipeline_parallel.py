@@ -155,6 +155,8 @@ def main():
                          f"most ({args.schedule}: {limit})")
     lesson.say(comm, f"stage 0 sent {messages // args.steps} messages per step ({sent // args.steps:,} B); "
                      f"each stage but the last sends K = {K} activations forward, each but the first K gradients back")
+    if P > 1:
+        lesson.plan_pipeline_command(comm, sizes, args, P, K)
     # The whole model for the check: each stage adds its layers into zeros.
     whole = lesson.flat(everything) * 0
     at = sum(everything[i][0].size + everything[i][1].size for i in range(layers[0]))

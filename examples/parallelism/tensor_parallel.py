@@ -93,6 +93,8 @@ def main():
     lesson.say(comm, f"  lesson: one all_reduce per forward of batch x out = {args.batch} x {sizes[3]} elements "
                      f"({args.batch * sizes[3] * lesson.ITEM:,} B) and one per backward of batch x width(a) = "
                      f"{args.batch} x {sizes[1]} ({args.batch * sizes[1] * lesson.ITEM:,} B), whatever N")
+    if n > 1:
+        lesson.plan_tensor_command(comm, sizes, args)
     full, same = whole(lesson.unflat(w, mine), cols, sizes, comm)
     lesson.say(comm, f"the layers every rank holds whole are identical on every rank: {'yes' if same else 'NO'}")
     status = lesson.check(comm, full, args, sizes)

@@ -1,8 +1,8 @@
 """`ccl-plan --train`: its arithmetic against the lessons' worked examples
 and formulas, and its predicted calls against real runs of the
-parallelism programs, counted by `ccl-trace summary` and by the programs
-themselves. ctest passes CCL_PLAN (the built ccl-plan), CCL_LIBRARY_PATH
-(libccl) and CCLRUN."""
+parallelism programs (data parallel, ZeRO 1-3, tensor, pipeline), counted by the
+trace and by the programs themselves. ctest passes CCL_PLAN (the built
+ccl-plan), CCL_LIBRARY_PATH (libccl) and CCLRUN."""
 
 import json
 import os
@@ -96,6 +96,19 @@ class Arithmetic(unittest.TestCase):
         for e in c["comm"]:
             self.assertGreater(e["us"], 0)
 
+    def test_mlp_blocks(self):
+        """--block mlp: Megatron's MLP block alone, two all-reduces per layer
+        and micro-batch, activations s b h (3 + 16/t) at 16 bits."""
+        L, h, s, b, B, t = 4, 1024, 256, 1, 8, 2
+        doc = configs("--params", "1e8", "--layers", str(L), "--hidden", str(h), "--seq", str(s), "--micro-batch",
+                      str(b), "--batch", str(B), "--gpus", str(t), "--tp", str(t), "--block", "mlp")
+        self.assertEqual(doc["model"]["block"], "mlp")
+        (c,) = doc["configs"]
+        (e,) = c["comm"]
+        self.assertEqual((e["group"], e["collective"], e["bytes"], e["calls"]), ("tensor", "all_reduce", s * b * h * 2,
+                                                                                  2 * L * B))
+        self.assertAlmostEqual(c["memory"]["activations"], L * s * b * h * (3 + 16 / t), places=0)
+
     def test_ranking_and_fit(self):
         doc = configs("--preset", "llama2-13b", "--gpus", "64", "--intra", "2,150", "--inter", "5,25", "--reduce",
                       "1000")
@@ -124,7 +137,8 @@ class Arithmetic(unittest.TestCase):
                  (("--params", "1e9", "--gpus", "8", "--intra", "fast"), "--intra"),
                  (("--params", "1e9", "--gpus", "8", "--precision", "fp32", "--master-weights"), "already"),
                  (("--params", "1e9", "--gpus", "8", "--dp", "3"), "no data x tensor x pipeline split"),
-                 (("--layer-params", "1,,2", "--gpus", "2"), "--layer-params")]
+                 (("--layer-params", "1,,2", "--gpus", "2"), "--layer-params"),
+                 (("--params", "1e9", "--gpus", "8", "--block", "moe"), "--block moe")]
         for args, said in cases:
             with self.subTest(args=args):
                 p = plan(*args, ok=False)
@@ -135,7 +149,7 @@ class Arithmetic(unittest.TestCase):
 
 def lesson_run(tmp, name, n, prog, *args):
     """Runs a lesson traced with the ring forced; returns (its output, ccl-trace summary's calls by (kind, size))."""
-    trace = os.path.join(tmp, name + ".json")
+    trace = trace_path(tmp, name)
     env = dict(os.environ, CCL_TRACE=trace, CCL_ALGO="ring")
     p = subprocess.run(["sh", os.path.join(LESSONS, "run_lesson.sh"), LIB, CCLRUN, str(n), prog, *args],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=400)
@@ -149,6 +163,17 @@ def lesson_run(tmp, name, n, prog, *args):
     for m in re.finditer(r"^  (\w+) +ring +([\d,]+) B x (\d+) +calls?", s.stdout, re.M):
         calls[(m.group(1), int(m.group(2).replace(",", "")))] = int(m.group(3))
     return p.stdout, calls
+
+
+def trace_path(tmp, name):
+    return os.path.join(tmp, name + ".json")
+
+
+def messages_sent(trace, rank):
+    """The sizes of the point-to-point messages a rank sent, by the trace."""
+    sys.path.insert(0, TOOLS)
+    from ccl_trace.tracefile import load
+    return [e.bytes for e in load(trace).events if e.kind == "send" and e.coll == "send/recv" and e.rank == rank]
 
 
 class AgainstTheLessons(unittest.TestCase):
@@ -220,6 +245,51 @@ class AgainstTheLessons(unittest.TestCase):
                 # and the memory the program held on rank 0, per parameter, is the planner's
                 m = re.search(r"memory for the model on rank 0: ([\d,]+) B", out)
                 self.assertEqual(int(m.group(1).replace(",", "")), c["memory"]["total"], out)
+
+    def test_tensor_parallel(self):
+        """Megatron's MLP block 64 -> 256 -> 64 on 3 ranks: one all-reduce of
+        batch x 64 forward and one backward per step, in the trace, in the
+        program's count and in the planner's --block mlp."""
+        n, batch = 3, 96
+        out, traced = lesson_run(self.tmp, "tp", n, "tensor_parallel.py", "--sizes", "32,64,256,64", "--steps",
+                                 str(self.steps), "--log-every", "100")
+        args = ["--layer-params", str(64 * 256 + 256 + 256 * 64 + 64), "--block", "mlp", "--hidden", "64", "--seq", "1",
+                "--precision", "fp64", "--optimizer", "sgd", "--gpus", str(n), "--dp", "1", "--tp", str(n), "--pp",
+                "1", "--batch", str(batch), "--micro-batch", str(batch)]
+        self.assertEqual(printed_plan(out), args)
+        (c,) = configs(*args)["configs"]
+        (e,) = c["comm"]
+        self.assertEqual((e["group"], e["collective"], e["bytes"], e["calls"]), ("tensor", "all_reduce", batch * 64 * 8, 2))
+        # the program's own count: forward and backward, one each per step
+        for way in ("forward", "backward"):
+            self.assertIn(f"all_reduce {way}: {self.steps} calls, {self.steps * batch * 64 * 8:,} buffer bytes", out)
+        # the trace: the planner's calls of that size (the closing check's all-reduces of the split weights
+        # and the printed loss are of other sizes)
+        self.assertEqual(traced.get(("all_reduce", e["bytes"])), e["calls"] * self.steps, traced)
+
+    def test_pipeline_parallel(self):
+        """3 stages, K = 4 micro-batches of 24 rows: a middle stage sends 2K
+        messages of one micro-batch's activations (or their gradients) per
+        step, as the planner's pipeline does."""
+        P, K, batch = 3, 4, 96
+        out, _ = lesson_run(self.tmp, "pp", P, "pipeline_parallel.py", "--steps", str(self.steps), "--micro", str(K),
+                            "--compute-ms", "0", "--log-every", "100")
+        layers = [32 * 64 + 64, 64 * 64 + 64, 64 * 64 + 64, 64 * 8 + 8]  # the lesson's default --sizes 32,64,64,64,8
+        args = ["--layer-params", ",".join(map(str, layers)), "--hidden", "64", "--seq", "1", "--precision", "fp64",
+                "--optimizer", "sgd", "--gpus", str(P), "--dp", "1", "--tp", "1", "--pp", str(P), "--batch",
+                str(batch), "--micro-batch", str(batch // K)]
+        self.assertEqual(printed_plan(out), args)
+        (c,) = configs(*args)["configs"]
+        (e,) = c["comm"]
+        self.assertEqual((e["group"], e["collective"]), ("pipeline", "send/recv"))
+        self.assertEqual(e["bytes"], batch // K * 64 * 8)
+        sent = messages_sent(trace_path(self.tmp, "pp"), 1)
+        self.assertEqual(set(sent), {e["bytes"]})
+        self.assertEqual(len(sent), e["calls"] * self.steps)
+        # the ends send half as much, as the program counts for stage 0
+        self.assertEqual(len(messages_sent(trace_path(self.tmp, "pp"), 0)), K * self.steps)
+        self.assertIn(f"stage 0 sent {K} messages per step ({K * e['bytes']:,} B)", out)
+        self.assertAlmostEqual(c["bubble"], (P - 1) / (K + P - 1), places=6)
 
 
 if __name__ == "__main__":
