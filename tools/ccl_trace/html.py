@@ -18,7 +18,8 @@ import os
 from dataclasses import dataclass
 
 from . import formulas
-from .provenance import REDUCING, Pieces, replay
+from .pieces import Pieces
+from .provenance import REDUCING, replay
 from .tracefile import TraceError, load
 from .values import Values
 

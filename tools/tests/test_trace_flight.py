@@ -7,7 +7,6 @@ communicators in one directory, and files that are not dumps."""
 
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile

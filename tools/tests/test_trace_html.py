@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tracetest import TOOL, TracerTest  # noqa: E402
 
 from ccl_trace import formulas, html  # noqa: E402
-from ccl_trace.provenance import Pieces, names  # noqa: E402
+from ccl_trace.pieces import Pieces  # noqa: E402
+from ccl_trace.provenance import names  # noqa: E402
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
