@@ -10,15 +10,15 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "ccl_spawn.h"
 
 void util_add_loop_case(Suite *s, const char *name, const TTest *test, int n, int timeout_s) {
     TCase *tc = tcase_create(name);
@@ -109,29 +109,10 @@ void util_run_with_victim(struct harness_run *run) {
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the victim was not killed (status 0x%x)", st);
 }
 
-/* Below the kernel's ephemeral range, where no other process's connect()
- * or bind(0) takes it between this check and the test's own bind. */
 int util_free_port(void) {
-    int lo = 32768, hi = 60999;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    if (f) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
-        fclose(f);
-    }
-    unsigned seed = (unsigned)getpid() ^ (unsigned)(harness_now() * 1e6);
-    for (int tries = 0; tries < 64; tries++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        ck_assert_int_ge(fd, 0);
-        int want = lo > 11024 && tries < 63 ? 10000 + (int)(rand_r(&seed) % (unsigned)(lo - 10000)) : 0;
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)want),
-                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof a;
-        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0;
-        close(fd);
-        if (ok) return ntohs(a.sin_port);
-    }
-    ck_abort_msg("no free port on 127.0.0.1");
-    return -1;
+    int port = ccl_spawn_pick_port(NULL);
+    ck_assert_msg(port > 0, "no free port on 127.0.0.1");
+    return port;
 }
 
 int util_finish_child(pid_t pid, double timeout_s) {

@@ -25,8 +25,9 @@ void util_run_clean(struct harness_run *run, uint64_t expected_dead, const char 
  * is the environment that should make it fail (for the message). */
 int util_init_invalid_argument(int rank, ccl_status_t st, void *arg);
 
-/* A port of 127.0.0.1 that nothing listens on now (for a root address
- * that a test's rank 0 will listen on). */
+/* A port of 127.0.0.1 that nothing listens on now, outside the kernel's
+ * ephemeral range (ccl_spawn_pick_port), for a root address that a test's
+ * rank 0 will listen on. */
 int util_free_port(void);
 
 /* The exit status of child pid, waited for up to timeout_s; -1 when it

@@ -8,6 +8,7 @@
  * stopping a rank also stops whatever it started (a shell's `sleep`).
  */
 #define _GNU_SOURCE
+#include "ccl_spawn.h"
 #include "cclrun.h"
 
 #include <errno.h>
@@ -382,8 +383,8 @@ int main(int argc, char **argv) {
 
     /* The root's port stays bound, by a socket rank 0 takes over
      * (CCL_ROOT_FD); torch's store binds MASTER_PORT itself. */
-    int port = cclrun_pick_port(&l.root_fd);
-    if (port >= 0) l.master_port = cclrun_pick_port(NULL);
+    int port = ccl_spawn_pick_port(&l.root_fd);
+    if (port >= 0) l.master_port = ccl_spawn_pick_port(NULL);
     char secret[65], root_addr[32];
     if (port < 0 || l.master_port < 0 || l.master_port == port) {
         fprintf(stderr, "cclrun: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));

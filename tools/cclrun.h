@@ -20,11 +20,6 @@ struct cclrun_options {
 /* 0: run; 1: help was shown; -1: bad usage (the message was printed). */
 int cclrun_parse_options(int argc, char **argv, struct cclrun_options *o);
 
-/* A port on 127.0.0.1 outside the kernel's ephemeral range, or -1 (errno
- * set). With listen_fd, the port stays bound: *listen_fd listens on it
- * (close-on-exec); without, it was free a moment ago. */
-int cclrun_pick_port(int *listen_fd);
-
 /* 32 random bytes as 64 hex digits, the form CCL_SECRET takes. 0 or -1. */
 int cclrun_make_secret(char hex[65]);
 

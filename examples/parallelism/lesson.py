@@ -232,6 +232,17 @@ class Traffic:
                       f"{b / steps:,.0f} B per step)")
 
 
+def layer_params(sizes):
+    """Each layer's parameters, W and b: what --layer-params takes."""
+    return [sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1)]
+
+
+def say_plan(comm, layers, rest):
+    """The line tools/tests/test_plan_train.py reads back."""
+    say(comm, "  the planner's view of this run: ccl-plan --train --layer-params " + ",".join(map(str, layers)) +
+        " " + rest)
+
+
 def plan_tensor_command(comm, sizes, args):
     """The same for the tensor-parallel block a -> hidden -> out on every
     rank: Megatron's MLP block (--block mlp), whose input and output are
@@ -244,9 +255,8 @@ def plan_tensor_command(comm, sizes, args):
                   f"block takes {sizes[1]} and gives {sizes[3]})")
         return
     block = sizes[1] * sizes[2] + sizes[2] + sizes[2] * sizes[3] + sizes[3]
-    say(comm, f"  the planner's view of this run: ccl-plan --train --layer-params {block} --block mlp --hidden {sizes[1]}"
-        f" --seq 1 --precision fp64 --optimizer sgd --gpus {n} --dp 1 --tp {n} --pp 1 --batch {args.batch}"
-        f" --micro-batch {args.batch}")
+    say_plan(comm, [block], f"--block mlp --hidden {sizes[1]} --seq 1 --precision fp64 --optimizer sgd --gpus {n} "
+             f"--dp 1 --tp {n} --pp 1 --batch {args.batch} --micro-batch {args.batch}")
 
 
 def plan_pipeline_command(comm, sizes, args, P, K):
@@ -262,10 +272,8 @@ def plan_pipeline_command(comm, sizes, args, P, K):
                f"{args.batch} rows do not cut into {K} equal micro-batches")
         say(comm, f"  (the planner's pipeline passes activations of one width in equal micro-batches: {why})")
         return
-    layers = [sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1)]
-    say(comm, "  the planner's view of this run: ccl-plan --train --layer-params " + ",".join(map(str, layers)) +
-        f" --hidden {widths[0] if widths else sizes[0]} --seq 1 --precision fp64 --optimizer sgd --gpus {P} --dp 1"
-        f" --tp 1 --pp {P} --batch {args.batch} --micro-batch {args.batch // K}")
+    say_plan(comm, layer_params(sizes), f"--hidden {widths[0] if widths else sizes[0]} --seq 1 --precision fp64 "
+             f"--optimizer sgd --gpus {P} --dp 1 --tp 1 --pp {P} --batch {args.batch} --micro-batch {args.batch // K}")
 
 
 def plan_command(comm, sizes, args, optimizer, zero=0, accum=1):
@@ -273,14 +281,12 @@ def plan_command(comm, sizes, args, optimizer, zero=0, accum=1):
     same layers, float64, ranks all data-parallel (docs/training-planner.md).
     Its calls per step are the ones counted above."""
     n = comm.size
-    layers = [sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1)]
     if args.batch % (n * accum):
         say(comm, f"  (the planner cuts a batch into equal micro-batches: {args.batch} rows do not divide into "
                   f"{n} ranks x {accum})")
         return
-    say(comm, "  the planner's view of this run: ccl-plan --train --layer-params " + ",".join(map(str, layers)) +
-        f" --precision fp64 --optimizer {optimizer} --gpus {n} --dp {n} --zero {zero} --batch {args.batch}"
-        f" --micro-batch {args.batch // (n * accum)}")
+    say_plan(comm, layer_params(sizes), f"--precision fp64 --optimizer {optimizer} --gpus {n} --dp {n} --zero {zero} "
+             f"--batch {args.batch} --micro-batch {args.batch // (n * accum)}")
 
 
 def ring_sent(kind, nbytes, n):

@@ -484,10 +484,15 @@ def test_unique_id_from_address():
         ccl.unique_id_from_address("")
 
 
-def test_from_env_under_cclrun():
+def cclrun_or_skip():
     cclrun = os.environ.get("CCL_CCLRUN")
     if not cclrun:
         pytest.skip("CCL_CCLRUN (the path of build/tools/cclrun) is not set")
+    return cclrun
+
+
+def test_from_env_under_cclrun():
+    cclrun = cclrun_or_skip()
     script = ("import ccl, numpy as np\n"
               "c = ccl.Comm.from_env()\n"
               "x = np.array([c.rank + 1], np.int64)\n"
@@ -506,9 +511,7 @@ def test_cclrun_holds_the_root_port_for_rank_0():
     (CCL_ROOT_FD): another process that tries the port in between is
     refused, and the port lies outside the kernel's ephemeral range, where
     connect() and bind(0) of other processes never land."""
-    cclrun = os.environ.get("CCL_CCLRUN")
-    if not cclrun:
-        pytest.skip("CCL_CCLRUN (the path of build/tools/cclrun) is not set")
+    cclrun = cclrun_or_skip()
     script = ("import ccl, os, socket, time, numpy as np\n"
               "port = int(os.environ['CCL_ROOT_ADDR'].rsplit(':', 1)[1])\n"
               "if os.environ['CCL_RANK'] == '0':\n"

@@ -78,11 +78,6 @@ def byte_range(ev):
     return f"bytes {ev.offset}-{ev.offset + ev.bytes - 1}"
 
 
-def pieces(coll):
-    """Every piece of the buffer: key -> (offset, bytes)."""
-    return {k: (o, b) for k, (o, b, _) in Pieces(coll, 1).span.items()}
-
-
 def show_inputs(out, vals, pcs):
     print("Inputs, as the run filled them:", file=out)
     if vals.pattern == "digits":

@@ -211,12 +211,18 @@ def tree_totals(t, coll, values):
 
 # ---- recursive doubling (lib/algo/rd.c) ----
 
-def rd_totals(t, coll, values):
-    N, D = values.nranks, t.D
+def fold(N):
+    """(P, R): the power of two below N and the ranks above it."""
     P = 1
     while P * 2 <= N:
         P *= 2
-    R, logP = N - P, P.bit_length() - 1
+    return P, N - P
+
+
+def rd_totals(t, coll, values):
+    N, D = values.nranks, t.D
+    P, R = fold(N)
+    logP = P.bit_length() - 1
     for r in range(N):
         takes_part = r >= 2 * R or r % 2 == 1
         moved = logP * D * takes_part + D * (r < 2 * R)
@@ -226,14 +232,6 @@ def rd_totals(t, coll, values):
     t.formula = (f"D = {D} per exchange: log2(P) = {logP} exchanges among the P = {P} ranks"
                  + (f"; the first 2R = {2 * R} ranks pair up first (one hands its data in, "
                     "gets the result back), one more D each way" if R else ""))
-
-
-def fold(N):
-    """(P, R): the power of two below N and the ranks above it."""
-    P = 1
-    while P * 2 <= N:
-        P *= 2
-    return P, N - P
 
 
 # rd.c runs a buffer larger than this as one all-reduce per segment (for

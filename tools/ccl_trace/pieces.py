@@ -26,12 +26,24 @@ def labels_name_pieces(coll):
     return all(a_off + a_len <= b_off for (a_off, a_len), (b_off, _) in zip(ranges, ranges[1:]))
 
 
-def space_of(coll, e):
+def two_buffers(coll):
     """An all-to-all reads its input and writes its output: two buffers.
     (Bruck's all-to-all moves blocks of one work buffer.)"""
-    if coll.coll == "all_to_all" and coll.algo != "bruck":
-        return "in" if e.kind == "send" else "out"
-    return ""
+    return coll.coll == "all_to_all" and coll.algo != "bruck"
+
+
+def space_of(coll, e):
+    return ("in" if e.kind == "send" else "out") if two_buffers(coll) else ""
+
+
+def view(coll, transfers, unmatched):
+    """A Collective like coll, made of these transfers and unmatched events."""
+    v = Collective.__new__(Collective)
+    v.coll, v.seq, v.algo = coll.coll, coll.seq, coll.algo
+    v.transfers, v.unmatched = transfers, unmatched
+    v.events = [e for t in transfers for e in (t.send, t.recv, t.reduce) if e is not None] + unmatched
+    v._pieces = None
+    return v
 
 
 def derive(e, space, offset, nbytes, index):
@@ -69,15 +81,9 @@ def unpack_bruck(coll):
 
 
 def cut_into_pieces(coll):
-    a2a = coll.coll == "all_to_all" and coll.algo != "bruck"
     if coll.coll == "all_to_all" and coll.algo == "bruck":
-        transfers, unmatched = unpack_bruck(coll)
-        seq, coll = coll.seq, Collective.__new__(Collective)
-        coll.coll, coll.seq, coll.algo = "all_to_all", seq, "bruck"
-        coll.transfers, coll.unmatched = transfers, unmatched
-        coll.events = [e for t in transfers for e in (t.send, t.recv, t.reduce) if e is not None] + unmatched
-        coll._pieces = None
-    elif not a2a and labels_name_pieces(coll):
+        coll = view(coll, *unpack_bruck(coll))
+    elif not two_buffers(coll) and labels_name_pieces(coll):
         return coll
     cuts = {}
     for e in coll.events:
@@ -113,24 +119,17 @@ def cut_into_pieces(coll):
         sp = space_of(coll, e)
         return [derive(e, sp, e.offset + a, n, index[(sp, e.offset + a)]) for a, n in pieces_of(e, rel)]
 
-    events, transfers, unmatched = [], [], []
+    transfers = []
     for t in coll.transfers:
         rel = inner(t.send) | inner(t.recv)
         sends, recvs = split(t.send, rel), split(t.recv, rel)
         reduces = split(t.reduce, rel) if t.reduce is not None else [None] * len(recvs)
-        for s, r, red in zip(sends, recvs, reduces):
-            transfers.append(Transfer(s, r, red))
-            events += [x for x in (s, r, red) if x is not None]
-    for e in coll.unmatched:
-        parts = split(e, inner(e))
-        unmatched += parts
-        events += parts
+        transfers += [Transfer(s, r, red) for s, r, red in zip(sends, recvs, reduces)]
+    unmatched = [part for e in coll.unmatched for part in split(e, inner(e))]
     transfers.sort(key=lambda t: (t.step, t.send.round, t.src, t.send.chunk))
-    view = Collective.__new__(Collective)
-    view.coll, view.seq, view.algo = coll.coll, coll.seq, coll.algo
-    view.events, view.transfers, view.unmatched = events, transfers, unmatched
-    view._pieces = view
-    return view
+    cut = view(coll, transfers, unmatched)
+    cut._pieces = cut  # already cut
+    return cut
 
 
 class Pieces:

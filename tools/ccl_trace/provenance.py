@@ -67,21 +67,23 @@ def all_to_all_start(coll, ranks, nranks):
 
 
 def initial_holdings(coll, ranks, nranks):
+    """(held, origin) before the first step."""
+    if coll.coll == "all_to_all":
+        return all_to_all_start(coll, ranks, nranks)
     keys = sorted({e.key for e in coll.events})
     held = {r: {} for r in range(nranks)}
-    if coll.coll == "all_to_all":
-        return all_to_all_start(coll, ranks, nranks)[0]
     if coll.coll in REDUCING:
         for r in ranks:
             for k in keys:
                 held[r][k] = (r,)
-        return held
-    # A rank that sends a piece it never receives is where that piece starts.
-    received = {(e.rank, e.key) for e in coll.events if e.kind == "recv"}
-    for e in coll.events:
-        if e.kind == "send" and (e.rank, e.key) not in received:
-            held[e.rank][e.key] = (e.rank,)
-    return held
+    else:
+        # A rank that sends a piece it never receives is where that piece starts.
+        received = {(e.rank, e.key) for e in coll.events if e.kind == "recv"}
+        for e in coll.events:
+            if e.kind == "send" and (e.rank, e.key) not in received:
+                held[e.rank][e.key] = (e.rank,)
+    offsets = {e.key: e.offset for e in coll.events}
+    return held, {r: {k: offsets[k] for k in h} for r, h in held.items()}
 
 
 def replay(coll, nranks):
@@ -89,13 +91,8 @@ def replay(coll, nranks):
     returns a Story whose coll is the view it replayed."""
     coll = coll.by_piece()
     story = Story(coll, nranks)
-    held = initial_holdings(coll, coll.ranks, nranks)
+    held, origin = initial_holdings(coll, coll.ranks, nranks)
     story.initial = {r: dict(h) for r, h in held.items()}
-    offsets = {e.key: e.offset for e in coll.events}
-    if coll.coll == "all_to_all":
-        origin = all_to_all_start(coll, coll.ranks, nranks)[1]
-    else:
-        origin = {r: {k: offsets[k] for k in h} for r, h in held.items()}
     story.origin_initial = {r: dict(o) for r, o in origin.items()}
     by_step = {}
     for t in coll.transfers:

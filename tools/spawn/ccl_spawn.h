@@ -9,8 +9,9 @@
  * CUDA cannot pass it to a child. A rank whose channel closes without an
  * id learns there is none (ccl_spawn_take_id fails) and exits.
  *
- * (cclrun is not a user: it execs the user's program, whose ranks find
- * the job through the environment, so it has no id to hand out.)
+ * (cclrun is not a user of the fork and id calls: it execs the user's
+ * program, whose ranks find the job through the environment, so it has no
+ * id to hand out. It takes the port picker, which the tests share.)
  */
 #ifndef CCL_TOOLS_SPAWN_H
 #define CCL_TOOLS_SPAWN_H
@@ -60,6 +61,13 @@ int ccl_spawn_take_id(const struct ccl_spawned *me, void *id, size_t bytes);
 
 /* The parent: closes what channels are open. */
 void ccl_spawn_close(struct ccl_spawn *s);
+
+/* A port on 127.0.0.1 outside the kernel's ephemeral range (where other
+ * processes' connect() and bind(0) take theirs), or -1 (errno set). With
+ * listen_fd, the port stays bound: *listen_fd listens on it
+ * (close-on-exec), to be handed to the process that serves it; without,
+ * it was free a moment ago. */
+int ccl_spawn_pick_port(int *listen_fd);
 
 #ifdef __cplusplus
 }
