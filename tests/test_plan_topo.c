@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -401,6 +402,68 @@ START_TEST(ranks_per_cpu) {
 }
 END_TEST
 
+/* The share of each window the direct path's rounds use: half the L2
+ * caches of the cores the host's ranks run on, split among the ranks, in
+ * a power of two from 512 KiB up to the mapped window; what
+ * CCL_DIRECT_WINDOW_BYTES says when set; the whole window when no rank
+ * knows its caches. Every rank computes the same. */
+START_TEST(direct_window_fits_the_caches) {
+    static const struct {
+        int n, ncores;
+        uint32_t l2_kib;
+        size_t mapped, want;
+    } cases[] = {
+        {2, 2, 2048, 2u << 20, 1u << 20},   /* 2 x 2 MiB / (2 x 2) */
+        {3, 2, 2048, 2u << 20, 512u << 10}, /* 683 KiB, down to a power of two */
+        {4, 2, 2048, 2u << 20, 512u << 10},
+        {8, 2, 2048, 2u << 20, 512u << 10}, /* 256 KiB would fit; 512 KiB is the least */
+        {4, 64, 1024, 2u << 20, 2u << 20},  /* 8 MiB fit: the mapped window */
+        {4, 64, 1024, 8u << 20, 8u << 20},
+        {4, 2, 0, 2u << 20, 2u << 20},      /* caches unknown */
+        {4, 2, 2048, 256u << 10, 256u << 10}, /* never past the mapped window */
+    };
+    struct table *T = malloc(sizeof *T);
+    memset(T, 0, sizeof *T);
+    for (int r = 0; r < 2; r++) machine_peer(&T->peers[r], 0, -1, 8), T->peers[r].topo.l2_kib = 2048;
+    /* CCL_DIRECT_WINDOW_BYTES, read once a process (so before anything
+     * here reads the parameters): in a child each */
+    static const struct {
+        const char *value;
+        size_t mapped, want;
+    } fixed[] = {{"300000", 4u << 20, 299008},  /* whole pages */
+                 {"300000", 128u << 10, 128u << 10},
+                 {"1000", 4u << 20, 64u << 10}}; /* the least a window holds */
+    for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            setenv("CCL_DIRECT_WINDOW_BYTES", fixed[c].value, 1);
+            _exit(ccl__plan_direct_window(2, T->peers, 1, fixed[c].mapped) == fixed[c].want ? 0 : 1);
+        }
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "CCL_DIRECT_WINDOW_BYTES=%s, window of %zu: "
+                      "not %zu bytes", fixed[c].value, fixed[c].mapped, fixed[c].want);
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memset(T, 0, sizeof *T);
+        for (int r = 0; r < cases[c].n; r++) {
+            machine_peer(&T->peers[r], 0, -1, cases[c].ncores);
+            T->peers[r].topo.l2_kib = cases[c].l2_kib;
+        }
+        for (int r = 0; r < cases[c].n; r++) {
+            size_t got = ccl__plan_direct_window(cases[c].n, T->peers, r, cases[c].mapped);
+            ck_assert_msg(got == cases[c].want, "case %zu, rank %d: %zu bytes, want %zu", c, r, got, cases[c].want);
+        }
+    }
+    /* the smallest L2 of any rank counts */
+    memset(T, 0, sizeof *T);
+    for (int r = 0; r < 2; r++) machine_peer(&T->peers[r], 0, -1, 8), T->peers[r].topo.l2_kib = r ? 512 : 4096;
+    ck_assert_uint_eq(ccl__plan_direct_window(2, T->peers, 0, 4u << 20), 1u << 20);
+    free(T);
+}
+END_TEST
+
 /* The cores the model's shape sees: 8 ranks a launcher bound round robin
  * to 2 cores, in the ring the planner orders, load each core with one rank
  * receiving from the other core and three from their own; the same ranks
@@ -525,6 +588,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, ring_crosses_least, 0, (int)(sizeof shapes / sizeof shapes[0]));
     tcase_add_test(tc, places_of_pinned_ranks);
     tcase_add_test(tc, ranks_per_cpu);
+    tcase_add_test(tc, direct_window_fits_the_caches);
     tcase_add_test(tc, core_load_from_places);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "ring_follows_launcher_binding", ring_follows_launcher_binding, 1, 60);

@@ -285,7 +285,7 @@ int main(int argc, char **argv) {
     shape.ring_chunk = ccl_plan_links_slot(shape.ring_links);
     shape.any_chunk = ccl_plan_links_slot(shape.all_links);
     o.chunk = params->chunk_bytes;
-    shape.window_area = shape.windows ? ccl__direct_area(window) : 0;
+    shape.window_area = shape.windows ? ccl__direct_area(ccl__plan_direct_window(n, peers, 0, window)) : 0;
 
     struct ccl__figures f;
     ccl__cost_defaults(&f);

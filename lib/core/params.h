@@ -46,6 +46,8 @@ struct ccl__params {
     size_t cma_large_probe;   /* CCL_CMA_LARGE_PROBE: init also times cross-memory attach on peer buffers this large
                                * (bytes, 0: not), for the tuning file (plan/cma_probe.c; ccl-tune sets it) */
     int zero_copy;            /* CCL_ZERO_COPY: calls on shared allocations may run in place (algo/zero_copy.c) */
+    size_t direct_window_bytes; /* CCL_DIRECT_WINDOW_BYTES: how much of each shared window the direct path's
+                                 * rounds use (0: as much as fits the caches, plan.c) */
     long zero_copy_min;       /* CCL_ZERO_COPY_MIN: from this many bytes a call (count x dtype) takes it (-1: where
                                * the cost model finds it cheaper, coll/batch.c) */
     size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */

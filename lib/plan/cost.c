@@ -234,6 +234,19 @@ static double rounds(const struct model *m, double bytes) {
     return bytes <= area ? 1 : ceil(bytes / area);
 }
 
+/* The waits of one round of the direct algorithm: each its alpha, but
+ * the core's handoff once a round, not once a wait. Every rank of a core
+ * waits for the same counter of the same round, so the core passes
+ * between them once. Measured: 4 ranks on 2 cores, all-reduce of 64 MiB
+ * in rounds of 512 KiB and 128 KiB windows' areas (129 and 516 rounds;
+ * all_reduce_perf -A direct, CCL_DIRECT_WINDOW_BYTES 2 MiB and 512 KiB):
+ * the smaller rounds took less time, not the 3.3 ms more that three full
+ * waits a round predicted; with 256 KiB windows (1032 rounds) 1.8 ms more
+ * than with 512 KiB, 3.5 us a round, where three full waits are 9.9. */
+static double round_waits_us(const struct model *m, int waits) {
+    return waits * sync_us(m, m->j->all_links) - (waits - 1) * ccl__cost_handoff_us(m->j->oversub);
+}
+
 /* ---- pipelines: the chunk ---- */
 
 #define PIECE_ALIGN 64.0       /* chunks are whole cache lines (and whole elements of every dtype) */
@@ -497,7 +510,7 @@ static double all_reduce(struct model *m, int algo, double n) {
          * from 1 to 64 MiB (bench/algo-table), where counting every read
          * as crossing predicted 1.16-1.44x. */
         double shared = (1 + alike_reads_share(j)) / 2;
-        double t = 3 * rounds(m, n) * sync_us(m, all) + copy_us(m, n) +
+        double t = rounds(m, n) * round_waits_us(m, 3) + copy_us(m, n) +
                    2 * shared * across * transfer_us(m, all, part * n) + part * reduce_us(m, n);
         return t > shot ? t : shot;
     }
@@ -527,7 +540,7 @@ static double reduce_scatter(const struct model *m, int algo, double b) {
         /* every rank's block in, then N - 1 peers' windows read as they
          * are folded */
         if (!j->windows) return -1;
-        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + copy_us(m, N * b) + window_reads_us(m, (N - 1) * b) +
+        return rounds(m, N * b) * round_waits_us(m, 2) + copy_us(m, N * b) + window_reads_us(m, (N - 1) * b) +
                (N - 1) * reduce_us(m, b);
     default: return -1;
     }
@@ -561,7 +574,7 @@ static double all_gather(const struct model *m, int algo, double b) {
          * more; broadcast of 1 MiB 63 against 162-175), and put direct
          * ahead of the ring where the ring is faster. */
         if (!j->windows) return -1;
-        return 2 * rounds(m, N * b) * sync_us(m, j->all_links) + 2 * copy_us(m, b) +
+        return rounds(m, N * b) * round_waits_us(m, 2) + 2 * copy_us(m, b) +
                alike_reads_share(j) * window_reads_us(m, (N - 1) * b);
     default: return -1;
     }
@@ -590,9 +603,9 @@ static double broadcast_or_reduce(struct model *m, int algo, double n, int reduc
          * of a core). */
         if (!j->windows) return -1;
         if (reduces)
-            return 3 * rounds(m, n) * sync_us(m, j->all_links) + 2 * copy_us(m, n) +
+            return rounds(m, n) * round_waits_us(m, 3) + 2 * copy_us(m, n) +
                    window_reads_us(m, 2.0 * (N - 1) / N * n) + (double)(N - 1) / N * red;
-        return 2 * rounds(m, n) * sync_us(m, j->all_links) + copy_us(m, n) +
+        return rounds(m, n) * round_waits_us(m, 2) + copy_us(m, n) +
                alike_reads_share(j) * window_reads_us(m, n);
     default: return -1;
     }

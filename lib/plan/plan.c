@@ -9,6 +9,7 @@
 
 #include "algo/algo.h"
 #include "core/log.h"
+#include "core/params.h"
 
 /* The transport for the pair (a, b), or -1: the forced one if it can
  * connect them, else the highest score among those both ranks initialised.
@@ -178,6 +179,32 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
+/* How much of each window the direct path's rounds use (all of it at
+ * most). A round keeps about every rank's window in flight on the host
+ * (two buffers of an in and an out area each); while that stays within
+ * half the second-level caches of the cores the ranks run on (the other
+ * half holds the user buffers streaming through), peers read one
+ * another's areas from those caches, not from memory. Measured on the
+ * 2-core development machine (2 MiB L2 a core; all_reduce_perf -A direct
+ * in place, busbw, medians of 3 alternating runs; bench/NOTES.md): on 3,
+ * 4 and 8 ranks 512 KiB windows against 2 MiB gave 1.05-1.25x from
+ * 1 MiB to 64 MiB (reduce-scatter 1.1-1.2x), 256 KiB lost to 512 KiB
+ * everywhere (the waits of four times the rounds), and on 2 ranks the
+ * window size made no difference. Hence the floor of 512 KiB. */
+size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped) {
+    size_t fixed = ccl__params_get()->direct_window_bytes & ~(size_t)4095;
+    if (ccl__params_get()->direct_window_bytes && fixed < (64 << 10)) fixed = 64 << 10; /* four areas and the control page */
+    if (fixed) return fixed < mapped ? fixed : mapped;
+    uint32_t l2_kib = UINT32_MAX;
+    for (int r = 0; r < n; r++)
+        if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
+    int cores = ccl__plan_machine_cpus(n, peers, rank);
+    if (!l2_kib || l2_kib == UINT32_MAX || cores <= 0) return mapped; /* caches unknown */
+    size_t fits = (size_t)cores * l2_kib * 1024 / (2 * (size_t)n), used = 512 << 10;
+    while (used * 2 <= fits) used *= 2;
+    return used < mapped ? used : mapped;
+}
+
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
     int n = comm->nranks;
     if (n < 2) return CCL_OK;
@@ -200,11 +227,13 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
         }
         if (bytes < smallest) smallest = bytes;
     }
-    /* Every rank read the same n window headers: the same decision and
-     * the same size everywhere. */
+    /* Every rank read the same n window headers and peer records: the
+     * same decision and the same size everywhere. */
     comm->windows = w;
-    comm->window_bytes = smallest;
-    CCL_INFO(CCL__SUB_PLAN, comm->rank, "direct path: %d windows of %zu bytes via %s", n, smallest, t->name);
+    comm->window_bytes = ccl__plan_direct_window(n, comm->peers, comm->rank, smallest);
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "direct path: %d windows of %zu bytes via %s, rounds use %zu bytes of each (%s)",
+             n, smallest, t->name, comm->window_bytes,
+             ccl__params_get()->direct_window_bytes ? "CCL_DIRECT_WINDOW_BYTES" : "fitted to the caches");
     return CCL_OK;
 }
 

@@ -66,6 +66,11 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
 /* The direct path: comm->windows when every rank exposes a window that
  * every other rank maps (all on one host), else left off. */
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
+/* How much of each of the direct path's windows (mapped bytes, the
+ * smallest of any rank's) its rounds use, the same on every rank of the
+ * n (all on one host): CCL_DIRECT_WINDOW_BYTES, or what fits the caches
+ * of the cores they run on (plan.c says why). */
+size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped);
 
 /* The single-copy algorithm: comm->single_copy when the direct path is on
  * and every rank's probe read every peer's memory through cross-memory
