@@ -139,12 +139,13 @@ const int matrix_one_host_configs[] = {6, 8, 0, 3, -1};
 const int matrix_one_host_multi_configs[] = {8, 0, 3, -1};
 const int matrix_algo_config_count = (int)(sizeof matrix_algo_configs / sizeof matrix_algo_configs[0]);
 
-static void run_config(const struct matrix_config *cfg, const char *chunk, harness_body_fn body, const char *what,
-                       void *user) {
+static void run_config(const struct matrix_config *cfg, const char *chunk, const char *more, harness_body_fn body,
+                       const char *what, void *user) {
     struct matrix_ctx ctx = {.cfg = cfg, .what = what, .user = user};
-    char env[200] = "";
+    char env[300] = "";
     if (cfg->algo) snprintf(env, sizeof env, "CCL_ALGO=%s", cfg->algo);
     if (chunk) snprintf(env + strlen(env), sizeof env - strlen(env), "%sCCL_CHUNK_BYTES=%s", *env ? " " : "", chunk);
+    if (more) snprintf(env + strlen(env), sizeof env - strlen(env), "%s%s", *env ? " " : "", more);
     struct harness_run run = {
         .nranks = cfg->nranks,
         .body = body,
@@ -189,12 +190,13 @@ void matrix_run_algo(int index, const struct matrix_algo *list, int n, harness_b
             continue;
         }
         struct matrix_config cfg = matrix_algo_configs[cfgs[index]];
-        char name[128];
-        snprintf(name, sizeof name, "%s, CCL_ALGO=%s%s%s", cfg.name, list[a].algo,
-                 list[a].chunk ? ", CCL_CHUNK_BYTES=" : "", list[a].chunk ? list[a].chunk : "");
+        char name[256];
+        snprintf(name, sizeof name, "%s, CCL_ALGO=%s%s%s%s%s", cfg.name, list[a].algo,
+                 list[a].chunk ? ", CCL_CHUNK_BYTES=" : "", list[a].chunk ? list[a].chunk : "",
+                 list[a].env ? ", " : "", list[a].env ? list[a].env : "");
         cfg.name = name;
         cfg.algo = list[a].algo;
-        run_config(&cfg, list[a].chunk, body, what, user);
+        run_config(&cfg, list[a].chunk, list[a].env, body, what, user);
         return;
     }
     ck_abort_msg("matrix_run_algo: index past the list");
@@ -206,7 +208,7 @@ void matrix_add_algo_loop(Suite *s, const char *name, const TTest *test, const s
 }
 
 void matrix_run_config(const struct matrix_config *cfg, harness_body_fn body, const char *what, void *user) {
-    run_config(cfg, NULL, body, what, user);
+    run_config(cfg, NULL, NULL, body, what, user);
 }
 
 void matrix_add_loop(Suite *s, const char *name, const TTest *test, int timeout_s) {

@@ -82,6 +82,7 @@ struct matrix_algo {
     const char *algo;   /* the CCL_ALGO value, e.g. "allreduce:tree" */
     const int *configs; /* indices into matrix_algo_configs ending in -1; NULL: the rotation */
     const char *chunk;  /* CCL_CHUNK_BYTES, NULL for the planner's per call */
+    const char *env;    /* more of the environment ("VAR=value ..."), or NULL */
 };
 extern const struct matrix_config matrix_algo_configs[];
 /* The single-host configurations of matrix_algo_configs (1, 2, 3 and 7

@@ -159,12 +159,15 @@ END_TEST
 /* hier: 2 hosts x 4, 5 hosts x 1, and one host (3 shm, 4 tcp, 1 rank) */
 static const int hier_configs[] = {5, 7, 1, 0, 6, -1};
 static const struct matrix_algo algos[] = {
-    {"allreduce:ring", NULL, NULL}, {"allreduce:tree", NULL, NULL}, {"allreduce:rd", NULL, NULL},
-    {"allreduce:rhd", NULL, NULL},
-    {"allreduce:direct", matrix_one_host_configs, NULL}, {"allreduce:single_copy", matrix_one_host_multi_configs, NULL}, {"allreduce:hier", hier_configs, NULL},
+    {"allreduce:ring", NULL, NULL, NULL}, {"allreduce:tree", NULL, NULL, NULL}, {"allreduce:rd", NULL, NULL, NULL},
+    {"allreduce:rhd", NULL, NULL, NULL},
+    {"allreduce:direct", matrix_one_host_configs, NULL, NULL}, {"allreduce:single_copy", matrix_one_host_multi_configs, NULL, NULL}, {"allreduce:hier", hier_configs, NULL, NULL},
     /* a chunk of no power of two, so pieces never line up with blocks or
      * slots (nor rhd's segments, 252 such chunks, with a power of two) */
-    {"allreduce:tree", NULL, "4160"}, {"allreduce:ring", NULL, "4160"}, {"allreduce:rhd", NULL, "4160"}};
+    {"allreduce:tree", NULL, "4160", NULL}, {"allreduce:ring", NULL, "4160", NULL}, {"allreduce:rhd", NULL, "4160", NULL},
+    /* every output written past the caches from any byte (unaligned heads
+     * and tails), in the least window (many rounds) */
+    {"allreduce:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(all_reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_reduce", NULL); }

@@ -75,9 +75,11 @@ END_TEST
 /* ---- every broadcast algorithm on the same sweeps ---- */
 
 static const struct matrix_algo algos[] = {
-    {"broadcast:ring", NULL, NULL}, {"broadcast:tree", NULL, NULL}, {"broadcast:direct", matrix_one_host_configs, NULL}, {"broadcast:single_copy", matrix_one_host_multi_configs, NULL},
+    {"broadcast:ring", NULL, NULL, NULL}, {"broadcast:tree", NULL, NULL, NULL}, {"broadcast:direct", matrix_one_host_configs, NULL, NULL}, {"broadcast:single_copy", matrix_one_host_multi_configs, NULL, NULL},
     /* a chunk of no power of two, so pieces never line up with blocks or slots */
-    {"broadcast:ring", NULL, "4160"}};
+    {"broadcast:ring", NULL, "4160", NULL},
+    /* outputs written past the caches from any byte, in the least window */
+    {"broadcast:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(broadcast_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "broadcast", NULL); }

@@ -177,9 +177,9 @@ END_TEST
 /* ---- every all-to-all and barrier algorithm on the same sweeps ---- */
 
 static const struct matrix_algo a2a_algos[] = {
-    {"alltoall:direct", NULL, NULL}, {"alltoall:pairwise", NULL, NULL}, {"alltoall:bruck", NULL, NULL}};
+    {"alltoall:direct", NULL, NULL, NULL}, {"alltoall:pairwise", NULL, NULL, NULL}, {"alltoall:bruck", NULL, NULL, NULL}};
 #define NA2A ((int)(sizeof a2a_algos / sizeof a2a_algos[0]))
-static const struct matrix_algo barrier_algos[] = {{"barrier:ring", NULL, NULL}, {"barrier:bruck", NULL, NULL}};
+static const struct matrix_algo barrier_algos[] = {{"barrier:ring", NULL, NULL, NULL}, {"barrier:bruck", NULL, NULL, NULL}};
 #define NBARRIER ((int)(sizeof barrier_algos / sizeof barrier_algos[0]))
 
 START_TEST(all_to_all_algos) { matrix_run_algo(_i, a2a_algos, NA2A, body_all_to_all, "all_to_all", NULL); }

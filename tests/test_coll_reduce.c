@@ -80,9 +80,9 @@ END_TEST
 /* ---- every reduce algorithm on the same sweeps ---- */
 
 static const struct matrix_algo algos[] = {
-    {"reduce:ring", NULL, NULL}, {"reduce:tree", NULL, NULL}, {"reduce:direct", matrix_one_host_configs, NULL}, {"reduce:single_copy", matrix_one_host_multi_configs, NULL},
+    {"reduce:ring", NULL, NULL, NULL}, {"reduce:tree", NULL, NULL, NULL}, {"reduce:direct", matrix_one_host_configs, NULL, NULL}, {"reduce:single_copy", matrix_one_host_multi_configs, NULL, NULL},
     /* a chunk of no power of two, so pieces never line up with blocks or slots */
-    {"reduce:ring", NULL, "4160"}};
+    {"reduce:ring", NULL, "4160", NULL}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "reduce", NULL); }

@@ -78,7 +78,7 @@ END_TEST
 /* ---- the other reduce-scatter algorithms on the same sweeps (the matrix
  * above runs the ring) ---- */
 
-static const struct matrix_algo algos[] = {{"reducescatter:direct", matrix_one_host_configs, NULL}, {"reducescatter:single_copy", matrix_one_host_multi_configs, NULL}};
+static const struct matrix_algo algos[] = {{"reducescatter:direct", matrix_one_host_configs, NULL, NULL}, {"reducescatter:single_copy", matrix_one_host_multi_configs, NULL, NULL}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(reduce_scatter_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "reduce_scatter", NULL); }

@@ -189,7 +189,7 @@ END_TEST
 /* ---- the same values through every all-reduce algorithm ---- */
 
 static const struct matrix_algo algos[] = {
-    {"tree", NULL, NULL}, {"allreduce:rd", NULL, NULL}, {"rhd", NULL, NULL}, {"direct", matrix_one_host_configs, NULL}};
+    {"tree", NULL, NULL, NULL}, {"allreduce:rd", NULL, NULL, NULL}, {"rhd", NULL, NULL, NULL}, {"direct", matrix_one_host_configs, NULL, NULL}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(special_values_algos) { matrix_run_algo(_i, algos, NALGOS, body_special, "special float values", NULL); }

@@ -110,6 +110,7 @@ struct ccl_comm {
     uint8_t **windows;                  /* [nranks], NULL when the direct path is off */
     struct ccl__cost_state *cost;       /* the planner's model of this job (plan/model.c) */
     size_t window_bytes;                /* the smallest window of any rank */
+    size_t stream_bytes;                /* outputs from this size are written past the caches (direct path) */
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
     unsigned direct_narrow;             /* bit g % 2: only one peer read this rank's window in round g (direct.c) */
     int gpu_direct;                     /* the GPU-resident path is on (device/gpu_direct.h) */

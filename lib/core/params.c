@@ -168,6 +168,7 @@ static void params_load(void) {
     params.zero_copy = (int)env_long("CCL_ZERO_COPY", 1, 0, 1);
     params.zero_copy_min = env_long("CCL_ZERO_COPY_MIN", -1, -1, 1L << 40);
     params.direct_window_bytes = (size_t)env_long("CCL_DIRECT_WINDOW_BYTES", 0, 0, 1L << 30);
+    params.stream_output_bytes = env_long("CCL_STREAM_OUTPUT_BYTES", -1, -1, 1L << 50);
     params.trace_max_events = (size_t)env_long("CCL_TRACE_MAX_EVENTS", 4000000, 1, 1L << 30);
 }
 

@@ -48,6 +48,8 @@ struct ccl__params {
     int zero_copy;            /* CCL_ZERO_COPY: calls on shared allocations may run in place (algo/zero_copy.c) */
     size_t direct_window_bytes; /* CCL_DIRECT_WINDOW_BYTES: how much of each shared window the direct path's
                                  * rounds use (0: as much as fits the caches, plan.c) */
+    long stream_output_bytes;   /* CCL_STREAM_OUTPUT_BYTES: outputs of this many bytes are written past the caches
+                                 * (0: none; -1: the planner's figure, plan.c) */
     long zero_copy_min;       /* CCL_ZERO_COPY_MIN: from this many bytes a call (count x dtype) takes it (-1: where
                                * the cost model finds it cheaper, coll/batch.c) */
     size_t trace_max_events;  /* CCL_TRACE_MAX_EVENTS: per rank, later events are dropped */

@@ -71,6 +71,10 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
  * n (all on one host): CCL_DIRECT_WINDOW_BYTES, or what fits the caches
  * of the cores they run on (plan.c says why). */
 size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped);
+/* The output size (bytes) from which the direct path writes results with
+ * non-temporal stores: CCL_STREAM_OUTPUT_BYTES, or twice the L2 caches of
+ * the cores the n ranks run on; SIZE_MAX: never. */
+size_t ccl__plan_stream_bytes(int n, const struct ccl__peer_info *peers, int rank);
 
 /* The single-copy algorithm: comm->single_copy when the direct path is on
  * and every rank's probe read every peer's memory through cross-memory

@@ -35,6 +35,9 @@ struct ccl__compute {
     size_t piece_bytes;
     /* dst <- src (bytes). */
     void (*copy)(void *dst, const void *src, size_t bytes);
+    /* The same, for a destination nobody reads again soon (the output of a
+     * call larger than the caches): the host writes it past the caches. */
+    void (*copy_streaming)(void *dst, const void *src, size_t bytes);
     /* dst <- a OP b over n elements (dst may alias a or b exactly). */
     void (*reduce)(ccl__reduce_fn fn, void *dst, const void *a, const void *b, size_t n);
     /* buf /= div (finishing CCL_AVG). */
