@@ -347,12 +347,17 @@ static double along(double x, double x0, double y0, double x1, double y1) {
  * probe's speed while the buffer is no larger than the probe's (its lines
  * still in caches), the large point's once it is as large (from memory),
  * in between on the line joining the two. Without a measured large point
- * it is the default's share of the probe's speed; a large point never
- * counts as faster than the probe. */
+ * it is the default's share of the probe's speed, and no faster than the
+ * default large point: a large buffer comes from memory, which the probe,
+ * reading lines still in the caches, does not measure (it read 7-19 GB/s
+ * from one init to the next on the 2-core development machine, and
+ * proportional to it the model took the single-copy algorithm for 4 ranks
+ * of 2 cores at 16 MiB, where it measured 1.2-1.4x slower than direct).
+ * A large point never counts as faster than the probe. */
 static double cma_byte_us(const struct ccl__figures *f, double buffer) {
     int measured = (f->measured & CCL__FIG_CMA_LARGE) && f->cma_large_bytes > CCL__PROBE_BYTES;
     double fast = 1 / f->cma_bytes_per_us, large = measured ? f->cma_large_bytes : CMA_LARGE_BYTES;
-    double slow = measured ? 1 / f->cma_large_bytes_per_us : fast * CMA_SPEED / CMA_LARGE_SPEED;
+    double slow = measured ? 1 / f->cma_large_bytes_per_us : fmax(fast * CMA_SPEED / CMA_LARGE_SPEED, 1 / CMA_LARGE_SPEED);
     return along(buffer, CCL__PROBE_BYTES, fast, large, fmax(slow, fast));
 }
 
