@@ -170,17 +170,22 @@ static int body_matrix(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     return t.fails;
 }
 
-static void run_matrix(int nranks, int on) {
-    const char *env = on ? "CCL_ZERO_COPY_MIN=0" : "CCL_ZERO_COPY=0";
+static void run_matrix_env(int nranks, int on, const char *env) {
     struct harness_run run = {.nranks = nranks, .transport = "shm", .body = body_matrix, .arg = &on, .env = env,
                               .deadline_s = 500};
     HARNESS_RUN_OK(&run);
 }
 
+static void run_matrix(int nranks, int on) { run_matrix_env(nranks, on, on ? "CCL_ZERO_COPY_MIN=0" : "CCL_ZERO_COPY=0"); }
+
 static const int matrix_ranks[] = {1, 2, 3, 5};
 START_TEST(every_collective_dtype_op) { run_matrix(matrix_ranks[_i], 1); }
 END_TEST
 START_TEST(turned_off) { run_matrix(3, 0); }
+END_TEST
+/* Every output written past the caches (non-temporal stores), from any
+ * byte: unaligned heads and tails of every block. */
+START_TEST(streaming_outputs) { run_matrix_env(3, 1, "CCL_ZERO_COPY_MIN=0 CCL_STREAM_OUTPUT_BYTES=1"); }
 END_TEST
 
 /* Ranks that disagree, and misuse. */
@@ -368,6 +373,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("matrix");
     tcase_set_timeout(tc, 500);
     tcase_add_loop_test(tc, every_collective_dtype_op, 0, 4);
+    tcase_add_test(tc, streaming_outputs);
     tcase_add_test(tc, turned_off);
     suite_add_tcase(s, tc);
     tc = tcase_create("misuse");

@@ -83,15 +83,7 @@ size_t ccl__direct_area(size_t window_bytes) { return ((window_bytes - CTRL_BYTE
 
 static uint8_t *out_area(const struct ccl__direct *d, int rank) { return in_area(d, rank) + d->area; }
 
-typedef void (*copy_fn)(void *dst, const void *src, size_t bytes);
-
-/* How a round writes into the call's output: past the caches once the
- * output is larger than they hold (comm->stream_bytes), where a normal
- * store reads each line from memory first. Not where the round has just
- * read those lines (an all-reduce in place copied them in): there a
- * normal store hits the cache, and a non-temporal one evicts the line
- * (measured, 4 ranks in place, 4-64 MiB: 1.2-1.7x slower). */
-static copy_fn out_copy(const struct ccl__direct *d, size_t output_bytes, int output_was_read) {
+ccl__copy_fn ccl__direct_out_copy(const struct ccl__direct *d, size_t output_bytes, int output_was_read) {
     const struct ccl__compute *cu = d->p.compute;
     int past = cu->copy_streaming && !output_was_read && output_bytes >= d->comm->stream_bytes;
     return past ? cu->copy_streaming : cu->copy;
@@ -278,7 +270,7 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
     CCL_CHECK(ccl__direct_init(&d, comm, a));
     size_t es = d.p.esize, count = a->id.count, per = d.area / es;
     int wants = everyone || d.r == a->id.root;
-    copy_fn out = out_copy(&d, count * es, a->sendbuf == a->recvbuf);
+    ccl__copy_fn out = ccl__direct_out_copy(&d, count * es, a->sendbuf == a->recvbuf);
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         CCL_CHECK(ccl__direct_begin(&d, -1));
@@ -357,7 +349,7 @@ static ccl_status_t direct_all_gather(struct ccl_comm *comm, const struct ccl__c
     struct ccl__direct d;
     CCL_CHECK(ccl__direct_init(&d, comm, a));
     size_t es = d.p.esize, count = a->id.count, per = d.area / es;
-    copy_fn out = out_copy(&d, (size_t)d.n * count * es, 0); /* its own block in place is not copied */
+    ccl__copy_fn out = ccl__direct_out_copy(&d, (size_t)d.n * count * es, 0); /* its own block in place is not copied */
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         const char *mine = ccl__at(a->sendbuf, off, es);
@@ -396,7 +388,7 @@ static ccl_status_t direct_broadcast(struct ccl_comm *comm, const struct ccl__co
     size_t es = d.p.esize, count = a->id.count, per = d.area / es;
     int root = a->id.root, next = (d.r + 1) % d.n, prev = (d.r + d.n - 1) % d.n;
     int narrow = count * es <= ONE_SHOT_BYTES;
-    copy_fn out = out_copy(&d, count * es, 0);
+    ccl__copy_fn out = ccl__direct_out_copy(&d, count * es, 0);
     for (size_t off = 0; off < count; off += per) {
         size_t m = count - off < per ? count - off : per;
         /* The root's buffer is read by every peer, another rank's identity

@@ -115,11 +115,18 @@ static ccl_status_t run(struct ccl__direct *d, const struct ccl__coll_args *a, c
         if (sl) fold(d, scratch, into + so * es, send, so, sl);
         ccl_status_t st = ccl__direct_settle(d);
         if (st == CCL_OK && kind == CCL__K_ALL_REDUCE) {
+            /* The peers' slices. In place, the peers have just read those
+             * lines of this rank's buffer in their folds, and they are
+             * still in the host's caches (measured, 4 ranks in place: 16
+             * MiB 1.1-1.3x slower written past them, 64 MiB 1.05-1.15x
+             * faster); out of place this call never touched them (1.2x
+             * faster at 16 and 64 MiB). */
+            ccl__copy_fn out = ccl__direct_out_copy(d, count * es, send[r] == recv[r]);
             ccl__direct_publish(d, CCL__DIRECT_REDUCED);
             st = ccl__direct_wait(d, CCL__DIRECT_REDUCED, d->g, -1);
             for (int q = 0; q < n && st == CCL_OK; q++) {
                 size_t qo = ccl__block_off(count, n, q), ql = ccl__block_len(count, n, q);
-                if (q != r && ql) d->p.compute->copy(recv[r] + qo * es, recv[q] + qo * es, ql * es);
+                if (q != r && ql) out(recv[r] + qo * es, recv[q] + qo * es, ql * es);
             }
         }
         return st;
@@ -127,12 +134,13 @@ static ccl_status_t run(struct ccl__direct *d, const struct ccl__coll_args *a, c
     if (kind == CCL__K_REDUCE_SCATTER) {
         fold(d, scratch, recv[r], send, (size_t)r * count, count);
     } else if (kind == CCL__K_ALL_GATHER) {
+        ccl__copy_fn out = ccl__direct_out_copy(d, (size_t)n * count * es, 0);
         for (int q = 0; q < n; q++) {
             char *to = recv[r] + (size_t)q * count * es;
-            if (to != send[q]) d->p.compute->copy(to, send[q], count * es);
+            if (to != send[q]) out(to, send[q], count * es);
         }
     } else if (recv[r] != send[root]) { /* broadcast */
-        d->p.compute->copy(recv[r], send[root], count * es);
+        ccl__direct_out_copy(d, count * es, 0)(recv[r], send[root], count * es);
     }
     return CCL_OK;
 }
