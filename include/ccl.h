@@ -242,6 +242,16 @@ CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
  * docs/cuda.md). Truncated to n bytes. */
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n);
 
+/* Pins the calling thread to the core CCL_BIND=core pins this rank to (the
+ * i-th core this process may use for the i-th rank of the machine; a
+ * hardware thread each, or round robin, when there are too few), and lets
+ * its waits on comm spin there. For a program whose communication runs on
+ * a thread of its own while its other threads compute unpinned (the torch
+ * backend's worker does this unless CCL_BIND is set). Where pinning fails
+ * the thread stays unpinned, with a warning; CCL_ERR_SYSTEM only when the
+ * machine's topology cannot be read. */
+CCL_API ccl_status_t ccl_comm_bind_thread(ccl_comm_t *comm);
+
 /* ---- memory registration ----
  * Registers [buf, buf + bytes) with every transport of comm that needs
  * registered memory (RDMA), once: later calls on buffers inside it use it

@@ -1,6 +1,7 @@
 /* CCL_BIND: where init pins each rank's thread, checked from the masks the
  * ranks report to each other. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,62 @@ START_TEST(launcher_bound) {
 }
 END_TEST
 
+/* ccl_comm_bind_thread: a thread of the rank's own (a framework's worker)
+ * pins itself where CCL_BIND=core would pin the rank, and communicates
+ * from there; the thread that made the communicator stays where it was. */
+struct bound {
+    ccl_comm_t *comm;
+    ccl_status_t st;
+    cpu_set_t mask;
+    float sum;
+    int rank;
+};
+
+static void *bind_and_reduce(void *arg) {
+    struct bound *b = arg;
+    b->st = ccl_comm_bind_thread(b->comm);
+    CPU_ZERO(&b->mask);
+    pthread_getaffinity_np(pthread_self(), sizeof b->mask, &b->mask);
+    float x = (float)b->rank;
+    if (b->st == CCL_OK) b->st = ccl_all_reduce(&x, &b->sum, 1, CCL_FLOAT32, CCL_SUM, b->comm);
+    return NULL;
+}
+
+static int body_bind_thread(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    EXPECT(&t, ccl_comm_bind_thread(NULL) == CCL_ERR_INVALID_ARGUMENT, "ccl_comm_bind_thread(NULL) was not refused");
+    struct bound b = {.comm = comm, .rank = rank};
+    pthread_t th;
+    EXPECT(&t, pthread_create(&th, NULL, bind_and_reduce, &b) == 0, "pthread_create failed");
+    pthread_join(th, NULL);
+    EXPECT_OK(&t, b.st);
+    EXPECT(&t, b.sum == (float)(nranks * (nranks - 1) / 2), "all-reduce on the bound thread gave %g", (double)b.sum);
+    cpu_set_t now;
+    CPU_ZERO(&now);
+    sched_getaffinity(0, sizeof now, &now);
+    EXPECT(&t, CPU_EQUAL(&now, &before), "binding another thread moved the thread that made the communicator");
+    cpu_set_t all[8];
+    if (EXPECT_OK(&t, ccl_all_gather(&b.mask, all, sizeof b.mask, CCL_UINT8, comm)) != CCL_OK) return t.fails;
+    int allowed = CPU_COUNT(&before);
+    for (int r = 0; r < nranks; r++) {
+        cpu_set_t inside;
+        CPU_AND(&inside, &all[r], &before);
+        EXPECT(&t, CPU_COUNT(&all[r]) == 1 && CPU_EQUAL(&inside, &all[r]),
+               "rank %d's bound thread may use %d CPUs, not one of the %d it could", r, CPU_COUNT(&all[r]), allowed);
+        for (int q = 0; q < r && nranks <= allowed; q++)
+            EXPECT(&t, !CPU_EQUAL(&all[q], &all[r]), "ranks %d and %d were bound to the same CPU with %d for %d ranks",
+                   q, r, allowed, nranks);
+    }
+    return t.fails;
+}
+
+START_TEST(bind_thread) {
+    struct harness_run run = {.nranks = 2 + _i, .body = body_bind_thread, .setup = record_mask};
+    util_run_clean(&run, 0, "ccl_comm_bind_thread on %d ranks", run.nranks);
+}
+END_TEST
+
 START_TEST(bad_value_fails_init) {
     struct harness_run run = {.nranks = 2, .env = "CCL_BIND=socket", .init_check = util_init_invalid_argument,
                               .arg = "CCL_BIND=socket", .ccl_timeout = "10", .deadline_s = 60};
@@ -187,6 +244,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, untouched, 0, 2);
     tcase_add_loop_test(tc, launcher_bound, 0, 2);
     tcase_add_test(tc, bad_value_fails_init);
+    tcase_add_loop_test(tc, bind_thread, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

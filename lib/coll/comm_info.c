@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "plan/plan.h"
 #include "device/device.h"
 #include "device/gpu_direct.h"
 #include "transports/manager.h"
@@ -30,6 +31,11 @@ static int count_hosts(const struct ccl_comm *comm) {
         hosts += !seen;
     }
     return hosts;
+}
+
+CCL_API ccl_status_t ccl_comm_bind_thread(ccl_comm_t *comm) {
+    CCL_CHECK(ccl__check_comm(comm, "comm_bind_thread"));
+    return ccl__plan_bind_thread(comm);
 }
 
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n) {

@@ -138,6 +138,9 @@ void ccl__plan_waiting_links(struct ccl_comm *comm, size_t chunk_bytes, double c
  * every wait then costs a context switch. A value other than none or core
  * fails init. */
 ccl_status_t ccl__plan_bind(struct ccl_comm *comm);
+/* Pins the calling thread where CCL_BIND=core pins this rank's init
+ * thread (ccl_comm_bind_thread). */
+ccl_status_t ccl__plan_bind_thread(struct ccl_comm *comm);
 
 /* The link class between two places on one host: NUMA node, package or
  * neither apart (unknown places count as one NUMA node). */

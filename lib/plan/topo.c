@@ -360,7 +360,8 @@ static void own_core(struct ccl_comm *comm) {
     comm->own_core_thread = pthread_self();
 }
 
-static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal) {
+static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t allowed, int index, int nlocal,
+                    const char *who) {
     int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_CORE);
     int pus = hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_PU);
     if (pus < 1) return;
@@ -371,7 +372,7 @@ static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t
     char where[64] = "?";
     if (obj && obj->cpuset) hwloc_bitmap_list_snprintf(where, sizeof where, obj->cpuset);
     if (!obj || !obj->cpuset || hwloc_set_cpubind(topo, obj->cpuset, HWLOC_CPUBIND_THREAD) != 0) {
-        CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: could not pin to cpus %s; running unpinned", where);
+        CCL_WARN(CCL__SUB_PLAN, comm->rank, "%s: could not pin to cpus %s; running unpinned", who, where);
         return;
     }
     /* Every local rank takes a core of its own when there are enough. */
@@ -381,9 +382,24 @@ static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t
     char near[sizeof comm->rdma_near];
     rdma_by_nearness(topo, obj->cpuset, near, sizeof near);
     if (near[0]) memcpy(comm->rdma_near, near, sizeof near);
-    CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: local rank %d of %d pinned to %s %d of %d (cpus %s)", index,
+    CCL_INFO(CCL__SUB_PLAN, comm->rank, "%s: local rank %d of %d pinned to %s %d of %d (cpus %s)", who, index,
              nlocal, type == HWLOC_OBJ_CORE ? "core" : "hardware thread", place,
              type == HWLOC_OBJ_CORE ? cores : pus, where);
+}
+
+ccl_status_t ccl__plan_bind_thread(struct ccl_comm *comm) {
+    if (comm->params.topo_file[0]) {
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "ccl_comm_bind_thread: CCL_TOPO_FILE describes another machine: nothing pinned");
+        return CCL_OK;
+    }
+    int index, nlocal = ccl__plan_machine_ranks(comm, &index);
+    hwloc_topology_t topo;
+    hwloc_bitmap_t allowed;
+    if (load_topology(&topo, &allowed, strchr(comm->rdma_near, ',') != NULL) != 0)
+        return ccl__set_error(comm, CCL_ERR_SYSTEM, "ccl_comm_bind_thread: hwloc cannot tell where this thread may run");
+    bind_to(comm, topo, allowed, index, nlocal, "ccl_comm_bind_thread");
+    unload_topology(topo, allowed);
+    return CCL_OK;
 }
 
 ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
@@ -411,7 +427,7 @@ ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: hwloc cannot tell where this thread may run; running unpinned");
         return CCL_OK;
     }
-    bind_to(comm, topo, allowed, index, nlocal);
+    bind_to(comm, topo, allowed, index, nlocal, "CCL_BIND=core");
     unload_topology(topo, allowed);
     return CCL_OK;
 }
