@@ -103,6 +103,7 @@ static struct ccl_comm *comm_alloc(int nranks, int rank) {
     comm->magic = CCL__COMM_MAGIC;
     comm->rank = rank;
     comm->nranks = nranks;
+    comm->stream_bytes = SIZE_MAX; /* until the planner says (ccl__plan_direct) */
     comm->params = *ccl__params_get();
     pthread_mutex_init(&comm->err_lock, NULL);
     pthread_mutex_init(&comm->made_ops.lock, NULL);

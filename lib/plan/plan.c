@@ -225,6 +225,7 @@ size_t ccl__plan_stream_bytes(int n, const struct ccl__peer_info *peers, int ran
 
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
     int n = comm->nranks;
+    comm->stream_bytes = ccl__plan_stream_bytes(n, comm->peers, comm->rank);
     if (n < 2) return CCL_OK;
     /* One transport must give every window: the one connecting us to rank
      * (rank + 1) % n; every peer's connection must be of that transport. */
@@ -249,7 +250,6 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
      * same decision and the same size everywhere. */
     comm->windows = w;
     comm->window_bytes = ccl__plan_direct_window(n, comm->peers, comm->rank, smallest);
-    comm->stream_bytes = ccl__plan_stream_bytes(n, comm->peers, comm->rank);
     char from[32] = "never";
     if (comm->stream_bytes != SIZE_MAX) snprintf(from, sizeof from, "from %zu bytes", comm->stream_bytes);
     CCL_INFO(CCL__SUB_PLAN, comm->rank, "direct path: %d windows of %zu bytes via %s, rounds use %zu bytes of each (%s); "
