@@ -404,9 +404,9 @@ END_TEST
 
 /* The share of each window the direct path's rounds use: half the L2
  * caches of the cores the host's ranks run on, split among the ranks, in
- * a power of two from 512 KiB up to the mapped window; what
- * CCL_DIRECT_WINDOW_BYTES says when set; the whole window when no rank
- * knows its caches. Every rank computes the same. */
+ * a power of two from 512 KiB up to the mapped window; the smallest
+ * CCL_DIRECT_WINDOW_BYTES any rank was given; the whole window when no
+ * rank knows its caches. Every rank computes the same. */
 START_TEST(direct_window_fits_the_caches) {
     static const struct {
         int n, ncores;
@@ -423,28 +423,6 @@ START_TEST(direct_window_fits_the_caches) {
         {4, 2, 2048, 256u << 10, 256u << 10}, /* never past the mapped window */
     };
     struct table *T = malloc(sizeof *T);
-    memset(T, 0, sizeof *T);
-    for (int r = 0; r < 2; r++) machine_peer(&T->peers[r], 0, -1, 8), T->peers[r].topo.l2_kib = 2048;
-    /* CCL_DIRECT_WINDOW_BYTES, read once a process (so before anything
-     * here reads the parameters): in a child each */
-    static const struct {
-        const char *value;
-        size_t mapped, want;
-    } fixed[] = {{"300000", 4u << 20, 299008},  /* whole pages */
-                 {"300000", 128u << 10, 128u << 10},
-                 {"1000", 4u << 20, 64u << 10}}; /* the least a window holds */
-    for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++) {
-        pid_t pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            setenv("CCL_DIRECT_WINDOW_BYTES", fixed[c].value, 1);
-            _exit(ccl__plan_direct_window(2, T->peers, 1, fixed[c].mapped) == fixed[c].want ? 0 : 1);
-        }
-        int status = 0;
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "CCL_DIRECT_WINDOW_BYTES=%s, window of %zu: "
-                      "not %zu bytes", fixed[c].value, fixed[c].mapped, fixed[c].want);
-    }
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         memset(T, 0, sizeof *T);
         for (int r = 0; r < cases[c].n; r++) {
@@ -460,6 +438,28 @@ START_TEST(direct_window_fits_the_caches) {
     memset(T, 0, sizeof *T);
     for (int r = 0; r < 2; r++) machine_peer(&T->peers[r], 0, -1, 8), T->peers[r].topo.l2_kib = r ? 512 : 4096;
     ck_assert_uint_eq(ccl__plan_direct_window(2, T->peers, 0, 4u << 20), 1u << 20);
+    /* CCL_DIRECT_WINDOW_BYTES as the ranks' records carry it: the smallest
+     * any rank was given, in whole pages, at least 64 KiB, within the
+     * mapped window; the same on every rank whatever each was given */
+    static const struct {
+        uint32_t told[3];
+        size_t mapped, want;
+    } fixed[] = {{{300000, 300000, 300000}, 4u << 20, 299008}, {{0, 300000, 0}, 4u << 20, 299008},
+                 {{300000, 0, 200000}, 4u << 20, 196608},      {{300000, 300000, 300000}, 128u << 10, 128u << 10},
+                 {{1000, 0, 0}, 4u << 20, 64u << 10}};
+    for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++) {
+        memset(T, 0, sizeof *T);
+        for (int r = 0; r < 3; r++) {
+            machine_peer(&T->peers[r], 0, -1, 2);
+            T->peers[r].topo.l2_kib = 2048;
+            T->peers[r].direct_window_bytes = fixed[c].told[r];
+        }
+        for (int r = 0; r < 3; r++) {
+            size_t got = ccl__plan_direct_window(3, T->peers, r, fixed[c].mapped);
+            ck_assert_msg(got == fixed[c].want, "told %u, %u, %u; rank %d: %zu bytes, want %zu", fixed[c].told[0],
+                          fixed[c].told[1], fixed[c].told[2], r, got, fixed[c].want);
+        }
+    }
     free(T);
 }
 END_TEST
@@ -550,6 +550,38 @@ START_TEST(bad_topo_file_fails_every_rank) {
 }
 END_TEST
 
+/* Ranks given different CCL_DIRECT_WINDOW_BYTES (one of them 64 KiB, one
+ * none, one 1 MiB): they agree on the smallest, and a direct all-reduce of
+ * many rounds is exact on every rank. */
+static int body_direct_rounds(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    size_t n = 300007; /* 1.2 MB of int32: 19 rounds of 64 KiB windows' areas, the last one short */
+    int32_t *v = malloc(n * sizeof *v);
+    if (!v) return 1;
+    for (size_t i = 0; i < n; i++) v[i] = (int32_t)(i % 1009) * (rank + 1);
+    EXPECT_OK(&t, ccl_all_reduce(v, v, n, CCL_INT32, CCL_SUM, comm));
+    int32_t k = (int32_t)(nranks * (nranks + 1) / 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += v[i] != (int32_t)(i % 1009) * k;
+    EXPECT(&t, bad == 0, "%zu of %zu elements wrong", bad, n);
+    free(v);
+    char d[2048] = "";
+    EXPECT_OK(&t, ccl_comm_describe(comm, d, sizeof d));
+    EXPECT(&t, strstr(d, "allreduce:direct") || strstr(d, "all_reduce:direct"), "the call did not run direct: %s", d);
+    return t.fails;
+}
+
+START_TEST(direct_window_agreed) {
+    const char *rank_env[HARNESS_MAX_RANKS] = {0};
+    rank_env[0] = "CCL_DIRECT_WINDOW_BYTES=65536";
+    rank_env[2] = "CCL_DIRECT_WINDOW_BYTES=1048576";
+    struct harness_run run = {.nranks = 3, .transport = "shm", .env = "CCL_ALGO=allreduce:direct",
+                              .rank_env = rank_env, .body = body_direct_rounds};
+    util_run_clean(&run, 0, "CCL_DIRECT_WINDOW_BYTES 64 KiB on rank 0, 1 MiB on rank 2");
+}
+END_TEST
+
 /* Every rank planning on a described 2-socket machine: collectives still
  * agree (the ring order is the same everywhere). */
 static int body_all_reduce(ccl_comm_t *comm, int rank, int nranks, void *arg) {
@@ -589,6 +621,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, places_of_pinned_ranks);
     tcase_add_test(tc, ranks_per_cpu);
     tcase_add_test(tc, direct_window_fits_the_caches);
+    tcase_add_test(tc, direct_window_agreed);
     tcase_add_test(tc, core_load_from_places);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "ring_follows_launcher_binding", ring_follows_launcher_binding, 1, 60);

@@ -261,6 +261,7 @@ int main(int argc, char **argv) {
         snprintf(peers[r].machine_id, sizeof peers[r].machine_id, "machine%d", o.one_machine ? 0 : r / per);
         snprintf(peers[r].hostname, sizeof peers[r].hostname, "host%d", r / per);
         peers[r].ncores = machine.topo.npus ? machine.topo.npus : 1;
+        peers[r].direct_window_bytes = (uint32_t)ccl__params_get()->direct_window_bytes;
     }
     all_peers = peers;
     net_class = o.net;

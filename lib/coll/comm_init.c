@@ -152,6 +152,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     gethostname(self.hostname, sizeof(self.hostname) - 1);
     struct stat ns;
     if (stat("/proc/self/ns/pid", &ns) == 0) self.pid_ns = (uint32_t)ns.st_ino;
+    self.direct_window_bytes = (uint32_t)comm->params.direct_window_bytes;
     /* A bad CCL_TOPO_FILE is reported in the first set-up round, so that
      * every rank's init fails, not only this one's after a timeout. */
     ccl_status_t topo_st = ccl__plan_local_topology(comm, &self);

@@ -63,6 +63,7 @@ struct ccl__peer_info {
     union ccl__sa status_addr;        /* where its process's status server listens (core/status.h), zero: none */
     struct ccl__topo_summary topo;
     struct ccl__tuned_record tuned;
+    uint32_t direct_window_bytes; /* its CCL_DIRECT_WINDOW_BYTES, 0 unset: the smallest set counts (plan.c) */
     uint8_t gpu_uuid[16]; /* the GPU current at init (device/gpu_direct.h) */
     uint8_t gpu_usable;   /* and this rank can take the GPU-resident path */
 };

@@ -179,6 +179,14 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
+/* The smallest second-level cache of any rank's core, KiB (0: unknown). */
+static uint32_t smallest_l2_kib(int n, const struct ccl__peer_info *peers) {
+    uint32_t l2_kib = UINT32_MAX;
+    for (int r = 0; r < n; r++)
+        if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
+    return l2_kib == UINT32_MAX ? 0 : l2_kib;
+}
+
 /* How much of each window the direct path's rounds use (all of it at
  * most). A round keeps about every rank's window in flight on the host
  * (two buffers of an in and an out area each); while that stays within
@@ -192,14 +200,20 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
  * everywhere (the waits of four times the rounds), and on 2 ranks the
  * window size made no difference. Hence the floor of 512 KiB. */
 size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped) {
-    size_t fixed = ccl__params_get()->direct_window_bytes & ~(size_t)4095;
-    if (ccl__params_get()->direct_window_bytes && fixed < (64 << 10)) fixed = 64 << 10; /* four areas and the control page */
-    if (fixed) return fixed < mapped ? fixed : mapped;
-    uint32_t l2_kib = UINT32_MAX;
+    /* A size a rank was told (CCL_DIRECT_WINDOW_BYTES): the smallest told,
+     * which every rank reads from the same records, so the areas agree
+     * even where the ranks' environments do not. */
+    size_t fixed = 0;
     for (int r = 0; r < n; r++)
-        if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
+        if (peers[r].direct_window_bytes && (!fixed || peers[r].direct_window_bytes < fixed))
+            fixed = peers[r].direct_window_bytes;
+    if (fixed) {
+        fixed = fixed < (64 << 10) ? 64 << 10 : fixed & ~(size_t)4095; /* four areas and the control page */
+        return fixed < mapped ? fixed : mapped;
+    }
+    uint32_t l2_kib = smallest_l2_kib(n, peers);
     int cores = ccl__plan_machine_cpus(n, peers, rank);
-    if (!l2_kib || l2_kib == UINT32_MAX || cores <= 0) return mapped; /* caches unknown */
+    if (!l2_kib || cores <= 0) return mapped; /* caches unknown */
     size_t fits = (size_t)cores * l2_kib * 1024 / (2 * (size_t)n), used = 512 << 10;
     while (used * 2 <= fits) used *= 2;
     return used < mapped ? used : mapped;
@@ -215,11 +229,9 @@ size_t ccl__plan_stream_bytes(int n, const struct ccl__peer_info *peers, int ran
     long fixed = ccl__params_get()->stream_output_bytes;
     if (fixed == 0) return SIZE_MAX;
     if (fixed > 0) return (size_t)fixed;
-    uint32_t l2_kib = UINT32_MAX;
-    for (int r = 0; r < n; r++)
-        if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
+    uint32_t l2_kib = smallest_l2_kib(n, peers);
     int cores = ccl__plan_machine_cpus(n, peers, rank);
-    if (!l2_kib || l2_kib == UINT32_MAX || cores <= 0) return SIZE_MAX; /* caches unknown */
+    if (!l2_kib || cores <= 0) return SIZE_MAX; /* caches unknown */
     return 2 * (size_t)cores * l2_kib * 1024;
 }
 

@@ -68,8 +68,9 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm);
 /* How much of each of the direct path's windows (mapped bytes, the
  * smallest of any rank's) its rounds use, the same on every rank of the
- * n (all on one host): CCL_DIRECT_WINDOW_BYTES, or what fits the caches
- * of the cores they run on (plan.c says why). */
+ * n (all on one host): the smallest CCL_DIRECT_WINDOW_BYTES a rank was
+ * given (its record's direct_window_bytes), or what fits the caches of
+ * the cores they run on (plan.c says why). */
 size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped);
 /* The output size (bytes) from which the direct path writes results with
  * non-temporal stores: CCL_STREAM_OUTPUT_BYTES, or twice the L2 caches of
