@@ -323,6 +323,12 @@ class Comm:
         _check(_c.ccl_comm_describe(self._p(), buf, len(buf)), self._ptr, "describe")
         return buf.value.decode()
 
+    def bind_thread(self):
+        """Pins the calling thread to the core CCL_BIND=core gives this
+        rank (ccl_comm_bind_thread): for a thread that does this rank's
+        communication while the others compute unpinned."""
+        _check(_c.ccl_comm_bind_thread(self._p()), self._ptr, "bind_thread")
+
     def set_algo(self, algo):
         """The algorithms from the next call on, in CCL_ALGO's syntax
         ("auto": the planner's); every rank makes the same change between

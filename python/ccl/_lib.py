@@ -94,6 +94,7 @@ _protos = {
     "ccl_comm_rank": (_i, [_comm, ctypes.POINTER(_i)]),
     "ccl_comm_size": (_i, [_comm, ctypes.POINTER(_i)]),
     "ccl_comm_describe": (_i, [_comm, ctypes.c_char_p, _sz]),
+    "ccl_comm_bind_thread": (_i, [_comm]),
     "ccl_comm_set_algo": (_i, [_comm, ctypes.c_char_p]),
     "ccl_comm_register": (_i, [_comm, _vp, _sz, ctypes.POINTER(_vp)]),
     "ccl_comm_deregister": (_i, [_comm, _vp]),

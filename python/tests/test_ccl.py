@@ -198,6 +198,35 @@ def test_two_threads_wait_on_one_request():
     run(3, body)
 
 
+def test_bind_thread_pins_that_thread_alone():
+    """A thread of the rank's own pins itself where CCL_BIND=core would
+    pin the rank, and communicates from there; the main thread stays."""
+    import os
+    def body(comm):
+        before = os.sched_getaffinity(0)
+        got = {}
+
+        def worker():
+            comm.bind_thread()
+            got["cpus"] = os.sched_getaffinity(0)  # this thread's
+            x = np.array([comm.rank], np.int64)
+            comm.all_reduce(x)
+            got["sum"] = int(x[0])
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(60)
+        assert not t.is_alive()
+        assert got["sum"] == sum(range(comm.size))
+        assert len(got["cpus"]) == 1 and got["cpus"] <= before
+        assert os.sched_getaffinity(0) == before
+        mine = np.array(sorted(got["cpus"]), np.int64)
+        everyone = np.zeros(comm.size, np.int64)
+        comm.all_gather(mine, everyone)
+        if comm.size <= len(before):
+            assert len(set(everyone.tolist())) == comm.size, everyone.tolist()
+    run(2, body)
+
+
 def test_split_describe_and_register():
     def body(comm):
         sub = comm.split(comm.rank % 2, key=-comm.rank)
