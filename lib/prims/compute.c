@@ -27,9 +27,9 @@ static void host_copy_streaming(void *dst, const void *src, size_t bytes) {
 #if defined(__x86_64__)
     char *d = dst;
     const char *s = src;
-    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-    if (head > bytes) head = bytes;
     if (d == s || !bytes) return;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15; /* to the first 16-byte boundary: streaming stores need it */
+    if (head > bytes) head = bytes;
     memcpy(d, s, head);
     d += head, s += head, bytes -= head;
     size_t body = bytes & ~(size_t)63;

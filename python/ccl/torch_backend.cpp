@@ -36,11 +36,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
-#include <pthread.h>
-#include <sched.h>
-
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -49,6 +46,9 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include <pthread.h>
+#include <sched.h>
 
 #include "ccl.h"
 #include "torch_flight.h"
