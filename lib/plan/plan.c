@@ -179,12 +179,26 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
     return CCL_OK;
 }
 
-/* The smallest second-level cache of any rank's core, KiB (0: unknown). */
-static uint32_t smallest_l2_kib(int n, const struct ccl__peer_info *peers) {
+/* Bytes of second-level cache on the cores the host's ranks run on (the
+ * smallest any rank reports, times the cores), 0 where a rank's is
+ * unknown: what the direct path's windows and outputs are sized by. */
+static size_t host_l2_bytes(int n, const struct ccl__peer_info *peers, int rank) {
     uint32_t l2_kib = UINT32_MAX;
     for (int r = 0; r < n; r++)
         if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
-    return l2_kib == UINT32_MAX ? 0 : l2_kib;
+    int cores = ccl__plan_machine_cpus(n, peers, rank);
+    return l2_kib == UINT32_MAX || cores <= 0 ? 0 : (size_t)cores * l2_kib * 1024;
+}
+
+/* The smallest CCL_DIRECT_WINDOW_BYTES any rank was given (its record's
+ * direct_window_bytes), 0 when none was: every rank reads the same
+ * records, so the areas agree even where the ranks' environments do not. */
+static size_t told_window_bytes(int n, const struct ccl__peer_info *peers) {
+    size_t told = 0;
+    for (int r = 0; r < n; r++)
+        if (peers[r].direct_window_bytes && (!told || peers[r].direct_window_bytes < told))
+            told = peers[r].direct_window_bytes;
+    return told;
 }
 
 /* How much of each window the direct path's rounds use (all of it at
@@ -200,21 +214,14 @@ static uint32_t smallest_l2_kib(int n, const struct ccl__peer_info *peers) {
  * everywhere (the waits of four times the rounds), and on 2 ranks the
  * window size made no difference. Hence the floor of 512 KiB. */
 size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped) {
-    /* A size a rank was told (CCL_DIRECT_WINDOW_BYTES): the smallest told,
-     * which every rank reads from the same records, so the areas agree
-     * even where the ranks' environments do not. */
-    size_t fixed = 0;
-    for (int r = 0; r < n; r++)
-        if (peers[r].direct_window_bytes && (!fixed || peers[r].direct_window_bytes < fixed))
-            fixed = peers[r].direct_window_bytes;
+    size_t fixed = told_window_bytes(n, peers);
     if (fixed) {
         fixed = fixed < (64 << 10) ? 64 << 10 : fixed & ~(size_t)4095; /* four areas and the control page */
         return fixed < mapped ? fixed : mapped;
     }
-    uint32_t l2_kib = smallest_l2_kib(n, peers);
-    int cores = ccl__plan_machine_cpus(n, peers, rank);
-    if (!l2_kib || cores <= 0) return mapped; /* caches unknown */
-    size_t fits = (size_t)cores * l2_kib * 1024 / (2 * (size_t)n), used = 512 << 10;
+    size_t l2 = host_l2_bytes(n, peers, rank);
+    if (!l2) return mapped; /* caches unknown */
+    size_t fits = l2 / (2 * (size_t)n), used = 512 << 10;
     while (used * 2 <= fits) used *= 2;
     return used < mapped ? used : mapped;
 }
@@ -229,10 +236,8 @@ size_t ccl__plan_stream_bytes(int n, const struct ccl__peer_info *peers, int ran
     long fixed = ccl__params_get()->stream_output_bytes;
     if (fixed == 0) return SIZE_MAX;
     if (fixed > 0) return (size_t)fixed;
-    uint32_t l2_kib = smallest_l2_kib(n, peers);
-    int cores = ccl__plan_machine_cpus(n, peers, rank);
-    if (!l2_kib || cores <= 0) return SIZE_MAX; /* caches unknown */
-    return 2 * (size_t)cores * l2_kib * 1024;
+    size_t l2 = host_l2_bytes(n, peers, rank);
+    return l2 ? 2 * l2 : SIZE_MAX; /* caches unknown: never */
 }
 
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
@@ -266,7 +271,7 @@ ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {
     if (comm->stream_bytes != SIZE_MAX) snprintf(from, sizeof from, "from %zu bytes", comm->stream_bytes);
     CCL_INFO(CCL__SUB_PLAN, comm->rank, "direct path: %d windows of %zu bytes via %s, rounds use %zu bytes of each (%s); "
              "outputs written past the caches %s", n, smallest, t->name, comm->window_bytes,
-             ccl__params_get()->direct_window_bytes ? "CCL_DIRECT_WINDOW_BYTES" : "fitted to the caches", from);
+             told_window_bytes(n, comm->peers) ? "CCL_DIRECT_WINDOW_BYTES" : "fitted to the caches", from);
     return CCL_OK;
 }
 

@@ -387,18 +387,26 @@ static void bind_to(struct ccl_comm *comm, hwloc_topology_t topo, hwloc_bitmap_t
              type == HWLOC_OBJ_CORE ? cores : pus, where);
 }
 
+/* Pins the calling thread to this rank's place among the machine's ranks
+ * (bind_to); -1 when hwloc cannot tell where it may run. */
+static int pin_calling_thread(struct ccl_comm *comm, const char *who) {
+    int index, nlocal = ccl__plan_machine_ranks(comm, &index);
+    hwloc_topology_t topo;
+    hwloc_bitmap_t allowed;
+    /* Several RDMA devices: which is nearest may change with the pinning. */
+    if (load_topology(&topo, &allowed, strchr(comm->rdma_near, ',') != NULL) != 0) return -1;
+    bind_to(comm, topo, allowed, index, nlocal, who);
+    unload_topology(topo, allowed);
+    return 0;
+}
+
 ccl_status_t ccl__plan_bind_thread(struct ccl_comm *comm) {
     if (comm->params.topo_file[0]) {
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "ccl_comm_bind_thread: CCL_TOPO_FILE describes another machine: nothing pinned");
         return CCL_OK;
     }
-    int index, nlocal = ccl__plan_machine_ranks(comm, &index);
-    hwloc_topology_t topo;
-    hwloc_bitmap_t allowed;
-    if (load_topology(&topo, &allowed, strchr(comm->rdma_near, ',') != NULL) != 0)
+    if (pin_calling_thread(comm, "ccl_comm_bind_thread") < 0)
         return ccl__set_error(comm, CCL_ERR_SYSTEM, "ccl_comm_bind_thread: hwloc cannot tell where this thread may run");
-    bind_to(comm, topo, allowed, index, nlocal, "ccl_comm_bind_thread");
-    unload_topology(topo, allowed);
     return CCL_OK;
 }
 
@@ -419,15 +427,7 @@ ccl_status_t ccl__plan_bind(struct ccl_comm *comm) {
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: already bound to one core (by the launcher): left as is");
         return CCL_OK;
     }
-    int index, nlocal = ccl__plan_machine_ranks(comm, &index);
-    hwloc_topology_t topo;
-    hwloc_bitmap_t allowed;
-    /* Several RDMA devices: which is nearest may change with the pinning. */
-    if (load_topology(&topo, &allowed, strchr(comm->rdma_near, ',') != NULL) != 0) {
+    if (pin_calling_thread(comm, "CCL_BIND=core") < 0)
         CCL_WARN(CCL__SUB_PLAN, comm->rank, "CCL_BIND=core: hwloc cannot tell where this thread may run; running unpinned");
-        return CCL_OK;
-    }
-    bind_to(comm, topo, allowed, index, nlocal, "CCL_BIND=core");
-    unload_topology(topo, allowed);
     return CCL_OK;
 }
