@@ -428,6 +428,20 @@ END_TEST
  * 64 MiB, as measured there (in place, 4 to 64 MiB: single-copy
  * 1.15-1.35x direct's time); 2 ranks of their own cores keep the
  * single-copy algorithm at 1 and 4 MiB, where it measured fastest. */
+/* Point-to-point single-copy is kept only where the kernel reads a
+ * message at half memcpy's speed or more (plan/model.c says why): the 2-core
+ * development machine's two kernels, 2/3 of it (kept) and 1/3 (not). */
+START_TEST(kernel_read_pays) {
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    f.copy_bytes_per_us = 38000;
+    ck_assert(ccl__cost_kernel_read_pays(&f, 38000 * 2.0 / 3));
+    ck_assert(ccl__cost_kernel_read_pays(&f, 19000));
+    ck_assert(!ccl__cost_kernel_read_pays(&f, 18999));
+    ck_assert(!ccl__cost_kernel_read_pays(&f, 38000 / 3.0));
+}
+END_TEST
+
 START_TEST(single_copy_on_crowded_cores) {
     struct ccl__figures f;
     ccl__cost_defaults(&f);
@@ -1103,6 +1117,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, model_terms);
     tcase_add_test(tc, single_copy_terms);
     tcase_add_test(tc, single_copy_on_crowded_cores);
+    tcase_add_test(tc, kernel_read_pays);
     tcase_add_test(tc, core_load);
     suite_add_tcase(s, tc);
     tc = tcase_create("file");

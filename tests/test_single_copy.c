@@ -18,11 +18,13 @@
  *   - point-to-point over shm from CCL_SHM_SINGLE_COPY_BYTES to
  *     CCL_SHM_SINGLE_COPY_MAX_BYTES (the receiver reads the sender's
  *     buffer): messages of 512 KiB + 4 and 2 MiB - 4 (single copy), 3 MiB
- *     + 12 and 1000 bytes (slots) both ways at once, right, and the same
- *     with the path off; a send
+ *     + 12 and 1000 bytes (slots) both ways at once, right, with the size
+ *     set (ccl_comm_describe says p2p_single_copy=524288 on both ranks),
+ *     with the planner's verdict (the same on both ranks, whichever it
+ *     is: this machine's kernel decides) and with the path off; a send
  *     from an unmapped buffer (the receiver names the sender) and a
  *     receive that expects more than is sent (both ranks fail, neither
- *     hangs).
+ *     hangs), single-copy as set.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -220,9 +222,29 @@ END_TEST
 
 /* ---- point-to-point ---- */
 
+/* The size from which point-to-point messages go single-copy, as
+ * ccl_comm_describe gives it: 0 for off, -1 when it says nothing. */
+static long long p2p_single_copy_bytes(ccl_comm_t *comm) {
+    char d[2048];
+    const char *at = ccl_comm_describe(comm, d, sizeof d) == CCL_OK ? strstr(d, "p2p_single_copy=") : NULL;
+    if (!at) return -1;
+    at += strlen("p2p_single_copy=");
+    return strncmp(at, "off", 3) == 0 ? 0 : strtoll(at, NULL, 10);
+}
+
+/* arg: the size the run set (a string), or NULL for the planner's verdict. */
 static int body_p2p(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    (void)nranks, (void)arg;
+    (void)nranks;
     struct harness_tally t = {.rank = rank};
+    long long mine = p2p_single_copy_bytes(comm), theirs = -2;
+    if (arg) EXPECT(&t, mine == atoll(arg), "describe says p2p_single_copy=%lld, where %s was set", mine,
+                    (const char *)arg);
+    /* Both ranks' verdicts agree (every rank holds the same figures). */
+    EXPECT_OK(&t, ccl_group_start());
+    EXPECT_OK(&t, ccl_send(&mine, 1, CCL_INT64, 1 - rank, comm));
+    EXPECT_OK(&t, ccl_recv(&theirs, 1, CCL_INT64, 1 - rank, comm));
+    EXPECT_OK(&t, ccl_group_end());
+    EXPECT(&t, mine == theirs, "rank %d says p2p_single_copy=%lld, its peer %lld", rank, mine, theirs);
     static const size_t sizes[] = {(512u << 10) + 4, (2u << 20) - 4, (3u << 20) + 12, 1000};
     int peer = 1 - rank;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -248,9 +270,12 @@ static int body_p2p(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     return t.fails;
 }
 
+/* Single-copy as set, the planner's verdict, and the path off. */
 START_TEST(p2p_both_ways) {
-    static const char *const envs[] = {NULL, "CCL_SINGLE_COPY=0"};
-    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_p2p, .env = envs[_i]};
+    static const char *const envs[] = {"CCL_SHM_SINGLE_COPY_BYTES=524288", NULL, "CCL_SINGLE_COPY=0"};
+    static const char *const sizes[] = {"524288", NULL, NULL};
+    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_p2p, .env = envs[_i],
+                              .arg = (void *)sizes[_i]};
     HARNESS_RUN_OK(&run);
 }
 END_TEST
@@ -281,7 +306,7 @@ static int body_p2p_unmapped(ccl_comm_t *comm, int rank, int nranks, void *arg) 
 
 START_TEST(p2p_send_buffer_unmapped) {
     struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_p2p_unmapped, .ccl_timeout = "20",
-                              .lenient_destroy = 1};
+                              .lenient_destroy = 1, .env = "CCL_SHM_SINGLE_COPY_BYTES=524288"};
     HARNESS_RUN_OK(&run);
 }
 END_TEST
@@ -304,7 +329,7 @@ static int body_p2p_sizes_differ(ccl_comm_t *comm, int rank, int nranks, void *a
 
 START_TEST(p2p_sizes_differ) {
     struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_p2p_sizes_differ, .ccl_timeout = "10",
-                              .lenient_destroy = 1};
+                              .lenient_destroy = 1, .env = "CCL_SHM_SINGLE_COPY_BYTES=524288"};
     HARNESS_RUN_OK(&run);
 }
 END_TEST
@@ -324,7 +349,7 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("p2p");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, p2p_both_ways, 0, 2);
+    tcase_add_loop_test(tc, p2p_both_ways, 0, 3);
     tcase_add_test(tc, p2p_send_buffer_unmapped);
     tcase_add_test(tc, p2p_sizes_differ);
     suite_add_tcase(s, tc);

@@ -65,10 +65,15 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
     if (dev >= 0) gpu_at = snprintf(gpu, sizeof gpu, " cuda_device=%d", dev);
     if (comm->gpu_direct)
         snprintf(gpu + gpu_at, sizeof gpu - (size_t)gpu_at, " gpu_resident_calls=%u", ccl__gpu_direct_calls(comm));
-    char zc[80] = "";
+    char zc[120] = "";
     size_t z = 0;
-    /* one host: whether the ranks may read each other's buffers (init's probe) */
+    /* one host: whether the ranks may read each other's buffers (init's
+     * probe), and from what size point-to-point messages do (the planner's) */
     if (comm->windows) z += (size_t)snprintf(zc, sizeof zc, " single_copy=%s", comm->single_copy ? "on" : "off");
+    if (comm->windows && comm->single_copy) {
+        if (comm->cma_p2p_bytes) z += (size_t)snprintf(zc + z, sizeof zc - z, " p2p_single_copy=%zu", comm->cma_p2p_bytes);
+        else z += (size_t)snprintf(zc + z, sizeof zc - z, " p2p_single_copy=off");
+    }
     if (comm->mem_serial) snprintf(zc + z, sizeof zc - z, " zero_copy_calls=%u", comm->zero_copy_calls);
     snprintf(buf, n,
              "rank=%d ranks=%d hosts=%d local=%d cpus=%d spin_us=%.0f own_core=%d transports=%s ring=%s%s%s algo=%s%s%s",

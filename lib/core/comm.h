@@ -127,6 +127,11 @@ struct ccl_comm {
      * NULL otherwise, the same on every rank. */
     const struct ccl_comm *parent;
     double cma_large_bytes, cma_large_bytes_per_us; /* its large point, where CCL_CMA_LARGE_PROBE asked (0: not) */
+    double cma_msg_bytes, cma_msg_us;   /* one read of a message's size (1 MiB) and its time, probed at init (0: not) */
+    /* Point-to-point messages over a kernel-copy transport (zc_by_cma) go
+     * single-copy from this size (0: never): the transport's setting, or
+     * the planner's verdict on it (plan/model.c), the same on every rank. */
+    size_t cma_p2p_bytes;
     /* Shared allocations (ccl_mem_alloc, coll/mem.c), the same list on
      * every rank: the zero-copy path reads and writes peers' buffers
      * through them. Changed on the executor only, in call order. */

@@ -65,6 +65,10 @@ static void say_off(struct ccl_comm *comm, int r, struct verdict v) {
 #define PROBE_REPS 7
 #define PROBE_SMALL 64 /* bytes: a call's own cost */
 #define LARGE_PIECE (64u << 10) /* single_copy.c's PIECE_BYTES: the large point's reads, a call each */
+/* A point-to-point message's read, in one call: what decides whether such
+ * messages go single-copy (plan/model.c). 1 MiB is the middle of the sizes
+ * that may (CCL_SHM_SINGLE_COPY_BYTES to CCL_SHM_SINGLE_COPY_MAX_BYTES). */
+#define MSG_PROBE_BYTES (1u << 20)
 
 static ccl_status_t gather(struct ccl_comm *comm, uint32_t *seq, const void *mine, void *all, size_t bytes) {
     return ccl__ring_gather_bytes(comm, CCL__SEQ_SINGLE_COPY | (*seq)++, mine, all, bytes);
@@ -149,6 +153,7 @@ ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm) {
         comm->cma_call_us = parent->cma_call_us, comm->cma_bytes_per_us = parent->cma_bytes_per_us;
         comm->cma_large_bytes = parent->cma_large_bytes;
         comm->cma_large_bytes_per_us = parent->cma_large_bytes_per_us;
+        comm->cma_msg_bytes = parent->cma_msg_bytes, comm->cma_msg_us = parent->cma_msg_us;
     } else if (st == CCL_OK && off < 0) {
         comm->single_copy = 1;
         double t0 = ccl__now();
@@ -157,13 +162,18 @@ ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm) {
             CCL_INFO(CCL__SUB_PLAN, comm->rank, "single-copy: on: every rank reads its peers' buffers through "
                      "cross-memory attach; a read costs %.2f us + %.2f GB/s (probed in %.1f ms)", comm->cma_call_us,
                      comm->cma_bytes_per_us / 1e3, (ccl__now() - t0) * 1e3);
+        double call_us, msg_bytes_per_us = 0;
+        if (st == CCL_OK) st = measure(comm, &seq, MSG_PROBE_BYTES, MSG_PROBE_BYTES, &call_us, &msg_bytes_per_us);
+        if (st == CCL_OK && msg_bytes_per_us > 0) {
+            comm->cma_msg_bytes = MSG_PROBE_BYTES;
+            comm->cma_msg_us = call_us + MSG_PROBE_BYTES / msg_bytes_per_us;
+        }
         /* The large point, where a rank asked for it (ccl-tune does): the
          * largest size asked for anywhere, so that every rank measures it
          * or none does. */
         int64_t large = 0;
         for (int r = 0; r < n; r++)
             if (all[r].large > large) large = all[r].large;
-        double call_us;
         if (st == CCL_OK && large > 0) {
             st = measure(comm, &seq, (size_t)large, LARGE_PIECE, &call_us, &comm->cma_large_bytes_per_us);
             comm->cma_large_bytes = comm->cma_large_bytes_per_us > 0 ? (double)large : 0;

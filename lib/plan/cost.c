@@ -361,6 +361,10 @@ static double cma_byte_us(const struct ccl__figures *f, double buffer) {
     return along(buffer, CCL__PROBE_BYTES, fast, large, fmax(slow, fast));
 }
 
+int ccl__cost_kernel_read_pays(const struct ccl__figures *f, double read_bytes_per_us) {
+    return read_bytes_per_us >= f->copy_bytes_per_us / 2;
+}
+
 /* A rank's peers that share its core hand it their buffers from that
  * core's caches only while the buffers fit there: two ranks' buffers of
  * up to CMA_CACHED each in a core's second-level cache (2 MiB here). A

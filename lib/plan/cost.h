@@ -198,4 +198,10 @@ struct ccl__cost_pick {
 struct ccl__cost_pick ccl__cost_choose(const struct ccl__job_shape *j, const struct ccl__figures *f, int kind,
                                        size_t bytes, size_t chunk);
 
+/* Whether point-to-point messages may go single-copy through the kernel
+ * on a machine whose kernel reads a message at read_bytes_per_us (init's
+ * probe, plan/model.c says why): not where it copies at less than half
+ * memcpy's speed (f's copy figure). */
+int ccl__cost_kernel_read_pays(const struct ccl__figures *f, double read_bytes_per_us);
+
 #endif

@@ -89,6 +89,37 @@ int ccl__plan_shape(int n, const struct ccl__peer_info *peers, const int *ring, 
     return ok ? 0 : -1;
 }
 
+/* Whether point-to-point messages move single-copy through the kernel
+ * (comm->cma_p2p_bytes, and with it the ring's whole blocks): as the
+ * transport is set where the user set it; else off where init's read of a
+ * 1 MiB message in one call ran at less than half the local copy's speed.
+ * The slots move a message as two copies, the sender's and the
+ * receiver's, at best overlapped on two cores (memcpy's rate) and at worst
+ * on one (half of it): a read slower than half a memcpy loses to them
+ * wherever the ranks run. On the 2-core development machine the kernel's
+ * copy once ran at two thirds of memcpy's speed and single-copy won from
+ * 512 KiB (transports/shm/shm.c); under a later kernel it read 1 MiB at
+ * 10-12 GB/s against memcpy's 38, and 2 ranks' 1 MiB send/recv took 2.9x
+ * as long single-copy, their ring all-reduce at 1-4 MiB 1.6-2x. Every rank
+ * holds the same figures, so all decide alike. */
+static void plan_p2p_single_copy(struct ccl_comm *comm, const struct ccl__cost_state *s) {
+    const struct ccl__transport *t = NULL;
+    for (int i = 0; i < ccl__ntransports && !t; i++)
+        if (ccl__transports[i]->zc_by_cma && ccl__transports[i]->zc_offer) t = ccl__transports[i];
+    comm->cma_p2p_bytes = 0;
+    if (!t || !comm->single_copy) return;
+    const void *k = ccl__tknobs(comm, t);
+    size_t set = t->zc_min_bytes(k);
+    comm->cma_p2p_bytes = set;
+    if (!set || (t->zc_min_told && t->zc_min_told(k)) || comm->cma_msg_us <= 0) return;
+    double read = comm->cma_msg_bytes / comm->cma_msg_us, copy = s->fig.copy_bytes_per_us;
+    if (!ccl__cost_kernel_read_pays(&s->fig, read)) comm->cma_p2p_bytes = 0;
+    if (comm->rank == 0)
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "single-copy point-to-point: %s: the kernel read %.0f KiB at %.2f GB/s, "
+                 "memcpy %.2f GB/s%s", comm->cma_p2p_bytes ? "on" : "off", comm->cma_msg_bytes / 1024, read / 1e3,
+                 copy / 1e3, comm->cma_p2p_bytes ? "" : " (CCL_SHM_SINGLE_COPY_BYTES sets a size)");
+}
+
 ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     struct ccl__cost_state *s = calloc(1, sizeof(*s));
     if (!s) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "init: out of memory");
@@ -102,6 +133,8 @@ ccl_status_t ccl__plan_model(struct ccl_comm *comm) {
     s->shape.any_chunk = comm->chunk_bytes;
     s->shape.window_area = comm->windows ? ccl__direct_area(comm->window_bytes) : 0;
     CCL_CHECK(ccl__tune_figures(comm, &s->shape, &s->fig));
+    plan_p2p_single_copy(comm, s);
+    ccl__plan_ring_zc(comm);
     /* Waits may learn to yield through a chunk's step over the slowest link (plan.h). */
     ccl__plan_waiting_links(comm, comm->ring_chunk_bytes,
                             ccl__cost_step_us(&s->shape, &s->fig, s->shape.ring_links | s->shape.all_links,

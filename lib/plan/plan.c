@@ -95,23 +95,16 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use) {
  * is the smallest slot of any link on the ring, the same on every rank. */
 static void plan_ring_chunk(struct ccl_comm *comm) {
     const struct ccl__transport *forced = forced_transport(comm);
-    /* Where a link of the ring moves large messages zero-copy, the ring's
-     * all-gather half moves whole blocks as messages once they are large
-     * enough for it (the smallest such size of any such link); every rank
-     * decides alike. */
-    size_t chunk = SIZE_MAX, zc = SIZE_MAX;
+    size_t chunk = SIZE_MAX;
     for (int i = 0; i < comm->nranks && comm->nranks > 1; i++) {
         int t = choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
         size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(ccl__tknobs(comm, ccl__transports[t])) : SIZE_MAX;
         if (slot < chunk) chunk = slot;
-        size_t min = t >= 0 && ccl__transports[t]->zc_offer ? ccl__transports[t]->zc_min_bytes(ccl__tknobs(comm, ccl__transports[t])) : 0;
-        if (min && min < zc) zc = min;
     }
     /* One rank: no ring links, and no slices either (nothing is copied
      * through a slot), so any size does; the first transport's keeps the
      * local copies in pieces of a familiar size. */
     comm->ring_chunk_bytes = chunk == SIZE_MAX ? ccl__transports[0]->slot_bytes(ccl__tknobs(comm, ccl__transports[0])) : chunk;
-    comm->ring_zc_bytes = zc == SIZE_MAX ? 0 : zc;
     /* Other algorithms may use any pair. */
     size_t any = comm->ring_chunk_bytes;
     for (int a = 0; a < comm->nranks; a++)
@@ -172,11 +165,26 @@ ccl_status_t ccl__plan_ring(struct ccl_comm *comm) {
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: %s%s, chunk %zu bytes; it crosses %d host, %d package and %d NUMA "
                  "boundaries", line, o + 16 >= sizeof(line) ? " ..." : "", comm->ring_chunk_bytes, x.hosts, x.packages,
                  x.numa);
-        if (comm->ring_zc_bytes)
-            CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: all-gather halves move whole blocks zero-copy once blocks reach "
-                     "%zu bytes", comm->ring_zc_bytes);
     }
     return CCL_OK;
+}
+
+void ccl__plan_ring_zc(struct ccl_comm *comm) {
+    /* Where a link of the ring moves large messages zero-copy, the ring's
+     * all-gather half moves whole blocks as messages once they are large
+     * enough for it (the smallest such size of any such link); every rank
+     * decides alike. */
+    const struct ccl__transport *forced = forced_transport(comm);
+    size_t zc = SIZE_MAX;
+    for (int i = 0; i < comm->nranks && comm->nranks > 1; i++) {
+        int t = choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
+        size_t min = t >= 0 ? ccl__p2p_zc_min_bytes(comm, ccl__transports[t]) : 0;
+        if (min && min < zc) zc = min;
+    }
+    comm->ring_zc_bytes = zc == SIZE_MAX ? 0 : zc;
+    if (comm->ring_zc_bytes && comm->rank == 0)
+        CCL_INFO(CCL__SUB_PLAN, comm->rank, "ring: all-gather halves move whole blocks zero-copy once blocks reach "
+                 "%zu bytes", comm->ring_zc_bytes);
 }
 
 /* Bytes of second-level cache on the cores the host's ranks run on (the

@@ -63,6 +63,11 @@ ccl_status_t ccl__plan_transports(struct ccl_comm *comm, uint8_t *const *use);
  * chunk sizes. */
 ccl_status_t ccl__plan_ring(struct ccl_comm *comm);
 
+/* comm->ring_zc_bytes: the block size from which the ring's all-gather
+ * half moves whole blocks zero-copy, from its links' point-to-point
+ * settings (ccl__p2p_zc_min_bytes). Once single-copy is decided. */
+void ccl__plan_ring_zc(struct ccl_comm *comm);
+
 /* The direct path: comm->windows when every rank exposes a window that
  * every other rank maps (all on one host), else left off. */
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm);

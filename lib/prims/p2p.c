@@ -108,9 +108,15 @@ static void next_step(struct lane *l) {
     l->busy = 1;
 }
 
+size_t ccl__p2p_zc_min_bytes(const struct ccl_comm *comm, const struct ccl__transport *t) {
+    if (!t->zc_offer) return 0;
+    if (t->zc_by_cma) return comm->single_copy ? comm->cma_p2p_bytes : 0;
+    return t->zc_min_bytes(ccl__tknobs(comm, t));
+}
+
 static int wants_zc(struct ccl_comm *comm, const struct ccl__conn *c, const struct ccl__p2p_xfer *x) {
     if (c->t->zc_by_cma && !comm->single_copy) return 0;
-    size_t bytes = x->bytes, min = c->t->zc_min_bytes(ccl__tknobs(comm, c->t));
+    size_t bytes = x->bytes, min = ccl__p2p_zc_min_bytes(comm, c->t);
     if (c->t->zc_max_bytes && bytes > c->t->zc_max_bytes(ccl__tknobs(comm, c->t))) return 0;
     return (min && bytes >= min) || (bytes > c->slot_bytes && ccl__reg_is_pinned(comm, c->t, x->buf, bytes));
 }

@@ -182,6 +182,10 @@ struct ccl__transport {
      * receiver has every byte. One offer and one take at a time per
      * connection. */
     size_t (*zc_min_bytes)(const void *knobs);
+    /* 1 where the user set zc_min_bytes (NULL: never): a zero-copy through
+     * the kernel's copy (zc_by_cma) is then kept as set, where otherwise the
+     * planner keeps it only if init measured it faster than the slots. */
+    int (*zc_min_told)(const void *knobs);
     /* The largest message worth it (NULL: no limit). */
     size_t (*zc_max_bytes)(const void *knobs);
     /* Its zero-copy moves the bytes through the kernel's cross-memory

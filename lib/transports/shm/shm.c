@@ -178,6 +178,8 @@ static size_t shm_zc_min_bytes(const void *knobs) {
     return ((const struct ccl__shm_knobs *)knobs)->single_copy_bytes;
 }
 
+static int shm_zc_min_told(const void *knobs) { return ((const struct ccl__shm_knobs *)knobs)->single_copy_told; }
+
 static size_t shm_zc_max_bytes(const void *knobs) { return ((const struct ccl__shm_knobs *)knobs)->single_copy_max; }
 
 static ccl_status_t shm_zc_offer(struct ccl__conn *c, const struct ccl__slot_meta *m, const void *buf, size_t bytes,
@@ -289,7 +291,12 @@ static void shm_knobs_load(void *knobs) {
      * 1.01-1.04 at 2 MiB, 1.02-1.13 at 4 MiB and 1.5-2.2 at 16 MiB, where
      * the kernel's copy (no vector registers, and every page pinned) runs
      * at two thirds of memcpy's speed; both ways at once 0.53-0.68 at
-     * 512 KiB, 0.70-0.93 at 1 MiB, 1.0-1.15 at 2 MiB. */
+     * 512 KiB, 0.70-0.93 at 1 MiB, 1.0-1.15 at 2 MiB. Where the kernel's
+     * copy is slower than that the slots win (on the same machine under a
+     * later kernel: 2-3x at 512 KiB-2 MiB), so unless the size is given the
+     * planner keeps it only where init's probe of a message-sized read
+     * beats the slots (plan/model.c). */
+    k->single_copy_told = getenv("CCL_SHM_SINGLE_COPY_BYTES") != NULL;
     k->single_copy_bytes = (size_t)ccl__env_long("CCL_SHM_SINGLE_COPY_BYTES", 512 << 10, 0, 1L << 40);
     k->single_copy_max = (size_t)ccl__env_long("CCL_SHM_SINGLE_COPY_MAX_BYTES", 2 << 20, 0, 1L << 40);
     ccl__env_str("CCL_SHM_PREFIX", "ccl", k->prefix, sizeof k->prefix);
@@ -323,6 +330,7 @@ const struct ccl__transport ccl__transport_shm = {
     .wake = shm_wake,
     .shared_wake = ccl__shm_shared_wake,
     .zc_min_bytes = shm_zc_min_bytes,
+    .zc_min_told = shm_zc_min_told,
     .zc_max_bytes = shm_zc_max_bytes,
     .zc_offer = shm_zc_offer,
     .zc_take = shm_zc_take,

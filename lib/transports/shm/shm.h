@@ -36,6 +36,7 @@ struct ccl__shm_knobs {
     size_t single_copy_bytes; /* CCL_SHM_SINGLE_COPY_BYTES: point-to-point messages from this size move in one
                                * copy (0: never) */
     size_t single_copy_max;   /* CCL_SHM_SINGLE_COPY_MAX_BYTES: and up to this size */
+    int single_copy_told;     /* CCL_SHM_SINGLE_COPY_BYTES was set: the planner keeps it (else it decides) */
 };
 static inline struct ccl__shm_knobs *ccl__shm_knobs(const struct ccl_comm *comm) {
     return (struct ccl__shm_knobs *)ccl__tknobs(comm, &ccl__transport_shm);
