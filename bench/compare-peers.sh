@@ -4,7 +4,7 @@
 # command, with one benchmark driver and nccl-tests' timing rules:
 #
 #   bench/compare-peers.sh [-B BUILD_DIR] [-r "2 4"] [-b MIN] [-e MAX] [-f FACTOR]
-#                          [-n ITERS] [-w WARMUP] [-R ROUNDS] [-c COLL] [-p "PEER ..."] [-T SECONDS] OUT_DIR
+#                          [-n ITERS] [-w WARMUP] [-R ROUNDS] [-c COLL] [-p "PEER ..."] [-T SECONDS] [-s] OUT_DIR
 #
 # PEERs (default: every one below that can run here):
 #   ompi4   Debian's Open MPI 4.1 over its shared memory (btl self,vader)
@@ -32,20 +32,23 @@
 # all_reduce. A peer that cannot run here is left out with its reason;
 # a run that takes longer than -T seconds (default 300) is stopped and
 # counted as failed (MPICH's ranks poll without yielding: 4 of them on 2
-# cores took 2 s a 2 MiB all-reduce here).
+# cores took 2 s a 2 MiB all-reduce here). -s passes --steady to libccl's
+# programs and the MPI twins: blocks timed in a slow spell of the machine
+# are left out (bench/README.md, "Comparing fairly"); oneCCL's and
+# DeepSpeed's drivers have no such probes and time every block.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=$top/build ranks="2 4" min=8 max=64M factor=4 iters=20 warmup=5 rounds=3 coll=all_reduce limit=300
+build=$top/build ranks="2 4" min=8 max=64M factor=4 iters=20 warmup=5 rounds=3 coll=all_reduce limit=300 steady=
 peers="ompi4 ompi5 mpich5 impi oneccl deepspeed"
 usage() {
   sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
-while getopts B:r:b:e:f:n:w:R:c:p:T:h o; do
+while getopts B:r:b:e:f:n:w:R:c:p:T:sh o; do
   case $o in
     B) build=$OPTARG ;; r) ranks=$OPTARG ;; b) min=$OPTARG ;; e) max=$OPTARG ;; f) factor=$OPTARG ;;
     n) iters=$OPTARG ;; w) warmup=$OPTARG ;; R) rounds=$OPTARG ;; c) coll=$OPTARG ;; p) peers=$OPTARG ;;
-    T) limit=$OPTARG ;;
+    T) limit=$OPTARG ;; s) steady=--steady ;;
     *) usage ;;
   esac
 done
@@ -165,7 +168,7 @@ for p in $peers; do
   fi
 done
 
-sweep="-b $min -e $max -f $factor -n $iters -w $warmup"
+sweep="-b $min -e $max -f $factor -n $iters -w $warmup $steady"
 run_side() { # SIDE N ROUND, each within $limit seconds
   f=$out/$1-$2-r$3
   t="timeout -k 5 $limit"

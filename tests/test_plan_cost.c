@@ -417,17 +417,23 @@ START_TEST(single_copy_terms) {
         ck_assert_int_eq(ccl__cost_choose(&j, &f, sc_kinds[k], 4u << 20, 0).algo, CCL__ALGO_SINGLE_COPY);
         ck_assert_int_ne(ccl__cost_choose(&j, &f, sc_kinds[k], 64, 0).algo, CCL__ALGO_SINGLE_COPY);
     }
+    /* Init's read of a 1 MiB message is a measured point: a broadcast of
+     * 1 MiB reads at its speed, one of 64 KiB still at the probe's, and
+     * from there to the message the byte's cost climbs to it. A message
+     * point faster than the probe counts as the probe's speed. */
+    double small = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 64 << 10);
+    f.cma_msg_bytes = 1 << 20, f.cma_msg_bytes_per_us = 4000;
+    double at_msg = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 1 << 20) - fixed;
+    ck_assert_msg(fabs(at_msg - (1 << 20) / 4000.0) < 1e-3, "1 MiB at the message point: %.3f us", at_msg);
+    ck_assert(fabs(ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 64 << 10) - small) < 1e-9);
+    double mid = (ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 512 << 10) - fixed) / (512 << 10);
+    ck_assert(mid > 1 / 8500.0 && mid < 1 / 4000.0);
+    f.cma_msg_bytes_per_us = 20000;
+    at_msg = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_SINGLE_COPY, 1 << 20) - fixed;
+    ck_assert_msg(fabs(at_msg - (1 << 20) / 8500.0) < 1e-3, "a fast message point: %.3f us", at_msg);
 }
 END_TEST
 
-/* Ranks that share cores: a peer on this rank's core hands over a buffer
- * from the core's caches only while the buffer fits there, so from
- * 1 MiB every byte the single-copy algorithm reads counts as crossing.
- * With the figures ccl-tune and init measured on the 2-core development
- * machine, 4 ranks on 2 cores then run the direct algorithm from 1 MiB to
- * 64 MiB, as measured there (in place, 4 to 64 MiB: single-copy
- * 1.15-1.35x direct's time); 2 ranks of their own cores keep the
- * single-copy algorithm at 1 and 4 MiB, where it measured fastest. */
 /* Point-to-point single-copy is kept only where the kernel reads a
  * message at half memcpy's speed or more (plan/model.c says why): the 2-core
  * development machine's two kernels, 2/3 of it (kept) and 1/3 (not). */
@@ -442,6 +448,14 @@ START_TEST(kernel_read_pays) {
 }
 END_TEST
 
+/* Ranks that share cores: a peer on this rank's core hands over a buffer
+ * from the core's caches only while the buffer fits there, so from
+ * 1 MiB every byte the single-copy algorithm reads counts as crossing.
+ * With the figures ccl-tune and init measured on the 2-core development
+ * machine, 4 ranks on 2 cores then run the direct algorithm from 1 MiB to
+ * 64 MiB, as measured there (in place, 4 to 64 MiB: single-copy
+ * 1.15-1.35x direct's time); 2 ranks of their own cores keep the
+ * single-copy algorithm at 1 and 4 MiB, where it measured fastest. */
 START_TEST(single_copy_on_crowded_cores) {
     struct ccl__figures f;
     ccl__cost_defaults(&f);

@@ -413,10 +413,12 @@ START_TEST(direct_window_fits_the_caches) {
         uint32_t l2_kib;
         size_t mapped, want;
     } cases[] = {
-        {2, 2, 2048, 2u << 20, 1u << 20},   /* 2 x 2 MiB / (2 x 2) */
+        {2, 2, 2048, 2u << 20, 2u << 20},   /* 2 ranks: the whole window */
         {3, 2, 2048, 2u << 20, 512u << 10}, /* 683 KiB, down to a power of two */
         {4, 2, 2048, 2u << 20, 512u << 10},
-        {8, 2, 2048, 2u << 20, 512u << 10}, /* 256 KiB would fit; 512 KiB is the least */
+        {8, 2, 2048, 2u << 20, 2u << 20},   /* 256 KiB would fit, under the least (512 KiB): the whole window */
+        {4, 2, 1024, 2u << 20, 2u << 20},   /* 1 MiB L2 a core: 256 KiB, the same */
+        {2, 2, 1024, 2u << 20, 2u << 20},   /* 2 ranks: the whole window */
         {4, 64, 1024, 2u << 20, 2u << 20},  /* 8 MiB fit: the mapped window */
         {4, 64, 1024, 8u << 20, 8u << 20},
         {4, 2, 0, 2u << 20, 2u << 20},      /* caches unknown */
@@ -436,8 +438,8 @@ START_TEST(direct_window_fits_the_caches) {
     }
     /* the smallest L2 of any rank counts */
     memset(T, 0, sizeof *T);
-    for (int r = 0; r < 2; r++) machine_peer(&T->peers[r], 0, -1, 8), T->peers[r].topo.l2_kib = r ? 512 : 4096;
-    ck_assert_uint_eq(ccl__plan_direct_window(2, T->peers, 0, 4u << 20), 1u << 20);
+    for (int r = 0; r < 3; r++) machine_peer(&T->peers[r], 0, -1, 8), T->peers[r].topo.l2_kib = r ? 512 : 4096;
+    ck_assert_uint_eq(ccl__plan_direct_window(3, T->peers, 0, 4u << 20), 512u << 10); /* 8 x 512 KiB / 6 */
     /* CCL_DIRECT_WINDOW_BYTES as the ranks' records carry it: the smallest
      * any rank was given, in whole pages, at least 64 KiB, within the
      * mapped window; the same on every rank whatever each was given */

@@ -64,6 +64,7 @@ void ccl__cost_defaults(struct ccl__figures *f) {
     f->cma_bytes_per_us = CMA_SPEED;
     f->cma_large_bytes = CMA_LARGE_BYTES;
     f->cma_large_bytes_per_us = CMA_LARGE_SPEED;
+    f->cma_msg_bytes = f->cma_msg_bytes_per_us = 0;
     f->measured = 0;
 }
 
@@ -357,8 +358,21 @@ static double along(double x, double x0, double y0, double x1, double y1) {
 static double cma_byte_us(const struct ccl__figures *f, double buffer) {
     int measured = (f->measured & CCL__FIG_CMA_LARGE) && f->cma_large_bytes > CCL__PROBE_BYTES;
     double fast = 1 / f->cma_bytes_per_us, large = measured ? f->cma_large_bytes : CMA_LARGE_BYTES;
-    double slow = measured ? 1 / f->cma_large_bytes_per_us : fmax(fast * CMA_SPEED / CMA_LARGE_SPEED, 1 / CMA_LARGE_SPEED);
-    return along(buffer, CCL__PROBE_BYTES, fast, large, fmax(slow, fast));
+    double slow = fmax(measured ? 1 / f->cma_large_bytes_per_us
+                                : fmax(fast * CMA_SPEED / CMA_LARGE_SPEED, 1 / CMA_LARGE_SPEED),
+                       fast);
+    /* Init's read of a message-sized buffer, where it ran, is a measured
+     * point between the two (never faster than the probe's, never slower
+     * than the large one's): without it a 1 MiB read counted at nearly the
+     * probe's speed, which read 11-19 GB/s from one init to the next on
+     * the 2-core development machine, where 1 MiB reads ran at 9-13. */
+    double msg = f->cma_msg_bytes, at_msg = msg > 0 ? 1 / f->cma_msg_bytes_per_us : 0;
+    if (msg > CCL__PROBE_BYTES && msg < large && at_msg > 0) {
+        at_msg = fmin(fmax(at_msg, fast), slow);
+        return buffer <= msg ? along(buffer, CCL__PROBE_BYTES, fast, msg, at_msg)
+                             : along(buffer, msg, at_msg, large, slow);
+    }
+    return along(buffer, CCL__PROBE_BYTES, fast, large, slow);
 }
 
 int ccl__cost_kernel_read_pays(const struct ccl__figures *f, double read_bytes_per_us) {

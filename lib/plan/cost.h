@@ -79,6 +79,10 @@ struct ccl__figures {
      * point, measured by ccl-tune: CCL__FIG_CMA_LARGE; else the default's
      * share of the probe's speed). */
     double cma_large_bytes, cma_large_bytes_per_us;
+    /* And one read of a message-sized buffer (1 MiB) just written by its
+     * owner, in one call, every rank reading at once: init's probe, 0 where
+     * it did not run. Between the probe's point and the large one. */
+    double cma_msg_bytes, cma_msg_bytes_per_us;
     unsigned measured;          /* bit per link class measured (the rest are defaults); CCL__FIG_LOCAL: copy
                                  * and reduce */
 };

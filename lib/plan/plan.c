@@ -220,7 +220,16 @@ static size_t told_window_bytes(int n, const struct ccl__peer_info *peers) {
  * 4 and 8 ranks 512 KiB windows against 2 MiB gave 1.05-1.25x from
  * 1 MiB to 64 MiB (reduce-scatter 1.1-1.2x), 256 KiB lost to 512 KiB
  * everywhere (the waits of four times the rounds), and on 2 ranks the
- * window size made no difference. Hence the floor of 512 KiB. */
+ * window size made no difference. Hence the floor of 512 KiB. Where not
+ * even that fits, nothing is fitted and the fewest rounds win: the whole
+ * window. Measured on a later development machine (1 MiB L2 a core, 32 MiB
+ * L3; the same runs, 4-8 alternations), where 3, 4 and 8 ranks fit less
+ * than 512 KiB: 1 MiB windows against 512 KiB gave 1.05-1.4x at 256 KiB to
+ * 16 MiB, and on 4 ranks 2 MiB against 1 MiB 1.05-1.3x more; on the first
+ * machine 8 ranks (256 KiB would have fitted) ran alike with 512 KiB,
+ * 1 MiB and 2 MiB windows. Two ranks use the whole window too: on the
+ * first machine its size made no difference to them, and on the later one
+ * 2 MiB ran 1.1-1.6x faster than 512 KiB (which fitted). */
 size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped) {
     size_t fixed = told_window_bytes(n, peers);
     if (fixed) {
@@ -230,6 +239,7 @@ size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int ra
     size_t l2 = host_l2_bytes(n, peers, rank);
     if (!l2) return mapped; /* caches unknown */
     size_t fits = l2 / (2 * (size_t)n), used = 512 << 10;
+    if (fits < used || n <= 2) return mapped;
     while (used * 2 <= fits) used *= 2;
     return used < mapped ? used : mapped;
 }
