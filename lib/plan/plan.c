@@ -225,9 +225,9 @@ static size_t told_window_bytes(int n, const struct ccl__peer_info *peers) {
  * window. Measured on a later development machine (1 MiB L2 a core, 32 MiB
  * L3; the same runs, 4-8 alternations), where 3, 4 and 8 ranks fit less
  * than 512 KiB: 1 MiB windows against 512 KiB gave 1.05-1.4x at 256 KiB to
- * 16 MiB, and on 4 ranks 2 MiB against 1 MiB 1.05-1.3x more; on the first
- * machine 8 ranks (256 KiB would have fitted) ran alike with 512 KiB,
- * 1 MiB and 2 MiB windows. Two ranks use the whole window too: on the
+ * 16 MiB, and on 4 ranks 2 MiB against 1 MiB up to 1.4x more (level at
+ * worst); on the first machine 8 ranks (256 KiB would have fitted) ran
+ * alike with 512 KiB, 1 MiB and 2 MiB windows. Two ranks use the whole window too: on the
  * first machine its size made no difference to them, and on the later one
  * 2 MiB ran 1.1-1.6x faster than 512 KiB (which fitted). */
 size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped) {
