@@ -127,7 +127,7 @@ struct ccl_comm {
      * NULL otherwise, the same on every rank. */
     const struct ccl_comm *parent;
     double cma_large_bytes, cma_large_bytes_per_us; /* its large point, where CCL_CMA_LARGE_PROBE asked (0: not) */
-    double cma_msg_bytes, cma_msg_us;   /* one read of a message's size (1 MiB) and its time, probed at init (0: not) */
+    double cma_msg_bytes, cma_msg_bytes_per_us; /* one read of a message's size (1 MiB), its call included (0: not probed) */
     /* Point-to-point messages over a kernel-copy transport (zc_by_cma) go
      * single-copy from this size (0: never): the transport's setting, or
      * the planner's verdict on it (plan/model.c), the same on every rank. */

@@ -153,7 +153,7 @@ ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm) {
         comm->cma_call_us = parent->cma_call_us, comm->cma_bytes_per_us = parent->cma_bytes_per_us;
         comm->cma_large_bytes = parent->cma_large_bytes;
         comm->cma_large_bytes_per_us = parent->cma_large_bytes_per_us;
-        comm->cma_msg_bytes = parent->cma_msg_bytes, comm->cma_msg_us = parent->cma_msg_us;
+        comm->cma_msg_bytes = parent->cma_msg_bytes, comm->cma_msg_bytes_per_us = parent->cma_msg_bytes_per_us;
     } else if (st == CCL_OK && off < 0) {
         comm->single_copy = 1;
         double t0 = ccl__now();
@@ -166,7 +166,7 @@ ccl_status_t ccl__plan_single_copy(struct ccl_comm *comm) {
         if (st == CCL_OK) st = measure(comm, &seq, MSG_PROBE_BYTES, MSG_PROBE_BYTES, &call_us, &msg_bytes_per_us);
         if (st == CCL_OK && msg_bytes_per_us > 0) {
             comm->cma_msg_bytes = MSG_PROBE_BYTES;
-            comm->cma_msg_us = call_us + MSG_PROBE_BYTES / msg_bytes_per_us;
+            comm->cma_msg_bytes_per_us = MSG_PROBE_BYTES / (call_us + MSG_PROBE_BYTES / msg_bytes_per_us);
         }
         /* The large point, where a rank asked for it (ccl-tune does): the
          * largest size asked for anywhere, so that every rank measures it

@@ -111,8 +111,8 @@ static void plan_p2p_single_copy(struct ccl_comm *comm, const struct ccl__cost_s
     const void *k = ccl__tknobs(comm, t);
     size_t set = t->zc_min_bytes(k);
     comm->cma_p2p_bytes = set;
-    if (!set || (t->zc_min_told && t->zc_min_told(k)) || comm->cma_msg_us <= 0) return;
-    double read = comm->cma_msg_bytes / comm->cma_msg_us, copy = s->fig.copy_bytes_per_us;
+    if (!set || (t->zc_min_told && t->zc_min_told(k)) || comm->cma_msg_bytes_per_us <= 0) return;
+    double read = comm->cma_msg_bytes_per_us, copy = s->fig.copy_bytes_per_us;
     if (!ccl__cost_kernel_read_pays(&s->fig, read)) comm->cma_p2p_bytes = 0;
     if (comm->rank == 0)
         CCL_INFO(CCL__SUB_PLAN, comm->rank, "single-copy point-to-point: %s: the kernel read %.0f KiB at %.2f GB/s, "

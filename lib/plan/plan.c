@@ -35,6 +35,11 @@ int ccl__plan_pair_transport(const struct ccl_comm *comm, int a, int b) {
     return choose(comm, forced_transport(comm), a, b);
 }
 
+/* The transport of the ring's link from position i to the next (-1: none). */
+static int ring_link(const struct ccl_comm *comm, const struct ccl__transport *forced, int i) {
+    return choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
+}
+
 /* Pairs the common algorithms use on every call, connected at init: the
  * ring's neighbours, the hierarchical ring's across hosts, and the edges
  * of the trees (both double-binary trees and the binomial tree rooted at
@@ -97,7 +102,7 @@ static void plan_ring_chunk(struct ccl_comm *comm) {
     const struct ccl__transport *forced = forced_transport(comm);
     size_t chunk = SIZE_MAX;
     for (int i = 0; i < comm->nranks && comm->nranks > 1; i++) {
-        int t = choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
+        int t = ring_link(comm, forced, i);
         size_t slot = t >= 0 ? ccl__transports[t]->slot_bytes(ccl__tknobs(comm, ccl__transports[t])) : SIZE_MAX;
         if (slot < chunk) chunk = slot;
     }
@@ -177,7 +182,7 @@ void ccl__plan_ring_zc(struct ccl_comm *comm) {
     const struct ccl__transport *forced = forced_transport(comm);
     size_t zc = SIZE_MAX;
     for (int i = 0; i < comm->nranks && comm->nranks > 1; i++) {
-        int t = choose(comm, forced, comm->ring[i], comm->ring[(i + 1) % comm->nranks]);
+        int t = ring_link(comm, forced, i);
         size_t min = t >= 0 ? ccl__p2p_zc_min_bytes(comm, ccl__transports[t]) : 0;
         if (min && min < zc) zc = min;
     }
@@ -227,9 +232,10 @@ static size_t told_window_bytes(int n, const struct ccl__peer_info *peers) {
  * than 512 KiB: 1 MiB windows against 512 KiB gave 1.05-1.4x at 256 KiB to
  * 16 MiB, and on 4 ranks 2 MiB against 1 MiB up to 1.4x more (level at
  * worst); on the first machine 8 ranks (256 KiB would have fitted) ran
- * alike with 512 KiB, 1 MiB and 2 MiB windows. Two ranks use the whole window too: on the
- * first machine its size made no difference to them, and on the later one
- * 2 MiB ran 1.1-1.6x faster than 512 KiB (which fitted). */
+ * alike with 512 KiB, 1 MiB and 2 MiB windows. Two ranks use the whole
+ * window too: on the first machine its size made no difference to them,
+ * and on the later one 2 MiB ran 1.1-1.6x faster than 512 KiB (which
+ * fitted). */
 size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int rank, size_t mapped) {
     size_t fixed = told_window_bytes(n, peers);
     if (fixed) {

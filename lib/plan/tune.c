@@ -686,8 +686,8 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
         out->cma_call_us = comm->cma_call_us, out->cma_bytes_per_us = comm->cma_bytes_per_us;
         out->measured |= CCL__FIG_CMA;
     }
-    if (comm->cma_msg_us > 0 && comm->cma_msg_bytes > CCL__PROBE_BYTES && !(out->measured & CCL__FIG_GIVEN))
-        out->cma_msg_bytes = comm->cma_msg_bytes, out->cma_msg_bytes_per_us = comm->cma_msg_bytes / comm->cma_msg_us;
+    if (comm->cma_msg_bytes_per_us > 0 && comm->cma_msg_bytes > CCL__PROBE_BYTES && !(out->measured & CCL__FIG_GIVEN))
+        out->cma_msg_bytes = comm->cma_msg_bytes, out->cma_msg_bytes_per_us = comm->cma_msg_bytes_per_us;
     if (comm->cma_large_bytes_per_us > 0 && comm->cma_large_bytes > CCL__PROBE_BYTES &&
         !((out->measured & CCL__FIG_GIVEN) && (out->measured & CCL__FIG_CMA_LARGE))) {
         out->cma_large_bytes = comm->cma_large_bytes, out->cma_large_bytes_per_us = comm->cma_large_bytes_per_us;

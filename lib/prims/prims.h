@@ -242,15 +242,15 @@ struct ccl__p2p_xfer {
     uint32_t seq;
     int matched;          /* for self transfers */
 };
-/* Runs every transfer to completion. Transfers to one peer in one
- * direction complete in the order given; nothing else is ordered, so a
- * group of sends and receives in any order cannot deadlock. */
 /* The smallest point-to-point message that moves zero-copy over t on this
  * communicator (0: none, but memory the application registered): the
  * transport's setting, or for a kernel-copy transport the planner's
  * verdict (comm->cma_p2p_bytes). */
 size_t ccl__p2p_zc_min_bytes(const struct ccl_comm *comm, const struct ccl__transport *t);
 
+/* Runs every transfer to completion. Transfers to one peer in one
+ * direction complete in the order given; nothing else is ordered, so a
+ * group of sends and receives in any order cannot deadlock. */
 ccl_status_t ccl__p2p_run(struct ccl_comm *comm, struct ccl__p2p_xfer *x, int n, int kind, const char *what);
 
 #endif

@@ -184,7 +184,8 @@ struct ccl__transport {
     size_t (*zc_min_bytes)(const void *knobs);
     /* 1 where the user set zc_min_bytes (NULL: never): a zero-copy through
      * the kernel's copy (zc_by_cma) is then kept as set, where otherwise the
-     * planner keeps it only if init measured it faster than the slots. */
+     * planner keeps it only where init's read of a message runs at half
+     * memcpy's speed or more (plan/model.c). */
     int (*zc_min_told)(const void *knobs);
     /* The largest message worth it (NULL: no limit). */
     size_t (*zc_max_bytes)(const void *knobs);

@@ -294,8 +294,8 @@ static void shm_knobs_load(void *knobs) {
      * 512 KiB, 0.70-0.93 at 1 MiB, 1.0-1.15 at 2 MiB. Where the kernel's
      * copy is slower than that the slots win (on the same machine under a
      * later kernel: 2-3x at 512 KiB-2 MiB), so unless the size is given the
-     * planner keeps it only where init's probe of a message-sized read
-     * beats the slots (plan/model.c). */
+     * planner keeps it only where init's probe of a message-sized read runs
+     * at half memcpy's speed or more (plan/model.c). */
     k->single_copy_told = getenv("CCL_SHM_SINGLE_COPY_BYTES") != NULL;
     k->single_copy_bytes = (size_t)ccl__env_long("CCL_SHM_SINGLE_COPY_BYTES", 512 << 10, 0, 1L << 40);
     k->single_copy_max = (size_t)ccl__env_long("CCL_SHM_SINGLE_COPY_MAX_BYTES", 2 << 20, 0, 1L << 40);
