@@ -1016,34 +1016,6 @@ START_TEST(file_stale) {
 }
 END_TEST
 
-/* What init's quick probe says of the file's link figure: stale beyond
- * 2x in bandwidth or 3x in alpha (only the file slower, where ranks share
- * cores), the probe's speed taken where it stepped faster within those
- * bounds, the file's otherwise. */
-START_TEST(link_verdict) {
-    const struct {
-        double file_alpha, file_speed, now_alpha, now_speed, oversub;
-        enum ccl__link_verdict want;
-    } cases[] = {
-        {0.7, 3000, 0.7, 3000, 1, CCL__LINK_HOLDS},
-        {0.7, 3000, 0.7, 2000, 1, CCL__LINK_HOLDS},   /* a slower probe: a busy moment */
-        {0.7, 3000, 0.7, 5900, 1, CCL__LINK_FASTER},  /* faster within 2x: the probe's */
-        {0.7, 3000, 0.7, 6100, 1, CCL__LINK_STALE},   /* past 2x */
-        {0.7, 3000, 0.7, 1400, 1, CCL__LINK_STALE},   /* the file more than 2x faster */
-        {0.7, 3000, 0.7, 1400, 2, CCL__LINK_HOLDS},   /* ... where a crowded probe may be that slow */
-        {0.7, 3000, 0.7, 4000, 2, CCL__LINK_FASTER},  /* crowded, yet faster: the job takes it */
-        {3.0, 3000, 0.7, 3500, 1, CCL__LINK_STALE},   /* alpha past 3x */
-        {0.7, 3000, 2.5, 3500, 2, CCL__LINK_FASTER},  /* a crowded probe's alpha is no verdict */
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct ccl__link_figure file = {cases[i].file_alpha, cases[i].file_speed, 0, 0};
-        struct ccl__link_figure now = {cases[i].now_alpha, cases[i].now_speed, 0, 0};
-        enum ccl__link_verdict v = ccl__tune_link_verdict(&file, &now, cases[i].oversub);
-        ck_assert_msg(v == cases[i].want, "case %zu: verdict %d, want %d", i, (int)v, (int)cases[i].want);
-    }
-}
-END_TEST
-
 /* In a real job: a file whose conditions match but whose ring figures are
  * far slower than the link (as an earlier run under load leaves them) is
  * found out by init's quick probe, named in a warning, and rewritten.
@@ -1167,7 +1139,6 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, file_rejected, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
     tcase_add_test(tc, file_rejected_odd);
     tcase_add_test(tc, file_stale);
-    tcase_add_test(tc, link_verdict);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "stale_link_in_a_job", stale_link_in_a_job, 2, 60);
     util_add_loop_case(s, "bad_file_in_a_job", bad_file_in_a_job, (int)(sizeof job_files / sizeof job_files[0]), 60);

@@ -622,14 +622,6 @@ static int slowest_class(unsigned links) {
 }
 
 /* The lowest rank of each machine keeps what this init learnt. */
-enum ccl__link_verdict ccl__tune_link_verdict(const struct ccl__link_figure *file, const struct ccl__link_figure *now,
-                                              double oversub) {
-    int file_slower = file->alpha_us > 3.0 * now->alpha_us || file->bytes_per_us * STALE_FACTOR < now->bytes_per_us;
-    int file_faster = now->alpha_us > 3.0 * file->alpha_us || now->bytes_per_us * STALE_FACTOR < file->bytes_per_us;
-    if (file_slower || (oversub <= 1 && file_faster)) return CCL__LINK_STALE;
-    return now->bytes_per_us > file->bytes_per_us ? CCL__LINK_FASTER : CCL__LINK_HOLDS;
-}
-
 static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int rewrite) {
     const char *path = comm->params.tuning_file;
     int index;
@@ -661,34 +653,21 @@ static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int 
  * agree (3x for alpha, 2x for bandwidth). Where they share cores the
  * probe times the crowding as well as the link, so it can only be slower
  * than the link: a file that says the link is slower still than that is
- * wrong, and one that says it is faster may be right (tune.h,
- * ccl__tune_link_verdict). LINK_STALE when the file fails (every rank
- * finds the same: the probe's figures are the ranks' medians), with a
- * warning naming the file; LINK_FASTER, with the probe's speed in
- * *faster, when the probe stepped faster than the file within bounds. */
-static enum ccl__link_verdict check_link(struct ccl_comm *comm, const struct ccl__job_shape *shape, int c,
-                                         const struct ccl__figures *f, struct ccl__link_figure *faster,
-                                         ccl_status_t *st) {
+ * wrong, and one that says it is faster may be right. 1 when the file
+ * fails (every rank finds the same: the probe's figures are the ranks'
+ * medians), with a warning naming the file. */
+static int stale_link(struct ccl_comm *comm, const struct ccl__job_shape *shape, int c, const struct ccl__figures *f,
+                      ccl_status_t *st) {
     /* Decided from what every rank holds alike (the combined records), so
      * that all of them enter the probe or none does. */
-    if (comm->params.topo_file[0] || (f->measured & CCL__FIG_GIVEN)) return CCL__LINK_HOLDS;
+    if (comm->params.topo_file[0] || (f->measured & CCL__FIG_GIVEN)) return 0;
     struct ccl__link_figure now;
     *st = ccl__tune_probe_ring(comm, shape, f, 0, &now);
-    if (*st != CCL_OK) return CCL__LINK_HOLDS;
+    if (*st != CCL_OK) return 0;
     const struct ccl__link_figure *l = &f->link[c];
-    enum ccl__link_verdict v = ccl__tune_link_verdict(l, &now, shape->oversub);
-    if (v == CCL__LINK_HOLDS) return v;
-    if (v == CCL__LINK_FASTER) {
-        /* The file's alpha and large point stay: this probe measured
-         * neither with the file's care. */
-        *faster = *l;
-        faster->bytes_per_us = now.bytes_per_us;
-        CCL_INFO(CCL__SUB_PLAN, comm->rank,
-                 "the ring's %s links stepped at %.2f GB/s, faster than the tuning file's %.2f: taking this init's "
-                 "figure",
-                 ccl__link_names[c], now.bytes_per_us / 1e3, l->bytes_per_us / 1e3);
-        return v;
-    }
+    int file_slower = l->alpha_us > 3.0 * now.alpha_us || l->bytes_per_us * STALE_FACTOR < now.bytes_per_us;
+    int file_faster = now.alpha_us > 3.0 * l->alpha_us || now.bytes_per_us * STALE_FACTOR < l->bytes_per_us;
+    if (!file_slower && (shape->oversub > 1 || !file_faster)) return 0;
     if (comm->rank == 0)
         CCL_WARN(CCL__SUB_PLAN, comm->rank,
                  "the tuning file %s is stale: it says the ring's %s links take %.2f us and %.2f GB/s a step; this "
@@ -696,7 +675,7 @@ static enum ccl__link_verdict check_link(struct ccl_comm *comm, const struct ccl
                  "and rewriting it (ccl-tune measures with care)",
                  comm->params.tuning_file, ccl__link_names[c], l->alpha_us, l->bytes_per_us / 1e3, now.alpha_us,
                  now.bytes_per_us / 1e3, shape->oversub > 1 ? " with ranks sharing cores, which only slows a probe" : "");
-    return CCL__LINK_STALE;
+    return 1;
 }
 
 ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shape *shape, struct ccl__figures *out) {
@@ -726,14 +705,9 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
         out->measured |= 1u << c;
         c = -1;
     }
-    struct ccl__link_figure faster = {0};
-    enum ccl__link_verdict check =
-        c >= 0 && (out->measured >> c & 1u) ? check_link(comm, shape, c, out, &faster, &st) : CCL__LINK_HOLDS;
-    int stale = check == CCL__LINK_STALE;
+    int stale = c >= 0 && (out->measured >> c & 1u) && stale_link(comm, shape, c, out, &st);
     if (stale) out->measured &= ~(1u << c);
     CCL_CHECK(st);
-    const struct ccl__link_figure filed = c >= 0 ? out->link[c] : faster;
-    if (check == CCL__LINK_FASTER) out->link[c] = faster;
     if (c >= 0 && !(out->measured >> c & 1u)) {
         double t0 = ccl__now();
         /* A network link's large point, at the ring's slot (cost.h says
@@ -762,10 +736,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
     struct ccl__figures keep = *out;
     if (probed && shape->oversub > 1) keep.measured &= ~(1u << c), probed = 0;
     if (shape->oversub > 1) keep.measured &= ~CCL__FIG_CMA;
-    if (check == CCL__LINK_FASTER && shape->oversub > 1) keep.link[c] = filed;
-    /* A stale link's figure leaves the file, measured or not; a faster
-     * one of uncrowded ranks replaces the file's. */
-    save(comm, &keep, probed || stale || (check == CCL__LINK_FASTER && shape->oversub <= 1));
+    save(comm, &keep, probed || stale); /* a stale link's figure leaves the file, measured or not */
     return CCL_OK;
 }
 

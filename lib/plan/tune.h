@@ -27,25 +27,6 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
  * the classes in links. */
 void ccl__tune_describe(const struct ccl__figures *f, unsigned links, char *buf, size_t n);
 
-/* What init's quick probe of a link (now) says of the tuning file's
- * figure for it (file), ranks sharing cores oversub to one:
- * - STALE: more than 2x apart in bandwidth or 3x in alpha, either way
- *   where ranks have cores of their own; where they share cores the
- *   probe times the crowding too and can only be slower than the link, so
- *   only a file slower still than the probe is;
- * - FASTER: within those bounds, and the probe stepped faster than the
- *   file says. A busy machine only ever slows a probe, never speeds one
- *   past the link, so the fastest sound reading is the link's: the job
- *   takes the probe's speed, and a job of uncrowded ranks writes it to
- *   the file. Seen on the 2-core development machine: a file written by
- *   an init in a slow spell said 3.1 GB/s, and every later job kept that
- *   figure while its own probe read 3.2-9.4 (below the 2x that makes a
- *   file stale);
- * - HOLDS: the file's figure stands. */
-enum ccl__link_verdict { CCL__LINK_HOLDS, CCL__LINK_STALE, CCL__LINK_FASTER };
-enum ccl__link_verdict ccl__tune_link_verdict(const struct ccl__link_figure *file, const struct ccl__link_figure *now,
-                                              double oversub);
-
 /* ---- the file ---- */
 
 /* This machine, as a tuning file names it: hostname, machine id, CPUs. */
