@@ -443,25 +443,33 @@ END_TEST
 /* ---- counts that differ between ranks ---- */
 
 #define MISMATCH_COUNT 1000
+/* Counts each case gives ranks 0 and 2 (rank 1: one more): past the
+ * direct path's tiny all-reduces, and within them (algo/lines.c), where
+ * the identity in the line the peers read tells the counts apart at once. */
+static const size_t mismatch_counts[] = {MISMATCH_COUNT, 10};
 
 static int body_mismatch(ccl_comm_t *comm, int rank, int nranks, void *arg) {
-    (void)arg;
     (void)nranks;
     struct harness_tally t = {rank, 0};
     struct tbuf in, out;
+    size_t base = *(const size_t *)arg;
     if (tbuf_alloc(&in, (MISMATCH_COUNT + 1) * 4) || tbuf_alloc(&out, (MISMATCH_COUNT + 1) * 4)) return 1;
-    size_t count = MISMATCH_COUNT + (rank == 1);
+    size_t count = base + (rank == 1);
     float *x = tbuf_arm(&in, count * 4, 0), *y = tbuf_arm(&out, count * 4, 0);
     for (size_t i = 0; i < count; i++) x[i] = 1.0f;
     double t0 = harness_now();
     ccl_status_t st = ccl_all_reduce(x, y, count, CCL_FLOAT32, CCL_SUM, comm);
-    EXPECT(&t, st < 0, "all_reduce with count %zu here and %d on rank 1 returned %s", count, MISMATCH_COUNT + 1,
+    EXPECT(&t, st < 0, "all_reduce with count %zu here and %zu on rank 1 returned %s", count, base + 1,
            ccl_status_string(st));
+    /* In the lines, every rank reads every peer's identity: no timeout. */
+    if (base < MISMATCH_COUNT)
+        EXPECT(&t, harness_now() - t0 < 5.0 && st != CCL_ERR_TIMEOUT, "the tiny all-reduce took %.1f s to fail (%s)",
+               harness_now() - t0, ccl_status_string(st));
     EXPECT(&t, st >= 0 || ccl_comm_last_error(comm)[0] != '\0', "no last error after %s", ccl_status_string(st));
     EXPECT(&t, tbuf_guards_ok(&out) && tbuf_guards_ok(&in), "bytes written outside the buffers");
     if (rank == 0)
-        fprintf(stderr, "[args] mismatched counts: rank 0 got %s after %.3f s: \"%s\"\n", ccl_status_string(st),
-                harness_now() - t0, ccl_comm_last_error(comm));
+        fprintf(stderr, "[args] mismatched counts %zu and %zu: rank 0 got %s after %.3f s: \"%s\"\n", base,
+                base + 1, ccl_status_string(st), harness_now() - t0, ccl_comm_last_error(comm));
     tbuf_free(&in);
     tbuf_free(&out);
     return t.fails;
@@ -470,8 +478,9 @@ static int body_mismatch(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(counts_differ_between_ranks) {
     struct harness_run run = {
         .nranks = 3,
-        .transport = arg_transports[_i],
+        .transport = arg_transports[_i % 2],
         .body = body_mismatch,
+        .arg = (void *)&mismatch_counts[_i / 2],
         .ccl_timeout = "10",
         .deadline_s = 60,
         .lenient_destroy = 1,
@@ -683,7 +692,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, init_with_bad_arguments);
     tcase_add_test(tc, names_and_strings);
     suite_add_tcase(s, tc);
-    util_add_loop_case(s, "counts_differ_between_ranks", counts_differ_between_ranks, 2, 90);
+    util_add_loop_case(s, "counts_differ_between_ranks", counts_differ_between_ranks, 4, 90);
     tc = tcase_create("init_with_config");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, init_with_config);

@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "matrix.h"
 #include "ref.h"
+#include "util.h"
 
 #define COLL_ALL_REDUCE 1
 
@@ -178,12 +180,84 @@ START_TEST(all_reduce_algos_determinism) {
 }
 END_TEST
 
+/* ---- tiny all-reduces back to back (the direct path's lines) ----
+ * Calls of every size around the lines' limit follow each other with no
+ * barrier, one rank dawdling now and then so the others run ahead as far
+ * as they can (one call: a slot is written again two calls later), every
+ * result bit-exact against the reference, each call with inputs of its
+ * own. Kinds of memory and ops rotate with the calls. */
+
+#define TINY_CALLS 600
+static const size_t tiny_bytes[] = {4, 8, 24, 32, 40, 56, 64, 120, 512, 1024, 2016, 2024, 4096, 0};
+
+static int body_tiny_sequence(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {rank, 0};
+    static const ccl_dtype_t dts[] = {CCL_FLOAT32, CCL_INT8, CCL_FLOAT64, CCL_BFLOAT16, CCL_UINT64, CCL_FLOAT16,
+                                      CCL_INT32};
+    static const ccl_op_t ops[] = {CCL_SUM, CCL_MAX, CCL_PROD, CCL_AVG, CCL_MIN};
+    const size_t nb = sizeof tiny_bytes / sizeof tiny_bytes[0], nd = sizeof dts / sizeof dts[0];
+    struct tbuf in, out;
+    if (tbuf_alloc(&in, 4096) || tbuf_alloc(&out, 4096)) return 1;
+    unsigned char want[4096];
+    for (int i = 0; i < TINY_CALLS && t.fails == 0; i++) {
+        ccl_dtype_t dt = dts[(size_t)i % nd];
+        ccl_op_t op = ops[(size_t)(i / 3) % (sizeof ops / sizeof ops[0])];
+        if (!ref_op_applies(dt, op)) op = CCL_SUM;
+        size_t es = ccl_dtype_size(dt), count = tiny_bytes[(size_t)i % nb] / es;
+        int in_place = i % 4 == 1;
+        struct ref_case rc = {dt, op, nranks, ref_mix(0x7153, (uint64_t)i, (uint64_t)nranks)};
+        void *x = tbuf_arm(&in, count * es, (size_t)i % 3), *y = x;
+        ref_reduce_input(&rc, rank, 0, count, x);
+        if (!in_place) {
+            y = tbuf_arm(&out, count * es, 0);
+            tbuf_poison(&out);
+        }
+        if (rank == 1 && i % 7 == 3) usleep((useconds_t)(i % 5) * 40);
+        ccl_status_t st = ccl_all_reduce(x, y, count, dt, op, comm);
+        EXPECT(&t, st == CCL_OK, "call %d (%zu x %s, %s): %s: %s", i, count, ccl_dtype_name(dt), ccl_op_name(op),
+               ccl_status_string(st), ccl_comm_last_error(comm));
+        if (st != CCL_OK) break;
+        ref_reduce_expected(&rc, 0, count, want);
+        size_t bad = ref_first_diff(dt, y, want, count);
+        EXPECT(&t, bad >= count, "call %d (%zu x %s, %s, %s): element %zu differs from the reference", i, count,
+               ccl_dtype_name(dt), ccl_op_name(op), in_place ? "in place" : "out of place", bad);
+        EXPECT(&t, tbuf_guards_ok(&in) && (in_place || tbuf_guards_ok(&out)), "call %d wrote outside its buffers", i);
+    }
+    tbuf_free(&in);
+    tbuf_free(&out);
+    return t.fails;
+}
+
+/* shm: 2, 3 and 5 ranks with the direct algorithm forced, and 3 with the
+ * planner's choice; tcp (no windows, so no lines): 3 ranks. */
+static const struct {
+    int nranks;
+    const char *transport, *env;
+} tiny_cases[] = {
+    {2, "shm", "CCL_ALGO=allreduce:direct"}, {3, "shm", "CCL_ALGO=allreduce:direct"},
+    {5, "shm", "CCL_ALGO=allreduce:direct"}, {3, "shm", NULL}, {3, "tcp", NULL},
+};
+
+START_TEST(tiny_sequence) {
+    struct harness_run run = {
+        .nranks = tiny_cases[_i].nranks,
+        .transport = tiny_cases[_i].transport,
+        .env = tiny_cases[_i].env,
+        .body = body_tiny_sequence,
+        .deadline_s = 120,
+    };
+    HARNESS_RUN_OK(&run);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("all_reduce");
     matrix_add_loop(s, "matrix", all_reduce_matrix, 600);
     matrix_add_loop(s, "determinism", all_reduce_determinism, 300);
     matrix_add_algo_loop(s, "algos", all_reduce_algos, algos, NALGOS, 600);
     matrix_add_algo_loop(s, "algos_determinism", all_reduce_algos_determinism, algos, NALGOS, 300);
+    util_add_loop_case(s, "tiny_sequence", tiny_sequence, (int)(sizeof tiny_cases / sizeof tiny_cases[0]), 150);
     return s;
 }
 

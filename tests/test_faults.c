@@ -33,27 +33,32 @@ struct kill_case {
     struct matrix_config cfg;
     int victim;
     enum killer killer;
+    size_t count; /* elements of each all-reduce; 0: LOOP_COUNT */
 };
 
 static const struct kill_case kill_cases[] = {
-    {{4, "shm", 0, "4 ranks shm", NULL}, 2, PARENT_KILLS},
-    {{3, "tcp", 0, "3 ranks tcp", NULL}, 1, PARENT_KILLS},
-    {{4, "tcp", 1, "4 ranks tcp, one host each", NULL}, 3, VICTIM_KILLS_ITSELF},
-    {{4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL}, 0, VICTIM_KILLS_ITSELF},
-    {{5, "shm", 0, "5 ranks shm", NULL}, 4, VICTIM_KILLS_ITSELF},
+    {{4, "shm", 0, "4 ranks shm", NULL}, 2, PARENT_KILLS, 0},
+    {{3, "tcp", 0, "3 ranks tcp", NULL}, 1, PARENT_KILLS, 0},
+    {{4, "tcp", 1, "4 ranks tcp, one host each", NULL}, 3, VICTIM_KILLS_ITSELF, 0},
+    {{4, NULL, 2, "4 ranks auto, 2 hosts x 2 ranks", NULL}, 0, VICTIM_KILLS_ITSELF, 0},
+    {{5, "shm", 0, "5 ranks shm", NULL}, 4, VICTIM_KILLS_ITSELF, 0},
     /* The other algorithms, each killed mid-call too. */
-    {{5, "shm", 0, "5 ranks shm, tree", "allreduce:tree"}, 3, PARENT_KILLS},
-    {{4, "tcp", 0, "4 ranks tcp, rhd", "allreduce:rhd"}, 1, VICTIM_KILLS_ITSELF},
-    {{3, NULL, 2, "3 ranks auto, hosts of 2 and 1, rd", "allreduce:rd"}, 2, PARENT_KILLS},
-    {{4, "shm", 0, "4 ranks shm, direct", "direct"}, 1, PARENT_KILLS},
-    {{3, "shm", 0, "3 ranks shm, direct", "direct"}, 0, VICTIM_KILLS_ITSELF},
+    {{5, "shm", 0, "5 ranks shm, tree", "allreduce:tree"}, 3, PARENT_KILLS, 0},
+    {{4, "tcp", 0, "4 ranks tcp, rhd", "allreduce:rhd"}, 1, VICTIM_KILLS_ITSELF, 0},
+    {{3, NULL, 2, "3 ranks auto, hosts of 2 and 1, rd", "allreduce:rd"}, 2, PARENT_KILLS, 0},
+    {{4, "shm", 0, "4 ranks shm, direct", "direct"}, 1, PARENT_KILLS, 0},
+    {{3, "shm", 0, "3 ranks shm, direct", "direct"}, 0, VICTIM_KILLS_ITSELF, 0},
+    /* Tiny all-reduces (the direct path's lines, algo/lines.c): the
+     * survivors wait on the dead rank's line. */
+    {{3, "shm", 0, "3 ranks shm, tiny all-reduces", "direct"}, 1, PARENT_KILLS, 2},
+    {{4, "shm", 0, "4 ranks shm, tiny all-reduces", "direct"}, 3, VICTIM_KILLS_ITSELF, 5},
 };
 /* Under CCL_TEST_MATRIX=ib (inside tools/rdma-vm.sh): the same over RDMA,
  * alone and mixed with shared memory inside each host. */
 static const struct kill_case ib_kill_cases[] = {
-    {{3, "ib", 1, "3 ranks ib, one host each", NULL}, 1, PARENT_KILLS},
-    {{4, NULL, 2, "4 ranks auto (shm + ib), 2 hosts x 2", NULL}, 3, VICTIM_KILLS_ITSELF},
-    {{4, "ib", 2, "4 ranks ib, 2 hosts x 2, tree", "allreduce:tree"}, 0, PARENT_KILLS},
+    {{3, "ib", 1, "3 ranks ib, one host each", NULL}, 1, PARENT_KILLS, 0},
+    {{4, NULL, 2, "4 ranks auto (shm + ib), 2 hosts x 2", NULL}, 3, VICTIM_KILLS_ITSELF, 0},
+    {{4, "ib", 2, "4 ranks ib, 2 hosts x 2, tree", "allreduce:tree"}, 0, PARENT_KILLS, 0},
 };
 
 static const struct kill_case *kill_list(int *n) {
@@ -82,17 +87,18 @@ static void *suicide_thread(void *arg) {
 static int body_kill_loop(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     const struct kill_case *kc = arg;
     struct harness_tally t = {rank, 0};
-    float *in = malloc(LOOP_COUNT * 4), *out = malloc(LOOP_COUNT * 4);
+    size_t count = kc->count ? kc->count : LOOP_COUNT;
+    float *in = malloc(count * 4), *out = malloc(count * 4);
     if (!in || !out) {
         harness_fail(&t, __FILE__, __LINE__, "out of memory");
         return t.fails;
     }
-    for (size_t i = 0; i < LOOP_COUNT; i++) in[i] = (float)(i % 100);
+    for (size_t i = 0; i < count; i++) in[i] = (float)(i % 100);
     double end = harness_now() + LOOP_LIMIT_S;
     int iterations = 0;
     ccl_status_t st = CCL_OK;
     while (harness_now() < end) {
-        st = ccl_all_reduce(in, out, LOOP_COUNT, CCL_FLOAT32, CCL_SUM, comm);
+        st = ccl_all_reduce(in, out, count, CCL_FLOAT32, CCL_SUM, comm);
         if (st != CCL_OK) break;
         if (++iterations == 1) harness_child_send("started");
         /* The victim arms its death after its second call, not its first:

@@ -142,6 +142,16 @@ size_t ccl__direct_area(size_t window_bytes);
  * (device/gpu_direct.c): the direct algorithm's control block ends
  * before it. */
 #define CCL__WINDOW_GPU_WORDS 2048
+/* And where the tiny all-reduces' slots are (lines.c): two of
+ * CCL__LINES_SLOT_BYTES, each the call's number and identity in 32 bytes
+ * and up to CCL__LINES_MAX_BYTES of input. */
+#define CCL__WINDOW_LINES_AT 4096
+#define CCL__LINES_SLOT_BYTES 2048
+#define CCL__LINES_MAX_BYTES (CCL__LINES_SLOT_BYTES - 32)
+/* Whether the direct algorithm runs this call as a tiny all-reduce: the
+ * same answer on every rank called alike. */
+int ccl__lines_can_run(const struct ccl_comm *comm, const struct ccl__coll_args *a);
+ccl_status_t ccl__lines_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a);
 
 /* Copies sendbuf to recvbuf unless they are the same (one rank, or the
  * local share of a result). */

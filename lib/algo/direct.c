@@ -43,7 +43,7 @@
 #include "algo/direct_round.h"
 #include "prims/wait.h"
 
-#define CTRL_BYTES 4096
+#define CTRL_BYTES 8192
 #define ONE_SHOT_BYTES 16384
 
 struct ctrl {
@@ -53,7 +53,8 @@ struct ctrl {
     _Alignas(64) _Atomic uint64_t done;    /* last round whose reads of peers' windows are over */
 };
 _Static_assert(sizeof(struct ctrl) <= CCL__WINDOW_GPU_WORDS, "the control block ends before the GPU words");
-_Static_assert(CCL__WINDOW_GPU_WORDS + 128 <= CTRL_BYTES, "the GPU words fit the control page");
+_Static_assert(CCL__WINDOW_GPU_WORDS + 128 <= CCL__WINDOW_LINES_AT, "the GPU words end before the tiny calls' slots");
+_Static_assert(CCL__WINDOW_LINES_AT + 2 * CCL__LINES_SLOT_BYTES <= CTRL_BYTES, "the slots fit the control page");
 /* A reader that sees `posted` move has the call's identity in the same
  * cache line: one transfer between cores per peer and round, not two. */
 _Static_assert(offsetof(struct ctrl, meta) + sizeof(((struct ctrl *)0)->meta) <= 64, "posted and meta share a line");
@@ -314,6 +315,7 @@ static ccl_status_t reduce_rounds(struct ccl_comm *comm, const struct ccl__coll_
 }
 
 static ccl_status_t direct_all_reduce(struct ccl_comm *comm, const struct ccl__coll_args *a) {
+    if (ccl__lines_can_run(comm, a)) return ccl__lines_all_reduce(comm, a);
     return reduce_rounds(comm, a, 1);
 }
 

@@ -112,6 +112,7 @@ struct ccl_comm {
     size_t window_bytes;                /* the smallest window of any rank */
     size_t stream_bytes;                /* outputs from this size are written past the caches (direct path) */
     uint64_t direct_rounds;             /* direct rounds run so far, the same on every rank */
+    uint64_t lines_calls;               /* tiny all-reduces run so far (algo/lines.c), the same on every rank */
     unsigned direct_narrow;             /* bit g % 2: only one peer read this rank's window in round g (direct.c) */
     int gpu_direct;                     /* the GPU-resident path is on (device/gpu_direct.h) */
     /* Every rank may read and write every other's memory through

@@ -228,6 +228,7 @@ static double fold_us(const struct model *m, double n) {
 }
 
 #define ONE_SHOT 16384.0 /* direct.c's ONE_SHOT_BYTES */
+#define LINES_WAIT 0.7 /* a tiny all-reduce's wait, in alphas (all_reduce, CCL__ALGO_DIRECT) */
 
 /* Rounds of the direct algorithm: one per window area of data. */
 static double rounds(const struct model *m, double bytes) {
@@ -434,17 +435,27 @@ static double single_copy_us(const struct model *m, int kind, double n) {
  * zero-copy took 0.53-0.62x the single-copy algorithm's time from 256 KiB
  * to 16 MiB, and tied at 64 KiB (before its last fold wrote the output
  * itself, in place lost to the staged paths up to 1 MiB). */
+/* Nor slower than the direct algorithm's reads of the same bytes from
+ * peers' windows, which cross between the cores alike: where the kernel
+ * copies slowly, its probe priced the loads above what they take
+ * (measured, 3 ranks on 2 cores, 1 MiB all-reduce: zero-copy 146-186 us,
+ * direct 295-320, where a kernel read of 4.9-6.5 GB/s put zero-copy at
+ * 316 and direct at 290). */
+static double peer_loads_us(const struct model *m, double bytes) {
+    return fmin(cma_read_us(m, bytes, 0, 0), crossing_share(m->j) * transfer_us(m, m->j->all_links, bytes));
+}
+
 static double zero_copy_us(const struct model *m, int kind, double n) {
     const struct ccl__job_shape *j = m->j;
     if (!j->windows) return -1;
     int N = j->n;
     double part = (double)(N - 1) / N, sync = sync_us(m, j->all_links);
     switch (kind) {
-    case CCL__K_ALL_REDUCE: return 3 * sync + cma_read_us(m, 2 * part * n, 0, 0) + part * reduce_us(m, n);
-    case CCL__K_REDUCE: return 2 * sync + cma_read_us(m, part * n, 0, 0) + part * reduce_us(m, n);
-    case CCL__K_REDUCE_SCATTER: return 2 * sync + cma_read_us(m, (N - 1) * n, 0, 0) + (N - 1) * reduce_us(m, n);
-    case CCL__K_ALL_GATHER: return 2 * sync + cma_read_us(m, (N - 1) * n, 0, 0);
-    case CCL__K_BROADCAST: return 2 * sync + cma_read_us(m, n, 0, 0);
+    case CCL__K_ALL_REDUCE: return 3 * sync + peer_loads_us(m, 2 * part * n) + part * reduce_us(m, n);
+    case CCL__K_REDUCE: return 2 * sync + peer_loads_us(m, part * n) + part * reduce_us(m, n);
+    case CCL__K_REDUCE_SCATTER: return 2 * sync + peer_loads_us(m, (N - 1) * n) + (N - 1) * reduce_us(m, n);
+    case CCL__K_ALL_GATHER: return 2 * sync + peer_loads_us(m, (N - 1) * n);
+    case CCL__K_BROADCAST: return 2 * sync + peer_loads_us(m, n);
     default: return -1;
     }
 }
@@ -513,6 +524,16 @@ static double all_reduce(struct model *m, int algo, double n) {
          * never falls as the message grows, so above it the limit's time
          * is a floor. */
         unsigned all = j->all_links;
+        /* Up to CCL__LINES_MAX_BYTES a call is a tiny all-reduce
+         * (algo/lines.c): one wait on lines that carry the inputs, where a
+         * message through the slots (recursive doubling's exchange, the
+         * probe's alpha) also takes a meta line and the receiver's release.
+         * Measured, all_reduce_perf -A direct|rd, 8 B to 2 KiB, medians of
+         * 4 alternations: 2 ranks 0.65-0.9x recursive doubling's time, 3
+         * and 4 ranks sharing 2 cores 0.5-0.75x. */
+        if (n <= CCL__LINES_MAX_BYTES)
+            return LINES_WAIT * sync_us(m, all) + copy_us(m, n) + (N - 1) * reduce_us(m, n) +
+                   link_bytes_us(m, all, (N - fmax(1, j->oversub)) * n);
         double shot = sync_us(m, all) + copy_us(m, ONE_SHOT) + (N - 1) * reduce_us(m, ONE_SHOT) +
                       link_bytes_us(m, all, (N - fmax(1, j->oversub)) * ONE_SHOT);
         if (n <= ONE_SHOT) return shot * n / ONE_SHOT + sync_us(m, all) * (1 - n / ONE_SHOT);
