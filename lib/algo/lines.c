@@ -102,7 +102,7 @@ ccl_status_t ccl__lines_all_reduce(struct ccl_comm *comm, const struct ccl__coll
     for (int q = 0; q < n; q++)
         if (q != r) w.pending[w.npending++] = comm->conns[q];
     /* The call's name is formatted only for a wait that may have to tell
-     * it (a tenth of the call's time, formatted every call). */
+     * it (formatted every call, 3% of a call's time). */
     int moved = 0;
     if (poll_slots(&w, &moved) == CCL_OK) ccl__status_step(comm); /* a wait done at the first look, as ccl__wait counts it */
     else CCL_CHECK(ccl__wait(comm, ccl__prims_what(&p), w.pending, &w.npending, poll_slots, &w));

@@ -423,19 +423,8 @@ static double single_copy_us(const struct model *m, int kind, double n) {
     }
 }
 
-/* The zero-copy path: the single-copy algorithm's reads and folds, as
- * loads of the peers' mapped memory, no system call (cma_read_us with
- * no calls, and as for a cached buffer at any size: plain loads pay no
- * per-page copy in the kernel, and the path measured ahead of every
- * other from 32 KiB to 32 MiB on 2 and 4 ranks). Its reads cost what
- * the probe measured for the kernel's reads of freshly written peer
- * memory (the same lines cross between the same cores; plain loads are
- * no slower; where the kernel refused the probe, the file's or the
- * default figure). In place costs the same: measured on 2 ranks, in place
- * zero-copy took 0.53-0.62x the single-copy algorithm's time from 256 KiB
- * to 16 MiB, and tied at 64 KiB (before its last fold wrote the output
- * itself, in place lost to the staged paths up to 1 MiB). */
-/* Nor slower than the direct algorithm's reads of the same bytes from
+/* Loads of peers' memory: priced as the kernel's reads of it (below),
+ * and never above the direct algorithm's reads of the same bytes from
  * peers' windows, which cross between the cores alike: where the kernel
  * copies slowly, its probe priced the loads above what they take
  * (measured, 3 ranks on 2 cores, 1 MiB all-reduce: zero-copy 146-186 us,
@@ -445,6 +434,18 @@ static double peer_loads_us(const struct model *m, double bytes) {
     return fmin(cma_read_us(m, bytes, 0, 0), crossing_share(m->j) * transfer_us(m, m->j->all_links, bytes));
 }
 
+/* The zero-copy path: the single-copy algorithm's reads and folds, as
+ * loads of the peers' mapped memory, no system call (peer_loads_us:
+ * cma_read_us with no calls, and as for a cached buffer at any size:
+ * plain loads pay no per-page copy in the kernel, and the path measured
+ * ahead of every other from 32 KiB to 32 MiB on 2 and 4 ranks). Its
+ * reads cost at most what the probe measured for the kernel's reads of
+ * freshly written peer memory (the same lines cross between the same
+ * cores; plain loads are no slower; where the kernel refused the probe,
+ * the file's or the default figure). In place costs the same: measured on 2 ranks, in place
+ * zero-copy took 0.53-0.62x the single-copy algorithm's time from 256 KiB
+ * to 16 MiB, and tied at 64 KiB (before its last fold wrote the output
+ * itself, in place lost to the staged paths up to 1 MiB). */
 static double zero_copy_us(const struct model *m, int kind, double n) {
     const struct ccl__job_shape *j = m->j;
     if (!j->windows) return -1;
