@@ -207,7 +207,7 @@ static int body_tiny_sequence(ccl_comm_t *comm, int rank, int nranks, void *arg)
         size_t es = ccl_dtype_size(dt), count = tiny_bytes[(size_t)i % nb] / es;
         int in_place = i % 4 == 1;
         struct ref_case rc = {dt, op, nranks, ref_mix(0x7153, (uint64_t)i, (uint64_t)nranks)};
-        void *x = tbuf_arm(&in, count * es, (size_t)i % 3), *y = x;
+        void *x = tbuf_arm(&in, count * es, es * (size_t)(i % 3)), *y = x; /* misaligned by elements, as the matrix */
         ref_reduce_input(&rc, rank, 0, count, x);
         if (!in_place) {
             y = tbuf_arm(&out, count * es, 0);

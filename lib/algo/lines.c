@@ -104,7 +104,7 @@ ccl_status_t ccl__lines_all_reduce(struct ccl_comm *comm, const struct ccl__coll
     /* The call's name is formatted only for a wait that may have to tell
      * it (formatted every call, 3% of a call's time). */
     int moved = 0;
-    if (poll_slots(&w, &moved) == CCL_OK) ccl__status_step(comm); /* a wait done at the first look, as ccl__wait counts it */
+    if (poll_slots(&w, &moved) == CCL_OK) ccl__status_step(comm); /* done at the first look, counted as ccl__wait does */
     else CCL_CHECK(ccl__wait(comm, ccl__prims_what(&p), w.pending, &w.npending, poll_slots, &w));
     /* Peers are rung after the wait, not at the write: the ring's fence
      * waits for this rank's line to leave its core, which by now it has,
