@@ -164,9 +164,10 @@ ccl_status_t ccl__issue_calls(struct ccl_comm *comm, struct ccl__call *calls, in
     calls[0].req = req; /* the batch completes it with the rest */
     for (int i = 0; i < n; i++)
         if (!calls[i].is_p2p) calls[i].coll.id.seq = comm->coll_seq++;
-    int inline_run = !ccl__group_open() && !req && n == 1 && !calls[0].device && !gpu_candidate(comm, calls);
+    int grouped = ccl__group_open();
+    int inline_run = !grouped && !req && n == 1 && !calls[0].device && !gpu_candidate(comm, calls);
     if (comm->flight) flight_record(comm, calls, n, inline_run);
-    if (ccl__group_open()) {
+    if (grouped) {
         for (int i = 0; i < n && st == CCL_OK; i++) st = ccl__group_record(&calls[i]);
     } else if (inline_run && ccl__exec_try_inline(comm)) {
         return ccl__run_inline(calls);
