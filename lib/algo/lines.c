@@ -28,8 +28,6 @@
 #include "core/trace.h"
 #include "prims/wait.h"
 
-#define BARE_LOOKS 32 /* looks at the peers' lines before a call waits in earnest (~1 us) */
-
 /* One slot: the call's number, its identity and the input, from the start
  * of a cache line. */
 struct lines_slot {
@@ -103,19 +101,10 @@ ccl_status_t ccl__lines_all_reduce(struct ccl_comm *comm, const struct ccl__coll
     struct lines_wait w = {.comm = comm, .s = s, .pending = comm->scratch_conns};
     for (int q = 0; q < n; q++)
         if (q != r) w.pending[w.npending++] = comm->conns[q];
-    /* Ranks in step see each other's lines within a line's crossing, so a
-     * few bare looks come before the wait's machinery (its clock reads and
-     * failure looks, a fifth of a 2-rank 8-byte call): all within the
-     * microseconds a wait spins anyway before it yields its core. The
-     * call's name is formatted only for a wait that may have to tell it
-     * (formatted every call, 3% of a call's time). */
+    /* The call's name is formatted only for a wait that may have to tell
+     * it (formatted every call, 3% of a call's time). */
     int moved = 0;
-    ccl_status_t looked = poll_slots(&w, &moved);
-    for (int i = 0; looked == CCL_INPROGRESS && i < BARE_LOOKS && comm->spin_s > 0; i++) {
-        ccl__cpu_relax();
-        looked = poll_slots(&w, &moved);
-    }
-    if (looked == CCL_OK) ccl__status_step(comm); /* done without waiting, counted as ccl__wait does */
+    if (poll_slots(&w, &moved) == CCL_OK) ccl__status_step(comm); /* done at the first look, counted as ccl__wait does */
     else CCL_CHECK(ccl__wait(comm, ccl__prims_what(&p), w.pending, &w.npending, poll_slots, &w));
     /* Peers are rung after the wait, not at the write: the ring's fence
      * waits for this rank's line to leave its core, which by now it has,

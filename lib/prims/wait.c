@@ -27,6 +27,13 @@
 #define SLEEP_MAX_S 0.05  /* the longest sleep of a wait with nothing in flight */
 #define IN_FLIGHT_NAP_S 1e-3 /* and with an adapter working for it (ccl__wait_sleep_cap) */
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 struct ccl__waiter {
     struct ccl_comm *comm;
@@ -324,7 +331,7 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
     double now;
     if (w->spinning) {
         if (++w->idle_rounds % SPIN_LOOK_EVERY) {
-            ccl__cpu_relax();
+            cpu_relax();
             return CCL_OK;
         }
         now = ccl__now();
@@ -349,7 +356,7 @@ static ccl_status_t waiter_idle(struct ccl__waiter *w) {
          * threads (the progress thread of asynchronous calls) may share the
          * core with the caller's compute, and keep yielding. */
         w->spinning = w->pure_spin;
-        if (idle < TIGHT_SPIN_S || w->pure_spin) ccl__cpu_relax();
+        if (idle < TIGHT_SPIN_S || w->pure_spin) cpu_relax();
         else sched_yield();
         return CCL_OK;
     }

@@ -13,15 +13,6 @@
 
 struct ccl__conn;
 
-/* A spinning look's pause: the core's hint that this is a spin. */
-static inline void ccl__cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* One poll: CCL_OK when done, CCL_INPROGRESS to wait more (*moved set when
  * something advanced, which restarts the deadline), or a failure. */
 typedef ccl_status_t (*ccl__poll_fn)(void *ctx, int *moved);
