@@ -13,9 +13,10 @@ struct ccl__exec {
     struct ccl__op *head, *tail; /* under lock */
     /* An op is running (thread or inline). Claimed by compare-and-swap,
      * so a blocking call on an idle communicator takes and gives back the
-     * runner without the lock (two lock round trips were a tenth of a
-     * 2-rank 8-byte all-reduce); queued and stop are kept beside it for
-     * the lock-free side to read. */
+     * runner without the lock (its two lock round trips, a thread-local
+     * read and a division-heavy check came to 0.045 us of a 1-rank 8-byte
+     * all-reduce's 0.185, bench/NOTES.md); queued and stop are kept beside
+     * it for the lock-free side to read. */
     _Atomic int busy;
     _Atomic int queued; /* ops in the queue; changed under lock */
     _Atomic int stop;
