@@ -10,15 +10,16 @@ struct ccl__exec {
     pthread_mutex_t lock;
     pthread_cond_t work;  /* queue gained an op, or runner became free, or stop */
     pthread_cond_t done;  /* some request completed */
-    struct ccl__op *head, *tail; /* under lock */
-    /* An op is running (thread or inline). Claimed by compare-and-swap,
-     * so a blocking call on an idle communicator takes and gives back the
-     * runner without the lock (its two lock round trips, a thread-local
-     * read and a division-heavy check came to 0.045 us of a 1-rank 8-byte
-     * all-reduce's 0.185, bench/NOTES.md); queued and stop are kept beside
-     * it for the lock-free side to read. */
+    /* The queue, changed under the lock; head and stop are atomic so that
+     * the inline path (ccl__exec_try_inline, ccl__exec_inline_done) can
+     * read them without it. */
+    _Atomic(struct ccl__op *) head;
+    struct ccl__op *tail;
+    /* An op is running (thread or inline). Claimed by compare-and-swap:
+     * a blocking call on an idle communicator takes and gives back the
+     * runner without two lock round trips (bench/NOTES.md, "The call path
+     * without locks"). */
     _Atomic int busy;
-    _Atomic int queued; /* ops in the queue; changed under lock */
     _Atomic int stop;
     int thread_started;
     pthread_t thread;
@@ -111,7 +112,6 @@ static struct ccl__op *pop(struct ccl__exec *e) {
     struct ccl__op *op = e->head;
     e->head = op->next;
     if (!e->head) e->tail = NULL;
-    atomic_fetch_sub(&e->queued, 1);
     return op;
 }
 
@@ -161,7 +161,6 @@ void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok) 
     if (e->tail) e->tail->next = op;
     else e->head = op;
     e->tail = op;
-    atomic_fetch_add(&e->queued, 1);
     if (!e->thread_started) {
         if (pthread_create(&e->thread, NULL, progress_main, e) == 0) {
             e->thread_started = 1;
@@ -185,13 +184,13 @@ void ccl__exec_submit(struct ccl_comm *comm, struct ccl__op *op, int inline_ok) 
  * back, which rings the thread. */
 int ccl__exec_try_inline(struct ccl_comm *comm) {
     struct ccl__exec *e = comm->exec;
-    if (atomic_load(&e->queued) || !claim(e)) return 0;
-    if (!atomic_load(&e->queued)) return 1;
+    if (atomic_load(&e->head) || !claim(e)) return 0;
+    if (!atomic_load(&e->head)) return 1;
     ccl__exec_inline_done(comm);
     return 0;
 }
 
-/* busy is cleared, then queued and stop read, all sequentially
+/* busy is cleared, then head and stop read, all sequentially
  * consistent; whoever queues or stops sets those, then (under the lock)
  * reads busy. So either this sees their change and rings them under the
  * lock, or they see the runner free: none waits for a runner that is
@@ -201,7 +200,7 @@ int ccl__exec_try_inline(struct ccl_comm *comm) {
 void ccl__exec_inline_done(struct ccl_comm *comm) {
     struct ccl__exec *e = comm->exec;
     atomic_store(&e->busy, 0);
-    int queued = atomic_load(&e->queued) != 0, stop = atomic_load(&e->stop);
+    int queued = atomic_load(&e->head) != NULL, stop = atomic_load(&e->stop);
     if (!queued && !stop) return;
     pthread_mutex_lock(&e->lock);
     pthread_cond_broadcast(&e->work);
