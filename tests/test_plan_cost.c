@@ -448,6 +448,42 @@ START_TEST(kernel_read_pays) {
 }
 END_TEST
 
+/* The direct path's reads of its peers' windows cross between the cores
+ * at the link's speed from the first byte, as a ring step's do. With the
+ * figures init measured on the 2-core development machine, 2 ranks of
+ * their own cores: a broadcast's growth from 16 to 32 KiB is the root's
+ * copy in and the other rank's crossing read, nothing less; and the
+ * planner leaves direct for the sizes where it measured 1.2-2.2x the
+ * fastest algorithm's time (bench/algo-table --coll, broadcast of 32 and
+ * 64 KiB, all-gather and reduce-scatter of 32 KiB a rank). */
+START_TEST(window_reads_cross) {
+    struct ccl__figures f;
+    ccl__cost_defaults(&f);
+    f.link[CCL__LINK_NUMA] = (struct ccl__link_figure){0.336, 7738, 0, 0};
+    f.copy_bytes_per_us = 51443, f.reduce_bytes_per_us = 37207;
+    f.cma_call_us = 1.574, f.cma_bytes_per_us = 11881;
+    f.measured |= 1u << CCL__LINK_NUMA | CCL__FIG_LOCAL | CCL__FIG_CMA;
+    static const struct synthetic two = {"1 host, 2 ranks", 1, 1, 2, CCL__LINK_TCP, 1};
+    struct ccl__job_shape j;
+    make_shape(&two, &j);
+    double b = 16384;
+    double grow = ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_DIRECT, 2 * (size_t)b) -
+                  ccl__cost_predict(&j, &f, CCL__K_BROADCAST, CCL__ALGO_DIRECT, (size_t)b);
+    double want = b / f.copy_bytes_per_us + b / f.link[CCL__LINK_NUMA].bytes_per_us;
+    ck_assert_msg(fabs(grow - want) < 1e-6, "direct broadcast 16 -> 32 KiB: %.3f us more, want %.3f", grow, want);
+    static const struct {
+        int kind;
+        size_t bytes;
+    } away[] = {{CCL__K_BROADCAST, 32768}, {CCL__K_BROADCAST, 65536}, {CCL__K_ALL_GATHER, 32768},
+                {CCL__K_REDUCE_SCATTER, 32768}};
+    for (size_t i = 0; i < sizeof away / sizeof away[0]; i++) {
+        struct ccl__cost_pick p = ccl__cost_choose(&j, &f, away[i].kind, away[i].bytes, 0);
+        ck_assert_msg(p.algo != CCL__ALGO_DIRECT, "%s of %zu bytes: direct (%.2f us; %s %.2f us)",
+                      ccl__op_kind_name(away[i].kind), away[i].bytes, p.us, ccl__algo_names[p.next], p.next_us);
+    }
+}
+END_TEST
+
 /* Ranks that share cores: a peer on this rank's core hands over a buffer
  * from the core's caches only while the buffer fits there, so from
  * 1 MiB every byte the single-copy algorithm reads counts as crossing.
@@ -1131,6 +1167,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, model_terms);
     tcase_add_test(tc, single_copy_terms);
     tcase_add_test(tc, single_copy_on_crowded_cores);
+    tcase_add_test(tc, window_reads_cross);
     tcase_add_test(tc, kernel_read_pays);
     tcase_add_test(tc, core_load);
     suite_add_tcase(s, tc);

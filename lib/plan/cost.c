@@ -319,13 +319,14 @@ static double crossing_share(const struct ccl__job_shape *j) {
 
 /* Bytes a rank reads out of its peers' windows, which they have just
  * written: like a ring step's data, the lines cross between the cores at
- * the shared-memory link's speed, but for the first CCL__PROBE_BYTES of a
- * call, which cost a copy (measured, 2 ranks: all-gather of 8 KiB a rank
- * 2.2-3.2 us by direct against the ring's 5.2-7.7, where charging them at
- * the link's speed put direct behind). */
+ * the shared-memory link's speed, from the first byte. (The first 64 KiB
+ * once counted as a local copy, from a machine where the ring's small
+ * steps were slow; here the ring took 1.1-2.1 us for 2-8 KiB a rank where
+ * direct took 1.0-2.0, and 4.4 at 32 KiB where direct took 6.2, and that
+ * discount had the planner run direct's broadcast of 64 KiB on 2 ranks at
+ * 2.2x the fastest algorithm's time: bench/algo-table --coll.) */
 static double window_reads_us(const struct model *m, double bytes) {
-    double near = fmin(bytes, CCL__PROBE_BYTES);
-    return crossing_share(m->j) * (copy_us(m, near) + transfer_us(m, m->j->all_links, bytes - near));
+    return crossing_share(m->j) * transfer_us(m, m->j->all_links, bytes);
 }
 
 /* Of the crossing reads of windows that every rank of a core reads alike
