@@ -75,6 +75,7 @@ struct bench_options {
     int rounds; /* --rounds: timed blocks per algorithm and size; the median is reported */
     /* nccl-tests' flags of 2.19 */
     int stats_skip;      /* -K: leading iterations left out of -I's statistics */
+    int fresh;           /* --fresh: each iteration's inputs written just before it (with -I's timing) */
     int register_bufs;   /* -R 1: the buffers registered with the library (-R 2 is --shared-mem) */
     double timeout_s;    /* -T: a call that makes no progress this long fails (0: the library's default) */
     int report_cputime;  /* -C: the time column is CPU time (every thread of the process), not wall time */

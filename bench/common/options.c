@@ -15,7 +15,7 @@
 #include "steady.h"
 #include "values.h"
 
-enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY, OPT_DEVICE, OPT_SHARED, OPT_TRANSPORT,
+enum { OPT_JSON = 256, OPT_CSV, OPT_RANKS, OPT_HOST_PER_RANK, OPT_ROUNDS, OPT_STEADY, OPT_DEVICE, OPT_SHARED, OPT_FRESH, OPT_TRANSPORT,
        OPT_NONBLOCKING };
 
 static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
@@ -50,6 +50,10 @@ static void usage(FILE *f, const char *prog, const struct bench_backend *be) {
             "  -I, --per_iter_timing [0|1]  (also --stats) time every iteration alone (after\n"
             "                          a barrier) and add min, median, p99 and max over them\n"
             "  -K, --per_iter_skip N   leave the first N iterations out of -I's statistics\n"
+            "      --fresh             write every iteration's inputs just before it, as an\n"
+            "                          application produces them (untimed; implies -I): a\n"
+            "                          peer then reads lines its owner has just written, not\n"
+            "                          ones the last iteration left in the reader's caches\n"
             "  -R, --local_register 0|1|2  1: register the buffers with the library\n"
             "                          (ccl_comm_register); 2: symmetric, the library's shared\n"
             "                          allocation (--shared-mem)\n"
@@ -208,6 +212,7 @@ static const struct option long_opts[] = {
     {"rounds", required_argument, 0, OPT_ROUNDS}, {"steady", optional_argument, 0, OPT_STEADY},
     {"device", no_argument, 0, OPT_DEVICE},
     {"shared-mem", no_argument, 0, OPT_SHARED},
+    {"fresh", no_argument, 0, OPT_FRESH},
     {0, 0, 0, 0},
 };
 
@@ -373,6 +378,7 @@ static int apply_flag(int c, const char *v, const struct bench_backend *be, stru
         if (!be->shared_alloc) return usage_error(p, "this library has no shared allocation (--shared-mem)");
         o->shared = 1;
         return 0;
+    case OPT_FRESH: o->fresh = 1; return 0;
     case OPT_STEADY:
         o->steady = BENCH_STEADY_FACTOR;
         if (v && (sscanf(v, "%lf", &o->steady) != 1 || !(o->steady >= 1.05 && o->steady <= 100)))
@@ -411,7 +417,10 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     if (o->min_bytes == 0 && !step_set) return usage_error(o->prog, "-b: sizes must start at 1 byte or more with -f");
     if (o->min_bytes > o->max_bytes) return usage_error(o->prog, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
     if (o->host_per_rank && !o->ranks) return usage_error(o->prog, "--host-per-rank needs --ranks");
-    if (o->nalgos && o->stats) return usage_error(o->prog, "-I and several -A algorithms exclude each other");
+    if (o->fresh && o->device) return usage_error(o->prog, "--fresh writes host buffers: not with --device");
+    if (o->fresh) o->stats = 1;
+    if (o->nalgos && o->stats)
+        return usage_error(o->prog, "%s and several -A algorithms exclude each other", o->fresh ? "--fresh" : "-I");
     if (o->stats_skip && (!o->stats || o->stats_skip >= o->iters))
         return usage_error(o->prog, "-K %d needs -I and fewer skipped iterations than -n (%d)", o->stats_skip, o->iters);
     if (o->register_bufs && (o->shared || o->device))

@@ -35,6 +35,7 @@ struct sweep {
     unsigned char *hsend, *hrecv; /* --device: host copies that the check pass fills and reads */
     size_t buf_bytes;
     double *iter_times; /* -I */
+    size_t fresh_bytes; /* --fresh: the inputs' bytes at the timed call's send */
     size_t *vcounts;    /* alltoallv: this size's counts and displacements (4 * nranks) */
     struct bench_call *calls;
     long long wrong_total;
@@ -154,8 +155,12 @@ static int timed_pass(struct sweep *sw, const struct bench_call *call, size_t by
         t = ((o->report_cputime ? cpu_now() : bench_now()) - t0) / o->iters / o->agg / sw->info->legs;
         if (combine_times(sw, &t, 1)) return fail(sw, "combining times failed", NULL);
     } else {
-        /* Each iteration alone, so that its time is its own on every rank. */
+        /* Each iteration alone, so that its time is its own on every rank;
+         * with --fresh, on inputs this rank has just written (a byte
+         * pattern that is a normal number in every dtype, changed each
+         * time so that every line is written anew). */
         for (int i = 0; i < o->iters; i++) {
+            if (o->fresh && call->send) memset((void *)call->send, 0x3c | (i & 1), sw->fresh_bytes);
             if (be->barrier(sw->c)) return fail(sw, "barrier failed", NULL);
             double t0 = o->report_cputime ? cpu_now() : bench_now();
             if (be->run(sw->c, sw->calls, o->agg, o->nonblocking)) return fail(sw, "timed call failed", call);
@@ -249,6 +254,7 @@ static int run_size(struct sweep *sw, size_t size, ccl_dtype_t dtype, ccl_op_t r
         }
         call.send = pl.send;
         call.recv = pl.recv;
+        sw->fresh_bytes = l.send_elems * es;
         for (int a = 0; a < nalgos; a++) {
             struct bench_place_result *res = &rows[a].place[p];
             res->measured = 1;

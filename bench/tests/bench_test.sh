@@ -179,9 +179,15 @@ warm) # N: before the sweep, each algorithm's communicator runs the largest call
   "64 ring, 64 direct, "[0-9]*" ring, ") ;;
   *) die "rank 0's first 32 KiB all-reduces: $got want 64 ring, 64 direct, then the sweep's" ;;
   esac ;;
+fresh) # N [ARGS...]: --fresh writes every timed iteration's inputs first (each type, both placements), times each alone (-I's columns), and the results stay right
+  n=$1; shift
+  run "$tmp/out" "$bin/$prog" -b 1 -e 64K -f 16 -n 3 -w 1 -d all --fresh --ranks "$n" "$@"
+  [ $rc -eq 0 ] || die "exit status $rc"
+  grep -q '^#  *size .* min  *median  *p99  *max' "$tmp/out" || die "--fresh did not time each iteration alone (no -I columns)"
+  expect_all_right "$tmp/out" ;;
 usage) # bad flags: a message naming the program, status 2; -h: status 0
   for bad in "-b" "-b x" "-e 1Q" "-f 1" "-n 0" "-w -1" "-m 0" "-c 2" "-z 7" "-a 4" "-d float8" "-o mean" \
-             "-r x" "-t udp" "-t 2" "-g 2" "--transport udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "--rounds 0" "--ranks 0" "--device x" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
+             "-r x" "-t udp" "-t 2" "-g 2" "--transport udp" "-A spiral" "-A ring,spiral" "-A ring,ring" "-A ring,tree -I" "-A ring,tree --fresh" "--fresh 1" "--rounds 0" "--ranks 0" "--device x" "--bogus" "-b 1M -e 1K" "-f 2 -i 8" "extra" "--host-per-rank"; do
     run "$tmp/out" "$bin/$prog" $bad
     [ $rc -eq 2 ] || die "'$bad': exit status $rc, not 2"
     grep -q "^$prog: " "$tmp/out.err" || die "'$bad': no message"

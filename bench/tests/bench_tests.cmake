@@ -44,6 +44,12 @@ foreach(coll all_reduce reduce_scatter all_gather broadcast reduce)
   set_tests_properties(bench_shared_${coll} PROPERTIES ENVIRONMENT "CCL_ZERO_COPY_MIN=0")
 endforeach()
 
+# --fresh: inputs written before every timed iteration, on every buffer
+# layout (out of place and in place, a rank's share, the whole buffer).
+foreach(coll all_reduce reduce_scatter all_gather broadcast all_to_all)
+  bench_add_test(fresh_${coll} fresh ${coll}_perf 3)
+endforeach()
+
 # The checker's self-test: one flipped element must be found, every time.
 foreach(coll ${bench_moving})
   bench_add_test(corrupt_${coll} corrupt ${coll}_perf -- --ranks 2)
