@@ -419,7 +419,7 @@ int bench_parse_options(int argc, char **argv, enum bench_coll coll, const struc
     if (o->host_per_rank && !o->ranks) return usage_error(o->prog, "--host-per-rank needs --ranks");
     if (o->fresh && o->device) return usage_error(o->prog, "--fresh writes host buffers: not with --device");
     if (o->fresh) o->stats = 1;
-    if (o->nalgos && o->stats)
+    if (o->nalgos > 1 && o->stats)
         return usage_error(o->prog, "%s and several -A algorithms exclude each other", o->fresh ? "--fresh" : "-I");
     if (o->stats_skip && (!o->stats || o->stats_skip >= o->iters))
         return usage_error(o->prog, "-K %d needs -I and fewer skipped iterations than -n (%d)", o->stats_skip, o->iters);
