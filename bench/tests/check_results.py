@@ -58,7 +58,7 @@ def parse_text(path):
                              frac=f[frac], stats=f[stats:stats + 4] if info["stats"] else None,
                              algo=f[-1].split(":")[0] if info["algos"] else info["algo"]))
         # the planner's rows say what it ran: "auto:ring"
-        if info["algos"] and f[-1].startswith("auto") and not re.fullmatch(r"auto:[a-z]+", f[-1]):
+        if info["algos"] and f[-1].startswith("auto") and not re.fullmatch(r"auto:[a-z_]+", f[-1]):
             fail(f"an auto row does not say which algorithm ran: {l}")
     return info, rows
 

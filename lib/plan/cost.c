@@ -381,25 +381,21 @@ int ccl__cost_kernel_read_pays(const struct ccl__figures *f, double read_bytes_p
     return read_bytes_per_us >= f->copy_bytes_per_us / 2;
 }
 
-/* A rank's peers that share its core hand it their buffers from that
- * core's caches only while the buffers fit there: two ranks' buffers of
- * up to CMA_CACHED each in a core's second-level cache (2 MiB here). A
- * larger buffer comes from memory whoever's it is, so every read counts
- * as crossing (measured: 4 ranks on 2 cores, in place, 4 to 64 MiB, the
- * single-copy algorithm 1.15-1.35x the direct one's time, where costing
- * the same-core reads as cached put it 10% ahead). */
-#define CMA_CACHED 1048576.0
-static double cma_crossing_share(const struct ccl__job_shape *j, double buffer) {
-    return along(buffer, CCL__PROBE_BYTES, crossing_share(j), CMA_CACHED, 1);
-}
-
 /* Bytes a rank reads from (or writes to) its peers' own buffers of
  * `buffer` bytes through the kernel, in `calls` system calls: one copy,
- * where the windows take two. */
+ * where the windows take two. Every byte counts as crossing, a peer that
+ * shares this rank's core too: the kernel's copy of it does not run out
+ * of that core's caches as plain loads would. Measured: 4 ranks on 2
+ * cores, all-gather, reduce-scatter, all-reduce and broadcast of 16 KiB
+ * to 4 MiB, the single-copy algorithm took 1.2-2.7x the direct
+ * algorithm's or the ring's time on inputs written just before each call
+ * (all_gather_perf --fresh) and 1.1-3.4x on the benchmarks' reused ones,
+ * at every size, where counting a core-mate's buffer as cached up to
+ * 1 MiB had the planner take it for 256 KiB and 1 MiB calls, at up to
+ * 2.1x direct's time. */
 static double cma_read_us(const struct model *m, double bytes, double calls, double buffer) {
     const struct ccl__figures *f = m->f;
-    return m->j->oversub *
-           (cma_crossing_share(m->j, buffer) * bytes * cma_byte_us(f, buffer) + calls * f->cma_call_us);
+    return m->j->oversub * (bytes * cma_byte_us(f, buffer) + calls * f->cma_call_us);
 }
 
 /* n: the per-rank piece, as for every formula (cost.h). The fold reads
@@ -432,7 +428,9 @@ static double single_copy_us(const struct model *m, int kind, double n) {
  * direct 295-320, where a kernel read of 4.9-6.5 GB/s put zero-copy at
  * 316 and direct at 290). */
 static double peer_loads_us(const struct model *m, double bytes) {
-    return fmin(cma_read_us(m, bytes, 0, 0), crossing_share(m->j) * transfer_us(m, m->j->all_links, bytes));
+    /* plain loads: a core-mate's memory comes out of this core's caches */
+    double across = crossing_share(m->j);
+    return fmin(m->j->oversub * across * bytes * cma_byte_us(m->f, 0), across * transfer_us(m, m->j->all_links, bytes));
 }
 
 /* The zero-copy path: the single-copy algorithm's reads and folds, as
