@@ -448,6 +448,16 @@ START_TEST(kernel_read_pays) {
 }
 END_TEST
 
+/* The figures init measured on the 2-core development machine (its
+ * tuning file): shared memory, copy and reduce, cross-memory attach. */
+static void dev_machine_figures(struct ccl__figures *f) {
+    ccl__cost_defaults(f);
+    f->link[CCL__LINK_NUMA] = (struct ccl__link_figure){0.336, 7738, 0, 0};
+    f->copy_bytes_per_us = 51443, f->reduce_bytes_per_us = 37207;
+    f->cma_call_us = 1.574, f->cma_bytes_per_us = 11881;
+    f->measured |= 1u << CCL__LINK_NUMA | CCL__FIG_LOCAL | CCL__FIG_CMA;
+}
+
 /* The direct path's reads of its peers' windows cross between the cores
  * at the link's speed from the first byte, as a ring step's do. With the
  * figures init measured on the 2-core development machine, 2 ranks of
@@ -458,11 +468,7 @@ END_TEST
  * 64 KiB, all-gather and reduce-scatter of 32 KiB a rank). */
 START_TEST(window_reads_cross) {
     struct ccl__figures f;
-    ccl__cost_defaults(&f);
-    f.link[CCL__LINK_NUMA] = (struct ccl__link_figure){0.336, 7738, 0, 0};
-    f.copy_bytes_per_us = 51443, f.reduce_bytes_per_us = 37207;
-    f.cma_call_us = 1.574, f.cma_bytes_per_us = 11881;
-    f.measured |= 1u << CCL__LINK_NUMA | CCL__FIG_LOCAL | CCL__FIG_CMA;
+    dev_machine_figures(&f);
     static const struct synthetic two = {"1 host, 2 ranks", 1, 1, 2, CCL__LINK_TCP, 1};
     struct ccl__job_shape j;
     make_shape(&two, &j);
@@ -493,11 +499,7 @@ END_TEST
  * ones (all_gather_perf and friends, with and without --fresh). */
 START_TEST(single_copy_crowded_reads_cross) {
     struct ccl__figures f;
-    ccl__cost_defaults(&f);
-    f.link[CCL__LINK_NUMA] = (struct ccl__link_figure){0.336, 7738, 0, 0};
-    f.copy_bytes_per_us = 51443, f.reduce_bytes_per_us = 37207;
-    f.cma_call_us = 1.574, f.cma_bytes_per_us = 11881;
-    f.measured |= 1u << CCL__LINK_NUMA | CCL__FIG_LOCAL | CCL__FIG_CMA;
+    dev_machine_figures(&f);
     static const struct synthetic four = {"1 host, 4 ranks on 2 cores", 1, 1, 4, CCL__LINK_TCP, 2};
     struct ccl__job_shape j;
     make_shape(&four, &j);
@@ -524,10 +526,8 @@ START_TEST(single_copy_crowded_reads_cross) {
 }
 END_TEST
 
-/* Ranks that share cores: a peer on this rank's core hands over a buffer
- * from the core's caches only while the buffer fits there, so from
- * 1 MiB every byte the single-copy algorithm reads counts as crossing.
- * With the figures ccl-tune and init measured on the 2-core development
+/* Ranks that share cores: every byte the single-copy algorithm reads
+ * counts as crossing, a core-mate's too. With the figures ccl-tune and init measured on the 2-core development
  * machine, 4 ranks on 2 cores then run the direct algorithm from 1 MiB to
  * 64 MiB, as measured there (in place, 4 to 64 MiB: single-copy
  * 1.15-1.35x direct's time); 2 ranks of their own cores keep the
