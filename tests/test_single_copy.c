@@ -10,6 +10,10 @@
  *     rank has CCL_SINGLE_COPY=0, it is off on every rank, a call forced
  *     onto it is refused with the reason (the communicator stays usable)
  *     and the planner's calls are right;
+ *   - the tuning file's cross-memory attach figure: a first job writes
+ *     it; a later job prices reads at the file's figure when its own
+ *     probe is within reach of it (2x the speed, 3x the call), at its
+ *     probe's when the file is 20x off, and that file is rewritten;
  *   - a root whose buffer is not mapped: both ranks fail the call, the
  *     reader naming the root and its unmapped buffer, nobody crashes or
  *     hangs;
@@ -29,6 +33,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -43,7 +48,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/comm.h"
 #include "harness.h"
+#include "plan/plan.h"
 #include "util.h"
 
 /* An all-gather of count floats a rank, every element checked. */
@@ -334,6 +341,134 @@ START_TEST(p2p_sizes_differ) {
 }
 END_TEST
 
+
+/* ---- the tuning file's figure against init's probe ---- */
+
+/* What a job should price cross-memory attach at: the file's figure
+ * where its probe agrees with it (within 3x for the call, 2x for the
+ * speed, plan/tune.c), else the probe's. The ranks' probe is the same on
+ * every rank. */
+#define MOVED 50 /* a rank's exit status: its probe disagreed with a file meant to agree */
+
+struct cma_file {
+    double call_us, bytes_per_us; /* the file's cma line */
+    int want_kept;                /* 1: the probe must have agreed and the file's figure stand */
+};
+
+static int body_cma_figure(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks;
+    const struct cma_file *cf = arg;
+    struct harness_tally t = {.rank = rank};
+    double call = comm->cma_call_us, speed = comm->cma_bytes_per_us;
+    const struct ccl__figures *f = ccl__plan_model_figures(comm);
+    EXPECT(&t, speed > 0 && f, "init probed no cross-memory attach figure");
+    if (t.fails) return t.fails;
+    int agree = call < 3 * cf->call_us && cf->call_us < 3 * call && speed < 2 * cf->bytes_per_us &&
+                cf->bytes_per_us < 2 * speed;
+    double want_call = agree ? cf->call_us : call, want_speed = agree ? cf->bytes_per_us : speed;
+    /* (the ranks trade the file's figures as floats) */
+    EXPECT(&t, fabs(f->cma_call_us - want_call) < 1e-5 * want_call && fabs(f->cma_bytes_per_us - want_speed) < 1e-5 * want_speed,
+           "the model prices a read at %.3f us + %.1f bytes/us; the file says %.3f + %.1f, the probe %.3f + %.1f, "
+           "so it should be the %s", f->cma_call_us, f->cma_bytes_per_us, cf->call_us, cf->bytes_per_us, call, speed,
+           agree ? "file's" : "probe's");
+    if (cf->want_kept && !agree && !t.fails) return MOVED; /* the machine's speed moved: the caller tries again */
+    return t.fails;
+}
+
+/* The file's "cma" line into call_us and bytes_per_us, 0 where it has
+ * none; with rewrite, the line is first rewritten to them (and they are
+ * left as the file now holds them). */
+static int cma_line(const char *path, double *call_us, double *bytes_per_us, int rewrite) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) return 0;
+    char text[8192], line[512];
+    size_t used = 0;
+    int found = 0;
+    while (fgets(line, sizeof line, fp)) {
+        double c, b;
+        if (sscanf(line, "cma %lf %lf", &c, &b) == 2) {
+            found = 1;
+            if (rewrite) snprintf(line, sizeof line, "cma %.3f %.1f\n", *call_us, *bytes_per_us);
+            if (rewrite) sscanf(line, "cma %lf %lf", &c, &b); /* the figures as written */
+            *call_us = c, *bytes_per_us = b;
+        }
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s", line);
+    }
+    fclose(fp);
+    if (rewrite && found) {
+        fp = fopen(path, "w");
+        if (!fp) return 0;
+        fputs(text, fp);
+        fclose(fp);
+    }
+    return found;
+}
+
+/* 0: the job ran as wanted; 1: its probe disagreed with a file meant to
+ * agree (try again); else a failure, described on stderr. Each job in a
+ * process of its own: the library reads its parameters once a process,
+ * and the harness sets them for each run. */
+static int run_cma_job(const char *path, struct cma_file *cf) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        char env[300], why[2048];
+        snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
+        struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_cma_figure, .arg = cf, .env = env};
+        harness_run(&run);
+        int moved = 0;
+        for (int r = 0; r < run.nranks; r++)
+            moved += WIFEXITED(run.status[r]) && WEXITSTATUS(run.status[r]) == MOVED;
+        if (moved == run.nranks && run.shm_leftovers == 0) _exit(1);
+        if (harness_problems(&run, 0) == 0) _exit(0);
+        harness_describe(&run, 0, why, sizeof why);
+        fprintf(stderr, "tuning_file_cma_figure: %s\n", why);
+        _exit(2);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status) <= 1 ? WEXITSTATUS(status) : -1;
+}
+
+/* A first job writes the machine's file with its probe's figure; a file
+ * within reach of a later job's probe stands (every job prices the
+ * single-copy algorithm alike, where the probe alone swung 1.1-1.7 us and
+ * 10-13.5 GB/s from one init to the next), one 20x too fast does not. */
+START_TEST(tuning_file_cma_figure) {
+    char dir[] = "/tmp/ccl-cma-XXXXXX", path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tuning", dir);
+    struct cma_file cf = {1.0, 1000.0, 0};
+    ck_assert_msg(run_cma_job(path, &cf) == 0, "the first job failed (its ranks' stderr says why)");
+    double call = 0, speed = 0;
+    if (!cma_line(path, &call, &speed, 0)) {
+        /* ranks that share cores keep their probe's figure out of the file */
+        unlink(path), rmdir(dir);
+        printf("tuning_file_cma_figure: skipped, this machine's first job wrote no cma line (crowded cores)\n");
+        return;
+    }
+    /* within reach: the file's figure must stand (tried again if the
+     * machine's speed moved past the factor between the jobs) */
+    int rc = 1;
+    for (int attempt = 0; attempt < 3 && rc == 1; attempt++) {
+        cf = (struct cma_file){call * 1.2, speed * 1.25, 1};
+        ck_assert(cma_line(path, &cf.call_us, &cf.bytes_per_us, 1));
+        rc = run_cma_job(path, &cf);
+        ck_assert_msg(rc >= 0, "the job with the file in reach failed (its ranks' stderr says why)");
+    }
+    ck_assert_msg(rc == 0, "three jobs' probes disagreed with a file 1.25x their machine's speed");
+    /* out of reach: the probe's figure */
+    cf = (struct cma_file){call, speed * 20, 0};
+    ck_assert(cma_line(path, &cf.call_us, &cf.bytes_per_us, 1));
+    ck_assert_msg(run_cma_job(path, &cf) == 0, "the job with a file 20x too fast failed (its ranks' stderr says why)");
+    double now_call = 0, now_speed = 0;
+    ck_assert(cma_line(path, &now_call, &now_speed, 0));
+    ck_assert_msg(now_speed < speed * 10, "the stale cma line (%.1f bytes/us) was not rewritten: it says %.1f",
+                  speed * 20, now_speed);
+    unlink(path), rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("single_copy");
     TCase *tc = tcase_create("probe");
@@ -341,6 +476,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, probed_on);
     tcase_add_test(tc, refused_by_the_kernel_on_one_rank);
     tcase_add_test(tc, switched_off_on_one_rank);
+    tcase_add_test(tc, tuning_file_cma_figure);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, 150);
