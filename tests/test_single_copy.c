@@ -14,6 +14,8 @@
  *     it; a later job prices reads at the file's figure when its own
  *     probe is within reach of it (2x the speed, 3x the call), at its
  *     probe's when the file is 20x off, and that file is rewritten;
+ *     ranks sharing one CPU keep their probe's figure out of the file
+ *     and price at it whatever the file says;
  *   - a root whose buffer is not mapped: both ranks fail the call, the
  *     reader naming the root and its unmapped buffer, nobody crashes or
  *     hangs;
@@ -36,6 +38,7 @@
 #include <math.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -353,6 +356,8 @@ END_TEST
 struct cma_file {
     double call_us, bytes_per_us; /* the file's cma line (0: no file) */
     int want_kept;                /* 1: the probe must have agreed and the file's figure stand */
+    int crowded;                  /* the ranks share one CPU: the probe's figure, whatever the file says */
+    const char *report;           /* rank 0 writes its probe's figure here ("call speed"), when set */
 };
 
 static int body_cma_figure(ccl_comm_t *comm, int rank, int nranks, void *arg) {
@@ -363,7 +368,12 @@ static int body_cma_figure(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     const struct ccl__figures *f = ccl__plan_model_figures(comm);
     EXPECT(&t, speed > 0 && f, "init probed no cross-memory attach figure");
     if (t.fails) return t.fails;
-    int agree = cf->bytes_per_us > 0 && call < 3 * cf->call_us && cf->call_us < 3 * call && speed < 2 * cf->bytes_per_us &&
+    if (cf->report && rank == 0) {
+        FILE *fp = fopen(cf->report, "w");
+        EXPECT(&t, fp && fprintf(fp, "%.17g %.17g\n", call, speed) > 0 && fclose(fp) == 0, "cannot write %s",
+               cf->report);
+    }
+    int agree = !cf->crowded && cf->bytes_per_us > 0 && call < 3 * cf->call_us && cf->call_us < 3 * call && speed < 2 * cf->bytes_per_us &&
                 cf->bytes_per_us < 2 * speed;
     double want_call = agree ? cf->call_us : call, want_speed = agree ? cf->bytes_per_us : speed;
     /* (the ranks trade the file's figures as floats) */
@@ -376,8 +386,8 @@ static int body_cma_figure(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 }
 
 /* The file's "cma" line into call_us and bytes_per_us, 0 where it has
- * none; with rewrite, the line is first rewritten to them (and they are
- * left as the file now holds them). */
+ * none; with rewrite, the line is first rewritten to them, or added (and
+ * they are left as the file now holds them). */
 static int cma_line(const char *path, double *call_us, double *bytes_per_us, int rewrite) {
     FILE *fp = fopen(path, "r");
     if (!fp) return 0;
@@ -395,7 +405,13 @@ static int cma_line(const char *path, double *call_us, double *bytes_per_us, int
         used += (size_t)snprintf(text + used, sizeof text - used, "%s", line);
     }
     fclose(fp);
-    if (rewrite && found) {
+    if (rewrite && !found) { /* a crowded job's file has none: add it */
+        snprintf(line, sizeof line, "cma %.3f %.1f\n", *call_us, *bytes_per_us);
+        sscanf(line, "cma %lf %lf", call_us, bytes_per_us); /* the figures as written */
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s", line);
+        found = 1;
+    }
+    if (rewrite) {
         fp = fopen(path, "w");
         if (!fp) return 0;
         fputs(text, fp);
@@ -412,6 +428,15 @@ static int run_cma_job(const char *path, struct cma_file *cf) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        cpu_set_t cpus;
+        if (cf->crowded) { /* both ranks on this process's first CPU */
+            if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) _exit(2);
+            int first = 0;
+            while (!CPU_ISSET(first, &cpus)) first++;
+            CPU_ZERO(&cpus);
+            CPU_SET(first, &cpus);
+            if (sched_setaffinity(0, sizeof cpus, &cpus) != 0) _exit(2);
+        }
         char env[300], why[2048];
         snprintf(env, sizeof env, "CCL_TUNING_FILE=%s", path);
         struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_cma_figure, .arg = cf, .env = env};
@@ -438,27 +463,31 @@ START_TEST(tuning_file_cma_figure) {
     char dir[] = "/tmp/ccl-cma-XXXXXX", path[64];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tuning", dir);
-    struct cma_file cf = {0, 0, 0}; /* no file yet: the probe's figure */
+    struct cma_file cf = {0, 0, 0, 0, NULL}; /* no file yet: the probe's figure */
     ck_assert_msg(run_cma_job(path, &cf) == 0, "the first job failed (its ranks' stderr says why)");
     double call = 0, speed = 0;
     if (!cma_line(path, &call, &speed, 0)) {
-        /* ranks that share cores keep their probe's figure out of the file */
+        /* Ranks that share cores keep their probe's figure out of the
+         * file: a machine of one CPU cannot give two ranks a core each.
+         * tuning_file_cma_figure_crowded covers that case there. */
         unlink(path), rmdir(dir);
-        printf("tuning_file_cma_figure: skipped, this machine's first job wrote no cma line (crowded cores)\n");
+        ck_assert_msg(sysconf(_SC_NPROCESSORS_ONLN) < 2, "2 ranks on %ld CPUs wrote no cma line",
+                      sysconf(_SC_NPROCESSORS_ONLN));
+        printf("tuning_file_cma_figure: not run: one CPU, so the two ranks share it\n");
         return;
     }
     /* within reach: the file's figure must stand (tried again if the
      * machine's speed moved past the factor between the jobs) */
     int rc = 1;
     for (int attempt = 0; attempt < 3 && rc == 1; attempt++) {
-        cf = (struct cma_file){call * 1.2, speed * 1.25, 1};
+        cf = (struct cma_file){call * 1.2, speed * 1.25, 1, 0, NULL};
         ck_assert(cma_line(path, &cf.call_us, &cf.bytes_per_us, 1));
         rc = run_cma_job(path, &cf);
         ck_assert_msg(rc >= 0, "the job with the file in reach failed (its ranks' stderr says why)");
     }
     ck_assert_msg(rc == 0, "three jobs' probes disagreed with a file 1.25x their machine's speed");
     /* out of reach: the probe's figure */
-    cf = (struct cma_file){call, speed * 20, 0};
+    cf = (struct cma_file){call, speed * 20, 0, 0, NULL};
     ck_assert(cma_line(path, &cf.call_us, &cf.bytes_per_us, 1));
     ck_assert_msg(run_cma_job(path, &cf) == 0, "the job with a file 20x too fast failed (its ranks' stderr says why)");
     double now_call = 0, now_speed = 0;
@@ -466,6 +495,30 @@ START_TEST(tuning_file_cma_figure) {
     ck_assert_msg(now_speed < speed * 10, "the stale cma line (%.1f bytes/us) was not rewritten: it says %.1f",
                   speed * 20, now_speed);
     unlink(path), rmdir(dir);
+}
+END_TEST
+
+/* Ranks that share a CPU price reads at their own probe's figure, even
+ * with a cma line in the file (a crowded probe times the crowding, and
+ * the model was fitted to it). */
+START_TEST(tuning_file_cma_figure_crowded) {
+    char dir[] = "/tmp/ccl-cma-XXXXXX", path[64], report[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tuning", dir);
+    snprintf(report, sizeof report, "%s/probe", dir);
+    struct cma_file cf = {0, 0, 0, 1, report};
+    ck_assert_msg(run_cma_job(path, &cf) == 0, "the first crowded job failed (its ranks' stderr says why)");
+    double call = 0, speed = 0;
+    ck_assert_msg(!cma_line(path, &call, &speed, 0), "a crowded job wrote its probe's cma figure into the file");
+    FILE *fp = fopen(report, "r");
+    ck_assert_msg(fp && fscanf(fp, "%lf %lf", &call, &speed) == 2, "the first job reported no probe figure");
+    fclose(fp);
+    /* a line within reach of that probe, which an uncrowded job would take */
+    call *= 1.2, speed *= 1.25;
+    ck_assert(cma_line(path, &call, &speed, 1));
+    cf = (struct cma_file){call, speed, 0, 1, NULL};
+    ck_assert_msg(run_cma_job(path, &cf) == 0, "the crowded job with a cma line failed (its ranks' stderr says why)");
+    unlink(report), unlink(path), rmdir(dir);
 }
 END_TEST
 
@@ -477,6 +530,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, refused_by_the_kernel_on_one_rank);
     tcase_add_test(tc, switched_off_on_one_rank);
     tcase_add_test(tc, tuning_file_cma_figure);
+    tcase_add_test(tc, tuning_file_cma_figure_crowded);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, 150);

@@ -678,14 +678,10 @@ static int stale_link(struct ccl_comm *comm, const struct ccl__job_shape *shape,
     return 1;
 }
 
-/* Whether the files' cross-memory attach figure (in f, from combine)
- * stands against this job's probe: within 3x for the call and
- * STALE_FACTOR for the speed. Ranks that share cores keep their probe's:
- * it times their crowding, which the model's single-copy terms were
- * fitted with (plan/cost.c). */
-static int cma_file_holds(const struct ccl__job_shape *shape, const struct ccl__figures *f, double call_us,
-                          double bytes_per_us) {
-    if (!(f->measured & CCL__FIG_CMA) || shape->oversub > 1) return 0;
+/* Whether the files' cross-memory attach figure (in f, from combine) and
+ * this job's probe agree: within 3x for the call, STALE_FACTOR for the
+ * speed, as for a link's. */
+static int cma_agrees(const struct ccl__figures *f, double call_us, double bytes_per_us) {
     return !far_apart(f->cma_call_us, call_us, 3.0) && !far_apart(f->cma_bytes_per_us, bytes_per_us, STALE_FACTOR);
 }
 
@@ -696,11 +692,13 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
      * probe's. The probe alone swung from 1.1 us + 13.5 GB/s to 1.7 us +
      * 10 GB/s from one init to the next on the 2-core development
      * machine, and the single-copy all-reduce of 64 KiB on 2 ranks came
-     * and went with it (11 us against the ring's 8). */
-    int cma_stale = 0;
-    if (comm->cma_bytes_per_us > 0 && !((out->measured & CCL__FIG_GIVEN) && (out->measured & CCL__FIG_CMA)) &&
-        !cma_file_holds(shape, out, comm->cma_call_us, comm->cma_bytes_per_us)) {
-        cma_stale = shape->oversub <= 1 && (out->measured & CCL__FIG_CMA);
+     * and went with it (11 us against the ring's 8). Ranks that share
+     * cores keep their probe's: it times their crowding, which the
+     * model's single-copy terms were fitted with (plan/cost.c). */
+    int probed_cma = comm->cma_bytes_per_us > 0 && !((out->measured & CCL__FIG_GIVEN) && (out->measured & CCL__FIG_CMA));
+    int file_cma = (out->measured & CCL__FIG_CMA) && shape->oversub <= 1;
+    int cma_stale = probed_cma && file_cma && !cma_agrees(out, comm->cma_call_us, comm->cma_bytes_per_us);
+    if (probed_cma && (!file_cma || cma_stale)) {
         if (cma_stale && comm->rank == 0)
             CCL_WARN(CCL__SUB_PLAN, comm->rank,
                      "the tuning file %s is stale: it says a cross-memory attach read takes %.2f us + %.2f GB/s; "
@@ -760,7 +758,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
     struct ccl__figures keep = *out;
     if (probed && shape->oversub > 1) keep.measured &= ~(1u << c), probed = 0;
     if (shape->oversub > 1) keep.measured &= ~CCL__FIG_CMA;
-    save(comm, &keep, probed || stale || cma_stale); /* a stale link's figure leaves the file, measured or not */
+    save(comm, &keep, probed || stale || cma_stale); /* a stale figure leaves the file, measured or not */
     return CCL_OK;
 }
 
