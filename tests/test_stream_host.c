@@ -27,6 +27,7 @@
 #include "gpu_resident_calls.h"
 #include "harness.h"
 #include "ref.h"
+#include "sim_gpu.h"
 #include "util.h"
 
 #define COUNT 1001 /* divisible by nothing useful */
@@ -201,30 +202,6 @@ END_TEST
 
 /* ---- stream order on a simulated GPU (tests/cuda/sim_driver.c) ---- */
 
-typedef unsigned long long sim_ptr;
-static struct {
-    int (*DevicePrimaryCtxRetain)(void **, int);
-    int (*CtxSetCurrent)(void *);
-    int (*MemAlloc)(sim_ptr *, size_t);
-    int (*MemFree)(sim_ptr);
-    int (*MemHostAlloc)(void **, size_t, unsigned);
-    int (*MemFreeHost)(void *);
-    int (*MemcpyAsync)(sim_ptr, sim_ptr, size_t, void *);
-    int (*StreamCreate)(void **, unsigned);
-    int (*StreamDestroy)(void *);
-    int (*StreamSynchronize)(void *);
-} sim;
-
-static int sim_bind(void *h) {
-    static const char *const names[] = {"cuDevicePrimaryCtxRetain", "cuCtxSetCurrent", "cuMemAlloc_v2",
-                                        "cuMemFree_v2", "cuMemHostAlloc", "cuMemFreeHost", "cuMemcpyAsync",
-                                        "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize"};
-    void **slots = (void **)&sim;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!(slots[i] = dlsym(h, names[i]))) return -1;
-    return 0;
-}
-
 #define SIM_ROUNDS 3 /* on a created stream, another one, then the legacy default stream */
 enum { SIM_AR, SIM_AR_IN_PLACE, SIM_RS, SIM_AG, SIM_BC, SIM_SENDRECV, SIM_KINDS };
 static const char *const sim_names[] = {"all_reduce", "all_reduce in place", "reduce_scatter", "all_gather",
@@ -258,16 +235,6 @@ static int32_t sim_want(int kind, int rank, int nranks, size_t i, size_t n, int 
  * collective that ran before its input was written, or a result read
  * before its collective, shows as a wrong value; an executor that calls
  * into the driver for a stream-ordered batch waits for that lock forever. */
-/* Loads the simulated driver and makes its context current. */
-static void sim_open(struct harness_tally *t) {
-    void *driver = dlopen(CCL_TEST_SIM_DRIVER, RTLD_NOW | RTLD_GLOBAL);
-    EXPECT(t, driver && sim_bind(driver) == 0, "loading the simulated driver: %s", driver ? "symbols" : dlerror());
-    if (t->fails) return;
-    usleep(20000); /* libccl looks for a newly loaded driver at most once a clock tick */
-    void *ctx = NULL;
-    EXPECT(t, sim.DevicePrimaryCtxRetain(&ctx, 0) == 0 && sim.CtxSetCurrent(ctx) == 0, "no context");
-}
-
 static int body_simulated(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     struct harness_tally t = {.rank = rank};
     sim_open(&t);

@@ -7,6 +7,7 @@
 
 #include "coll/coll.h"
 #include "device/device.h"
+#include "device/pipeline.h"
 #include "core/flight.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -126,12 +127,51 @@ static int same_exchange(const struct ccl__call *a, const struct ccl__call *b) {
            a->xfer.coll.seq == b->xfer.coll.seq;
 }
 
+/* Elements [off, off + n) of a call whose buffers hold its count
+ * contiguously in each (all-reduce, broadcast, reduce). */
+static struct ccl__coll_args piece_of(const struct ccl__coll_args *a, size_t off, size_t n) {
+    struct ccl__coll_args p = *a;
+    size_t at = off * ccl_dtype_size(a->id.dtype);
+    if (p.sendbuf) p.sendbuf = (const char *)p.sendbuf + at;
+    if (p.recvbuf) p.recvbuf = (char *)p.recvbuf + at;
+    p.id.count = n;
+    p.agreed = 1;
+    return p;
+}
+
+/* A call the communicator cuts into pieces (device/pipeline.h): compared
+ * across the ranks once, whole, then run piece by piece, its device
+ * buffers staged piece by piece where this rank's allow it. */
+static ccl_status_t run_cut(struct ccl_comm *comm, const struct ccl__call *c, size_t per) {
+    struct ccl__coll_args whole = c->coll;
+    if (comm->nranks > 1 && comm->params.check && !whole.agreed) CCL_CHECK(ccl__check_args_agree(comm, &whole));
+    struct ccl__pipe *pipe = NULL;
+    if (c->piped) CCL_CHECK(ccl__pipe_start(comm, c, per, &pipe));
+    const struct ccl__coll_args *a = pipe ? ccl__pipe_args(pipe) : &c->coll;
+    ccl_status_t st = CCL_OK;
+    size_t count = a->id.count;
+    for (size_t i = 0, off = 0; st == CCL_OK && off < count; i++, off += per) {
+        if (pipe) st = ccl__pipe_ready(comm, pipe, i);
+        struct ccl__coll_args piece = piece_of(a, off, count - off < per ? count - off : per);
+        if (st == CCL_OK) st = run_coll(comm, &piece);
+        if (st == CCL_OK && pipe) st = ccl__pipe_done(comm, pipe, i);
+    }
+    ccl_status_t end = ccl__pipe_end(comm, pipe, st == CCL_OK);
+    return st < 0 ? st : end;
+}
+
+/* A collective, whole or in pieces. */
+static ccl_status_t run_call(struct ccl_comm *comm, const struct ccl__call *c) {
+    size_t per = ccl__pipe_piece_elems(comm, &c->coll);
+    return per ? run_cut(comm, c, per) : run_coll(comm, &c->coll);
+}
+
 /* A collective, with its flight recorder entry. */
 static ccl_status_t run_recorded(struct ccl_comm *comm, const struct ccl__call *c) {
-    if (!c->flight) return run_coll(comm, &c->coll);
+    if (!c->flight) return run_call(comm, c);
     comm->flight_algo = -1;
     ccl__flight_running(comm->flight, c->flight, ccl__status_steps(comm));
-    ccl_status_t st = run_coll(comm, &c->coll);
+    ccl_status_t st = run_call(comm, c);
     ccl__flight_end(comm->flight, c->flight, st, comm->flight_algo);
     return st;
 }
@@ -181,6 +221,7 @@ static ccl_status_t batch_run(struct ccl__op *base) {
     struct batch_op *b = (struct batch_op *)base;
     struct ccl_comm *comm = base->comm;
     if (b->link) CCL_CHECK(ccl__stream_link_wait(comm, b->link));
+    for (int i = 0; i < b->n; i++) b->calls[i].piped = ccl__pipe_fits(comm, &b->calls[i]);
     struct ccl__stage *stage;
     CCL_CHECK(ccl__stage_in(comm, b->calls, b->n, &stage));
     ccl_status_t st = run_calls(b);
@@ -195,7 +236,7 @@ ccl_status_t ccl__run_inline(struct ccl__call *call) {
     ccl_status_t st = ccl__comm_health(comm);
     comm->flight_algo = -1;
     if (st == CCL_OK && !call->is_p2p) {
-        st = run_coll(comm, &call->coll);
+        st = run_call(comm, call); /* host buffers: cut as every rank cuts, never staged */
     } else if (st == CCL_OK) {
         /* a gather's or scatter's one transfer (a rank that is not the root) */
         if (check_wanted(comm, call)) st = check_exchange(comm, call, 1);

@@ -60,11 +60,17 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
             o += (size_t)snprintf(algo + o, sizeof(algo) - o, "%s%s:%s (%s)", o ? ", " : "", ccl__op_kind_name(k),
                                   ccl__algo_names[comm->algo_last[k]], comm->algo_why[k]);
     /* the device its device buffers and streams are bound to, once bound */
-    char gpu[80] = "";
+    char gpu[160] = "";
     int gpu_at = 0, dev = ccl__device_bound_ordinal(comm);
     if (dev >= 0) gpu_at = snprintf(gpu, sizeof gpu, " cuda_device=%d", dev);
     if (comm->gpu_direct)
-        snprintf(gpu + gpu_at, sizeof gpu - (size_t)gpu_at, " gpu_resident_calls=%u", ccl__gpu_direct_calls(comm));
+        gpu_at += snprintf(gpu + gpu_at, sizeof gpu - (size_t)gpu_at, " gpu_resident_calls=%u",
+                           ccl__gpu_direct_calls(comm));
+    /* large calls cut into pieces (device/pipeline.h), and how many this
+     * rank staged piece by piece */
+    if (comm->device_piece_bytes)
+        snprintf(gpu + gpu_at, sizeof gpu - (size_t)gpu_at, " device_piece_bytes=%zu pipelined_calls=%u",
+                 comm->device_piece_bytes, comm->pipelined_calls);
     char zc[120] = "";
     size_t z = 0;
     /* one host: whether the ranks may read each other's buffers (init's

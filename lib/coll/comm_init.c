@@ -13,6 +13,7 @@
 #include "coll/coll.h"
 #include "device/device.h"
 #include "device/gpu_direct.h"
+#include "device/pipeline.h"
 #include "core/boot_pair.h"
 #include "core/bootstrap.h"
 #include "core/cma.h"
@@ -158,6 +159,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     ccl_status_t topo_st = ccl__plan_local_topology(comm, &self);
     ccl__tune_local(comm, &self);
     ccl__gpu_identity(self.gpu_uuid, &self.gpu_usable);
+    ccl__pipe_wish(&self.device_ctx, &self.device_piece_bytes);
     ccl_status_t st = ccl__pair_listen(comm, &self.pair_addr);
     if (st == CCL_OK) ccl__status_listen(comm, &self.status_addr);
     if (st == CCL_OK) st = ccl__conns_join(comm, root_fd, &self);
@@ -175,6 +177,7 @@ static ccl_status_t comm_setup(struct ccl_comm *comm, const struct ccl__unique_i
     if (st == CCL_OK) st = ccl__plan_direct(comm);
     if (st == CCL_OK) st = ccl__plan_single_copy(comm);
     if (st == CCL_OK) ccl__gpu_direct_plan(comm);
+    if (st == CCL_OK) ccl__pipe_plan(comm);
     if (st == CCL_OK) ccl__plan_waiting(comm);
     if (st == CCL_OK) st = ccl__plan_model(comm);
     /* The model's probe (the tuning file's check, or the figures it lacks)

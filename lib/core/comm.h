@@ -115,6 +115,9 @@ struct ccl_comm {
     uint64_t lines_calls;               /* tiny all-reduces run so far (algo/lines.c), the same on every rank */
     unsigned direct_narrow;             /* bit g % 2: only one peer read this rank's window in round g (direct.c) */
     int gpu_direct;                     /* the GPU-resident path is on (device/gpu_direct.h) */
+    size_t device_piece_bytes;          /* large calls run in pieces this large (device/pipeline.h), the same on
+                                         * every rank; 0: whole */
+    unsigned pipelined_calls;           /* calls whose device buffers were staged piece by piece here */
     /* Every rank may read and write every other's memory through
      * cross-memory attach (core/cma.h): the single-copy algorithm can
      * run. Probed at init, the same on every rank (plan.c). */

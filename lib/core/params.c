@@ -163,6 +163,7 @@ static void params_load(void) {
     env_str("CCL_TEST_STALL_AT", "", params.test_stall_at, sizeof params.test_stall_at);
     env_str("CCL_CUDA_LIBRARY", "libcuda.so.1", params.cuda_library, sizeof params.cuda_library);
     params.cuda_direct = (int)env_long("CCL_CUDA_DIRECT", 1, 0, 1);
+    params.device_piece_bytes = (size_t)env_long("CCL_DEVICE_PIECE_BYTES", 4L << 20, 0, 1L << 30);
     params.single_copy = (int)env_long("CCL_SINGLE_COPY", 1, 0, 1);
     params.cma_large_probe = (size_t)env_long("CCL_CMA_LARGE_PROBE", 0, 0, 1L << 30);
     params.zero_copy = (int)env_long("CCL_ZERO_COPY", 1, 0, 1);

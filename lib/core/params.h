@@ -42,6 +42,8 @@ struct ccl__params {
     char status_dir[400];         /* CCL_STATUS_DIR: where status files go ("" = the user's own in $TMPDIR) */
     char cuda_library[256];   /* CCL_CUDA_LIBRARY: the CUDA driver, opened when a call first needs it */
     int cuda_direct;          /* CCL_CUDA_DIRECT: the GPU-resident path may run (device/gpu_direct.h) */
+    size_t device_piece_bytes; /* CCL_DEVICE_PIECE_BYTES: staged calls run in pieces this large, their copies
+                                * overlapping the host's work (device/pipeline.c; 0: whole) */
     int single_copy;          /* CCL_SINGLE_COPY: the single-copy algorithm may read peers' buffers (algo/single_copy.c) */
     size_t cma_large_probe;   /* CCL_CMA_LARGE_PROBE: init also times cross-memory attach on peer buffers this large
                                * (bytes, 0: not), for the tuning file (plan/cma_probe.c; ccl-tune sets it) */

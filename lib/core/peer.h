@@ -66,6 +66,8 @@ struct ccl__peer_info {
     uint32_t direct_window_bytes; /* its CCL_DIRECT_WINDOW_BYTES, 0 unset: the smallest set counts (plan.c) */
     uint8_t gpu_uuid[16]; /* the GPU current at init (device/gpu_direct.h) */
     uint8_t gpu_usable;   /* and this rank can take the GPU-resident path */
+    uint8_t device_ctx;   /* a CUDA context was current at init: device buffers may come (device/pipeline.c) */
+    uint32_t device_piece_bytes; /* then its CCL_DEVICE_PIECE_BYTES (0: whole calls) */
 };
 
 #endif

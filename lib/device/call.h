@@ -23,6 +23,7 @@ struct ccl__call {
     struct ccl_request *req; /* the user's async request, or NULL */
     int device;              /* CCL__DEV_SEND | CCL__DEV_RECV: device buffers the batch stages (device.h) */
     int on_stream;           /* a _stream twin: ordered on stream at the group's end */
+    int piped;               /* its device buffers are staged piece by piece (device/pipeline.h), not with the batch */
     void *stream;
     uint64_t flight;         /* its flight recorder ticket (core/flight.h), 0: not recorded */
 };

@@ -42,6 +42,7 @@ static const struct sym required[] = {
     SYM(StreamQuery, "cuStreamQuery"),
     SYM(EventCreate, "cuEventCreate"),
     SYM(EventRecord, "cuEventRecord"),
+    SYM(EventQuery, "cuEventQuery"),
     SYM(StreamWaitEvent, "cuStreamWaitEvent"),
     SYM(EventDestroy, "cuEventDestroy_v2"),
     SYM(StreamWaitValue32, "cuStreamWaitValue32_v2"),

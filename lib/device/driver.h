@@ -68,6 +68,7 @@ struct ccl__cu {
     CUresult (*StreamQuery)(CUstream stream);
     CUresult (*EventCreate)(CUevent *event, unsigned flags);
     CUresult (*EventRecord)(CUevent event, CUstream stream);
+    CUresult (*EventQuery)(CUevent event); /* CUDA_SUCCESS once the work before the record is done */
     CUresult (*StreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
     CUresult (*EventDestroy)(CUevent event);
     CUresult (*StreamWaitValue32)(CUstream stream, CUdeviceptr addr, uint32_t value, unsigned flags);

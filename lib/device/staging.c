@@ -76,7 +76,7 @@ static ccl_status_t drain_poll(void *ctx, int *moved) {
  * GPU gone wrong). Nothing rings a bell when a stream goes idle: after
  * the communicator's spin and yield, the wait naps 20 us at a time.
  * detached: at issue, in the caller's thread, beside the executor. */
-static ccl_status_t stream_drain(struct ccl_comm *comm, CUstream s, int detached, const char *what) {
+ccl_status_t ccl__stream_drain(struct ccl_comm *comm, CUstream s, int detached, const char *what) {
     struct drain d = {.comm = comm, .cu = ccl__cuda(), .s = s, .what = what};
     int none = 0;
     struct ccl__wait_opts o = {.nap_s = 20e-6, .through_failures = 1, .detached = detached};
@@ -92,7 +92,7 @@ static ccl_status_t follow_default_stream(struct ccl_comm *comm, const struct cc
     CUcontext prev = NULL, ctx = comm->device->ctx;
     cu->CtxGetCurrent(&prev);
     if (prev != ctx) cu->CtxSetCurrent(ctx);
-    ccl_status_t st = stream_drain(comm, CCL__CU_STREAM_LEGACY, 1, what);
+    ccl_status_t st = ccl__stream_drain(comm, CCL__CU_STREAM_LEGACY, 1, what);
     if (prev != ctx) cu->CtxSetCurrent(prev);
     return st;
 }
@@ -125,8 +125,8 @@ ccl_status_t ccl__device_classify(struct ccl_comm *comm, struct ccl__call *calls
  * the context, and a stream may be waiting for the very batch that
  * outgrew it (or still copy out of it). Each buffer is at least twice the
  * last, so the retired ones add up to less than the one in use. */
-static ccl_status_t grow_pinned(struct ccl_comm *comm, const struct ccl__cu *cu, void **buf, size_t *have,
-                                size_t bytes) {
+ccl_status_t ccl__grow_pinned(struct ccl_comm *comm, const struct ccl__cu *cu, void **buf, size_t *have,
+                              size_t bytes) {
     struct ccl__device_state *d = comm->device;
     if (*have >= bytes) return CCL_OK;
     if (d->nretired == (int)(sizeof d->retired / sizeof d->retired[0]))
@@ -160,7 +160,7 @@ ccl_status_t ccl__device_stream(struct ccl_comm *comm, CUstream *s) {
 static ccl_status_t stage_ready(struct ccl_comm *comm, const struct ccl__cu *cu, size_t bytes) {
     CUstream s;
     CCL_CHECK(ccl__device_stream(comm, &s));
-    return grow_pinned(comm, cu, &comm->device->stage, &comm->device->stage_bytes, bytes);
+    return ccl__grow_pinned(comm, cu, &comm->device->stage, &comm->device->stage_bytes, bytes);
 }
 
 /* Adds the device regions of one call: one when its send and receive
@@ -196,7 +196,7 @@ static ccl_status_t stage_plan(struct ccl_comm *comm, struct ccl__call *calls, i
     *out = NULL;
     *total = 0;
     int ndev = 0;
-    for (int i = 0; i < n; i++) ndev += calls[i].device != 0;
+    for (int i = 0; i < n; i++) ndev += calls[i].device != 0 && !calls[i].piped;
     if (!ndev) return CCL_OK;
     struct ccl__stage *st = calloc(1, sizeof(*st));
     if (st) st->r = calloc((size_t)ndev * 2, sizeof(*st->r));
@@ -205,7 +205,7 @@ static ccl_status_t stage_plan(struct ccl_comm *comm, struct ccl__call *calls, i
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory staging device buffers");
     }
     for (int i = 0; i < n; i++)
-        if (calls[i].device) plan_call(comm, &calls[i], st->r, &st->n, total);
+        if (calls[i].device && !calls[i].piped) plan_call(comm, &calls[i], st->r, &st->n, total);
     if (!*total) *total = 64;
     *out = st;
     return CCL_OK;
@@ -248,7 +248,7 @@ ccl_status_t ccl__stage_in(struct ccl_comm *comm, struct ccl__call *calls, int n
     }
     stage_point(st, comm->device->stage);
     CUresult r = stage_copies(cu, st, comm->device->stage, 1, comm->device->stream);
-    s = r == CCL__CUDA_SUCCESS ? stream_drain(comm, comm->device->stream, 0, "copying device buffers in")
+    s = r == CCL__CUDA_SUCCESS ? ccl__stream_drain(comm, comm->device->stream, 0, "copying device buffers in")
                                : ccl__device_fail(comm, r, "cuMemcpyAsync", "copying device buffers in");
     if (s != CCL_OK) {
         stage_free(st);
@@ -264,7 +264,7 @@ ccl_status_t ccl__stage_out(struct ccl_comm *comm, struct ccl__stage *st, int ok
     const char *what = "copying results to device buffers";
     CUresult r = ok ? stage_copies(cu, st, comm->device->stage, 0, comm->device->stream) : CCL__CUDA_SUCCESS;
     ccl_status_t s = r != CCL__CUDA_SUCCESS ? ccl__device_fail(comm, r, "cuMemcpyAsync", what)
-                     : ok                   ? stream_drain(comm, comm->device->stream, 0, what)
+                     : ok                   ? ccl__stream_drain(comm, comm->device->stream, 0, what)
                                             : CCL_OK;
     stage_free(st);
     return s;
@@ -279,7 +279,7 @@ ccl_status_t ccl__stage_on_stream_in(struct ccl_comm *comm, struct ccl__call *ca
     *out = NULL;
     CCL_CHECK(stage_plan(comm, calls, n, &st, &total));
     if (!st) return CCL_OK;
-    ccl_status_t res = grow_pinned(comm, cu, &d->ostage, &d->ostage_bytes, total);
+    ccl_status_t res = ccl__grow_pinned(comm, cu, &d->ostage, &d->ostage_bytes, total);
     CUresult r = CCL__CUDA_SUCCESS;
     /* The last stream-ordered batch may have been on another stream, its
      * results not yet copied out of the buffer. */

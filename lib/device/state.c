@@ -68,6 +68,10 @@ void ccl__device_free(struct ccl_comm *comm) {
         if (d->stage) cu->MemFreeHost(d->stage);
         if (d->ostage) cu->MemFreeHost(d->ostage);
         if (d->ostage_free) cu->EventDestroy(d->ostage_free);
+        if (d->out_stream) cu->StreamDestroy(d->out_stream);
+        for (int i = 0; i < CCL__PIPE_MAX_PIECES; i++)
+            if (d->piece_in[i]) cu->EventDestroy(d->piece_in[i]);
+        if (d->pstage) cu->MemFreeHost(d->pstage);
         for (int i = 0; i < d->nretired; i++) cu->MemFreeHost(d->retired[i]);
     }
     ccl__stream_ticket_free(d);

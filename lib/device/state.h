@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "device/driver.h"
+#include "device/pipeline.h"
 
 struct ccl__device_state {
     pthread_mutex_t lock;
@@ -23,6 +24,13 @@ struct ccl__device_state {
     void *ostage;
     size_t ostage_bytes;
     CUevent ostage_free;
+    /* Pipelined staging (pipeline.c): the copies out go on their own
+     * stream, beside the copies in on `stream`; an event marks where each
+     * piece's copies in end; pieces stage in their own pinned buffer. */
+    CUstream out_stream;
+    CUevent piece_in[CCL__PIPE_MAX_PIECES];
+    void *pstage;
+    size_t pstage_bytes;
     /* Outgrown staging buffers, freed with the communicator (grow_pinned). */
     void *retired[64];
     int nretired;
@@ -42,6 +50,11 @@ void ccl__stream_ticket_free(struct ccl__device_state *d);
 /* CCL__MEM_CUDA with its context, or CCL__MEM_HOST (host, pinned host and
  * managed memory: the CPU reaches all three). */
 int ccl__device_mem_kind(const struct ccl__cu *cu, const void *p, CUcontext *ctx);
+/* At least bytes of pinned memory in *buf (which has *have): staging.c. */
+ccl_status_t ccl__grow_pinned(struct ccl_comm *comm, const struct ccl__cu *cu, void **buf, size_t *have,
+                              size_t bytes);
+/* Waits for s to go idle, whatever fails meanwhile (staging.c). */
+ccl_status_t ccl__stream_drain(struct ccl_comm *comm, CUstream s, int detached, const char *what);
 /* A failed driver call as comm's last error (CCL_ERR_SYSTEM). */
 ccl_status_t ccl__device_fail(struct ccl_comm *comm, CUresult res, const char *call, const char *what);
 

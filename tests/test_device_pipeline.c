@@ -1,0 +1,276 @@
+/*
+ * Pipelined staging of device buffers (lib/device/pipeline.h) on the
+ * simulated GPU (tests/cuda/sim_driver.c), whose memory the CPU cannot
+ * touch and whose copies each take a moment, so that a piece run before
+ * its copy in, or copied out before the host wrote it, shows as a wrong
+ * value. A communicator made with a context current cuts large
+ * all-reduces, broadcasts and reduces into pieces on every rank: results
+ * bit for bit against a reference computed here, on device and on host
+ * buffers, in place and out, counts that cut into 2, 3, 7 and more than
+ * the 64 pieces a call may have; ranks that disagree (one without a
+ * context, on host buffers; pieces of different sizes asked for; a rank
+ * that asks for whole calls); a rank killed during pipelined calls.
+ */
+/* ctest: TIMEOUT 300 */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "ref.h"
+#include "sim_gpu.h"
+#include "util.h"
+
+#define PIECE 65536 /* CCL_DEVICE_PIECE_BYTES in these tests: 16384 elements of 4 bytes */
+#define ENV "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER " CCL_CUDA_DIRECT=0"
+
+enum { K_AR, K_BC, K_RD, KINDS };
+static const char *const kind_names[] = {"all_reduce", "broadcast", "reduce"};
+
+static uint32_t input(int rank, size_t i, int salt) {
+    return (uint32_t)(ref_mix((uint64_t)salt, (uint64_t)rank, i) % 2000001u);
+}
+
+/* Rank r's element i, as int32 (sum) or float32 (max). */
+static void fill(void *buf, ccl_dtype_t dt, int rank, size_t n, int salt) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = input(rank, i, salt);
+        if (dt == CCL_FLOAT32) ((float *)buf)[i] = (float)v / 8.0f - 100000.0f;
+        else ((int32_t *)buf)[i] = (int32_t)(v * 2654435761u);
+    }
+}
+
+/* What element i must hold after kind on every rank with a result. */
+static void reference(void *want, int kind, ccl_dtype_t dt, int root, int nranks, size_t n, int salt) {
+    float *f = want;
+    int32_t *s = want;
+    if (kind == K_BC) {
+        fill(want, dt, root, n, salt);
+        return;
+    }
+    fill(want, dt, 0, n, salt);
+    for (int r = 1; r < nranks; r++)
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = input(r, i, salt);
+            if (dt == CCL_FLOAT32) {
+                float x = (float)v / 8.0f - 100000.0f;
+                if (x > f[i]) f[i] = x;
+            } else {
+                s[i] = (int32_t)((uint32_t)s[i] + v * 2654435761u);
+            }
+        }
+}
+
+static ccl_status_t call(int kind, const void *s, void *r, size_t n, ccl_dtype_t dt, int root, ccl_comm_t *c) {
+    ccl_op_t op = dt == CCL_FLOAT32 ? CCL_MAX : CCL_SUM;
+    if (kind == K_AR) return ccl_all_reduce(s, r, n, dt, op, c);
+    if (kind == K_BC) return ccl_broadcast(s, r, n, dt, root, c);
+    return ccl_reduce(s, r, n, dt, op, root, c);
+}
+
+/* The number after key in comm's description, -1 when absent. */
+static long described(ccl_comm_t *c, const char *key) {
+    char desc[2048] = "";
+    if (ccl_comm_describe(c, desc, sizeof desc) != CCL_OK) return -2;
+    const char *at = strstr(desc, key);
+    return at ? atol(at + strlen(key)) : -1;
+}
+
+struct cfg {
+    int device;       /* this rank's buffers are device memory (and a context is current at the split) */
+    long want_piece;  /* the communicator's piece in bytes, 0: whole calls */
+};
+
+/* One call on this rank's buffers (device or host) against the
+ * reference; 1 when it ran piece by piece on device buffers. */
+static int check_one(struct harness_tally *t, ccl_comm_t *g, int device, int kind, ccl_dtype_t dt, size_t n,
+                     int in_place, int rank, int nranks, long piece, unsigned char **bufs, sim_ptr din, sim_ptr dout) {
+    int root = nranks > 1 ? 1 : 0, salt = kind * 16 + (int)dt * 2 + in_place;
+    size_t bytes = n * 4;
+    unsigned char *hin = bufs[0], *hout = bufs[1], *want = bufs[2], *got = bufs[3];
+    fill(hin, dt, rank, n, salt);
+    memset(hout, 0xa5, bytes);
+    reference(want, kind, dt, root, nranks, n, salt);
+    void *s = hin, *r = in_place ? hin : hout;
+    if (device) {
+        void *st = NULL; /* the legacy default stream: copies with pageable memory end before they return */
+        if (bytes) {
+            EXPECT(t, sim.MemcpyAsync(din, (sim_ptr)(uintptr_t)hin, bytes, st) == 0, "cuMemcpyAsync");
+            EXPECT(t, sim.MemcpyAsync(dout, (sim_ptr)(uintptr_t)hout, bytes, st) == 0, "cuMemcpyAsync");
+        }
+        s = (void *)(uintptr_t)din;
+        r = (void *)(uintptr_t)(in_place ? din : dout);
+    }
+    EXPECT_OK(t, call(kind, s, r, n, dt, root, g));
+    int has_result = kind != K_RD || rank == root;
+    if (device && bytes) EXPECT(t, sim.MemcpyAsync((sim_ptr)(uintptr_t)got, (sim_ptr)(uintptr_t)r, bytes, NULL) == 0, "cuMemcpyAsync");
+    else memcpy(got, r, bytes);
+    if (has_result && bytes && memcmp(got, want, bytes) != 0) {
+        size_t i = 0;
+        while (memcmp(got + i * 4, want + i * 4, 4) == 0) i++;
+        EXPECT(t, 0, "%s %s, %zu elements, %s, on %s buffers: element %zu of %zu differs from the reference",
+               kind_names[kind], dt == CCL_FLOAT32 ? "float32 max" : "int32 sum", n, in_place ? "in place" : "out of place",
+               device ? "device" : "host", i, n);
+    }
+    return device && piece && n * 4 > 2 * (size_t)piece;
+}
+
+static int body_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    const struct cfg *cfg = (const struct cfg *)arg + rank;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    if (t.fails) return t.fails;
+    if (!cfg->device) EXPECT(&t, sim.CtxSetCurrent(NULL) == 0, "cuCtxSetCurrent"); /* no context at the split */
+    ccl_comm_t *g = NULL;
+    EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    long piece = described(g, "device_piece_bytes=");
+    EXPECT(&t, piece == (cfg->want_piece ? cfg->want_piece : -1), "device_piece_bytes=%ld, expected %ld", piece,
+           cfg->want_piece);
+    if (piece < 0) piece = 0;
+    /* 2 pieces exactly (whole), 3, 7, and more than 64 (larger pieces) */
+    const size_t counts[] = {0, 1, 32768, 32769, 100003, 16384 * 70 + 5};
+    const size_t max_n = 16384 * 70 + 5;
+    unsigned char *bufs[4];
+    for (int b = 0; b < 4; b++) bufs[b] = malloc(max_n * 4);
+    sim_ptr din = 0, dout = 0;
+    if (cfg->device) EXPECT(&t, sim.MemAlloc(&din, max_n * 4) == 0 && sim.MemAlloc(&dout, max_n * 4) == 0, "cuMemAlloc");
+    int piped = 0;
+    for (int k = 0; k < KINDS && !t.fails; k++)
+        for (int d = 0; d < 2 && !t.fails; d++)
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && !t.fails; ci++)
+                for (int in_place = 0; in_place < 2 && !t.fails; in_place++) {
+                    ccl_dtype_t dt = d ? CCL_FLOAT32 : CCL_INT32;
+                    /* the device call, then the same on host buffers (which every rank cuts alike) */
+                    piped += check_one(&t, g, cfg->device, k, dt, counts[ci], in_place, rank, nranks, piece, bufs,
+                                       din, dout);
+                    check_one(&t, g, 0, k, dt, counts[ci], in_place, rank, nranks, piece, bufs, din, dout);
+                }
+    long seen = described(g, "pipelined_calls=");
+    EXPECT(&t, seen == (piece ? piped : -1), "pipelined_calls=%ld, expected %d", seen, piece ? piped : -1);
+    if (cfg->device) {
+        sim.MemFree(din);
+        sim.MemFree(dout);
+    }
+    for (int b = 0; b < 4; b++) free(bufs[b]);
+    EXPECT_OK(&t, ccl_comm_destroy(g));
+    return t.fails;
+}
+
+START_TEST(pieces_on_a_simulated_gpu) {
+    static const struct {
+        int nranks;
+        const char *transport;
+    } runs[] = {{1, "shm"}, {3, "shm"}, {2, "tcp"}};
+    struct cfg cfg[3] = {{1, PIECE}, {1, PIECE}, {1, PIECE}};
+    struct harness_run run = {.nranks = runs[_i].nranks, .transport = runs[_i].transport, .body = body_pieces,
+                              .arg = cfg, .deadline_s = 200, .env = ENV " CCL_DEVICE_PIECE_BYTES=65536"};
+    util_run_clean(&run, 0, "pipelined staging, %d ranks over %s", runs[_i].nranks, runs[_i].transport);
+}
+END_TEST
+
+/* Rank 1 has no context at the split and host buffers; rank 2 asks for
+ * pieces twice as large (the smallest wins), or for whole calls (then
+ * nothing is cut, on any rank). */
+START_TEST(pieces_when_ranks_differ) {
+    static const char *const twice[3] = {NULL, NULL, "CCL_DEVICE_PIECE_BYTES=131072"};
+    static const char *const whole[3] = {NULL, NULL, "CCL_DEVICE_PIECE_BYTES=0"};
+    struct cfg cfg[3] = {{1, PIECE}, {0, PIECE}, {1, PIECE}};
+    if (_i == 1)
+        for (int r = 0; r < 3; r++) cfg[r].want_piece = 0;
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_pieces, .arg = cfg, .deadline_s = 200,
+                              .env = ENV " CCL_DEVICE_PIECE_BYTES=65536", .rank_env = _i ? whole : twice};
+    util_run_clean(&run, 0, "pipelined staging, ranks that differ (%s)", _i ? "one asks for whole calls" : "pieces");
+}
+END_TEST
+
+/* ---- a rank killed during pipelined calls ---- */
+
+#define KILL_TIMEOUT_S 10
+static volatile double *death_time; /* shared by the ranks: when the victim died */
+
+static void *kill_self_later(void *arg) {
+    usleep((useconds_t)(uintptr_t)arg);
+    *death_time = harness_now();
+    raise(SIGKILL);
+    return NULL;
+}
+
+/* Pipelined all-reduces until one fails: the survivors' call fails with
+ * the peer named within the timeout, their next call at once, and their
+ * streams end idle (destroy frees them). */
+static int body_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)nranks;
+    int victim = *(const int *)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    ccl_comm_t *g = NULL;
+    if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    size_t n = 100003;
+    sim_ptr din = 0, dout = 0;
+    EXPECT(&t, sim.MemAlloc(&din, n * 4) == 0 && sim.MemAlloc(&dout, n * 4) == 0, "cuMemAlloc");
+    ccl_status_t st = CCL_OK;
+    int calls = 0;
+    double failed_at = 0, end = harness_now() + 60;
+    pthread_t th;
+    while (st == CCL_OK && harness_now() < end) {
+        if (rank == victim && calls == 3 &&
+            pthread_create(&th, NULL, kill_self_later, (void *)(uintptr_t)(500 + getpid() % 5 * 700)) != 0)
+            raise(SIGKILL);
+        st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+        if (st != CCL_OK) failed_at = harness_now();
+        calls++;
+    }
+    EXPECT(&t, rank != victim, "the victim was not killed");
+    EXPECT(&t, st == CCL_ERR_REMOTE || st == CCL_ERR_TIMEOUT, "after %d calls: %s, expected a remote failure", calls,
+           ccl_status_string(st));
+    EXPECT(&t, *death_time > 0 && failed_at - *death_time < KILL_TIMEOUT_S + 5, "the death was seen after %.1f s",
+           failed_at - *death_time);
+    EXPECT(&t, described(g, "pipelined_calls=") >= 3, "pipelined_calls=%ld before the death",
+           described(g, "pipelined_calls="));
+    double t0 = harness_now();
+    ccl_status_t later = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+    EXPECT(&t, later < 0 && harness_now() - t0 < 5, "the next call returned %s after %.1f s",
+           ccl_status_string(later), harness_now() - t0);
+    fprintf(stderr, "[pipeline kill] rank %d: %s %.3f s after the death, call %d: %s\n", rank,
+            ccl_status_string(st), failed_at - *death_time, calls, ccl_comm_last_error(g));
+    ccl_comm_destroy(g);
+    sim.MemFree(din);
+    sim.MemFree(dout);
+    return t.fails;
+}
+
+START_TEST(pipelined_kill_9) {
+    static const int victims[] = {0, 2};
+    int victim = victims[_i];
+    death_time = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_msg(death_time != MAP_FAILED, "mmap");
+    *death_time = 0;
+    char timeout[8];
+    snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_kill, .arg = &victim, .deadline_s = 120,
+                              .ccl_timeout = timeout, .lenient_destroy = 1,
+                              .env = ENV " CCL_DEVICE_PIECE_BYTES=65536"};
+    util_run_clean(&run, 1ull << victim, "kill -9 of rank %d during pipelined calls", victim);
+    int vs = run.status[victim];
+    ck_assert_msg(WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL, "the victim (rank %d) did not die of SIGKILL (0x%x)",
+                  victim, vs);
+    munmap((void *)death_time, sizeof(double));
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("device_pipeline");
+    util_add_loop_case(s, "pieces_on_a_simulated_gpu", pieces_on_a_simulated_gpu, 3, 250);
+    util_add_loop_case(s, "pieces_when_ranks_differ", pieces_when_ranks_differ, 2, 250);
+    util_add_loop_case(s, "pipelined_kill_9", pipelined_kill_9, 2, 150);
+    return s;
+}
+
+int main(void) { return harness_main(suite()); }
