@@ -6,7 +6,7 @@
 # against NVIDIA's nccl.h and libnccl.so.2, run on device buffers with
 # libccl's drop-in swapped in), then the device benchmarks' figures: the
 # GPU-resident all-reduce on 2 and 4 ranks, in and out of place, and the
-# staged path for comparison; then the torch backend's CUDA tests and
+# staged path, pipelined and whole, against host buffers; then the torch backend's CUDA tests and
 # PyTorch's own NCCL process group on libccl's libnccl.so.2.
 #
 # usage: tools/gpu-check.sh [BUILD_DIR] [LOG_DIR]
@@ -57,9 +57,16 @@ bench() {
 {
     bench --ranks 2 --device -b 8 -e 128M -f 8 -n 20 -w 5
     bench --ranks 4 --device -b 1M -e 256M -f 16 -n 20 -w 5
-    CCL_CUDA_DIRECT=0 bench --ranks 2 --device -b 64M -e 64M -n 5 -w 2
+    # Staged: pipelined (CCL_DEVICE_PIECE_BYTES' default), whole (0), and
+    # libccl on host buffers, in turn, three times (the target: pipelined
+    # at least 3x whole and 0.8x host buffers at 64 MiB)
+    for round in 1 2 3; do
+        CCL_CUDA_DIRECT=0 bench --ranks 2 --device -b 64M -e 64M -n 10 -w 3
+        CCL_CUDA_DIRECT=0 CCL_DEVICE_PIECE_BYTES=0 bench --ranks 2 --device -b 64M -e 64M -n 10 -w 3
+        bench --ranks 2 -b 64M -e 64M -n 10 -w 3
+    done
 } >"$logs/perf.log" 2>&1
-grep -E "^ +[0-9]+ |roofline|copy|gpu-check" "$logs/perf.log" | head -60
+grep -E "^ +[0-9]+ |roofline|copy|gpu-check|pipelined_calls" "$logs/perf.log" | sed 's/^# rank 0: .*\(device_piece_bytes=[0-9]* pipelined_calls=[0-9]*\).*/#   \1/' | head -80
 
 # The torch backend's CUDA tensors, where this machine's python3 has a
 # CUDA torch: the extension builds against it and this build's libccl.
