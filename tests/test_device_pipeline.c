@@ -189,6 +189,120 @@ START_TEST(pieces_when_ranks_differ) {
 }
 END_TEST
 
+/* ---- stream-ordered calls in pieces ----
+ * On a created stream, then the legacy default stream, with no host
+ * synchronisation until the end: a copy writes each call's device input,
+ * the call runs on the stream, a copy reads its result into pinned memory;
+ * between the cut calls, a call too small to cut and a group of two (staged
+ * whole, cut on the host). A piece run before its copy in, a copy out
+ * before the piece's results, or the staging buffer reused before the last
+ * call's copies out ended, shows as a wrong value. */
+#define STREAM_CALLS 14
+
+struct stream_call {
+    int kind, in_place, group;
+    size_t n;
+    ccl_dtype_t dt;
+};
+
+static int body_stream_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    ccl_comm_t *g = NULL;
+    if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    const size_t big = 16384 * 70 + 5;
+    struct stream_call calls[STREAM_CALLS];
+    int nc = 0, cut = 0;
+    for (int k = 0; k < KINDS; k++)
+        for (int ip = 0; ip < 2; ip++) {
+            calls[nc++] = (struct stream_call){k, ip, 0, ip ? 100003 : big, ip ? CCL_FLOAT32 : CCL_INT32};
+            cut++;
+        }
+    calls[nc++] = (struct stream_call){K_AR, 0, 0, 1001, CCL_INT32};  /* whole */
+    calls[nc++] = (struct stream_call){K_AR, 0, 1, 32769, CCL_INT32}; /* a group of two: staged whole */
+    calls[nc++] = (struct stream_call){K_BC, 1, 1, 32769, CCL_INT32};
+    calls[nc++] = (struct stream_call){K_RD, 0, 0, 32769, CCL_FLOAT32};
+    cut++;
+    void *s = NULL;
+    EXPECT(&t, sim.StreamCreate(&s, 1) == 0, "cuStreamCreate");
+    sim_ptr din[STREAM_CALLS], dout[STREAM_CALLS];
+    unsigned char *src[STREAM_CALLS], *res[STREAM_CALLS];
+    for (int i = 0; i < nc; i++) {
+        size_t b = calls[i].n * 4;
+        EXPECT(&t, sim.MemAlloc(&din[i], b) == 0 && sim.MemAlloc(&dout[i], b) == 0, "cuMemAlloc");
+        EXPECT(&t, sim.MemHostAlloc((void **)&src[i], b, 0) == 0 && sim.MemHostAlloc((void **)&res[i], b, 0) == 0,
+               "cuMemHostAlloc");
+    }
+    unsigned char *want = malloc(big * 4);
+    int root = nranks > 1 ? 1 : 0;
+    for (int round = 0; round < 2 && !t.fails; round++) {
+        void *st = round ? NULL : s; /* then the legacy default stream */
+        for (int i = 0; i < nc; i++) {
+            const struct stream_call *c = &calls[i];
+            size_t b = c->n * 4;
+            fill(src[i], c->dt, rank, c->n, 100 + i + round * 50);
+            memset(res[i], 0x5a, b);
+            EXPECT(&t, sim.MemcpyAsync(din[i], (sim_ptr)(uintptr_t)src[i], b, st) == 0, "cuMemcpyAsync");
+            void *in = (void *)(uintptr_t)din[i], *out = (void *)(uintptr_t)(c->in_place ? din[i] : dout[i]);
+            (void)b;
+            ccl_op_t op = c->dt == CCL_FLOAT32 ? CCL_MAX : CCL_SUM;
+            if (c->group && (i == 0 || !calls[i - 1].group)) EXPECT_OK(&t, ccl_group_start());
+            if (c->kind == K_AR) EXPECT_OK(&t, ccl_all_reduce_stream(in, out, c->n, c->dt, op, g, st));
+            else if (c->kind == K_BC) EXPECT_OK(&t, ccl_broadcast_stream(in, out, c->n, c->dt, root, g, st));
+            else EXPECT_OK(&t, ccl_reduce_stream(in, out, c->n, c->dt, op, root, g, st));
+            if (c->group && i + 1 < nc && calls[i + 1].group) continue; /* its results after the group's end */
+            if (c->group) EXPECT_OK(&t, ccl_group_end_stream(st));
+            for (int j = i; j >= 0 && (j == i || calls[j].group); j--) {
+                const struct stream_call *r = &calls[j];
+                void *o = (void *)(uintptr_t)(r->in_place ? din[j] : dout[j]);
+                if (r->kind != K_RD || rank == root)
+                    EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)res[j], (sim_ptr)(uintptr_t)o, r->n * 4, st) == 0,
+                           "cuMemcpyAsync");
+                if (!c->group) break;
+            }
+        }
+        sim.StreamSynchronize(st);
+        for (int i = 0; i < nc && !t.fails; i++) {
+            const struct stream_call *c = &calls[i];
+            if (c->kind == K_RD && rank != root) continue;
+            reference(want, c->kind, c->dt, root, nranks, c->n, 100 + i + round * 50);
+            EXPECT(&t, memcmp(res[i], want, c->n * 4) == 0, "round %d, call %d (%s of %zu, %s): result differs from "
+                   "the reference", round, i, kind_names[c->kind], c->n, c->in_place ? "in place" : "out of place");
+        }
+    }
+    long seen = described(g, "pipelined_calls=");
+    EXPECT(&t, seen == 2 * cut, "pipelined_calls=%ld, expected %d", seen, 2 * cut);
+    for (int i = 0; i < nc; i++) {
+        sim.MemFree(din[i]);
+        sim.MemFree(dout[i]);
+        sim.MemFreeHost(src[i]);
+        sim.MemFreeHost(res[i]);
+    }
+    free(want);
+    sim.StreamDestroy(s);
+    EXPECT_OK(&t, ccl_comm_destroy(g));
+    return t.fails;
+}
+
+START_TEST(stream_ordered_pieces_on_a_simulated_gpu) {
+    static const struct {
+        int nranks;
+        const char *transport;
+        const char *env;
+    } runs[] = {{1, "shm", ENV " CCL_DEVICE_PIECE_BYTES=65536"},
+                {3, "shm", ENV " CCL_DEVICE_PIECE_BYTES=65536"},
+                {2, "tcp", ENV " CCL_DEVICE_PIECE_BYTES=65536"},
+                /* no stream memory operations: every ready word and ticket wait a host function */
+                {3, "shm", ENV " CCL_DEVICE_PIECE_BYTES=65536 CCL_SIM_NO_MEMOPS=1"}};
+    struct harness_run run = {.nranks = runs[_i].nranks, .transport = runs[_i].transport, .body = body_stream_pieces,
+                              .deadline_s = 200, .env = runs[_i].env};
+    util_run_clean(&run, 0, "stream-ordered pipelined staging, %d ranks over %s%s", runs[_i].nranks,
+                   runs[_i].transport, strstr(runs[_i].env, "NO_MEMOPS") ? ", without stream memory operations" : "");
+}
+END_TEST
+
 /* ---- a rank killed during pipelined calls ---- */
 
 #define KILL_TIMEOUT_S 10
@@ -269,6 +383,7 @@ static Suite *suite(void) {
     Suite *s = suite_create("device_pipeline");
     util_add_loop_case(s, "pieces_on_a_simulated_gpu", pieces_on_a_simulated_gpu, 3, 250);
     util_add_loop_case(s, "pieces_when_ranks_differ", pieces_when_ranks_differ, 2, 250);
+    util_add_loop_case(s, "stream_ordered_pieces_on_a_simulated_gpu", stream_ordered_pieces_on_a_simulated_gpu, 4, 250);
     util_add_loop_case(s, "pipelined_kill_9", pipelined_kill_9, 2, 150);
     return s;
 }

@@ -145,8 +145,8 @@ static struct ccl__coll_args piece_of(const struct ccl__coll_args *a, size_t off
 static ccl_status_t run_cut(struct ccl_comm *comm, const struct ccl__call *c, size_t per) {
     struct ccl__coll_args whole = c->coll;
     if (comm->nranks > 1 && comm->params.check && !whole.agreed) CCL_CHECK(ccl__check_args_agree(comm, &whole));
-    struct ccl__pipe *pipe = NULL;
-    if (c->piped) CCL_CHECK(ccl__pipe_start(comm, c, per, &pipe));
+    struct ccl__pipe *pipe = c->pipe; /* ordered on its stream already */
+    if (!pipe && c->piped) CCL_CHECK(ccl__pipe_start(comm, c, per, &pipe));
     const struct ccl__coll_args *a = pipe ? ccl__pipe_args(pipe) : &c->coll;
     ccl_status_t st = CCL_OK;
     size_t count = a->id.count;

@@ -11,6 +11,8 @@
 #include "core/exec.h"
 #include "prims/prims.h"
 
+struct ccl__pipe;
+
 /* call->device: which of a call's buffers are device memory. */
 #define CCL__DEV_SEND 1
 #define CCL__DEV_RECV 2
@@ -24,6 +26,7 @@ struct ccl__call {
     int device;              /* CCL__DEV_SEND | CCL__DEV_RECV: device buffers the batch stages (device.h) */
     int on_stream;           /* a _stream twin: ordered on stream at the group's end */
     int piped;               /* its device buffers are staged piece by piece (device/pipeline.h), not with the batch */
+    struct ccl__pipe *pipe;  /* a stream-ordered call's pieces, ordered on its stream at issue (its link owns it) */
     void *stream;
     uint64_t flight;         /* its flight recorder ticket (core/flight.h), 0: not recorded */
 };

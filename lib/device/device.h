@@ -74,6 +74,11 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
 ccl_status_t ccl__stream_link_wait(struct ccl_comm *comm, struct ccl__stream_link *l);
 /* After the batch, run or not: lets the stream go on, frees. */
 void ccl__stream_link_release(struct ccl__stream_link *l);
+/* A batch of one call staged piece by piece on its stream (pipeline.h):
+ * waits for piece i's inputs (its ready word), and lets the stream copy
+ * piece i's results out (its ticket). */
+ccl_status_t ccl__stream_link_piece_wait(struct ccl_comm *comm, struct ccl__stream_link *l, size_t i);
+void ccl__stream_link_piece_release(struct ccl__stream_link *l, size_t i);
 
 /* 0 when a stream-ordered call can run with this stream: CUDA loads, or
  * (stream NULL) the process has no CUDA, and the calls run at once. Else

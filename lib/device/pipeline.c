@@ -54,7 +54,7 @@ static void device_sides(const struct ccl__call *c, const char **send, char **re
 }
 
 int ccl__pipe_fits(const struct ccl_comm *comm, const struct ccl__call *c) {
-    if (c->is_p2p || !c->device || c->on_stream || !ccl__pipe_piece_elems(comm, &c->coll)) return 0;
+    if (c->is_p2p || !c->device || !ccl__pipe_piece_elems(comm, &c->coll)) return 0;
     const char *s;
     char *v;
     device_sides(c, &s, &v);
@@ -68,8 +68,10 @@ struct ccl__pipe {
     struct ccl__coll_args host; /* the call on pinned memory (and the caller's host buffers) */
     const char *dsend;          /* device buffers, NULL where host */
     char *drecv;
-    size_t es, count, per, pieces;
+    size_t es, count, per, pieces, span;
+    int in_place;
     CUstream in, out;
+    struct ccl__stream_link *link; /* a stream-ordered call's: the stream orders the copies, not the executor */
 };
 
 static size_t piece_off(const struct ccl__pipe *p, size_t i) { return i * p->per * p->es; }
@@ -77,6 +79,47 @@ static size_t piece_len(const struct ccl__pipe *p, size_t i) {
     size_t start = i * p->per, n = p->count - start < p->per ? p->count - start : p->per;
     return n * p->es;
 }
+
+ccl_status_t ccl__pipe_new(struct ccl_comm *comm, const struct ccl__call *c, size_t piece_elems,
+                           struct ccl__pipe **out, size_t *pinned_bytes) {
+    struct ccl__pipe *p = calloc(1, sizeof(*p));
+    *out = p;
+    if (!p) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory staging device buffers");
+    p->host = c->coll;
+    device_sides(c, &p->dsend, &p->drecv);
+    p->es = ccl_dtype_size(c->coll.id.dtype);
+    p->count = c->coll.id.count;
+    p->per = piece_elems;
+    p->pieces = (p->count + piece_elems - 1) / piece_elems;
+    p->span = (p->count * p->es + 63) & ~(size_t)63;
+    p->in_place = p->dsend && (const char *)p->drecv == p->dsend;
+    *pinned_bytes = (p->dsend ? p->span : 0) + (p->drecv && !p->in_place ? p->span : 0);
+    return CCL_OK;
+}
+
+void ccl__pipe_place(struct ccl__pipe *p, char *base) {
+    if (p->dsend) p->host.sendbuf = base;
+    if (p->drecv) p->host.recvbuf = p->in_place ? base : base + (p->dsend ? p->span : 0);
+}
+
+size_t ccl__pipe_pieces(const struct ccl__pipe *p) { return p->pieces; }
+int ccl__pipe_copies_in(const struct ccl__pipe *p) { return p->dsend != NULL; }
+int ccl__pipe_copies_out(const struct ccl__pipe *p) { return p->drecv != NULL; }
+
+CUresult ccl__pipe_copy_in(const struct ccl__cu *cu, const struct ccl__pipe *p, size_t i, CUstream s) {
+    size_t off = piece_off(p, i);
+    return cu->MemcpyAsync((CUdeviceptr)(uintptr_t)((const char *)p->host.sendbuf + off),
+                           (CUdeviceptr)(uintptr_t)(p->dsend + off), piece_len(p, i), s);
+}
+
+CUresult ccl__pipe_copy_out(const struct ccl__cu *cu, const struct ccl__pipe *p, size_t i, CUstream s) {
+    size_t off = piece_off(p, i);
+    return cu->MemcpyAsync((CUdeviceptr)(uintptr_t)(p->drecv + off),
+                           (CUdeviceptr)(uintptr_t)((char *)p->host.recvbuf + off), piece_len(p, i), s);
+}
+
+void ccl__pipe_attach(struct ccl__pipe *p, struct ccl__stream_link *l) { p->link = l; }
+void ccl__pipe_free(struct ccl__pipe *p) { free(p); }
 
 /* The out stream and the events of npieces, made on first use. */
 static ccl_status_t pipe_resources(struct ccl_comm *comm, const struct ccl__cu *cu, size_t npieces) {
@@ -95,9 +138,7 @@ static ccl_status_t pipe_resources(struct ccl_comm *comm, const struct ccl__cu *
 static CUresult queue_in(const struct ccl__cu *cu, const struct ccl__pipe *p, CUevent *ev) {
     CUresult r = CCL__CUDA_SUCCESS;
     for (size_t i = 0; i < p->pieces && r == CCL__CUDA_SUCCESS; i++) {
-        size_t off = piece_off(p, i);
-        r = cu->MemcpyAsync((CUdeviceptr)(uintptr_t)((const char *)p->host.sendbuf + off),
-                            (CUdeviceptr)(uintptr_t)(p->dsend + off), piece_len(p, i), p->in);
+        r = ccl__pipe_copy_in(cu, p, i, p->in);
         if (r == CCL__CUDA_SUCCESS) r = cu->EventRecord(ev[i], p->in);
     }
     return r;
@@ -106,18 +147,10 @@ static CUresult queue_in(const struct ccl__cu *cu, const struct ccl__pipe *p, CU
 ccl_status_t ccl__pipe_start(struct ccl_comm *comm, const struct ccl__call *c, size_t piece_elems,
                              struct ccl__pipe **out) {
     const struct ccl__cu *cu = ccl__cuda();
+    struct ccl__pipe *p;
+    size_t total;
     *out = NULL;
-    struct ccl__pipe *p = calloc(1, sizeof(*p));
-    if (!p) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory staging device buffers");
-    p->host = c->coll;
-    device_sides(c, &p->dsend, &p->drecv);
-    p->es = ccl_dtype_size(c->coll.id.dtype);
-    p->count = c->coll.id.count;
-    p->per = piece_elems;
-    p->pieces = (p->count + piece_elems - 1) / piece_elems;
-    size_t bytes = p->count * p->es, span = (bytes + 63) & ~(size_t)63;
-    int in_place = p->dsend && (const char *)p->drecv == p->dsend;
-    size_t total = (p->dsend ? span : 0) + (p->drecv && !in_place ? span : 0);
+    CCL_CHECK(ccl__pipe_new(comm, c, piece_elems, &p, &total));
     ccl_status_t st = ccl__device_stream(comm, &p->in); /* comm's context made current */
     struct ccl__device_state *d = comm->device;
     if (st == CCL_OK) st = pipe_resources(comm, cu, p->pieces);
@@ -127,9 +160,7 @@ ccl_status_t ccl__pipe_start(struct ccl_comm *comm, const struct ccl__call *c, s
         return st;
     }
     p->out = d->out_stream;
-    char *base = d->pstage;
-    if (p->dsend) p->host.sendbuf = base;
-    if (p->drecv) p->host.recvbuf = in_place ? base : base + (p->dsend ? span : 0);
+    ccl__pipe_place(p, d->pstage);
     CUresult r = p->dsend ? queue_in(cu, p, d->piece_in) : CCL__CUDA_SUCCESS;
     if (r != CCL__CUDA_SUCCESS) {
         st = ccl__device_fail(comm, r, "cuMemcpyAsync", "copying device buffers in");
@@ -161,6 +192,7 @@ static ccl_status_t piece_poll(void *ctx, int *moved) {
 /* Nothing rings a bell when a copy ends: after the spin and yield, the
  * wait naps 20 us at a time (a piece of 4 MiB takes 80 us or more). */
 ccl_status_t ccl__pipe_ready(struct ccl_comm *comm, struct ccl__pipe *p, size_t piece) {
+    if (p->link) return ccl__stream_link_piece_wait(comm, p->link, piece);
     if (!p->dsend) return CCL_OK;
     struct piece_wait w = {.comm = comm, .cu = ccl__cuda(), .ev = comm->device->piece_in[piece]};
     int none = 0;
@@ -169,17 +201,22 @@ ccl_status_t ccl__pipe_ready(struct ccl_comm *comm, struct ccl__pipe *p, size_t 
 }
 
 ccl_status_t ccl__pipe_done(struct ccl_comm *comm, struct ccl__pipe *p, size_t piece) {
+    if (p->link) {
+        ccl__stream_link_piece_release(p->link, piece);
+        return CCL_OK;
+    }
     if (!p->drecv) return CCL_OK;
-    size_t off = piece_off(p, piece);
-    CUresult r = ccl__cuda()->MemcpyAsync((CUdeviceptr)(uintptr_t)(p->drecv + off),
-                                         (CUdeviceptr)(uintptr_t)((char *)p->host.recvbuf + off),
-                                         piece_len(p, piece), p->out);
+    CUresult r = ccl__pipe_copy_out(ccl__cuda(), p, piece, p->out);
     return r == CCL__CUDA_SUCCESS ? CCL_OK
                                   : ccl__device_fail(comm, r, "cuMemcpyAsync", "copying results to device buffers");
 }
 
 ccl_status_t ccl__pipe_end(struct ccl_comm *comm, struct ccl__pipe *p, int ok) {
     if (!p) return CCL_OK;
+    if (p->link) { /* the stream copies; the link frees p */
+        if (ok) comm->pipelined_calls++;
+        return CCL_OK;
+    }
     ccl_status_t in = ccl__stream_drain(comm, p->in, 0, "copying device buffers in");
     ccl_status_t out = ccl__stream_drain(comm, p->out, 0, "copying results to device buffers");
     if (ok && in == CCL_OK && out == CCL_OK) comm->pipelined_calls++;

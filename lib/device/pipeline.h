@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "device/call.h"
+#include "device/driver.h"
 
 /* At most this many pieces a call: larger calls get larger pieces. */
 #define CCL__PIPE_MAX_PIECES 64
@@ -54,5 +55,23 @@ const struct ccl__coll_args *ccl__pipe_args(const struct ccl__pipe *p);
 ccl_status_t ccl__pipe_ready(struct ccl_comm *comm, struct ccl__pipe *p, size_t piece);
 ccl_status_t ccl__pipe_done(struct ccl_comm *comm, struct ccl__pipe *p, size_t piece);
 ccl_status_t ccl__pipe_end(struct ccl_comm *comm, struct ccl__pipe *p, int ok);
+
+/* The stream-ordered form (stream_link.c builds the order on the stream
+ * at issue; the executor's _ready and _done then wait for a piece's ready
+ * word and release its ticket, and _end leaves the rest to the link):
+ * _new lays c out in pieces and says how much pinned memory it needs,
+ * _place points its arguments there, _copy_in and _copy_out queue one
+ * piece's copies on s, _attach hands it to its link, which frees it. */
+ccl_status_t ccl__pipe_new(struct ccl_comm *comm, const struct ccl__call *c, size_t piece_elems,
+                           struct ccl__pipe **out, size_t *pinned_bytes);
+void ccl__pipe_place(struct ccl__pipe *p, char *base);
+size_t ccl__pipe_pieces(const struct ccl__pipe *p);
+int ccl__pipe_copies_in(const struct ccl__pipe *p);
+int ccl__pipe_copies_out(const struct ccl__pipe *p);
+CUresult ccl__pipe_copy_in(const struct ccl__cu *cu, const struct ccl__pipe *p, size_t i, CUstream s);
+CUresult ccl__pipe_copy_out(const struct ccl__cu *cu, const struct ccl__pipe *p, size_t i, CUstream s);
+struct ccl__stream_link;
+void ccl__pipe_attach(struct ccl__pipe *p, struct ccl__stream_link *l);
+void ccl__pipe_free(struct ccl__pipe *p);
 
 #endif

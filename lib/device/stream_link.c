@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "device/device.h"
+#include "device/pipeline.h"
 #include "device/state.h"
 #include "core/log.h"
 #include "prims/wait.h"
@@ -68,6 +69,15 @@ struct ccl__stream_link {
     int ready_queued;        /* the stream will set it */
     uint32_t ticket;         /* the stream goes on once the ticket word reaches it */
     struct host_wait *hw;    /* instead, where the stream waits in a host function */
+    /* A call staged piece by piece (pipeline.h): piece i runs once the
+     * stream set its ready word (after its copy in), and the stream copies
+     * piece i out once the ticket word reaches first_ticket + i (or its
+     * host function is let go); ticket is the last piece's. */
+    struct ccl__pipe *pipe;
+    size_t npieces, released;
+    uint32_t first_ticket;
+    _Atomic uint32_t *piece_ready[CCL__PIPE_MAX_PIECES];
+    struct host_wait *piece_hw[CCL__PIPE_MAX_PIECES];
 };
 
 /* A stream capturing a CUDA graph would record the call's host functions
@@ -131,22 +141,34 @@ void ccl__stream_ticket_free(struct ccl__device_state *d) {
 /* A host function (it makes no CUDA call, as host functions must not). */
 static void set_ready_fn(void *arg) { atomic_store_explicit((_Atomic uint32_t *)arg, 1, memory_order_release); }
 
-/* Under d's lock, ctx current, the words ready (ticket_word): l's ready word, set by stream after the
- * work queued on it so far (a host function sets it where stream memory
- * operations are not supported). */
-static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__stream_link *l,
-                               CUstream stream) {
+/* Under d's lock, ctx current, the words ready (ticket_word): a ready
+ * word in *out, set by stream after the work queued on it so far (a host
+ * function sets it where stream memory operations are not supported);
+ * *out stays NULL unless the write is queued. */
+static ccl_status_t queue_ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, CUstream stream,
+                                     _Atomic uint32_t **out) {
+    *out = NULL;
     pthread_mutex_lock(&words_lock);
     int w = take_word(TICKET_WORDS, TICKET_WORDS + READY_WORDS);
     pthread_mutex_unlock(&words_lock);
     if (w < 0)
         return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "ordering a stream: more than %d stream-ordered batches in flight",
                               READY_WORDS);
-    l->ready = &words[w];
-    atomic_store(l->ready, 0);
-    CUresult r = cu->StreamWriteValue32(stream, word_dev(l->ready), 1, 0);
-    if (r != CCL__CUDA_SUCCESS) r = cu->LaunchHostFunc(stream, set_ready_fn, (void *)l->ready);
-    if (r != CCL__CUDA_SUCCESS) return ccl__device_fail(comm, r, "cuLaunchHostFunc", "ordering a stream");
+    _Atomic uint32_t *word = &words[w];
+    atomic_store(word, 0);
+    CUresult r = cu->StreamWriteValue32(stream, word_dev(word), 1, 0);
+    if (r != CCL__CUDA_SUCCESS) r = cu->LaunchHostFunc(stream, set_ready_fn, (void *)word);
+    if (r != CCL__CUDA_SUCCESS) {
+        give_word(word);
+        return ccl__device_fail(comm, r, "cuLaunchHostFunc", "ordering a stream");
+    }
+    *out = word;
+    return CCL_OK;
+}
+
+static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__stream_link *l,
+                               CUstream stream) {
+    CCL_CHECK(queue_ready_word(comm, cu, stream, &l->ready));
     l->ready_queued = 1;
     return CCL_OK;
 }
@@ -163,10 +185,88 @@ static void host_wait_fn(void *arg) {
     free(w);
 }
 
+/* A ready word the stream has set goes back; one it has not set yet
+ * (a batch that failed before it ran) stays taken, so that no later
+ * batch takes it and is let go by this one's write. */
+static void give_ready_word(_Atomic uint32_t *w) {
+    if (w && atomic_load_explicit(w, memory_order_acquire)) give_word(w);
+}
+
 /* No CUDA call: the executor frees links (see the words). */
 static void link_free(struct ccl__stream_link *l) {
-    if (l->ready) give_word(l->ready);
+    give_ready_word(l->ready);
+    for (size_t i = 0; i < l->npieces; i++) give_ready_word(l->piece_ready[i]);
+    ccl__pipe_free(l->pipe);
     free(l);
+}
+
+/* Under d's lock, ctx current: stream waits until the ticket word
+ * reaches ticket (in a host function, *hw, where stream memory
+ * operations are not supported). */
+static ccl_status_t queue_ticket_wait(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__device_state *d,
+                                      CUstream stream, uint32_t ticket, struct host_wait **hw) {
+    *hw = NULL;
+    CUresult r = cu->StreamWaitValue32(stream, d->ticket_dev, ticket, CCL__CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CCL__CUDA_SUCCESS) return CCL_OK;
+    struct host_wait *w = calloc(1, sizeof(*w)); /* no stream memory operations on this device */
+    r = w ? cu->LaunchHostFunc(stream, host_wait_fn, w) : r;
+    if (r != CCL__CUDA_SUCCESS) {
+        free(w);
+        return ccl__device_fail(comm, r, "cuLaunchHostFunc", "making a stream wait");
+    }
+    *hw = w;
+    return CCL_OK;
+}
+
+/* Under d's lock, ctx current, the ticket word ready: call c (a batch of
+ * its own, which the communicator cuts) staged piece by piece on stream:
+ * every piece's copy in and ready word, then per piece its ticket wait
+ * and copy out. Once a ticket wait may be queued, a failure fails the
+ * communicator and returns CCL_OK: the batch must still be released, in
+ * order, for the stream to go on. */
+static ccl_status_t link_pieces(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__stream_link *l,
+                                struct ccl__call *c, size_t per, CUstream stream) {
+    struct ccl__device_state *d = comm->device;
+    struct ccl__pipe *p;
+    size_t total;
+    l->d = d;
+    ccl_status_t st = ccl__pipe_new(comm, c, per, &p, &total);
+    if (st == CCL_OK) st = ccl__grow_pinned(comm, cu, &d->ostage, &d->ostage_bytes, total);
+    CUresult r = CCL__CUDA_SUCCESS;
+    /* the last stream-ordered batch may still copy out of the buffer */
+    if (st == CCL_OK && d->ostage_free && (r = cu->StreamWaitEvent(stream, d->ostage_free, 0)) != CCL__CUDA_SUCCESS)
+        st = ccl__device_fail(comm, r, "cuStreamWaitEvent", "staging device buffers on the stream");
+    if (st != CCL_OK) {
+        ccl__pipe_free(p);
+        return st;
+    }
+    ccl__pipe_place(p, d->ostage);
+    ccl__pipe_attach(p, l);
+    l->pipe = p;
+    size_t k = ccl__pipe_pieces(p);
+    for (size_t i = 0; i < k && st == CCL_OK; i++) {
+        if (ccl__pipe_copies_in(p) && (r = ccl__pipe_copy_in(cu, p, i, stream)) != CCL__CUDA_SUCCESS)
+            st = ccl__device_fail(comm, r, "cuMemcpyAsync", "staging device buffers on the stream");
+        if (st == CCL_OK) st = queue_ready_word(comm, cu, stream, &l->piece_ready[i]);
+        l->npieces = i + 1;
+    }
+    if (st != CCL_OK) return st;
+    l->first_ticket = atomic_fetch_add(&d->issued, (uint32_t)k) + 1;
+    l->ticket = l->first_ticket + (uint32_t)k - 1;
+    const char *call = "cuMemcpyAsync";
+    for (size_t i = 0; i < k && st == CCL_OK; i++) {
+        st = queue_ticket_wait(comm, cu, d, stream, l->first_ticket + (uint32_t)i, &l->piece_hw[i]);
+        if (st == CCL_OK && ccl__pipe_copies_out(p) && (r = ccl__pipe_copy_out(cu, p, i, stream)) != CCL__CUDA_SUCCESS)
+            st = ccl__device_fail(comm, r, call, "staging results on the stream");
+    }
+    r = CCL__CUDA_SUCCESS;
+    if (!d->ostage_free) call = "cuEventCreate", r = cu->EventCreate(&d->ostage_free, CCL__CU_EVENT_DISABLE_TIMING);
+    if (r == CCL__CUDA_SUCCESS) call = "cuEventRecord", r = cu->EventRecord(d->ostage_free, stream);
+    if (st == CCL_OK && r != CCL__CUDA_SUCCESS) st = ccl__device_fail(comm, r, call, "staging results on the stream");
+    if (st != CCL_OK) ccl__comm_fail(comm, st); /* nobody takes the results */
+    c->device = 0; /* the executor sees the pinned copy, through the pieces */
+    c->pipe = p;
+    return CCL_OK;
 }
 
 ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct ccl__call *calls, int n,
@@ -190,6 +290,18 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
     ccl_status_t st = ticket_word(comm, cu, d);
     struct ccl__stream_link *l = st == CCL_OK ? calloc(1, sizeof(*l)) : NULL;
     if (st == CCL_OK && !l) st = ccl__set_error(comm, CCL_ERR_NO_MEMORY, "ordering a stream: out of memory");
+    size_t per = n == 1 && ccl__pipe_fits(comm, &calls[0]) ? ccl__pipe_piece_elems(comm, &calls[0].coll) : 0;
+    if (st == CCL_OK && per) {
+        st = link_pieces(comm, cu, l, &calls[0], per, stream);
+        pthread_mutex_unlock(&d->lock);
+        if (prev != ctx) cu->CtxSetCurrent(prev);
+        if (st != CCL_OK) {
+            link_free(l);
+            return st;
+        }
+        *out = l;
+        return CCL_OK;
+    }
     if (st == CCL_OK) st = ccl__stage_on_stream_in(comm, calls, n, stream, &stage);
     if (st == CCL_OK) {
         l->d = d;
@@ -197,16 +309,7 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
     }
     if (st == CCL_OK) {
         l->ticket = atomic_fetch_add(&d->issued, 1) + 1;
-        r = cu->StreamWaitValue32(stream, d->ticket_dev, l->ticket, CCL__CU_STREAM_WAIT_VALUE_GEQ);
-        if (r != CCL__CUDA_SUCCESS) { /* no stream memory operations on this device */
-            l->hw = calloc(1, sizeof(*l->hw));
-            r = l->hw ? cu->LaunchHostFunc(stream, host_wait_fn, l->hw) : r;
-            if (r != CCL__CUDA_SUCCESS) {
-                free(l->hw);
-                l->hw = NULL;
-                st = ccl__device_fail(comm, r, "cuLaunchHostFunc", "making a stream wait");
-            }
-        }
+        st = queue_ticket_wait(comm, cu, d, stream, l->ticket, &l->hw);
     }
     /* Without the copies out when the link failed: the batch never runs.
      * When only they fail (a broken context), the stream already waits
@@ -217,10 +320,7 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
     pthread_mutex_unlock(&d->lock);
     if (prev != ctx) cu->CtxSetCurrent(prev);
     if (st != CCL_OK) {
-        /* A word the stream will still set is not given back: a later
-         * batch that took it could run too early. */
-        if (l && l->ready_queued) l->ready = NULL;
-        if (l) link_free(l);
+        if (l) link_free(l); /* a ready word the stream will still set stays taken (give_ready_word) */
         return st;
     }
     *out = l;
@@ -235,21 +335,39 @@ static ccl_status_t ready_poll(void *ctx, int *moved) {
 /* Through ccl__wait, so an abort, a failure or CCL_TIMEOUT ends it; the
  * stream rings no bell when it sets the word: after the communicator's
  * spin and yield the wait naps 20 us at a time. */
-ccl_status_t ccl__stream_link_wait(struct ccl_comm *comm, struct ccl__stream_link *l) {
+static ccl_status_t wait_word(struct ccl_comm *comm, _Atomic uint32_t *w) {
     int none = 0;
     return ccl__wait_with(comm, "a stream-ordered call, waiting for the work queued before it on its stream", NULL,
-                          &none, ready_poll, (void *)l->ready, &(struct ccl__wait_opts){.nap_s = 20e-6});
+                          &none, ready_poll, (void *)w, &(struct ccl__wait_opts){.nap_s = 20e-6});
+}
+
+/* A call in pieces waits for each piece's word instead. */
+ccl_status_t ccl__stream_link_wait(struct ccl_comm *comm, struct ccl__stream_link *l) {
+    return l->pipe ? CCL_OK : wait_word(comm, l->ready);
+}
+
+ccl_status_t ccl__stream_link_piece_wait(struct ccl_comm *comm, struct ccl__stream_link *l, size_t i) {
+    return wait_word(comm, l->piece_ready[i]);
+}
+
+/* Batches of one communicator finish in issue order, so tickets only
+ * grow; the comparison keeps that true across wrap-around. */
+static void ticket_out(struct ccl__device_state *d, uint32_t ticket) {
+    uint32_t cur = atomic_load_explicit(d->ticket, memory_order_relaxed);
+    if ((int32_t)(ticket - cur) > 0) atomic_store_explicit(d->ticket, ticket, memory_order_release);
+}
+
+void ccl__stream_link_piece_release(struct ccl__stream_link *l, size_t i) {
+    if (l->piece_hw[i]) atomic_store_explicit(&l->piece_hw[i]->go, 1, memory_order_release); /* it frees itself */
+    else ticket_out(l->d, l->first_ticket + (uint32_t)i);
+    l->piece_hw[i] = NULL;
+    l->released = i + 1;
 }
 
 void ccl__stream_link_release(struct ccl__stream_link *l) {
     if (!l) return;
-    if (l->hw) {
-        atomic_store_explicit(&l->hw->go, 1, memory_order_release); /* the host function frees it */
-    } else {
-        /* Batches of one communicator finish in issue order, so tickets
-         * only grow; the comparison keeps that true across wrap-around. */
-        uint32_t cur = atomic_load_explicit(l->d->ticket, memory_order_relaxed);
-        if ((int32_t)(l->ticket - cur) > 0) atomic_store_explicit(l->d->ticket, l->ticket, memory_order_release);
-    }
+    for (size_t i = l->released; l->pipe && i < ccl__pipe_pieces(l->pipe); i++) ccl__stream_link_piece_release(l, i);
+    if (l->hw) atomic_store_explicit(&l->hw->go, 1, memory_order_release); /* the host function frees it */
+    else ticket_out(l->d, l->ticket);
     link_free(l);
 }

@@ -20,7 +20,8 @@
  * /proc; the one kernel that path launches (ccl_fold_*, device/fold_args.h)
  * runs on the stream's thread, built from the same element functions as
  * the real one (reduce/elem.h). CCL_SIM_FOLD_STALL=S makes that kernel
- * take S seconds more, a GPU that hangs for a while. Not simulated: other kernels, blocking
+ * take S seconds more, a GPU that hangs for a while; CCL_SIM_NO_MEMOPS=1 refuses
+ * stream memory operations, as a device without them does. Not simulated: other kernels, blocking
  * streams' order with the legacy default stream, several devices.
  */
 #define _GNU_SOURCE
@@ -396,12 +397,17 @@ API(CUresult, cuStreamWaitEvent, (void *stream, void *handle, unsigned flags)) {
     enqueue(stream_of(stream), (struct op){.kind = OP_WAIT_EVENT, .ev = ev, .seq = atomic_load(&ev->recorded)});
     return SUCCESS;
 }
+/* CCL_SIM_NO_MEMOPS: a device without stream memory operations (the
+ * library then waits and signals in host functions). */
+enum { NOT_SUPPORTED = 801 };
 API(CUresult, cuStreamWaitValue32_v2, (void *stream, CUdeviceptr addr, uint32_t value, unsigned flags)) {
+    if (getenv("CCL_SIM_NO_MEMOPS")) return NOT_SUPPORTED;
     if (flags != 0) return INVALID_VALUE; /* "greater or equal" only */
     enqueue(stream_of(stream), (struct op){.kind = OP_WAIT_GEQ, .word = (uint32_t *)(uintptr_t)addr, .value = value});
     return SUCCESS;
 }
 API(CUresult, cuStreamWriteValue32_v2, (void *stream, CUdeviceptr addr, uint32_t value, unsigned flags)) {
+    if (getenv("CCL_SIM_NO_MEMOPS")) return NOT_SUPPORTED;
     enqueue(stream_of(stream), (struct op){.kind = OP_WRITE, .word = (uint32_t *)(uintptr_t)addr, .value = value});
     return SUCCESS;
 }
