@@ -4,9 +4,11 @@
  * copied back, one after the other. Where a communicator may see device
  * buffers, a large all-reduce, broadcast or reduce runs instead as
  * pieces: contiguous ranges of its elements, each a host collective of
- * its own, so that the copies in of later pieces (on the staging stream)
- * and the copies out of earlier ones (on a second stream) overlap the
- * host's work on the current piece.
+ * its own, so that the copies in of later pieces and the copies out of
+ * earlier ones overlap the host's work on the current piece: on the
+ * staging stream and a second one for a call without a stream, on the
+ * call's own stream for a stream-ordered one (stream_link.c builds that
+ * order when the call is issued).
  *
  * The pieces are part of what the ranks run, so every rank cuts alike,
  * whatever its buffers: the cut is the communicator's (every rank's init
