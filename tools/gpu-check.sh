@@ -66,7 +66,7 @@ bench() {
         bench --ranks 2 -b 64M -e 64M -n 10 -w 3
     done
 } >"$logs/perf.log" 2>&1
-grep -E "^ +[0-9]+ |roofline|copy|gpu-check|pipelined_calls" "$logs/perf.log" | sed 's/^# rank 0: .*\(device_piece_bytes=[0-9]* pipelined_calls=[0-9]*\).*/#   \1/' | head -80
+grep -E "^ +[0-9]+ |roofline|copy|gpu-check|device_piece_bytes" "$logs/perf.log" | sed 's/^# rank 0: .*\(device_piece_bytes=[0-9]*\).*/#   \1/' | head -80
 
 # The torch backend's CUDA tensors, where this machine's python3 has a
 # CUDA torch: the extension builds against it and this build's libccl.

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "device/fold_args.h"
@@ -148,12 +149,25 @@ static struct stream *streams[MAX_STREAMS];
 static struct stream legacy_stream;
 static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void run_op(struct op *o) {
     switch (o->kind) {
-    case OP_COPY:
-        usleep(300); /* a copy takes a while: work that runs out of order shows */
+    case OP_COPY: {
+        /* A copy takes a while, so work that runs out of order shows; with
+         * CCL_SIM_COPY_GBPS, as long as a link of that speed takes (10 us
+         * and bytes / rate: a model of PCIe for timing the staging). */
+        const char *gbps = getenv("CCL_SIM_COPY_GBPS");
+        double t0 = now_s(), need = gbps ? 10e-6 + (double)o->bytes / (atof(gbps) * 1e9) : 300e-6;
         memcpy(o->dst, o->src, o->bytes);
+        double left = need - (now_s() - t0);
+        if (left > 0) usleep((useconds_t)(left * 1e6));
         break;
+    }
     case OP_WAIT_GEQ:
         while ((int32_t)(__atomic_load_n(o->word, __ATOMIC_ACQUIRE) - o->value) < 0) usleep(50);
         break;
@@ -325,6 +339,30 @@ API(CUresult, cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, vo
     uint64_t n = enqueue(st, (struct op){.kind = OP_COPY, .dst = reach(d), .src = reach(s), .bytes = bytes});
     if (!kind_of(d) || !kind_of(s)) wait_done(st, n); /* pageable: synchronous, the lock held meanwhile */
     pthread_mutex_unlock(&driver_lock);
+    return SUCCESS;
+}
+
+/* The synchronous copies and set and the device-to-device copy the
+ * benchmarks' --device uses (bench/common/device_mem.c). */
+API(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void *src, size_t bytes)) {
+    return cuMemcpyAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, NULL) == SUCCESS ? (drain(stream_of(NULL)), SUCCESS)
+                                                                              : UNKNOWN;
+}
+API(CUresult, cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t bytes)) {
+    return cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, NULL) == SUCCESS ? (drain(stream_of(NULL)), SUCCESS)
+                                                                              : UNKNOWN;
+}
+API(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, void *stream)) {
+    return cuMemcpyAsync(dst, src, bytes, stream);
+}
+API(CUresult, cuMemsetD8_v2, (CUdeviceptr dst, unsigned char v, size_t n)) {
+    drain(stream_of(NULL));
+    memset(reach((void *)(uintptr_t)dst), v, n);
+    return SUCCESS;
+}
+API(CUresult, cuDeviceGetName, (char *name, int len, int dev)) {
+    (void)dev;
+    snprintf(name, (size_t)len, "simulated GPU");
     return SUCCESS;
 }
 
