@@ -70,7 +70,7 @@ CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t
      * rank staged piece by piece */
     if (comm->device_piece_bytes)
         snprintf(gpu + gpu_at, sizeof gpu - (size_t)gpu_at, " device_piece_bytes=%zu pipelined_calls=%u",
-                 comm->device_piece_bytes, comm->pipelined_calls);
+                 comm->device_piece_bytes, __atomic_load_n(&comm->pipelined_calls, __ATOMIC_RELAXED));
     char zc[120] = "";
     size_t z = 0;
     /* one host: whether the ranks may read each other's buffers (init's

@@ -174,6 +174,9 @@ ccl_status_t ccl__pipe_start(struct ccl_comm *comm, const struct ccl__call *c, s
 
 const struct ccl__coll_args *ccl__pipe_args(const struct ccl__pipe *p) { return &p->host; }
 
+/* Read by ccl_comm_describe from any thread. */
+static void count_pipelined(struct ccl_comm *comm) { __atomic_fetch_add(&comm->pipelined_calls, 1, __ATOMIC_RELAXED); }
+
 struct piece_wait {
     struct ccl_comm *comm;
     const struct ccl__cu *cu;
@@ -202,6 +205,9 @@ ccl_status_t ccl__pipe_ready(struct ccl_comm *comm, struct ccl__pipe *p, size_t 
 
 ccl_status_t ccl__pipe_done(struct ccl_comm *comm, struct ccl__pipe *p, size_t piece) {
     if (p->link) {
+        /* counted before the stream may go on: a caller that synchronised
+         * with it then finds the call counted */
+        if (piece + 1 == p->pieces) count_pipelined(comm);
         ccl__stream_link_piece_release(p->link, piece);
         return CCL_OK;
     }
@@ -214,12 +220,12 @@ ccl_status_t ccl__pipe_done(struct ccl_comm *comm, struct ccl__pipe *p, size_t p
 ccl_status_t ccl__pipe_end(struct ccl_comm *comm, struct ccl__pipe *p, int ok) {
     if (!p) return CCL_OK;
     if (p->link) { /* the stream copies; the link frees p */
-        if (ok) comm->pipelined_calls++;
+        (void)ok;
         return CCL_OK;
     }
     ccl_status_t in = ccl__stream_drain(comm, p->in, 0, "copying device buffers in");
     ccl_status_t out = ccl__stream_drain(comm, p->out, 0, "copying results to device buffers");
-    if (ok && in == CCL_OK && out == CCL_OK) comm->pipelined_calls++;
+    if (ok && in == CCL_OK && out == CCL_OK) count_pipelined(comm);
     free(p);
     return in != CCL_OK ? in : out;
 }
