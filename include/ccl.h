@@ -239,7 +239,10 @@ CCL_API ccl_status_t ccl_comm_size(const ccl_comm_t *comm, int *size);
  * communicator is bound to a CUDA device (the device current at init, else
  * its first device buffer's or stream's): that device; gpu_resident_calls, only
  * where every rank shares one GPU: the calls that ran there as one kernel,
- * docs/cuda.md). Truncated to n bytes. */
+ * docs/cuda.md; device_piece_bytes and pipelined_calls, only where a rank
+ * had a CUDA context at init: the pieces large all-reduces, broadcasts and
+ * reduces run in, and the calls this rank staged piece by piece).
+ * Truncated to n bytes. */
 CCL_API ccl_status_t ccl_comm_describe(const ccl_comm_t *comm, char *buf, size_t n);
 
 /* Pins the calling thread to the core CCL_BIND=core pins this rank to (the
