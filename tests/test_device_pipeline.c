@@ -303,6 +303,55 @@ START_TEST(stream_ordered_pieces_on_a_simulated_gpu) {
 }
 END_TEST
 
+/* ---- ranks that disagree on a call the communicator cuts ----
+ * Rank 0 calls with a count that runs whole (two pieces exactly), the
+ * others with one more element (three pieces). Under CCL_CHECK=1 every
+ * rank fails the call with CCL_ERR_INVALID_USAGE naming the counts,
+ * before anything moves, and the next call, agreed, runs and is right.
+ * Without it the pieces themselves meet a count they did not expect:
+ * every rank fails, none hangs. */
+static int body_disagree(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    int checked = *(const int *)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    ccl_comm_t *g = NULL;
+    if (!t.fails) EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    size_t n = rank == 0 ? 32768 : 32769;
+    sim_ptr din = 0, dout = 0;
+    EXPECT(&t, sim.MemAlloc(&din, 100003 * 4) == 0 && sim.MemAlloc(&dout, 100003 * 4) == 0, "cuMemAlloc");
+    double t0 = harness_now();
+    ccl_status_t st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+    const char *err = ccl_comm_last_error(g);
+    EXPECT(&t, st < 0 && harness_now() - t0 < 20, "the disagreeing call returned %s after %.1f s",
+           ccl_status_string(st), harness_now() - t0);
+    if (!checked && n == 32769) /* a piece's error says which piece of what */
+        EXPECT(&t, strstr(err, "(piece 1 of 3 of this rank's call of 32769 elements"), "%s", err);
+    if (checked) {
+        EXPECT(&t, st == CCL_ERR_INVALID_USAGE && strstr(err, "count"), "%s: %s", ccl_status_string(st), err);
+        /* the communicator stays usable: an agreed call, checked */
+        unsigned char *bufs[4];
+        for (int b = 0; b < 4; b++) bufs[b] = malloc(100003 * 4);
+        check_one(&t, g, 1, K_AR, CCL_INT32, 100003, 0, rank, nranks, PIECE, bufs, din, dout);
+        for (int b = 0; b < 4; b++) free(bufs[b]);
+    }
+    fprintf(stderr, "[disagree] rank %d: %s: %s\n", rank, ccl_status_string(st), err);
+    sim.MemFree(din);
+    sim.MemFree(dout);
+    ccl_comm_destroy(g);
+    return t.fails;
+}
+
+START_TEST(pieces_when_ranks_disagree_on_the_count) {
+    int checked = _i == 0;
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_disagree, .arg = &checked,
+                              .deadline_s = 100, .ccl_timeout = "10", .lenient_destroy = !checked,
+                              .env = checked ? ENV " CCL_DEVICE_PIECE_BYTES=65536 CCL_CHECK=1"
+                                             : ENV " CCL_DEVICE_PIECE_BYTES=65536"};
+    util_run_clean(&run, 0, "ranks that disagree on a cut call's count (%s)", checked ? "CCL_CHECK=1" : "unchecked");
+}
+END_TEST
+
 /* ---- a rank killed during pipelined calls ---- */
 
 #define KILL_TIMEOUT_S 10
@@ -384,6 +433,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "pieces_on_a_simulated_gpu", pieces_on_a_simulated_gpu, 3, 250);
     util_add_loop_case(s, "pieces_when_ranks_differ", pieces_when_ranks_differ, 2, 250);
     util_add_loop_case(s, "stream_ordered_pieces_on_a_simulated_gpu", stream_ordered_pieces_on_a_simulated_gpu, 4, 250);
+    util_add_loop_case(s, "pieces_when_ranks_disagree_on_the_count", pieces_when_ranks_disagree_on_the_count, 2, 150);
     util_add_loop_case(s, "pipelined_kill_9", pipelined_kill_9, 2, 150);
     return s;
 }

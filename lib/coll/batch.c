@@ -149,14 +149,22 @@ static ccl_status_t run_cut(struct ccl_comm *comm, const struct ccl__call *c, si
     if (!pipe && c->piped) CCL_CHECK(ccl__pipe_start(comm, c, per, &pipe));
     const struct ccl__coll_args *a = pipe ? ccl__pipe_args(pipe) : &c->coll;
     ccl_status_t st = CCL_OK;
-    size_t count = a->id.count;
-    for (size_t i = 0, off = 0; st == CCL_OK && off < count; i++, off += per) {
+    size_t count = a->id.count, i = 0;
+    for (size_t off = 0; st == CCL_OK && off < count; i++, off += per) {
         if (pipe) st = ccl__pipe_ready(comm, pipe, i);
         struct ccl__coll_args piece = piece_of(a, off, count - off < per ? count - off : per);
         if (st == CCL_OK) st = run_coll(comm, &piece);
         if (st == CCL_OK && pipe) st = ccl__pipe_done(comm, pipe, i);
     }
     ccl_status_t end = ccl__pipe_end(comm, pipe, st == CCL_OK);
+    if (st < 0) {
+        /* a piece's error names the piece's count: say which piece of what */
+        char was[CCL__ERR_BYTES];
+        snprintf(was, sizeof was, "%s", ccl_comm_last_error(comm));
+        ccl__replace_error(comm, st, "%s (piece %zu of %zu of this rank's call of %zu elements: calls this large "
+                           "run in pieces of %zu elements on a communicator with a CUDA context, CCL_DEVICE_PIECE_BYTES)",
+                           was, i, (count + per - 1) / per, count, per);
+    }
     return st < 0 ? st : end;
 }
 
