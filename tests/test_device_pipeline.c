@@ -367,9 +367,28 @@ static void *kill_self_later(void *arg) {
 /* Pipelined all-reduces until one fails: the survivors' call fails with
  * the peer named within the timeout, their next call at once, and their
  * streams end idle (destroy frees them). */
+struct kill_case {
+    int victim;
+    int on_stream; /* stream-ordered calls: the survivors' stream must go on past the failure */
+};
+
+/* One all-reduce, waited for: on a stream, the stream synchronised and
+ * the communicator's asynchronous error read. */
+static ccl_status_t kill_call(ccl_comm_t *g, sim_ptr din, sim_ptr dout, size_t n, void *stream, int on_stream) {
+    void *in = (void *)(uintptr_t)din, *out = (void *)(uintptr_t)dout;
+    if (!on_stream) return ccl_all_reduce(in, out, n, CCL_INT32, CCL_SUM, g);
+    ccl_status_t st = ccl_all_reduce_stream(in, out, n, CCL_INT32, CCL_SUM, g, stream);
+    if (st != CCL_OK) return st;
+    sim.StreamSynchronize(stream);
+    ccl_status_t err = CCL_OK;
+    st = ccl_comm_get_async_error(g, &err);
+    return st != CCL_OK ? st : err;
+}
+
 static int body_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     (void)nranks;
-    int victim = *(const int *)arg;
+    const struct kill_case *kc = arg;
+    int victim = kc->victim;
     struct harness_tally t = {.rank = rank};
     sim_open(&t);
     ccl_comm_t *g = NULL;
@@ -378,6 +397,8 @@ static int body_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     size_t n = 100003;
     sim_ptr din = 0, dout = 0;
     EXPECT(&t, sim.MemAlloc(&din, n * 4) == 0 && sim.MemAlloc(&dout, n * 4) == 0, "cuMemAlloc");
+    void *stream = NULL;
+    if (kc->on_stream) EXPECT(&t, sim.StreamCreate(&stream, 1) == 0, "cuStreamCreate");
     ccl_status_t st = CCL_OK;
     int calls = 0;
     double failed_at = 0, end = harness_now() + 60;
@@ -386,7 +407,7 @@ static int body_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
         if (rank == victim && calls == 3 &&
             pthread_create(&th, NULL, kill_self_later, (void *)(uintptr_t)(500 + getpid() % 5 * 700)) != 0)
             raise(SIGKILL);
-        st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+        st = kill_call(g, din, dout, n, stream, kc->on_stream);
         if (st != CCL_OK) failed_at = harness_now();
         calls++;
     }
@@ -398,12 +419,14 @@ static int body_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     EXPECT(&t, described(g, "pipelined_calls=") >= 3, "pipelined_calls=%ld before the death",
            described(g, "pipelined_calls="));
     double t0 = harness_now();
-    ccl_status_t later = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
+    ccl_status_t later = kill_call(g, din, dout, n, stream, kc->on_stream);
     EXPECT(&t, later < 0 && harness_now() - t0 < 5, "the next call returned %s after %.1f s",
            ccl_status_string(later), harness_now() - t0);
-    fprintf(stderr, "[pipeline kill] rank %d: %s %.3f s after the death, call %d: %s\n", rank,
-            ccl_status_string(st), failed_at - *death_time, calls, ccl_comm_last_error(g));
+    fprintf(stderr, "[pipeline kill%s] rank %d: %s %.3f s after the death, call %d: %s\n",
+            kc->on_stream ? ", on a stream" : "", rank, ccl_status_string(st), failed_at - *death_time, calls,
+            ccl_comm_last_error(g));
     ccl_comm_destroy(g);
+    if (stream) sim.StreamDestroy(stream);
     sim.MemFree(din);
     sim.MemFree(dout);
     return t.fails;
@@ -411,16 +434,18 @@ static int body_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 
 START_TEST(pipelined_kill_9) {
     static const int victims[] = {0, 2};
-    int victim = victims[_i];
+    int victim = victims[_i % 2];
+    struct kill_case kc = {victim, _i >= 2};
     death_time = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_msg(death_time != MAP_FAILED, "mmap");
     *death_time = 0;
     char timeout[8];
     snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
-    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_kill, .arg = &victim, .deadline_s = 120,
+    struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_kill, .arg = &kc, .deadline_s = 120,
                               .ccl_timeout = timeout, .lenient_destroy = 1,
                               .env = ENV " CCL_DEVICE_PIECE_BYTES=65536"};
-    util_run_clean(&run, 1ull << victim, "kill -9 of rank %d during pipelined calls", victim);
+    util_run_clean(&run, 1ull << victim, "kill -9 of rank %d during pipelined calls%s", victim,
+                   kc.on_stream ? " on a stream" : "");
     int vs = run.status[victim];
     ck_assert_msg(WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL, "the victim (rank %d) did not die of SIGKILL (0x%x)",
                   victim, vs);
@@ -434,7 +459,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "pieces_when_ranks_differ", pieces_when_ranks_differ, 2, 250);
     util_add_loop_case(s, "stream_ordered_pieces_on_a_simulated_gpu", stream_ordered_pieces_on_a_simulated_gpu, 4, 250);
     util_add_loop_case(s, "pieces_when_ranks_disagree_on_the_count", pieces_when_ranks_disagree_on_the_count, 2, 150);
-    util_add_loop_case(s, "pipelined_kill_9", pipelined_kill_9, 2, 150);
+    util_add_loop_case(s, "pipelined_kill_9", pipelined_kill_9, 4, 150);
     return s;
 }
 

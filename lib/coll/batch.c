@@ -157,8 +157,8 @@ static ccl_status_t run_cut(struct ccl_comm *comm, const struct ccl__call *c, si
         if (st == CCL_OK && pipe) st = ccl__pipe_done(comm, pipe, i);
     }
     ccl_status_t end = ccl__pipe_end(comm, pipe, st == CCL_OK);
-    if (st < 0) {
-        /* a piece's error names the piece's count: say which piece of what */
+    if (st == CCL_ERR_INVALID_USAGE) {
+        /* a piece's mismatch names the piece's count: say which piece of what */
         char was[CCL__ERR_BYTES];
         snprintf(was, sizeof was, "%s", ccl_comm_last_error(comm));
         ccl__replace_error(comm, st, "%s (piece %zu of %zu of this rank's call of %zu elements: calls this large "
