@@ -2,6 +2,7 @@
  * operation (a single call, or everything a group recorded for that
  * communicator), queued on the executor or inline. Which calls form a
  * batch, and how it is dispatched, is issue.c's. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,7 +161,9 @@ static ccl_status_t run_cut(struct ccl_comm *comm, const struct ccl__call *c, si
     if (st == CCL_ERR_INVALID_USAGE) {
         /* a piece's mismatch names the piece's count: say which piece of what */
         char was[CCL__ERR_BYTES];
-        snprintf(was, sizeof was, "%s", ccl_comm_last_error(comm));
+        pthread_mutex_lock(&comm->err_lock);
+        memcpy(was, comm->last_error, sizeof was);
+        pthread_mutex_unlock(&comm->err_lock);
         ccl__replace_error(comm, st, "%s (piece %zu of %zu of this rank's call of %zu elements: calls this large "
                            "run in pieces of %zu elements on a communicator with a CUDA context, CCL_DEVICE_PIECE_BYTES)",
                            was, i, (count + per - 1) / per, count, per);
