@@ -152,7 +152,9 @@ static ccl_status_t queue_ready_word(struct ccl_comm *comm, const struct ccl__cu
     int w = take_word(TICKET_WORDS, TICKET_WORDS + READY_WORDS);
     pthread_mutex_unlock(&words_lock);
     if (w < 0)
-        return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "ordering a stream: more than %d stream-ordered batches in flight",
+        return ccl__set_error(comm, CCL_ERR_NO_MEMORY,
+                              "ordering a stream: more than %d stream-ordered batches, or pieces of large calls "
+                              "(CCL_DEVICE_PIECE_BYTES), in flight in this process",
                               READY_WORDS);
     _Atomic uint32_t *word = &words[w];
     atomic_store(word, 0);
