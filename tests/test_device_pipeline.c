@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "kill_later.h"
 #include "ref.h"
 #include "sim_gpu.h"
 #include "util.h"
@@ -355,14 +356,7 @@ END_TEST
 /* ---- a rank killed during pipelined calls ---- */
 
 #define KILL_TIMEOUT_S 10
-static volatile double *death_time; /* shared by the ranks: when the victim died */
 
-static void *kill_self_later(void *arg) {
-    usleep((useconds_t)(uintptr_t)arg);
-    *death_time = harness_now();
-    raise(SIGKILL);
-    return NULL;
-}
 
 /* Pipelined all-reduces until one fails: the survivors' call fails with
  * the peer named within the timeout, their next call at once, and their
@@ -405,7 +399,7 @@ static int body_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     pthread_t th;
     while (st == CCL_OK && harness_now() < end) {
         if (rank == victim && calls == 3 &&
-            pthread_create(&th, NULL, kill_self_later, (void *)(uintptr_t)(500 + getpid() % 5 * 700)) != 0)
+            pthread_create(&th, NULL, kill_self_after, (void *)(uintptr_t)(500 + getpid() % 5 * 700)) != 0)
             raise(SIGKILL);
         st = kill_call(g, din, dout, n, stream, kc->on_stream);
         if (st != CCL_OK) failed_at = harness_now();
@@ -436,9 +430,7 @@ START_TEST(pipelined_kill_9) {
     static const int victims[] = {0, 2};
     int victim = victims[_i % 2];
     struct kill_case kc = {victim, _i >= 2};
-    death_time = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_msg(death_time != MAP_FAILED, "mmap");
-    *death_time = 0;
+    death_time_share();
     char timeout[8];
     snprintf(timeout, sizeof timeout, "%d", KILL_TIMEOUT_S);
     struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_kill, .arg = &kc, .deadline_s = 120,
@@ -449,7 +441,7 @@ START_TEST(pipelined_kill_9) {
     int vs = run.status[victim];
     ck_assert_msg(WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL, "the victim (rank %d) did not die of SIGKILL (0x%x)",
                   victim, vs);
-    munmap((void *)death_time, sizeof(double));
+    death_time_unshare();
 }
 END_TEST
 

@@ -26,6 +26,7 @@
 #include "container.h"
 #include "gpu_resident_calls.h"
 #include "harness.h"
+#include "kill_later.h"
 #include "ref.h"
 #include "sim_gpu.h"
 #include "util.h"
@@ -606,13 +607,6 @@ END_TEST
  * must see CCL_ERR_REMOTE (or a timeout) within CCL_TIMEOUT + 5 s, and its
  * next call must fail at once. */
 #define GPU_KILL_TIMEOUT_S 10
-static volatile double *death_time; /* shared by the ranks: when the victim died */
-static void *die_soon(void *arg) {
-    usleep((useconds_t)(uintptr_t)arg);
-    *death_time = harness_now();
-    raise(SIGKILL);
-    return NULL;
-}
 
 static int body_gpu_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     int victim = *(const int *)arg;
@@ -630,7 +624,7 @@ static int body_gpu_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     while (st == CCL_OK && harness_now() < end) {
         pthread_t th;
         if (rank == victim && calls == 4 &&
-            pthread_create(&th, NULL, die_soon, (void *)(uintptr_t)(200 + getpid() % 7 * 400)) != 0)
+            pthread_create(&th, NULL, kill_self_after, (void *)(uintptr_t)(200 + getpid() % 7 * 400)) != 0)
             raise(SIGKILL);
         st = ccl_all_reduce((void *)(uintptr_t)din, (void *)(uintptr_t)dout, n, CCL_INT32, CCL_SUM, g);
         if (st != CCL_OK) seen = harness_now();
@@ -654,9 +648,7 @@ static int body_gpu_kill(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(gpu_resident_kill_9) {
     static const int victims[] = {0, 2};
     int victim = victims[_i];
-    death_time = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_msg(death_time != MAP_FAILED, "mmap");
-    *death_time = 0;
+    death_time_share();
     char timeout[8];
     snprintf(timeout, sizeof timeout, "%d", GPU_KILL_TIMEOUT_S);
     struct harness_run run = {.nranks = 3, .transport = "shm", .body = body_gpu_kill, .arg = &victim,
@@ -666,7 +658,7 @@ START_TEST(gpu_resident_kill_9) {
     int vs = run.status[victim];
     ck_assert_msg(WIFSIGNALED(vs) && WTERMSIG(vs) == SIGKILL, "the victim (rank %d) did not die of SIGKILL (0x%x)",
                   victim, vs);
-    munmap((void *)death_time, sizeof(double));
+    death_time_unshare();
 }
 END_TEST
 

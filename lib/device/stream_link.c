@@ -66,7 +66,6 @@ struct host_wait {
 struct ccl__stream_link {
     struct ccl__device_state *d;
     _Atomic uint32_t *ready; /* a ready word: the batch runs once the stream has set it */
-    int ready_queued;        /* the stream will set it */
     uint32_t ticket;         /* the stream goes on once the ticket word reaches it */
     struct host_wait *hw;    /* instead, where the stream waits in a host function */
     /* A call staged piece by piece (pipeline.h): piece i runs once the
@@ -165,13 +164,6 @@ static ccl_status_t queue_ready_word(struct ccl_comm *comm, const struct ccl__cu
         return ccl__device_fail(comm, r, "cuLaunchHostFunc", "ordering a stream");
     }
     *out = word;
-    return CCL_OK;
-}
-
-static ccl_status_t ready_word(struct ccl_comm *comm, const struct ccl__cu *cu, struct ccl__stream_link *l,
-                               CUstream stream) {
-    CCL_CHECK(queue_ready_word(comm, cu, stream, &l->ready));
-    l->ready_queued = 1;
     return CCL_OK;
 }
 
@@ -307,7 +299,7 @@ ccl_status_t ccl__stream_link_new(struct ccl_comm *comm, void *stream, struct cc
     if (st == CCL_OK) st = ccl__stage_on_stream_in(comm, calls, n, stream, &stage);
     if (st == CCL_OK) {
         l->d = d;
-        st = ready_word(comm, cu, l, stream);
+        st = queue_ready_word(comm, cu, stream, &l->ready);
     }
     if (st == CCL_OK) {
         l->ticket = atomic_fetch_add(&d->issued, 1) + 1;
