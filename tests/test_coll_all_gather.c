@@ -70,7 +70,10 @@ static const struct matrix_algo algos[] = {
     {"allgather:ring", NULL, NULL, NULL}, {"allgather:bruck", NULL, NULL, NULL}, {"allgather:rd", pow2_configs, NULL, NULL},
     {"allgather:direct", matrix_one_host_configs, NULL, NULL}, {"allgather:single_copy", matrix_one_host_multi_configs, NULL, NULL},
     /* outputs written past the caches from any byte, in the least window */
-    {"allgather:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"}};
+    {"allgather:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"},
+    /* the ring's outputs written past the caches from any byte, in a chunk
+     * of no power of two (unaligned heads and tails) */
+    {"allgather:ring", NULL, "4160", "CCL_STREAM_OUTPUT_BYTES=1"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(all_gather_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_gather", NULL); }

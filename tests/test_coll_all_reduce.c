@@ -169,7 +169,10 @@ static const struct matrix_algo algos[] = {
     {"allreduce:tree", NULL, "4160", NULL}, {"allreduce:ring", NULL, "4160", NULL}, {"allreduce:rhd", NULL, "4160", NULL},
     /* every output written past the caches from any byte (unaligned heads
      * and tails), in the least window (many rounds) */
-    {"allreduce:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"}};
+    {"allreduce:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"},
+    /* the ring's outputs written past the caches from any byte, in a chunk
+     * of no power of two (unaligned heads and tails) */
+    {"allreduce:ring", NULL, "4160", "CCL_STREAM_OUTPUT_BYTES=1"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(all_reduce_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "all_reduce", NULL); }

@@ -79,7 +79,10 @@ static const struct matrix_algo algos[] = {
     /* a chunk of no power of two, so pieces never line up with blocks or slots */
     {"broadcast:ring", NULL, "4160", NULL},
     /* outputs written past the caches from any byte, in the least window */
-    {"broadcast:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"}};
+    {"broadcast:direct", matrix_one_host_multi_configs, NULL, "CCL_STREAM_OUTPUT_BYTES=1 CCL_DIRECT_WINDOW_BYTES=65536"},
+    /* the ring's outputs written past the caches from any byte, in a chunk
+     * of no power of two (unaligned heads and tails) */
+    {"broadcast:ring", NULL, "4160", "CCL_STREAM_OUTPUT_BYTES=1"}};
 #define NALGOS ((int)(sizeof algos / sizeof algos[0]))
 
 START_TEST(broadcast_algos) { matrix_run_algo(_i, algos, NALGOS, body_matrix, "broadcast", NULL); }

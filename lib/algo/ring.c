@@ -43,6 +43,7 @@ struct ring {
     int div;
     int in_recvbuf;   /* reduce-scatter results and all-gather inputs sit at their block in recvbuf */
     size_t zc_bytes;  /* blocks this large gather whole (gather_blocks); 0: never */
+    uint8_t stream;   /* the all-gather half writes its blocks past the caches (out_streams) */
 };
 
 static const char *at_elem(const void *buf, size_t elems, size_t esize) { return (const char *)buf + elems * esize; }
@@ -119,16 +120,20 @@ static ccl_status_t round_ag(struct ring *R, size_t j, int first_step_done) {
         /* in_recvbuf: this rank's block is already in place; send it from there */
         const char *src = R->in_recvbuf ? rblk(R, P, j) : at_elem(R->a->sendbuf, j * R->p.chunk_elems, R->p.esize);
         CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.src = src, .dst = R->in_recvbuf ? NULL : rblk(R, P, j),
-                                                             .n = n, .nsend = 1, .send = {R->next}}));
+                                                             .n = n, .nsend = 1, .send = {R->next},
+                                                             .stream_dst = R->stream}));
     }
     for (int k = 1; k <= N - 2; k++) {
         at(R, P - k, j, AG, base + k - 1, AG, base + k);
         if ((n = slice_n(R, P - k, j)))
             CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.dst = rblk(R, P - k, j), .n = n, .nrecv = 1,
-                                                                 .recv = {R->prev}, .nsend = 1, .send = {R->next}}));
+                                                                 .recv = {R->prev}, .nsend = 1, .send = {R->next},
+                                                                 .stream_dst = R->stream}));
     }
     at(R, P + 1, j, AG, base + N - 2, AG, -1);
-    if ((n = slice_n(R, P + 1, j))) CCL_CHECK(ccl__prims_recv(&R->p, R->prev, rblk(R, P + 1, j), n));
+    if ((n = slice_n(R, P + 1, j)))
+        CCL_CHECK(ccl__prims_step(&R->p, &(struct ccl__step){.dst = rblk(R, P + 1, j), .n = n, .nrecv = 1,
+                                                             .recv = {R->prev}, .stream_dst = R->stream}));
     return CCL_OK;
 }
 
@@ -167,6 +172,16 @@ static ccl_status_t gather_blocks(struct ring *R, int own_from_sendbuf, int base
     return CCL_OK;
 }
 
+/* Whether the all-gather half writes recvbuf past the caches: where the
+ * output is larger than they hold (comm->stream_bytes, as the direct
+ * path's), unless this rank read those lines earlier in the call (an
+ * all-reduce in place sent its input's blocks from there). */
+static int out_streams(const struct ring *R, const struct ccl__coll_args *a, enum phase ph) {
+    if (ph == RS_ONLY || a->mem != CCL__MEM_HOST || (ph == RS_THEN_AG && a->sendbuf == a->recvbuf)) return 0;
+    size_t out = (ph == RS_THEN_AG ? a->id.count : a->id.count * (size_t)R->n) * R->p.esize;
+    return out >= R->comm->stream_bytes;
+}
+
 static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, enum phase ph, int split) {
     struct ccl_comm *comm = R->comm;
     R->a = a;
@@ -177,6 +192,7 @@ static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, 
      * all_gather's recvbuf already are N blocks of count. */
     if (split) R->B = (struct blocks){a->id.count / (size_t)R->n, a->id.count % (size_t)R->n};
     else R->B = (struct blocks){a->id.count, 0};
+    R->stream = (uint8_t)out_streams(R, a, ph);
     size_t maxlen = block_len(&R->B, 0);
     size_t rounds = (maxlen + R->p.chunk_elems - 1) / R->p.chunk_elems;
     /* Every rank sees the same blocks and zc_bytes, so all decide alike. */
@@ -220,6 +236,9 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
     CCL_CHECK(ccl__prims_init(&p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     size_t es = p.esize, count = a->id.count;
     int div = a->id.op == CCL_AVG && reduce ? N : 0;
+    /* a broadcast's receivers write recvbuf past the caches once it is
+     * larger than they hold (out_streams) */
+    uint8_t stream = !reduce && a->mem == CCL__MEM_HOST && count * es >= comm->stream_bytes;
     for (size_t off = 0; off < count; off += p.chunk_elems) {
         size_t n = count - off < p.chunk_elems ? count - off : p.chunk_elems;
         const char *src = a->sendbuf ? at_elem(a->sendbuf, off, es) : NULL;
@@ -233,7 +252,7 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
         /* the first rank only sends, the last only receives */
         struct ccl__step s = {.src = src, .dst = P == last || !reduce ? dst : NULL, .n = n, .nrecv = P != first,
                               .recv = {prev}, .nsend = P != last, .send = {next}, .reduce = (uint8_t)reduce,
-                              .div = P == last ? div : 0};
+                              .div = P == last ? div : 0, .stream_dst = stream};
         if (!reduce && P != first) s.src = NULL;
         CCL_CHECK(ccl__prims_step(&p, &s));
     }

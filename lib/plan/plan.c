@@ -250,18 +250,31 @@ size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int ra
     return used < mapped ? used : mapped;
 }
 
-/* The output size from which the direct path writes results past the
- * caches (non-temporal stores): twice what the second-level caches of the
- * cores the host's ranks run on hold, where the output leaves them anyway
- * and a normal store would first read each line from memory. Measured on
- * the 2-core development machine (2 MiB L2 each), 4 ranks, direct
- * all-reduce out of place: 1.15-1.25x at 16 and 64 MiB, level at 4 MiB. */
+/* The output size from which the direct path and the ring write results
+ * past the caches (non-temporal stores), where the output leaves them
+ * anyway and a normal store would first read each line from memory:
+ * when the host's ranks' outputs together exceed 16 times the
+ * second-level caches of the cores they run on (what the shared cache
+ * keeps of a call, on the 2-core development machine, whose 480 MiB
+ * last-level cache is the host's, not this machine's: 2 MiB L2 a core).
+ * Measured there, out of place, streamed against normal stores, medians
+ * of 3 alternations (bench/NOTES.md): 2 ranks, all-gather 0.85-0.9x at
+ * 16 MiB, level (ring) and 1.2-1.4x (direct) at 32 MiB, 1.2-1.3x at
+ * 64 MiB; all-reduce level at 16 MiB, 1.13x (ring) at 32 MiB; 4 ranks,
+ * all-gather and all-reduce level at 8 MiB, 1.15-1.5x from 16 MiB. So
+ * 32 MiB outputs on 2 ranks, 16 MiB on 4 (twice the L2s was the rule
+ * before, and cost 2-rank 16 MiB calls 10%). */
 size_t ccl__plan_stream_bytes(int n, const struct ccl__peer_info *peers, int rank) {
     long fixed = ccl__params_get()->stream_output_bytes;
     if (fixed == 0) return SIZE_MAX;
     if (fixed > 0) return (size_t)fixed;
-    size_t l2 = host_l2_bytes(n, peers, rank);
-    return l2 ? 2 * l2 : SIZE_MAX; /* caches unknown: never */
+    uint32_t l2_kib = UINT32_MAX;
+    for (int r = 0; r < n; r++)
+        if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
+    int index, ranks = ccl__plan_machine_ranks_of(n, peers, rank, &index);
+    int cpus = ccl__plan_machine_cpus(n, peers, rank), cores = ranks < cpus ? ranks : cpus;
+    if (l2_kib == UINT32_MAX || l2_kib == 0 || cores <= 0) return SIZE_MAX; /* caches unknown: never */
+    return 16 * (size_t)cores * l2_kib * 1024 / (size_t)ranks;
 }
 
 ccl_status_t ccl__plan_direct(struct ccl_comm *comm) {

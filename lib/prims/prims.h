@@ -147,6 +147,10 @@ struct ccl__step {
     int send[CCL__STEP_MAX_PEERS];
     uint8_t reduce;
     uint8_t src_last;
+    /* dst is output that nobody reads again soon (a large call's, past
+     * the caches): a step that only copies writes it past them, and fills
+     * its send slots from the copy's source, still in the caches. */
+    uint8_t stream_dst;
     int div;
 };
 

@@ -198,11 +198,18 @@ static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct
     size_t boff = off * p->esize, bytes = n * p->esize;
     char *t = (char *)target + boff;
     const char *src = s->src ? (const char *)s->src + boff : NULL;
+    /* Where the sends copy from: the result, or where a streamed copy
+     * read it (the result itself went past the caches). */
+    const char *result = t;
+    int stream = s->stream_dst && cu->copy_streaming && target == s->dst && (s->nrecv == 0 || !s->reduce) &&
+                 s->div <= 1;
     if (s->nrecv == 0) {
-        if (t != src) cu->copy(t, src, bytes);
+        if (t != src) (stream ? cu->copy_streaming : cu->copy)(t, src, bytes);
+        if (stream) result = src;
     } else if (!s->reduce) {
         const char *in = (const char *)st->in[0] + boff;
-        if (t != in) cu->copy(t, in, bytes); /* the transport may have put it in place */
+        if (t != in) (stream ? cu->copy_streaming : cu->copy)(t, in, bytes); /* the transport may have put it in place */
+        if (stream) result = in;
     } else {
         const void *ops[CCL__STEP_MAX_PEERS + 1] = {0};
         int k = 0;
@@ -215,7 +222,7 @@ static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct
     }
     if (s->div > 1) cu->divide(t, n, p->id.dtype, s->div);
     for (int i = 0; i < s->nsend; i++)
-        if (!(st->direct >> i & 1) && st->out[i] != target) cu->copy((char *)st->out[i] + boff, t, bytes);
+        if (!(st->direct >> i & 1) && st->out[i] != target) cu->copy((char *)st->out[i] + boff, result, bytes);
 }
 
 /* Where the step's result lies in the caller's memory once computed (dst,
