@@ -466,6 +466,39 @@ START_TEST(direct_window_fits_the_caches) {
 }
 END_TEST
 
+/* The output size from which outputs are written past the caches: the
+ * host's ranks' outputs together at 16 times the L2 of the cores they run
+ * on (ranks beyond the cores share them); the smallest L2 counts; only
+ * this rank's machine's ranks; never where a rank's L2 is unknown
+ * (CCL_STREAM_OUTPUT_BYTES, which overrides it, is the correctness
+ * matrices' way to stream every output). */
+START_TEST(stream_output_bytes) {
+    static const struct {
+        int n, machines, ncores;
+        uint32_t l2_kib;
+        size_t want;
+    } cases[] = {{2, 1, 2, 2048, 32u << 20}, {4, 1, 2, 2048, 16u << 20}, {8, 1, 2, 2048, 8u << 20},
+                 {2, 1, 64, 2048, 32u << 20}, {8, 2, 2, 2048, 16u << 20}, {3, 1, 4, 1024, 16u << 20},
+                 {2, 1, 2, 0, SIZE_MAX}};
+    struct table *T = malloc(sizeof *T);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memset(T, 0, sizeof *T);
+        for (int r = 0; r < cases[c].n; r++) {
+            machine_peer(&T->peers[r], r % cases[c].machines, -1, cases[c].ncores);
+            T->peers[r].topo.l2_kib = cases[c].l2_kib;
+        }
+        for (int r = 0; r < cases[c].n; r++) {
+            size_t got = ccl__plan_stream_bytes(cases[c].n, T->peers, r);
+            ck_assert_msg(got == cases[c].want, "case %zu, rank %d: %zu bytes, want %zu", c, r, got, cases[c].want);
+        }
+    }
+    memset(T, 0, sizeof *T);
+    for (int r = 0; r < 2; r++) machine_peer(&T->peers[r], 0, -1, 2), T->peers[r].topo.l2_kib = r ? 512 : 2048;
+    ck_assert_uint_eq(ccl__plan_stream_bytes(2, T->peers, 0), 8u << 20); /* 16 x 2 x 512 KiB / 2 */
+    free(T);
+}
+END_TEST
+
 /* The cores the model's shape sees: 8 ranks a launcher bound round robin
  * to 2 cores, in the ring the planner orders, load each core with one rank
  * receiving from the other core and three from their own; the same ranks
@@ -624,6 +657,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, ranks_per_cpu);
     tcase_add_test(tc, direct_window_fits_the_caches);
     tcase_add_test(tc, direct_window_agreed);
+    tcase_add_test(tc, stream_output_bytes);
     tcase_add_test(tc, core_load_from_places);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "ring_follows_launcher_binding", ring_follows_launcher_binding, 1, 60);

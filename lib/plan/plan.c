@@ -252,18 +252,17 @@ size_t ccl__plan_direct_window(int n, const struct ccl__peer_info *peers, int ra
 
 /* The output size from which the direct path and the ring write results
  * past the caches (non-temporal stores), where the output leaves them
- * anyway and a normal store would first read each line from memory:
- * when the host's ranks' outputs together exceed 16 times the
- * second-level caches of the cores they run on (what the shared cache
- * keeps of a call, on the 2-core development machine, whose 480 MiB
- * last-level cache is the host's, not this machine's: 2 MiB L2 a core).
- * Measured there, out of place, streamed against normal stores, medians
- * of 3 alternations (bench/NOTES.md): 2 ranks, all-gather 0.85-0.9x at
- * 16 MiB, level (ring) and 1.2-1.4x (direct) at 32 MiB, 1.2-1.3x at
- * 64 MiB; all-reduce level at 16 MiB, 1.13x (ring) at 32 MiB; 4 ranks,
- * all-gather and all-reduce level at 8 MiB, 1.15-1.5x from 16 MiB. So
- * 32 MiB outputs on 2 ranks, 16 MiB on 4 (twice the L2s was the rule
- * before, and cost 2-rank 16 MiB calls 10%). */
+ * anyway and a normal store would first read each line from memory: when
+ * the host's ranks' outputs together reach 16 times the second-level
+ * caches of the cores they run on. The last-level cache a machine reports
+ * may be shared with others (the 2-core development machine, 2 MiB L2 a
+ * core, reports 480 MiB), so the rule is fitted there. Measured out of
+ * place, streamed against normal stores, 3 alternations (bench/NOTES.md):
+ * 2 ranks, all-gather 0.85-0.9x at 16 MiB, level (ring) and 1.2-1.4x
+ * (direct) at 32 MiB, 1.2-1.3x at 64 MiB; all-reduce level at 16 MiB,
+ * 1.13x (ring) at 32 MiB; 4 ranks, all-gather and all-reduce level at
+ * 8 MiB, 1.1-1.5x from 16 MiB. Hence 32 MiB outputs on 2 ranks, 16 MiB on
+ * 4 (twice the L2s, the rule before, cost 2-rank 16 MiB calls 10%). */
 size_t ccl__plan_stream_bytes(int n, const struct ccl__peer_info *peers, int rank) {
     long fixed = ccl__params_get()->stream_output_bytes;
     if (fixed == 0) return SIZE_MAX;
