@@ -32,8 +32,14 @@
  * bytes it must copy, however it moves them (S the benchmark's size):
  *   all-reduce  N x S (every input read, every output written): busbw
  *               (2(N-1)/N x S/t) at most 2(N-1)/N^2 x the cores' rate
- *   all-gather  (N-1) x S (each rank writes the N-1 blocks of the others):
- *               busbw ((N-1)/N x S/t) at most 1/N x the rate
+ *   all-gather  out of place, N x S (each rank writes its whole output):
+ *               busbw ((N-1)/N x S/t) at most (N-1)/N^2 x the rate of
+ *               the "gather" column, which writes an S buffer as N blocks
+ *               copied from one source of a block's size (an all-gather's
+ *               footprint, its own block in the caches: the fastest such
+ *               writes can come; memcpy or streaming stores, the faster);
+ *               in place, (N-1) x S (the N-1 blocks of the others): at
+ *               most 1/N x memcpy's rate
  *   broadcast   (N-1) x S (every rank but the root writes S): busbw (S/t)
  *               at most 1/(N-1) x the rate
  * In the caches (small S) these are far above what any library reaches:
@@ -201,13 +207,15 @@ static int report_copy(const int *cpus, int ncpus, const struct opts *o) {
 }
 
 static int report_per_size(const int *cpus, int ncpus, const struct opts *o) {
-    printf("#\n# per size: memcpy of buffers of that size, and the kernel's copy between processes, on min(N, cpus)\n"
-           "# cores at once (GB/s in all, median of %d runs); then the busbw no library can pass there, on any\n"
-           "# buffers: all-reduce 2(N-1)/N^2, all-gather 1/N and broadcast 1/(N-1) x memcpy (the kernel's copy\n"
-           "# is what reads of an ordinary buffer's bytes cost in one copy, not a bound: main.c says why; 0:\n"
-           "# refused here)\n",
+    printf("#\n# per size: memcpy of buffers of that size, the kernel's copy between processes, and an all-gather's\n"
+           "# writes (gather: a buffer of that size written as N blocks from one source of a block, memcpy or\n"
+           "# streaming stores, the faster), on min(N, cpus) cores at once (GB/s in all, median of %d runs);\n"
+           "# then the busbw no library can pass there, on any buffers: all-reduce 2(N-1)/N^2 x memcpy,\n"
+           "# all-gather out of place (N-1)/N^2 x gather, in place 1/N x memcpy, broadcast 1/(N-1) x memcpy\n"
+           "# (the kernel's copy is what reads of an ordinary buffer's bytes cost in one copy, not a bound:\n"
+           "# main.c says why; 0: refused here)\n",
            o->reps);
-    printf("#       size  ranks  cores   memcpy   kernel |  all-reduce all-gather broadcast\n");
+    printf("#       size  ranks  cores   memcpy   kernel   gather |  all-reduce all-gather ag-in-place broadcast\n");
     for (size_t sz = o->min; sz <= o->max; sz *= (size_t)o->factor) {
         double mem[ROOFLINE_MAX_CPUS + 1] = {0}, cma[ROOFLINE_MAX_CPUS + 1] = {0};
         for (int i = 0; i < o->nranks; i++) {
@@ -223,8 +231,14 @@ static int report_per_size(const int *cpus, int ncpus, const struct opts *o) {
                         sz);
                 return 3;
             }
-            printf("%12zu %6d %6d %8.2f %8.2f | %11.2f %10.2f %9.2f\n", sz, n, k, r, cma[k],
-                   2.0 * (n - 1) / ((double)n * n) * r, r / n, r / (n - 1));
+            double g = roofline_gather_gbps(cpus, k, sz, n, o->reps);
+            if (g <= 0) {
+                fprintf(stderr, "roofline: gathers of %zu bytes: a copying process could not run (out of memory?)\n",
+                        sz);
+                return 3;
+            }
+            printf("%12zu %6d %6d %8.2f %8.2f %8.2f | %11.2f %10.2f %11.2f %9.2f\n", sz, n, k, r, cma[k], g,
+                   2.0 * (n - 1) / ((double)n * n) * r, (n - 1) / ((double)n * n) * g, r / n, r / (n - 1));
             fflush(stdout);
         }
         if (sz > SIZE_MAX / (size_t)o->factor) break;

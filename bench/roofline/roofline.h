@@ -25,6 +25,14 @@ double roofline_copy_gbps(const int *cpus, int k, size_t bytes, int reps);
  * or a process could not be started. */
 double roofline_cma_gbps(const int *cpus, int k, size_t bytes, int reps);
 
+/* An all-gather's writes at their fastest: k processes, each writing a
+ * buffer of `bytes` of its own as nblocks blocks, each block copied from
+ * one source of a block's size, with memcpy and, in other runs, with
+ * streaming stores: the bytes written per second by all of them with the
+ * faster of the two (GB/s, median of `reps` runs each). 0 when a process
+ * could not be started. */
+double roofline_gather_gbps(const int *cpus, int k, size_t bytes, int nblocks, int reps);
+
 struct roofline_tcp {
     double one_way_gbps; /* one process sends, the other receives */
     double both_gbps;    /* each sends to and receives from the other at once: bytes one way per second */

@@ -290,8 +290,9 @@ roofline) # the machine's own figures: rows present and positive, every bound wh
       if (bad) { print "FAIL:" bad; exit 1 }
     }' "$tmp/out" || exit 1
   # --per-size: a row per size and rank count above 1 (size, ranks, cores, memcpy, the kernel's
-  # copy (0 where refused), "|", the all-reduce, all-gather and broadcast bounds, each its formula
-  # of the row's memcpy, and nothing after them)
+  # copy (0 where refused), the all-gather's writes, "|", the all-reduce, all-gather out of place
+  # and in place, and broadcast bounds, each its formula of the row's memcpy or gather figure, and
+  # nothing after them)
   run "$tmp/out" "$bin/$prog" --ranks 1,2,3,5 --copy-bytes 1M --reps 1 -b 4K -e 64K -f 4 --no-tcp --per-size
   [ $rc -eq 0 ] || die "--per-size: exit status $rc"
   awk -v cpus="$cpus" '
@@ -300,10 +301,11 @@ roofline) # the machine's own figures: rows present and positive, every bound wh
     /^#/ { next }
     on {
       n = $2; k = (n < cpus) ? n : cpus
-      if ($3 != k || $4 <= 0 || $5 < 0 || $6 != "|" || NF != 9) bad = bad " row-" $1 "-" n
-      if (off(2 * (n - 1) / (n * n) * $4, $7)) bad = bad " all-reduce-" $1 "-" n
-      if (off($4 / n, $8)) bad = bad " all-gather-" $1 "-" n
-      if (off($4 / (n - 1), $9)) bad = bad " broadcast-" $1 "-" n
+      if ($3 != k || $4 <= 0 || $5 < 0 || $6 <= 0 || $7 != "|" || NF != 11) bad = bad " row-" $1 "-" n
+      if (off(2 * (n - 1) / (n * n) * $4, $8)) bad = bad " all-reduce-" $1 "-" n
+      if (off((n - 1) / (n * n) * $6, $9)) bad = bad " all-gather-" $1 "-" n
+      if (off($4 / n, $10)) bad = bad " all-gather-in-place-" $1 "-" n
+      if (off($4 / (n - 1), $11)) bad = bad " broadcast-" $1 "-" n
       rows = rows " " $1 ":" n
     }
     END {
