@@ -9,7 +9,8 @@
  * buffers, in place and out, counts that cut into 2, 3, 7 and more than
  * the 64 pieces a call may have; ranks that disagree (one without a
  * context, on host buffers; pieces of different sizes asked for; a rank
- * that asks for whole calls); a rank killed during pipelined calls.
+ * that asks for whole calls); a rank killed during pipelined calls; a
+ * cut call's trace.
  */
 /* ctest: TIMEOUT 300 */
 #include <pthread.h>
@@ -447,6 +448,63 @@ START_TEST(pipelined_kill_9) {
 }
 END_TEST
 
+/* A cut call traces as one call: its pieces' events carry the call's
+ * number and their places in the call's buffers, so the trace's extent is
+ * the whole call, each byte of it reduced once a rank (a 2-rank ring),
+ * not its first piece's (each piece's events once started at offset 0). */
+static int body_trace(ccl_comm_t *comm, int rank, int nranks, void *arg) {
+    (void)arg;
+    struct harness_tally t = {.rank = rank};
+    sim_open(&t);
+    if (t.fails) return t.fails;
+    ccl_comm_t *g = NULL;
+    EXPECT_OK(&t, ccl_comm_split(comm, 0, rank, &g));
+    if (t.fails) return t.fails;
+    const size_t n = 16384 * 3 + 5, bytes = n * 4; /* 4 pieces */
+    unsigned char *bufs[4];
+    for (int b = 0; b < 4; b++) bufs[b] = malloc(bytes);
+    sim_ptr din = 0, dout = 0;
+    EXPECT(&t, sim.MemAlloc(&din, bytes) == 0 && sim.MemAlloc(&dout, bytes) == 0, "cuMemAlloc");
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/ccl-pipe-trace-%d.json", (int)getppid());
+    EXPECT_OK(&t, ccl_comm_trace_start(g));
+    check_one(&t, g, 1, K_AR, CCL_INT32, n, 0, rank, nranks, PIECE, bufs, din, dout);
+    EXPECT_OK(&t, ccl_comm_trace_stop(g, path));
+    EXPECT(&t, described(g, "pipelined_calls=") == 1, "pipelined_calls=%ld, expected 1", described(g, "pipelined_calls="));
+    if (rank == 0 && !t.fails) {
+        FILE *f = fopen(path, "r");
+        EXPECT(&t, f != NULL, "the trace %s was not written", path);
+        size_t reduced = 0, end = 0, events = 0;
+        char line[1024];
+        while (f && fgets(line, sizeof line, f)) {
+            const char *o = strstr(line, "\"offset\":"), *b = strstr(line, "\"bytes\":");
+            if (!o || !b || !strstr(line, "\"coll\":\"all_reduce\"")) continue;
+            unsigned long long off = strtoull(o + 9, NULL, 10), len = strtoull(b + 8, NULL, 10);
+            events++;
+            if (off + len > end) end = (size_t)(off + len);
+            if (strstr(line, "\"cat\":\"reduce\"") && strstr(line, "\"pid\":0,")) reduced += (size_t)len;
+        }
+        if (f) fclose(f);
+        EXPECT(&t, events > 0, "no all_reduce events in %s", path);
+        EXPECT(&t, end == bytes, "the traced all_reduce spans %zu bytes of the call's %zu", end, bytes);
+        EXPECT(&t, reduced == bytes / 2 || reduced == (bytes + 4) / 2 || reduced == (bytes - 4) / 2,
+               "rank 0 reduced %zu bytes in the trace, half of the call's %zu expected", reduced, bytes);
+        unlink(path);
+    }
+    sim.MemFree(din);
+    sim.MemFree(dout);
+    for (int b = 0; b < 4; b++) free(bufs[b]);
+    EXPECT_OK(&t, ccl_comm_destroy(g));
+    return t.fails;
+}
+
+START_TEST(pieces_trace_as_one_call) {
+    struct harness_run run = {.nranks = 2, .transport = "shm", .body = body_trace, .deadline_s = 100,
+                              .env = ENV " CCL_DEVICE_PIECE_BYTES=65536 CCL_ALGO=allreduce:ring"};
+    util_run_clean(&run, 0, "a pipelined call traced, 2 ranks over shm");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("device_pipeline");
     util_add_loop_case(s, "pieces_on_a_simulated_gpu", pieces_on_a_simulated_gpu, 3, 250);
@@ -454,6 +512,7 @@ static Suite *suite(void) {
     util_add_loop_case(s, "stream_ordered_pieces_on_a_simulated_gpu", stream_ordered_pieces_on_a_simulated_gpu, 4, 250);
     util_add_loop_case(s, "pieces_when_ranks_disagree_on_the_count", pieces_when_ranks_disagree_on_the_count, 2, 150);
     util_add_loop_case(s, "pipelined_kill_9", pipelined_kill_9, 4, 150);
+    util_add_loop_case(s, "pieces_trace_as_one_call", pieces_trace_as_one_call, 1, 100);
     return s;
 }
 

@@ -154,9 +154,11 @@ static ccl_status_t run_cut(struct ccl_comm *comm, const struct ccl__call *c, si
     for (size_t off = 0; st == CCL_OK && off < count; i++, off += per) {
         if (pipe) st = ccl__pipe_ready(comm, pipe, i);
         struct ccl__coll_args piece = piece_of(a, off, count - off < per ? count - off : per);
+        comm->trace_base = (uint64_t)off * ccl_dtype_size(a->id.dtype);
         if (st == CCL_OK) st = run_coll(comm, &piece);
         if (st == CCL_OK && pipe) st = ccl__pipe_done(comm, pipe, i);
     }
+    comm->trace_base = 0;
     ccl_status_t end = ccl__pipe_end(comm, pipe, st == CCL_OK);
     if (st == CCL_ERR_INVALID_USAGE) {
         /* a piece's mismatch names the piece's count: say which piece of what */

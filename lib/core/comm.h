@@ -197,6 +197,8 @@ struct ccl_comm {
 
     /* tracing (core/trace.h): NULL when off */
     struct ccl__trace *trace;
+    uint64_t trace_base;                /* bytes: where a cut call's running piece starts in the call's buffers,
+                                         * added to its trace offsets (coll/batch.c), so its pieces trace as one call */
     char trace_path[256];               /* where destroy writes it ("" = nowhere) */
 };
 

@@ -137,7 +137,7 @@ void ccl__prims_trace(struct ccl__prims *p, int kind, int peer, double t0, doubl
         .phase = recv_side ? p->tr.recv_phase : p->tr.send_phase,
         .transport = kind == CCL__TR_REDUCE ? CCL__TR_LOCAL : (uint8_t)ccl__transport_index(c->t), .peer = peer, .seq = p->trace_seq,
         .step = recv_side ? p->tr.recv_step : p->tr.send_step, .chunk = p->tr.chunk, .round = p->tr.round,
-        .offset = p->tr.offset, .bytes = bytes};
+        .offset = p->tr.offset + p->comm->trace_base, .bytes = bytes};
     if (kind == CCL__TR_SEND) e.link_seq = t->sent[peer]++;
     else if (kind == CCL__TR_RECV) e.link_seq = t->received[peer]++;
     ccl__trace_add(t, &e);
