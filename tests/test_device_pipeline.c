@@ -122,6 +122,15 @@ static int check_one(struct harness_tally *t, ccl_comm_t *g, int device, int kin
     return device && piece && n * 4 > 2 * (size_t)piece;
 }
 
+/* The end of a body: its device buffers (0: none), host buffers and
+ * communicator go. */
+static void release(struct harness_tally *t, ccl_comm_t *g, unsigned char **bufs, sim_ptr din, sim_ptr dout) {
+    if (din) sim.MemFree(din);
+    if (dout) sim.MemFree(dout);
+    for (int b = 0; b < 4; b++) free(bufs[b]);
+    EXPECT_OK(t, ccl_comm_destroy(g));
+}
+
 static int body_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     const struct cfg *cfg = (const struct cfg *)arg + rank;
     struct harness_tally t = {.rank = rank};
@@ -155,12 +164,7 @@ static int body_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg) {
                 }
     long seen = described(g, "pipelined_calls=");
     EXPECT(&t, seen == (piece ? piped : -1), "pipelined_calls=%ld, expected %d", seen, piece ? piped : -1);
-    if (cfg->device) {
-        sim.MemFree(din);
-        sim.MemFree(dout);
-    }
-    for (int b = 0; b < 4; b++) free(bufs[b]);
-    EXPECT_OK(&t, ccl_comm_destroy(g));
+    release(&t, g, bufs, din, dout);
     return t.fails;
 }
 
@@ -491,10 +495,7 @@ static int body_trace(ccl_comm_t *comm, int rank, int nranks, void *arg) {
                "rank 0 reduced %zu bytes in the trace, half of the call's %zu expected", reduced, bytes);
         unlink(path);
     }
-    sim.MemFree(din);
-    sim.MemFree(dout);
-    for (int b = 0; b < 4; b++) free(bufs[b]);
-    EXPECT_OK(&t, ccl_comm_destroy(g));
+    release(&t, g, bufs, din, dout);
     return t.fails;
 }
 

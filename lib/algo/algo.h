@@ -156,6 +156,12 @@ ccl_status_t ccl__lines_all_reduce(struct ccl_comm *comm, const struct ccl__coll
 /* Copies sendbuf to recvbuf unless they are the same (one rank, or the
  * local share of a result). */
 void ccl__algo_local_copy(const struct ccl__coll_args *a, size_t count);
+/* Whether a call writes its output of output_bytes past the caches
+ * (streaming stores): host memory, at least comm->stream_bytes (the
+ * planner's size), and not lines this rank has just read in the call,
+ * which a normal store finds in the cache and a streaming one evicts. The
+ * direct path's and the ring's rule alike. */
+int ccl__algo_output_streams(const struct ccl_comm *comm, int mem, size_t output_bytes, int output_was_read);
 /* Element offset and length of block b when count elements are split into
  * n near-equal blocks (the first count % n one element longer). */
 size_t ccl__block_off(size_t count, int n, int b);

@@ -32,6 +32,10 @@ int ccl__algo_by_name(const char *name, size_t len) {
     return -1;
 }
 
+int ccl__algo_output_streams(const struct ccl_comm *comm, int mem, size_t output_bytes, int output_was_read) {
+    return mem == CCL__MEM_HOST && !output_was_read && output_bytes >= comm->stream_bytes;
+}
+
 void ccl__algo_local_copy(const struct ccl__coll_args *a, size_t count) {
     if (a->sendbuf != a->recvbuf && count) memcpy(a->recvbuf, a->sendbuf, count * ccl_dtype_size(a->id.dtype));
 }

@@ -86,7 +86,7 @@ static uint8_t *out_area(const struct ccl__direct *d, int rank) { return in_area
 
 ccl__copy_fn ccl__direct_out_copy(const struct ccl__direct *d, size_t output_bytes, int output_was_read) {
     const struct ccl__compute *cu = d->p.compute;
-    int past = cu->copy_streaming && !output_was_read && output_bytes >= d->comm->stream_bytes;
+    int past = cu->copy_streaming && ccl__algo_output_streams(d->comm, d->p.mem, output_bytes, output_was_read);
     return past ? cu->copy_streaming : cu->copy;
 }
 

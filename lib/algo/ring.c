@@ -172,14 +172,13 @@ static ccl_status_t gather_blocks(struct ring *R, int own_from_sendbuf, int base
     return CCL_OK;
 }
 
-/* Whether the all-gather half writes recvbuf past the caches: where the
- * output is larger than they hold (comm->stream_bytes, as the direct
- * path's), unless this rank read those lines earlier in the call (an
- * all-reduce in place sent its input's blocks from there). */
+/* Whether the all-gather half writes recvbuf past the caches (an
+ * all-reduce in place has read those lines: it sent its input's blocks
+ * from there). */
 static int out_streams(const struct ring *R, const struct ccl__coll_args *a, enum phase ph) {
-    if (ph == RS_ONLY || a->mem != CCL__MEM_HOST || (ph == RS_THEN_AG && a->sendbuf == a->recvbuf)) return 0;
+    if (ph == RS_ONLY) return 0;
     size_t out = (ph == RS_THEN_AG ? a->id.count : a->id.count * (size_t)R->n) * R->p.esize;
-    return out >= R->comm->stream_bytes;
+    return ccl__algo_output_streams(R->comm, a->mem, out, ph == RS_THEN_AG && a->sendbuf == a->recvbuf);
 }
 
 static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, enum phase ph, int split) {
@@ -237,8 +236,8 @@ static ccl_status_t chain(struct ccl_comm *comm, const struct ccl__coll_args *a,
     size_t es = p.esize, count = a->id.count;
     int div = a->id.op == CCL_AVG && reduce ? N : 0;
     /* a broadcast's receivers write recvbuf past the caches once it is
-     * larger than they hold (out_streams) */
-    uint8_t stream = !reduce && a->mem == CCL__MEM_HOST && count * es >= comm->stream_bytes;
+     * larger than they hold */
+    uint8_t stream = !reduce && ccl__algo_output_streams(comm, a->mem, count * es, 0);
     for (size_t off = 0; off < count; off += p.chunk_elems) {
         size_t n = count - off < p.chunk_elems ? count - off : p.chunk_elems;
         const char *src = a->sendbuf ? at_elem(a->sendbuf, off, es) : NULL;

@@ -195,10 +195,15 @@ void ccl__plan_ring_zc(struct ccl_comm *comm) {
 /* Bytes of second-level cache on the cores the host's ranks run on (the
  * smallest any rank reports, times the cores), 0 where a rank's is
  * unknown: what the direct path's windows and outputs are sized by. */
-static size_t host_l2_bytes(int n, const struct ccl__peer_info *peers, int rank) {
+static uint32_t smallest_l2_kib(int n, const struct ccl__peer_info *peers) {
     uint32_t l2_kib = UINT32_MAX;
     for (int r = 0; r < n; r++)
         if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
+    return l2_kib;
+}
+
+static size_t host_l2_bytes(int n, const struct ccl__peer_info *peers, int rank) {
+    uint32_t l2_kib = smallest_l2_kib(n, peers);
     int cores = ccl__plan_machine_cpus(n, peers, rank);
     return l2_kib == UINT32_MAX || cores <= 0 ? 0 : (size_t)cores * l2_kib * 1024;
 }
@@ -267,9 +272,7 @@ size_t ccl__plan_stream_bytes(int n, const struct ccl__peer_info *peers, int ran
     long fixed = ccl__params_get()->stream_output_bytes;
     if (fixed == 0) return SIZE_MAX;
     if (fixed > 0) return (size_t)fixed;
-    uint32_t l2_kib = UINT32_MAX;
-    for (int r = 0; r < n; r++)
-        if (peers[r].topo.l2_kib < l2_kib) l2_kib = peers[r].topo.l2_kib;
+    uint32_t l2_kib = smallest_l2_kib(n, peers);
     int index, ranks = ccl__plan_machine_ranks_of(n, peers, rank, &index);
     int cpus = ccl__plan_machine_cpus(n, peers, rank), cores = ranks < cpus ? ranks : cpus;
     if (l2_kib == UINT32_MAX || l2_kib == 0 || cores <= 0) return SIZE_MAX; /* caches unknown: never */

@@ -193,7 +193,7 @@ static ccl_status_t acquire_all(struct ccl__prims *p, const struct ccl__step *s,
 /* Elements [off, off + n) of a step's data work: the result into target,
  * then from there into every send slot. */
 static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct ccl__step_state *st, void *target,
-                         size_t off, size_t n) {
+                         int stream, size_t off, size_t n) {
     const struct ccl__compute *cu = p->compute;
     size_t boff = off * p->esize, bytes = n * p->esize;
     char *t = (char *)target + boff;
@@ -201,8 +201,6 @@ static void submit_piece(struct ccl__prims *p, const struct ccl__step *s, struct
     /* Where the sends copy from: the result, or where a streamed copy
      * read it (the result itself went past the caches). */
     const char *result = t;
-    int stream = s->stream_dst && cu->copy_streaming && target == s->dst && (s->nrecv == 0 || !s->reduce) &&
-                 s->div <= 1;
     if (s->nrecv == 0) {
         if (t != src) (stream ? cu->copy_streaming : cu->copy)(t, src, bytes);
         if (stream) result = src;
@@ -256,10 +254,14 @@ static ccl_status_t submit(struct ccl__prims *p, const struct ccl__step *s, stru
         return ccl__set_error(p->comm, CCL_ERR_INTERNAL, "%s: a step receives with nowhere to put the data",
                               ccl__prims_what(p));
     if (target && s->n) {
+        /* only a plain copy into dst streams (a reduction or a division
+         * would read the lines back) */
+        int stream = s->stream_dst && cu->copy_streaming && target == s->dst && (s->nrecv == 0 || !s->reduce) &&
+                     s->div <= 1;
         size_t piece = cu->piece_bytes ? cu->piece_bytes / p->esize : s->n;
         if (piece == 0) piece = 1;
         for (size_t o = 0; o < s->n; o += piece)
-            submit_piece(p, s, st, target, o, s->n - o < piece ? s->n - o : piece);
+            submit_piece(p, s, st, target, stream, o, s->n - o < piece ? s->n - o : piece);
     }
     st->ticket = cu->fence();
     return CCL_OK;
