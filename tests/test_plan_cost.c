@@ -973,7 +973,12 @@ START_TEST(bad_file_in_a_job) {
     if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
         ck_assert_msg(f.measured >> CCL__LINK_NUMA & 1u, "the replaced file has no numa figure");
         ck_assert(f.link[CCL__LINK_NUMA].alpha_us < 99999);
-        ck_assert_msg(f.link[CCL__LINK_NUMA].large_bytes == 0, "shared memory has a large point"); /* a line */
+        /* Two ranks on cores of their own: a large point, a step of
+         * several ring chunks through the FIFO (plan/tune.c). */
+        ck_assert_msg(f.link[CCL__LINK_NUMA].large_bytes > CCL__PROBE_BYTES &&
+                          f.link[CCL__LINK_NUMA].large_bytes_per_us > 0,
+                      "shared memory has no large point: %.0f bytes at %.1f bytes/us",
+                      f.link[CCL__LINK_NUMA].large_bytes, f.link[CCL__LINK_NUMA].large_bytes_per_us);
     } else {
         fprintf(stderr, "[plan] one CPU here: the job's ranks share it, and the file keeps no numa figure\n");
     }
@@ -1089,6 +1094,69 @@ START_TEST(file_stale) {
     ck_assert_int_eq(ccl__tune_file_read(path, key, &g, why, sizeof why), 1);
     ck_assert_msg(!ccl__tune_file_stale(path, &g, copy, reduce, why, sizeof why), "a file just written is stale: %s", why);
     unlink(path);
+}
+END_TEST
+
+/* A file's link figure against a run of probes (ccl__tune_link_stale):
+ * probes that disagree are taken again, and the best of each figure
+ * decides. A fake probe hands out a scripted sequence. */
+struct probe_script {
+    const struct ccl__link_figure *seq;
+    int n, calls, fail_at;
+};
+
+static ccl_status_t scripted_probe(void *arg, struct ccl__link_figure *now) {
+    struct probe_script *p = arg;
+    ck_assert_msg(p->calls < p->n, "probed %d times, more than the script's %d", p->calls + 1, p->n);
+    if (p->calls == p->fail_at) {
+        p->calls++;
+        return CCL_ERR_REMOTE;
+    }
+    *now = p->seq[p->calls++];
+    return CCL_OK;
+}
+
+START_TEST(stale_link_probed_again) {
+    const struct ccl__link_figure file = {0.5, 8000, 0, 0}, slow_file = {900, 3.5, 0, 0};
+    const struct ccl__link_figure fast = {0.5, 9000, 0, 0}, slow_bw = {0.5, 1500, 0, 0}, slow_alpha = {4.0, 9000, 0, 0};
+    const struct ccl__link_figure mixed_a = {4.0, 2000, 0, 0}, mixed_b = {0.3, 1000, 0, 0}, mixed_c = {6.0, 1800, 0, 0};
+    struct {
+        const char *what;
+        const struct ccl__link_figure *file;
+        int crowded;
+        struct ccl__link_figure seq[3];
+        int n, fail_at;
+        int stale, calls;
+        ccl_status_t st;
+        double best_alpha, best_bw;
+    } cases[] = {
+        {"one probe agrees", &file, 0, {fast}, 1, -1, 0, 1, CCL_OK, 0, 0},
+        {"a slow probe, then one that agrees", &file, 0, {slow_bw, fast}, 2, -1, 0, 2, CCL_OK, 0, 0},
+        {"slow alpha, then slow bandwidth: the best of each agrees", &file, 0, {slow_alpha, slow_bw}, 2, -1, 0, 2,
+         CCL_OK, 0, 0},
+        {"three slow probes: stale, the best of them kept", &file, 0, {slow_bw, mixed_a, slow_bw}, 3, -1, 1, 3, CCL_OK,
+         0.5, 2000},
+        {"three probes that never meet: each figure its best", &file, 0, {mixed_a, mixed_b, mixed_c}, 3, -1, 1, 3,
+         CCL_OK, 0.3, 2000},
+        {"a file far slower than every probe", &slow_file, 0, {fast, slow_bw, fast}, 3, -1, 1, 3, CCL_OK, 0.5, 9000},
+        {"crowded ranks: a file faster than the probe may be right", &file, 1, {slow_bw}, 1, -1, 0, 1, CCL_OK, 0, 0},
+        {"crowded ranks: a file slower than the probes is stale", &slow_file, 1, {slow_bw, slow_bw, fast}, 3, -1, 1, 3,
+         CCL_OK, 0.5, 9000},
+        {"a probe that fails: not stale, its status kept", &file, 0, {slow_bw, fast}, 2, 1, 0, 2, CCL_ERR_REMOTE, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct probe_script p = {cases[i].seq, cases[i].n, 0, cases[i].fail_at};
+        struct ccl__link_figure best;
+        ccl_status_t st = CCL_ERR_INTERNAL;
+        int stale = ccl__tune_link_stale(cases[i].file, cases[i].crowded, scripted_probe, &p, &best, &st);
+        ck_assert_msg(stale == cases[i].stale, "%s: stale %d, want %d", cases[i].what, stale, cases[i].stale);
+        ck_assert_msg(p.calls == cases[i].calls, "%s: %d probes, want %d", cases[i].what, p.calls, cases[i].calls);
+        ck_assert_msg(st == cases[i].st, "%s: status %d, want %d", cases[i].what, st, cases[i].st);
+        if (!cases[i].stale) continue;
+        ck_assert_msg(best.alpha_us == cases[i].best_alpha && best.bytes_per_us == cases[i].best_bw,
+                      "%s: best %.2f us %.0f bytes/us, want %.2f us %.0f", cases[i].what, best.alpha_us,
+                      best.bytes_per_us, cases[i].best_alpha, cases[i].best_bw);
+    }
 }
 END_TEST
 
@@ -1217,6 +1285,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, file_rejected, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
     tcase_add_test(tc, file_rejected_odd);
     tcase_add_test(tc, file_stale);
+    tcase_add_test(tc, stale_link_probed_again);
     suite_add_tcase(s, tc);
     util_add_loop_case(s, "stale_link_in_a_job", stale_link_in_a_job, 2, 60);
     util_add_loop_case(s, "bad_file_in_a_job", bad_file_in_a_job, (int)(sizeof job_files / sizeof job_files[0]), 60);

@@ -64,4 +64,17 @@ void ccl__tune_measure_local(double *copy_bytes_per_us, double *reduce_bytes_per
 ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_shape *shape,
                                   const struct ccl__figures *fig, size_t large_bytes, struct ccl__link_figure *out);
 
+/* Whether a tuning file's figure for a link (file) still holds, against
+ * quick probes of it: probe(arg, &now) is called until one agrees with the
+ * file (3x for alpha, 2x for bandwidth; where ranks share cores, crowded,
+ * only a file slower than the probe disagrees) or CCL__TUNE_STALE_PROBES
+ * have run. Returns 1 when none agreed: the file is stale, and *best holds
+ * the best of what they saw, each figure on its own (the least alpha, the
+ * most bandwidth), since what else runs on a machine only slows a probe.
+ * 0 when one agreed or a probe failed (*st). */
+#define CCL__TUNE_STALE_PROBES 3
+typedef ccl_status_t (*ccl__tune_link_probe_fn)(void *arg, struct ccl__link_figure *now);
+int ccl__tune_link_stale(const struct ccl__link_figure *file, int crowded, ccl__tune_link_probe_fn probe, void *arg,
+                         struct ccl__link_figure *best, ccl_status_t *st);
+
 #endif
