@@ -22,7 +22,7 @@
 static const char usage[] = "Usage: ccl-tune [--ranks N] [--reps R] [--output PATH]\n"
                             "  measures shared memory (N ranks, default 2) and TCP (N ranks posing as hosts) R times\n"
                             "  (default 5), the shared-memory jobs also cross-memory attach of 64 MiB buffers, and\n"
-                            "  writes the medians (of TCP's large step, the best) to PATH\n"
+                            "  writes the medians (of the large steps, the best) to PATH\n"
                             "  (default: CCL_TUNING_FILE, else ~/.cache/libccl/tuning-<host>)\n";
 
 /* One job of n ranks (transport shm or tcp) whose init writes its figures
@@ -140,9 +140,11 @@ int main(int argc, char **argv) {
             /* The large point is the fastest job's: there this machine's
              * loopback TCP shows its two states most (the same minute's
              * jobs: 2.3 or 6 GB/s at 512 KiB, 64 KiB steps 2.1 or 3.4), and
-             * benchmarks keep the fast one (bench/README.md, "--steady"). A
-             * slow state's point lies on the small steps' line, where the
-             * model loses what the point is for. */
+             * benchmarks keep the fast one (bench/README.md, "--steady").
+             * Shared memory's (steps of 4 chunks, where the ranks have
+             * cores of their own) likewise. A slow state's point lies on
+             * the small steps' line, where the model loses what the point
+             * is for. */
             for (int k = 0; k < got[t]; k++)
                 if (large[t][k] > result.link[classes[t]].large_bytes_per_us)
                     result.link[classes[t]].large_bytes_per_us = large[t][k];

@@ -597,7 +597,7 @@ static void combine(const struct ccl_comm *comm, struct ccl__figures *f) {
 }
 
 #define SHM_LARGE_CHUNKS 4 /* shared memory's large point: a step of this many ring chunks */
-#define LARGE_PROBE_RANKS 16 /* the most ranks whose probe measures a large point: 17 slots of buffer, 15 steps */
+#define LARGE_PROBE_RANKS 16 /* the most ranks whose probe measures a large point: 17 steps of buffer, 15 steps */
 
 /* ", 6.40 GB/s at 512 KiB steps" for a link with a large point, else "". */
 static const char *large_text(const struct ccl__link_figure *l, char *buf, size_t n) {
@@ -649,6 +649,15 @@ static void save(const struct ccl_comm *comm, const struct ccl__figures *f, int 
     else CCL_INFO(CCL__SUB_PLAN, comm->rank, "wrote the tuning file %s", path);
 }
 
+/* Folds a probe's figures into the best seen so far, each on its own:
+ * the least alpha, the most bandwidth (what else runs on the machine only
+ * slows a probe). */
+static void keep_best(struct ccl__link_figure *best, const struct ccl__link_figure *now) {
+    best->alpha_us = fmin(best->alpha_us, now->alpha_us);
+    best->bytes_per_us = fmax(best->bytes_per_us, now->bytes_per_us);
+    best->large_bytes_per_us = fmax(best->large_bytes_per_us, now->large_bytes_per_us);
+}
+
 static int link_disagrees(const struct ccl__link_figure *file, const struct ccl__link_figure *now, int crowded) {
     int file_slower = file->alpha_us > 3.0 * now->alpha_us || file->bytes_per_us * STALE_FACTOR < now->bytes_per_us;
     int file_faster = now->alpha_us > 3.0 * file->alpha_us || now->bytes_per_us * STALE_FACTOR < file->bytes_per_us;
@@ -662,9 +671,7 @@ int ccl__tune_link_stale(const struct ccl__link_figure *file, int crowded, ccl__
         struct ccl__link_figure now;
         if ((*st = probe(arg, &now)) != CCL_OK) return 0;
         if (i == 0) *best = now;
-        best->alpha_us = fmin(best->alpha_us, now.alpha_us);
-        best->bytes_per_us = fmax(best->bytes_per_us, now.bytes_per_us);
-        best->large_bytes_per_us = fmax(best->large_bytes_per_us, now.large_bytes_per_us);
+        keep_best(best, &now);
         if (!link_disagrees(file, best, crowded)) return 0;
     }
     return 1;
@@ -791,10 +798,7 @@ ccl_status_t ccl__tune_figures(struct ccl_comm *comm, const struct ccl__job_shap
          * is wanted (each figure the best seen). */
         if (stale && !large) out->link[c] = seen;
         else CCL_CHECK(ccl__tune_probe_ring(comm, shape, out, large, &out->link[c]));
-        if (stale && large) {
-            out->link[c].alpha_us = fmin(out->link[c].alpha_us, seen.alpha_us);
-            out->link[c].bytes_per_us = fmax(out->link[c].bytes_per_us, seen.bytes_per_us);
-        }
+        if (stale && large) keep_best(&out->link[c], &seen);
         out->measured |= 1u << c;
         probed = 1;
         const struct ccl__link_figure *l = &out->link[c];
