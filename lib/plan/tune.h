@@ -73,7 +73,12 @@ ccl_status_t ccl__tune_probe_ring(struct ccl_comm *comm, const struct ccl__job_s
  * most bandwidth), since what else runs on a machine only slows a probe.
  * 0 when one agreed or a probe failed (*st). */
 #define CCL__TUNE_STALE_PROBES 3
+/* Speeds further apart than this factor are another machine's state. */
+#define CCL__TUNE_STALE_FACTOR 2.0
 typedef ccl_status_t (*ccl__tune_link_probe_fn)(void *arg, struct ccl__link_figure *now);
+/* Folds a probe's figures into *best, each on its own: the least alpha,
+ * the most bandwidth (what else runs on the machine only slows a probe). */
+void ccl__tune_link_keep_best(struct ccl__link_figure *best, const struct ccl__link_figure *now);
 int ccl__tune_link_stale(const struct ccl__link_figure *file, int crowded, ccl__tune_link_probe_fn probe, void *arg,
                          struct ccl__link_figure *best, ccl_status_t *st);
 
