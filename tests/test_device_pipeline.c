@@ -4,7 +4,8 @@
  * touch and whose copies each take a moment, so that a piece run before
  * its copy in, or copied out before the host wrote it, shows as a wrong
  * value. A communicator made with a context current cuts large
- * all-reduces, broadcasts and reduces into pieces on every rank: results
+ * all-reduces, broadcasts, reduces, reduce-scatters and all-gathers (their
+ * pieces strided across the ranks' blocks) into pieces on every rank: results
  * bit for bit against a reference computed here, on device and on host
  * buffers, in place and out, counts that cut into 2, 3, 7 and more than
  * the 64 pieces a call may have; ranks that disagree (one without a
@@ -31,8 +32,21 @@
 #define PIECE 65536 /* CCL_DEVICE_PIECE_BYTES in these tests: 16384 elements of 4 bytes */
 #define ENV "CCL_CUDA_LIBRARY=" CCL_TEST_SIM_DRIVER " CCL_CUDA_DIRECT=0"
 
-enum { K_AR, K_BC, K_RD, KINDS };
-static const char *const kind_names[] = {"all_reduce", "broadcast", "reduce"};
+enum { K_AR, K_BC, K_RD, K_RS, K_AG, KINDS };
+static const char *const kind_names[] = {"all_reduce", "broadcast", "reduce", "reduce_scatter", "all_gather"};
+
+/* Blocks of n elements in a call's input and output: a reduce-scatter's
+ * input and an all-gather's output hold one per rank. */
+static size_t in_blocks(int kind, int nranks) { return kind == K_RS ? (size_t)nranks : 1; }
+static size_t out_blocks(int kind, int nranks) { return kind == K_AG ? (size_t)nranks : 1; }
+
+/* Whether the communicator cuts a call (device/pipeline.c's rule): more
+ * than two pieces of piece bytes in all, a piece taking its elements
+ * from every block of a reduce-scatter's input or an all-gather's output. */
+static int is_cut(int kind, size_t n, int nranks, long piece) {
+    size_t blocks = in_blocks(kind, nranks) * out_blocks(kind, nranks), per = (size_t)piece / 4 / blocks;
+    return piece && n > 2 * (per ? per : 1);
+}
 
 static uint32_t input(int rank, size_t i, int salt) {
     return (uint32_t)(ref_mix((uint64_t)salt, (uint64_t)rank, i) % 2000001u);
@@ -47,12 +61,22 @@ static void fill(void *buf, ccl_dtype_t dt, int rank, size_t n, int salt) {
     }
 }
 
-/* What element i must hold after kind on every rank with a result. */
-static void reference(void *want, int kind, ccl_dtype_t dt, int root, int nranks, size_t n, int salt) {
+/* What element i must hold after kind on every rank with a result (a
+ * reduce-scatter's on rank `rank`). */
+static void reference(void *want, int kind, ccl_dtype_t dt, int root, int nranks, size_t n, int salt, int rank) {
     float *f = want;
     int32_t *s = want;
     if (kind == K_BC) {
         fill(want, dt, root, n, salt);
+        return;
+    }
+    if (kind == K_AG) {
+        for (int r = 0; r < nranks; r++) fill((char *)want + (size_t)r * n * 4, dt, r, n, salt);
+        return;
+    }
+    if (kind == K_RS) {
+        reference(want, K_AR, dt, root, nranks, n * (size_t)nranks, salt, rank);
+        memmove(want, (char *)want + (size_t)rank * n * 4, n * 4);
         return;
     }
     fill(want, dt, 0, n, salt);
@@ -72,7 +96,17 @@ static ccl_status_t call(int kind, const void *s, void *r, size_t n, ccl_dtype_t
     ccl_op_t op = dt == CCL_FLOAT32 ? CCL_MAX : CCL_SUM;
     if (kind == K_AR) return ccl_all_reduce(s, r, n, dt, op, c);
     if (kind == K_BC) return ccl_broadcast(s, r, n, dt, root, c);
+    if (kind == K_RS) return ccl_reduce_scatter(s, r, n, dt, op, c);
+    if (kind == K_AG) return ccl_all_gather(s, r, n, dt, c);
     return ccl_reduce(s, r, n, dt, op, root, c);
+}
+
+/* In place, a reduce-scatter's output is this rank's block of its input,
+ * an all-gather's input this rank's block of its output: the byte offsets
+ * of input and output in the one buffer. */
+static void in_place_offsets(int kind, int rank, size_t n, size_t *in_at, size_t *out_at) {
+    *in_at = kind == K_AG ? (size_t)rank * n * 4 : 0;
+    *out_at = kind == K_RS ? (size_t)rank * n * 4 : 0;
 }
 
 /* The number after key in comm's description, -1 when absent. */
@@ -93,33 +127,72 @@ struct cfg {
 static int check_one(struct harness_tally *t, ccl_comm_t *g, int device, int kind, ccl_dtype_t dt, size_t n,
                      int in_place, int rank, int nranks, long piece, unsigned char **bufs, sim_ptr din, sim_ptr dout) {
     int root = nranks > 1 ? 1 : 0, salt = kind * 16 + (int)dt * 2 + in_place;
-    size_t bytes = n * 4;
+    size_t in_bytes = n * 4 * in_blocks(kind, nranks), out_bytes = n * 4 * out_blocks(kind, nranks);
+    size_t buf_bytes = in_bytes > out_bytes ? in_bytes : out_bytes, in_at = 0, out_at = 0;
     unsigned char *hin = bufs[0], *hout = bufs[1], *want = bufs[2], *got = bufs[3];
-    fill(hin, dt, rank, n, salt);
-    memset(hout, 0xa5, bytes);
-    reference(want, kind, dt, root, nranks, n, salt);
-    void *s = hin, *r = in_place ? hin : hout;
+    if (in_place) in_place_offsets(kind, rank, n, &in_at, &out_at);
+    /* in place, the input is written into the one buffer (hin) where the call reads it */
+    memset(hin, 0xa5, buf_bytes);
+    memset(hout, 0xa5, buf_bytes);
+    fill(hin + in_at, dt, rank, n * in_blocks(kind, nranks), salt);
+    reference(want, kind, dt, root, nranks, n, salt, rank);
+    void *s = hin + in_at, *r = in_place ? hin + out_at : hout;
     if (device) {
         void *st = NULL; /* the legacy default stream: copies with pageable memory end before they return */
-        if (bytes) {
-            EXPECT(t, sim.MemcpyAsync(din, (sim_ptr)(uintptr_t)hin, bytes, st) == 0, "cuMemcpyAsync");
-            EXPECT(t, sim.MemcpyAsync(dout, (sim_ptr)(uintptr_t)hout, bytes, st) == 0, "cuMemcpyAsync");
+        if (buf_bytes) {
+            EXPECT(t, sim.MemcpyAsync(din, (sim_ptr)(uintptr_t)hin, buf_bytes, st) == 0, "cuMemcpyAsync");
+            EXPECT(t, sim.MemcpyAsync(dout, (sim_ptr)(uintptr_t)hout, buf_bytes, st) == 0, "cuMemcpyAsync");
         }
-        s = (void *)(uintptr_t)din;
-        r = (void *)(uintptr_t)(in_place ? din : dout);
+        s = (void *)(uintptr_t)(din + in_at);
+        r = (void *)(uintptr_t)(in_place ? din + out_at : dout);
     }
     EXPECT_OK(t, call(kind, s, r, n, dt, root, g));
     int has_result = kind != K_RD || rank == root;
-    if (device && bytes) EXPECT(t, sim.MemcpyAsync((sim_ptr)(uintptr_t)got, (sim_ptr)(uintptr_t)r, bytes, NULL) == 0, "cuMemcpyAsync");
-    else memcpy(got, r, bytes);
-    if (has_result && bytes && memcmp(got, want, bytes) != 0) {
+    if (device && out_bytes)
+        EXPECT(t, sim.MemcpyAsync((sim_ptr)(uintptr_t)got, (sim_ptr)(uintptr_t)r, out_bytes, NULL) == 0, "cuMemcpyAsync");
+    else memcpy(got, r, out_bytes);
+    if (has_result && out_bytes && memcmp(got, want, out_bytes) != 0) {
         size_t i = 0;
         while (memcmp(got + i * 4, want + i * 4, 4) == 0) i++;
         EXPECT(t, 0, "%s %s, %zu elements, %s, on %s buffers: element %zu of %zu differs from the reference",
                kind_names[kind], dt == CCL_FLOAT32 ? "float32 max" : "int32 sum", n, in_place ? "in place" : "out of place",
-               device ? "device" : "host", i, n);
+               device ? "device" : "host", i, out_bytes / 4);
     }
-    return device && piece && n * 4 > 2 * (size_t)piece;
+    return device && is_cut(kind, n, nranks, piece);
+}
+
+/* A premultiplied-sum reduce-scatter of int32 (each rank's scalar its
+ * rank + 2), whose pieces scale their strided blocks: in place and out,
+ * against the sum of each rank's products (wrapping, as int32 does). */
+static void check_premul_rs(struct harness_tally *t, ccl_comm_t *g, int device, size_t n, int rank, int nranks,
+                            unsigned char **bufs, sim_ptr din, sim_ptr dout) {
+    int32_t scalar = rank + 2;
+    ccl_op_t op;
+    EXPECT_OK(t, ccl_op_create_premul_sum(g, CCL_INT32, &scalar, &op));
+    if (t->fails) return;
+    size_t in_bytes = n * 4 * (size_t)nranks;
+    int32_t *want = (int32_t *)(void *)bufs[2], *got = (int32_t *)(void *)bufs[3];
+    for (size_t i = 0; i < n; i++) {
+        uint32_t sum = 0;
+        for (int r = 0; r < nranks; r++)
+            sum += input(r, (size_t)rank * n + i, 7) * 2654435761u * (uint32_t)(r + 2);
+        want[i] = (int32_t)sum;
+    }
+    for (int in_place = 0; in_place < 2 && !t->fails; in_place++) {
+        fill(bufs[0], CCL_INT32, rank, n * (size_t)nranks, 7);
+        char *s = (char *)bufs[0], *r = in_place ? s + (size_t)rank * n * 4 : (char *)bufs[1];
+        if (device) {
+            EXPECT(t, sim.MemcpyAsync(din, (sim_ptr)(uintptr_t)s, in_bytes, NULL) == 0, "cuMemcpyAsync");
+            s = (char *)(uintptr_t)din;
+            r = in_place ? s + (size_t)rank * n * 4 : (char *)(uintptr_t)dout;
+        }
+        EXPECT_OK(t, ccl_reduce_scatter(s, r, n, CCL_INT32, op, g));
+        if (device) EXPECT(t, sim.MemcpyAsync((sim_ptr)(uintptr_t)got, (sim_ptr)(uintptr_t)r, n * 4, NULL) == 0, "cuMemcpyAsync");
+        else memcpy(got, r, n * 4);
+        EXPECT(t, memcmp(got, want, n * 4) == 0, "premultiplied-sum reduce_scatter of %zu int32, %s, on %s buffers: "
+               "result differs from the reference", n, in_place ? "in place" : "out of place", device ? "device" : "host");
+    }
+    EXPECT_OK(t, ccl_op_destroy(g, op));
 }
 
 /* The end of a body: its device buffers (0: none), host buffers and
@@ -146,11 +219,11 @@ static int body_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg) {
     if (piece < 0) piece = 0;
     /* 2 pieces exactly (whole), 3, 7, and more than 64 (larger pieces) */
     const size_t counts[] = {0, 1, 32768, 32769, 100003, 16384 * 70 + 5};
-    const size_t max_n = 16384 * 70 + 5;
+    const size_t max_bytes = (16384 * 70 + 5) * 4 * (size_t)nranks;
     unsigned char *bufs[4];
-    for (int b = 0; b < 4; b++) bufs[b] = malloc(max_n * 4);
+    for (int b = 0; b < 4; b++) bufs[b] = malloc(max_bytes);
     sim_ptr din = 0, dout = 0;
-    if (cfg->device) EXPECT(&t, sim.MemAlloc(&din, max_n * 4) == 0 && sim.MemAlloc(&dout, max_n * 4) == 0, "cuMemAlloc");
+    if (cfg->device) EXPECT(&t, sim.MemAlloc(&din, max_bytes) == 0 && sim.MemAlloc(&dout, max_bytes) == 0, "cuMemAlloc");
     int piped = 0;
     for (int k = 0; k < KINDS && !t.fails; k++)
         for (int d = 0; d < 2 && !t.fails; d++)
@@ -162,6 +235,9 @@ static int body_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg) {
                                        din, dout);
                     check_one(&t, g, 0, k, dt, counts[ci], in_place, rank, nranks, piece, bufs, din, dout);
                 }
+    /* cut into pieces of 3 blocks each on 3 ranks, whole on 1 */
+    check_premul_rs(&t, g, cfg->device, 100003, rank, nranks, bufs, din, dout);
+    piped += 2 * (cfg->device && is_cut(K_RS, 100003, nranks, piece));
     long seen = described(g, "pipelined_calls=");
     EXPECT(&t, seen == (piece ? piped : -1), "pipelined_calls=%ld, expected %d", seen, piece ? piped : -1);
     release(&t, g, bufs, din, dout);
@@ -171,12 +247,18 @@ static int body_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg) {
 START_TEST(pieces_on_a_simulated_gpu) {
     static const struct {
         int nranks;
-        const char *transport;
-    } runs[] = {{1, "shm"}, {3, "shm"}, {2, "tcp"}};
+        const char *transport, *env;
+    } runs[] = {{1, "shm", ENV " CCL_DEVICE_PIECE_BYTES=65536"},
+                {3, "shm", ENV " CCL_DEVICE_PIECE_BYTES=65536"},
+                {2, "tcp", ENV " CCL_DEVICE_PIECE_BYTES=65536"},
+                /* an algorithm forced that takes no strided blocks: the
+                 * reduce-scatters' and all-gathers' pieces run the ring */
+                {3, "shm", ENV " CCL_DEVICE_PIECE_BYTES=65536 CCL_ALGO=direct"}};
     struct cfg cfg[3] = {{1, PIECE}, {1, PIECE}, {1, PIECE}};
     struct harness_run run = {.nranks = runs[_i].nranks, .transport = runs[_i].transport, .body = body_pieces,
-                              .arg = cfg, .deadline_s = 200, .env = ENV " CCL_DEVICE_PIECE_BYTES=65536"};
-    util_run_clean(&run, 0, "pipelined staging, %d ranks over %s", runs[_i].nranks, runs[_i].transport);
+                              .arg = cfg, .deadline_s = 200, .env = runs[_i].env};
+    util_run_clean(&run, 0, "pipelined staging, %d ranks over %s%s", runs[_i].nranks, runs[_i].transport,
+                   strstr(runs[_i].env, "CCL_ALGO") ? ", CCL_ALGO=direct" : "");
 }
 END_TEST
 
@@ -235,37 +317,45 @@ static int body_stream_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg)
     EXPECT(&t, sim.StreamCreate(&s, 1) == 0, "cuStreamCreate");
     sim_ptr din[STREAM_CALLS], dout[STREAM_CALLS];
     unsigned char *src[STREAM_CALLS], *res[STREAM_CALLS];
+    size_t in_b[STREAM_CALLS], out_b[STREAM_CALLS], in_at[STREAM_CALLS], out_at[STREAM_CALLS];
     for (int i = 0; i < nc; i++) {
-        size_t b = calls[i].n * 4;
+        const struct stream_call *c = &calls[i];
+        in_b[i] = c->n * 4 * in_blocks(c->kind, nranks);
+        out_b[i] = c->n * 4 * out_blocks(c->kind, nranks);
+        in_at[i] = out_at[i] = 0;
+        if (c->in_place) in_place_offsets(c->kind, rank, c->n, &in_at[i], &out_at[i]);
+        size_t b = in_b[i] > out_b[i] ? in_b[i] : out_b[i];
         EXPECT(&t, sim.MemAlloc(&din[i], b) == 0 && sim.MemAlloc(&dout[i], b) == 0, "cuMemAlloc");
         EXPECT(&t, sim.MemHostAlloc((void **)&src[i], b, 0) == 0 && sim.MemHostAlloc((void **)&res[i], b, 0) == 0,
                "cuMemHostAlloc");
     }
-    unsigned char *want = malloc(big * 4);
+    unsigned char *want = malloc(big * 4 * (size_t)nranks);
     int root = nranks > 1 ? 1 : 0;
     for (int round = 0; round < 2 && !t.fails; round++) {
         void *st = round ? NULL : s; /* then the legacy default stream */
         for (int i = 0; i < nc; i++) {
             const struct stream_call *c = &calls[i];
-            size_t b = c->n * 4;
-            fill(src[i], c->dt, rank, c->n, 100 + i + round * 50);
-            memset(res[i], 0x5a, b);
-            EXPECT(&t, sim.MemcpyAsync(din[i], (sim_ptr)(uintptr_t)src[i], b, st) == 0, "cuMemcpyAsync");
-            void *in = (void *)(uintptr_t)din[i], *out = (void *)(uintptr_t)(c->in_place ? din[i] : dout[i]);
-            (void)b;
+            fill(src[i], c->dt, rank, in_b[i] / 4, 100 + i + round * 50);
+            memset(res[i], 0x5a, out_b[i]);
+            /* in place, the input goes where the call reads it in the one buffer */
+            EXPECT(&t, sim.MemcpyAsync(din[i] + in_at[i], (sim_ptr)(uintptr_t)src[i], in_b[i], st) == 0,
+                   "cuMemcpyAsync");
+            void *in = (void *)(uintptr_t)(din[i] + in_at[i]);
+            void *out = (void *)(uintptr_t)(c->in_place ? din[i] + out_at[i] : dout[i]);
             ccl_op_t op = c->dt == CCL_FLOAT32 ? CCL_MAX : CCL_SUM;
             if (c->group && (i == 0 || !calls[i - 1].group)) EXPECT_OK(&t, ccl_group_start());
             if (c->kind == K_AR) EXPECT_OK(&t, ccl_all_reduce_stream(in, out, c->n, c->dt, op, g, st));
             else if (c->kind == K_BC) EXPECT_OK(&t, ccl_broadcast_stream(in, out, c->n, c->dt, root, g, st));
+            else if (c->kind == K_RS) EXPECT_OK(&t, ccl_reduce_scatter_stream(in, out, c->n, c->dt, op, g, st));
+            else if (c->kind == K_AG) EXPECT_OK(&t, ccl_all_gather_stream(in, out, c->n, c->dt, g, st));
             else EXPECT_OK(&t, ccl_reduce_stream(in, out, c->n, c->dt, op, root, g, st));
             if (c->group && i + 1 < nc && calls[i + 1].group) continue; /* its results after the group's end */
             if (c->group) EXPECT_OK(&t, ccl_group_end_stream(st));
             for (int j = i; j >= 0 && (j == i || calls[j].group); j--) {
                 const struct stream_call *r = &calls[j];
-                void *o = (void *)(uintptr_t)(r->in_place ? din[j] : dout[j]);
+                sim_ptr o = r->in_place ? din[j] + out_at[j] : dout[j];
                 if (r->kind != K_RD || rank == root)
-                    EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)res[j], (sim_ptr)(uintptr_t)o, r->n * 4, st) == 0,
-                           "cuMemcpyAsync");
+                    EXPECT(&t, sim.MemcpyAsync((sim_ptr)(uintptr_t)res[j], o, out_b[j], st) == 0, "cuMemcpyAsync");
                 if (!c->group) break;
             }
         }
@@ -273,8 +363,8 @@ static int body_stream_pieces(ccl_comm_t *comm, int rank, int nranks, void *arg)
         for (int i = 0; i < nc && !t.fails; i++) {
             const struct stream_call *c = &calls[i];
             if (c->kind == K_RD && rank != root) continue;
-            reference(want, c->kind, c->dt, root, nranks, c->n, 100 + i + round * 50);
-            EXPECT(&t, memcmp(res[i], want, c->n * 4) == 0, "round %d, call %d (%s of %zu, %s): result differs from "
+            reference(want, c->kind, c->dt, root, nranks, c->n, 100 + i + round * 50, rank);
+            EXPECT(&t, memcmp(res[i], want, out_b[i]) == 0, "round %d, call %d (%s of %zu, %s): result differs from "
                    "the reference", round, i, kind_names[c->kind], c->n, c->in_place ? "in place" : "out of place");
         }
     }
@@ -508,7 +598,7 @@ END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("device_pipeline");
-    util_add_loop_case(s, "pieces_on_a_simulated_gpu", pieces_on_a_simulated_gpu, 3, 250);
+    util_add_loop_case(s, "pieces_on_a_simulated_gpu", pieces_on_a_simulated_gpu, 4, 250);
     util_add_loop_case(s, "pieces_when_ranks_differ", pieces_when_ranks_differ, 2, 250);
     util_add_loop_case(s, "stream_ordered_pieces_on_a_simulated_gpu", stream_ordered_pieces_on_a_simulated_gpu, 4, 250);
     util_add_loop_case(s, "pieces_when_ranks_disagree_on_the_count", pieces_when_ranks_disagree_on_the_count, 2, 150);

@@ -40,6 +40,11 @@ struct ccl__coll_args {
     /* CCL_CHECK compared this call across the ranks already (the
      * GPU-resident try, which the staged path follows): once is enough. */
     int agreed;
+    /* Elements from one rank's block to the next in a reduce-scatter's
+     * sendbuf and an all-gather's recvbuf; 0: count (side by side). A
+     * piece of a cut call (device/pipeline.h) has the whole call's count:
+     * the ring runs it, the one algorithm that takes such blocks. */
+    size_t block_stride;
     struct ccl__call_plan plan;
     /* The scalar of a premultiplied sum (id.op CCL__OP_PREMUL_SUM), one
      * element of id.dtype, copied when the call was issued. */
@@ -93,6 +98,10 @@ ccl_status_t ccl__ring_run(struct ccl_comm *comm, const struct ccl__coll_args *a
  * and writes to recvbuf (*rmult) on this rank; 0: the buffer is ignored
  * here (a broadcast's sendbuf off the root, a reduce's recvbuf). */
 void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *smult, size_t *rmult);
+/* The bytes this rank's sendbuf and recvbuf span for call a, strided
+ * blocks (block_stride) included. */
+void ccl__coll_span(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *send_bytes,
+                    size_t *recv_bytes);
 /* The same for rank (the GPU-resident path's leader works for every rank). */
 void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
                          size_t *rmult);

@@ -53,6 +53,19 @@ void ccl__coll_extent(const struct ccl_comm *comm, const struct ccl__coll_args *
     ccl__coll_extent_of(comm, a, comm->rank, smult, rmult);
 }
 
+void ccl__coll_span(const struct ccl_comm *comm, const struct ccl__coll_args *a, size_t *send_bytes,
+                    size_t *recv_bytes) {
+    size_t smult, rmult, es = ccl_dtype_size(a->id.dtype), count = a->id.count;
+    ccl__coll_extent(comm, a, &smult, &rmult);
+    *send_bytes = count * es * smult;
+    *recv_bytes = count * es * rmult;
+    if (!a->block_stride || !count) return;
+    /* N blocks of count, block_stride apart */
+    size_t strided = ((size_t)(comm->nranks - 1) * a->block_stride + count) * es;
+    if (a->id.kind == CCL__K_REDUCE_SCATTER) *send_bytes = strided;
+    if (a->id.kind == CCL__K_ALL_GATHER) *recv_bytes = strided;
+}
+
 void ccl__coll_extent_of(const struct ccl_comm *comm, const struct ccl__coll_args *a, int rank, size_t *smult,
                          size_t *rmult) {
     size_t n = (size_t)comm->nranks;

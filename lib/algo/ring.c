@@ -18,16 +18,17 @@
 
 /* N blocks: block b holds base + (b < extra) elements and starts after the
  * blocks before it. all_reduce splits its count near-evenly (extra = count %
- * N); reduce_scatter and all_gather have N blocks of count (extra = 0). */
+ * N); reduce_scatter and all_gather have N blocks of count (extra = 0),
+ * stride elements apart (count, or a cut call's whole count for a piece). */
 struct blocks {
-    size_t base, extra;
+    size_t base, extra, stride;
 };
 
 static size_t block_len(const struct blocks *B, int b) { return B->base + ((size_t)b < B->extra); }
 
 /* Element offset of block b in the N-block buffer. */
 static size_t block_off(const struct blocks *B, int b) {
-    return (size_t)b * B->base + ((size_t)b < B->extra ? (size_t)b : B->extra);
+    return (size_t)b * B->stride + ((size_t)b < B->extra ? (size_t)b : B->extra);
 }
 
 struct ring {
@@ -189,8 +190,9 @@ static ccl_status_t ring_rounds(struct ring *R, const struct ccl__coll_args *a, 
     CCL_CHECK(ccl__prims_init(&R->p, comm, &a->id, a->plan.chunk_bytes, a->mem));
     /* all_reduce splits its buffer; reduce_scatter's sendbuf and
      * all_gather's recvbuf already are N blocks of count. */
-    if (split) R->B = (struct blocks){a->id.count / (size_t)R->n, a->id.count % (size_t)R->n};
-    else R->B = (struct blocks){a->id.count, 0};
+    size_t count = a->id.count, n = (size_t)R->n;
+    if (split) R->B = (struct blocks){count / n, count % n, count / n};
+    else R->B = (struct blocks){count, 0, a->block_stride ? a->block_stride : count};
     R->stream = (uint8_t)out_streams(R, a, ph);
     size_t maxlen = block_len(&R->B, 0);
     size_t rounds = (maxlen + R->p.chunk_elems - 1) / R->p.chunk_elems;

@@ -29,9 +29,9 @@ struct batch_op {
  * which may send from them in place of slots (prims/caller_mem.c). */
 static ccl_status_t run_algo(struct ccl_comm *comm, ccl__algo_fn fn, const struct ccl__coll_args *a) {
     if (a->mem != CCL__MEM_HOST || !comm->caller_mem) return fn(comm, a);
-    size_t smult, rmult, b = a->id.count * ccl_dtype_size(a->id.dtype);
-    ccl__coll_extent(comm, a, &smult, &rmult);
-    ccl__prims_call_bufs(comm, a->sendbuf, b * smult, a->recvbuf, b * rmult);
+    size_t sb, rb;
+    ccl__coll_span(comm, a, &sb, &rb);
+    ccl__prims_call_bufs(comm, a->sendbuf, sb, a->recvbuf, rb);
     ccl_status_t st = fn(comm, a);
     ccl__prims_call_bufs_end(comm);
     return st;
@@ -45,7 +45,9 @@ static ccl_status_t run_planned(struct ccl_comm *comm, struct ccl__coll_args *a)
  * model, decides by the call's size alike); whether it runs there is the
  * path's own agreement. */
 static int zero_copy_wanted(struct ccl_comm *comm, const struct ccl__coll_args *a) {
-    if (!comm->nmems || !comm->windows || !comm->params.zero_copy || !ccl__zero_copy_fits(a->id.kind)) return 0;
+    if (!comm->nmems || !comm->windows || !comm->params.zero_copy || !ccl__zero_copy_fits(a->id.kind) ||
+        a->block_stride)
+        return 0;
     size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
     if (comm->params.zero_copy_min >= 0) return bytes >= (size_t)comm->params.zero_copy_min;
     /* the model's bytes: a block for reduce-scatter, a rank's share for all-gather (cost.h) */
@@ -128,13 +130,16 @@ static int same_exchange(const struct ccl__call *a, const struct ccl__call *b) {
            a->xfer.coll.seq == b->xfer.coll.seq;
 }
 
-/* Elements [off, off + n) of a call whose buffers hold its count
- * contiguously in each (all-reduce, broadcast, reduce). */
+/* Elements [off, off + n) of a call: of its count in every buffer
+ * (all-reduce, broadcast, reduce), and of every rank's block in a
+ * reduce-scatter's sendbuf and an all-gather's recvbuf, whose blocks stay
+ * the whole call's count apart. */
 static struct ccl__coll_args piece_of(const struct ccl__coll_args *a, size_t off, size_t n) {
     struct ccl__coll_args p = *a;
     size_t at = off * ccl_dtype_size(a->id.dtype);
     if (p.sendbuf) p.sendbuf = (const char *)p.sendbuf + at;
     if (p.recvbuf) p.recvbuf = (char *)p.recvbuf + at;
+    if (a->id.kind == CCL__K_REDUCE_SCATTER || a->id.kind == CCL__K_ALL_GATHER) p.block_stride = a->id.count;
     p.id.count = n;
     p.agreed = 1;
     return p;

@@ -119,7 +119,16 @@ ccl_status_t ccl__premul_apply(struct ccl_comm *comm, struct ccl__coll_args *a, 
             return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "%s: out of memory for the premultiplied input (%zu bytes)",
                                   ccl__op_kind_name(kind), elems * es);
     }
-    scale(into, a->sendbuf, elems, a->id.dtype, a->premul);
+    if (kind == CCL__K_REDUCE_SCATTER && a->block_stride) {
+        /* a piece of a cut call: its blocks lie apart, the scaled copy's
+         * side by side */
+        for (int r = 0; r < comm->nranks; r++)
+            scale((char *)into + (size_t)r * n * es, (const char *)a->sendbuf + (size_t)r * a->block_stride * es, n,
+                  a->id.dtype, a->premul);
+        a->block_stride = 0;
+    } else {
+        scale(into, a->sendbuf, elems, a->id.dtype, a->premul);
+    }
     a->sendbuf = into;
     return CCL_OK;
 }

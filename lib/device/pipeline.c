@@ -29,18 +29,27 @@ void ccl__pipe_plan(struct ccl_comm *comm) {
     comm->device_piece_bytes = any && !whole ? piece : 0;
     if (comm->device_piece_bytes)
         CCL_INFO(CCL__SUB_PLAN, comm->rank,
-                 "device buffers: all-reduce, broadcast and reduce larger than %zu bytes run in pieces of %zu "
-                 "(CCL_DEVICE_PIECE_BYTES), staged piece by piece",
+                 "device buffers: all-reduce, broadcast, reduce, reduce-scatter and all-gather larger than %zu bytes "
+                 "run in pieces of %zu (CCL_DEVICE_PIECE_BYTES), staged piece by piece",
                  2 * comm->device_piece_bytes, comm->device_piece_bytes);
+}
+
+/* How many blocks of count a reduce-scatter's input and an all-gather's
+ * output hold (one per rank); every other buffer holds one. */
+static int blocks_of(int kind, int nranks) {
+    return kind == CCL__K_REDUCE_SCATTER || kind == CCL__K_ALL_GATHER ? nranks : 1;
 }
 
 size_t ccl__pipe_piece_elems(const struct ccl_comm *comm, const struct ccl__coll_args *a) {
     int k = a->id.kind;
     size_t es = ccl_dtype_size(a->id.dtype);
     if (!comm->device_piece_bytes || !es || a->planner_only ||
-        (k != CCL__K_ALL_REDUCE && k != CCL__K_BROADCAST && k != CCL__K_REDUCE))
+        (k != CCL__K_ALL_REDUCE && k != CCL__K_BROADCAST && k != CCL__K_REDUCE && k != CCL__K_REDUCE_SCATTER &&
+         k != CCL__K_ALL_GATHER))
         return 0;
-    size_t per = comm->device_piece_bytes / es, count = a->id.count;
+    /* A piece of a reduce-scatter or all-gather takes its elements from
+     * every rank's block: a piece's bytes in all are the piece size. */
+    size_t per = comm->device_piece_bytes / es / (size_t)blocks_of(k, comm->nranks), count = a->id.count;
     if (per == 0) per = 1;
     if (count <= 2 * per) return 0;
     size_t least = (count + CCL__PIPE_MAX_PIECES - 1) / CCL__PIPE_MAX_PIECES;
@@ -53,23 +62,40 @@ static void device_sides(const struct ccl__call *c, const char **send, char **re
     *recv = c->device & CCL__DEV_RECV ? c->coll.recvbuf : NULL;
 }
 
+/* In place, where the call's send buffer lies in its receive buffer (or
+ * the other way round): the byte offset of the smaller in the larger (an
+ * all-gather's input is this rank's block of its output, a
+ * reduce-scatter's output this rank's block of its input); -1 when the
+ * buffers are not the call's in-place pair. */
+static long in_place_at(const struct ccl_comm *comm, const struct ccl__coll_args *a, const char *s, const char *v) {
+    size_t own = (size_t)comm->rank * a->id.count * ccl_dtype_size(a->id.dtype);
+    switch (a->id.kind) {
+    case CCL__K_ALL_GATHER: return s == v + own ? (long)own : -1;
+    case CCL__K_REDUCE_SCATTER: return v == s + own ? (long)own : -1;
+    default: return s == v ? 0 : -1;
+    }
+}
+
 int ccl__pipe_fits(const struct ccl_comm *comm, const struct ccl__call *c) {
     if (c->is_p2p || !c->device || !ccl__pipe_piece_elems(comm, &c->coll)) return 0;
     const char *s;
     char *v;
     device_sides(c, &s, &v);
-    size_t b = c->coll.id.count * ccl_dtype_size(c->coll.id.dtype);
-    /* one buffer (in place), or two apart: a piece's copy out then never
-     * lands on input a later piece has still to copy in */
-    return !s || !v || s == v || s + b <= v || v + b <= s;
+    size_t sb, rb;
+    ccl__coll_span(comm, &c->coll, &sb, &rb);
+    /* the call's in-place pair, or two buffers apart: a piece's copy out
+     * then never lands on input a later piece has still to copy in */
+    return !s || !v || in_place_at(comm, &c->coll, s, v) >= 0 || s + sb <= v || v + rb <= s;
 }
 
 struct ccl__pipe {
     struct ccl__coll_args host; /* the call on pinned memory (and the caller's host buffers) */
     const char *dsend;          /* device buffers, NULL where host */
     char *drecv;
-    size_t es, count, per, pieces, span;
-    int in_place;
+    size_t es, count, per, pieces;
+    int send_blocks, recv_blocks; /* blocks of count in each buffer, a piece's part of each copied alike */
+    size_t send_span, recv_span;  /* pinned bytes of each, whole cache lines */
+    long in_place;                /* in_place_at: -1, or the smaller buffer's offset in the larger */
     CUstream in, out;
     struct ccl__stream_link *link; /* a stream-ordered call's: the stream orders the copies, not the executor */
 };
@@ -80,6 +106,8 @@ static size_t piece_len(const struct ccl__pipe *p, size_t i) {
     return n * p->es;
 }
 
+static size_t lines(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
 ccl_status_t ccl__pipe_new(struct ccl_comm *comm, const struct ccl__call *c, size_t piece_elems,
                            struct ccl__pipe **out, size_t *pinned_bytes) {
     struct ccl__pipe *p = calloc(1, sizeof(*p));
@@ -87,35 +115,56 @@ ccl_status_t ccl__pipe_new(struct ccl_comm *comm, const struct ccl__call *c, siz
     if (!p) return ccl__set_error(comm, CCL_ERR_NO_MEMORY, "out of memory staging device buffers");
     p->host = c->coll;
     device_sides(c, &p->dsend, &p->drecv);
+    int k = c->coll.id.kind;
     p->es = ccl_dtype_size(c->coll.id.dtype);
     p->count = c->coll.id.count;
     p->per = piece_elems;
     p->pieces = (p->count + piece_elems - 1) / piece_elems;
-    p->span = (p->count * p->es + 63) & ~(size_t)63;
-    p->in_place = p->dsend && (const char *)p->drecv == p->dsend;
-    *pinned_bytes = (p->dsend ? p->span : 0) + (p->drecv && !p->in_place ? p->span : 0);
+    p->send_blocks = k == CCL__K_REDUCE_SCATTER ? comm->nranks : 1;
+    p->recv_blocks = k == CCL__K_ALL_GATHER ? comm->nranks : 1;
+    p->send_span = lines(p->count * p->es * (size_t)p->send_blocks);
+    p->recv_span = lines(p->count * p->es * (size_t)p->recv_blocks);
+    p->in_place = p->dsend && p->drecv ? in_place_at(comm, &c->coll, p->dsend, p->drecv) : -1;
+    if (p->in_place >= 0) *pinned_bytes = p->send_span > p->recv_span ? p->send_span : p->recv_span;
+    else *pinned_bytes = (p->dsend ? p->send_span : 0) + (p->drecv ? p->recv_span : 0);
     return CCL_OK;
 }
 
 void ccl__pipe_place(struct ccl__pipe *p, char *base) {
+    if (p->in_place >= 0) { /* the pinned copy aliases as the device buffers do */
+        int send_inside = p->recv_blocks > 1; /* an all-gather's input in its output */
+        p->host.sendbuf = base + (send_inside ? p->in_place : 0);
+        p->host.recvbuf = base + (send_inside ? 0 : p->in_place);
+        return;
+    }
     if (p->dsend) p->host.sendbuf = base;
-    if (p->drecv) p->host.recvbuf = p->in_place ? base : base + (p->dsend ? p->span : 0);
+    if (p->drecv) p->host.recvbuf = base + (p->dsend ? p->send_span : 0);
 }
 
 size_t ccl__pipe_pieces(const struct ccl__pipe *p) { return p->pieces; }
 int ccl__pipe_copies_in(const struct ccl__pipe *p) { return p->dsend != NULL; }
 int ccl__pipe_copies_out(const struct ccl__pipe *p) { return p->drecv != NULL; }
 
+/* Piece i's part of every block: one copy each (the blocks are the
+ * call's count apart in the device buffer and in its pinned copy alike). */
 CUresult ccl__pipe_copy_in(const struct ccl__cu *cu, const struct ccl__pipe *p, size_t i, CUstream s) {
-    size_t off = piece_off(p, i);
-    return cu->MemcpyAsync((CUdeviceptr)(uintptr_t)((const char *)p->host.sendbuf + off),
-                           (CUdeviceptr)(uintptr_t)(p->dsend + off), piece_len(p, i), s);
+    CUresult r = CCL__CUDA_SUCCESS;
+    for (int b = 0; b < p->send_blocks && r == CCL__CUDA_SUCCESS; b++) {
+        size_t off = (size_t)b * p->count * p->es + piece_off(p, i);
+        r = cu->MemcpyAsync((CUdeviceptr)(uintptr_t)((const char *)p->host.sendbuf + off),
+                            (CUdeviceptr)(uintptr_t)(p->dsend + off), piece_len(p, i), s);
+    }
+    return r;
 }
 
 CUresult ccl__pipe_copy_out(const struct ccl__cu *cu, const struct ccl__pipe *p, size_t i, CUstream s) {
-    size_t off = piece_off(p, i);
-    return cu->MemcpyAsync((CUdeviceptr)(uintptr_t)(p->drecv + off),
-                           (CUdeviceptr)(uintptr_t)((char *)p->host.recvbuf + off), piece_len(p, i), s);
+    CUresult r = CCL__CUDA_SUCCESS;
+    for (int b = 0; b < p->recv_blocks && r == CCL__CUDA_SUCCESS; b++) {
+        size_t off = (size_t)b * p->count * p->es + piece_off(p, i);
+        r = cu->MemcpyAsync((CUdeviceptr)(uintptr_t)(p->drecv + off),
+                            (CUdeviceptr)(uintptr_t)((char *)p->host.recvbuf + off), piece_len(p, i), s);
+    }
+    return r;
 }
 
 void ccl__pipe_attach(struct ccl__pipe *p, struct ccl__stream_link *l) { p->link = l; }

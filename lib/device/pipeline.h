@@ -2,8 +2,10 @@
  * Pipelined staging (pipeline.c). Staged whole, a call's device inputs
  * are copied to the host, the host algorithm runs, and the results are
  * copied back, one after the other. Where a communicator may see device
- * buffers, a large all-reduce, broadcast or reduce runs instead as
- * pieces: contiguous ranges of its elements, each a host collective of
+ * buffers, a large all-reduce, broadcast, reduce, reduce-scatter or
+ * all-gather runs instead as pieces: ranges of its elements (the same
+ * range of every rank's block in a reduce-scatter's input and an
+ * all-gather's output, block_stride apart), each a host collective of
  * its own, so that the copies in of later pieces and the copies out of
  * earlier ones overlap the host's work on the current piece: on the
  * staging stream and a second one for a call without a stream, on the
@@ -14,10 +16,11 @@
  * whatever its buffers: the cut is the communicator's (every rank's init
  * record says whether a CUDA context was current, and its
  * CCL_DEVICE_PIECE_BYTES), and the rule reads only the call (kind, count,
- * dtype). A rank on host buffers runs the same pieces straight from its
- * buffers; a rank whose device call cannot be staged piece by piece (send
- * and receive buffers that overlap without being one) stages it whole
- * with its batch and runs the pieces on the staged copy.
+ * dtype) and the communicator's size. A rank on host buffers runs the same
+ * pieces straight from its buffers; a rank whose device call cannot be
+ * staged piece by piece (send and receive buffers that overlap other than
+ * as the call's in-place pair) stages it whole with its batch and runs the
+ * pieces on the staged copy.
  */
 #ifndef CCL_DEVICE_PIPELINE_H
 #define CCL_DEVICE_PIPELINE_H

@@ -79,6 +79,12 @@ ccl__algo_fn ccl__plan_call(struct ccl_comm *comm, struct ccl__coll_args *a) {
     int kind = a->id.kind, algo = a->planner_only ? -1 : comm->algo_forced[kind];
     char why[64];
     memcpy(why, comm->params.algo_source, sizeof comm->params.algo_source); /* NUL-terminated, and cheap per call */
+    if (a->block_stride && a->block_stride != a->id.count) {
+        /* a piece of a cut call: its blocks lie apart, which only the ring
+         * takes (every rank cut alike, so every rank runs it) */
+        algo = CCL__ALGO_RING;
+        snprintf(why, sizeof why, "a piece of a cut call");
+    }
     const char *what = ccl__op_kind_name(kind);
     struct ccl__cost_pick pick = {.algo = -1};
     size_t bytes = a->id.count * ccl_dtype_size(a->id.dtype);
