@@ -6,7 +6,8 @@
 # against NVIDIA's nccl.h and libnccl.so.2, run on device buffers with
 # libccl's drop-in swapped in), then the device benchmarks' figures: the
 # GPU-resident all-reduce on 2 and 4 ranks, in and out of place, and the
-# staged path, pipelined and whole, against host buffers; then the torch backend's CUDA tests and
+# staged path, pipelined and whole, against host buffers (reduce-scatter
+# and all-gather too, once); then the torch backend's CUDA tests and
 # PyTorch's own NCCL process group on libccl's libnccl.so.2.
 #
 # usage: tools/gpu-check.sh [BUILD_DIR] [LOG_DIR]
@@ -51,7 +52,7 @@ fi
 perf=$build/bench/all_reduce_perf
 bench() {
     [ "${CCL_GPU_CHECK_PERF:-1}" = 0 ] && return 0
-    echo "gpu-check: all_reduce_perf $*"
+    echo "gpu-check: $(basename "$perf") $*"
     timeout 120 "$perf" "$@" 2>&1 | grep -v '^#$'
 }
 {
@@ -61,6 +62,14 @@ bench() {
     # libccl on host buffers, in turn, three times (the target: pipelined
     # at least 3x whole and 0.8x host buffers at 64 MiB)
     for round in 1 2 3; do
+        CCL_CUDA_DIRECT=0 bench --ranks 2 --device -b 64M -e 64M -n 10 -w 3
+        CCL_CUDA_DIRECT=0 CCL_DEVICE_PIECE_BYTES=0 bench --ranks 2 --device -b 64M -e 64M -n 10 -w 3
+        bench --ranks 2 -b 64M -e 64M -n 10 -w 3
+    done
+    # Reduce-scatter and all-gather staged the same three ways, once: their
+    # pieces are strided across the ranks' blocks
+    for coll in reduce_scatter all_gather; do
+        perf=$build/bench/${coll}_perf
         CCL_CUDA_DIRECT=0 bench --ranks 2 --device -b 64M -e 64M -n 10 -w 3
         CCL_CUDA_DIRECT=0 CCL_DEVICE_PIECE_BYTES=0 bench --ranks 2 --device -b 64M -e 64M -n 10 -w 3
         bench --ranks 2 -b 64M -e 64M -n 10 -w 3
