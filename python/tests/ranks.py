@@ -22,15 +22,27 @@ def _rank_main(n, rank, uid, fn, args, q, timeout, algo):
         q.put((rank, traceback.format_exc()))
 
 
-def run(n, fn, *args, deadline=60, timeout=None, algo=None):
+def run(n, fn, *args, deadline=60, timeout=None, algo=None, env=None):
     """Returns when every rank returned; raises AssertionError naming the
-    ranks that failed (and their tracebacks) otherwise."""
-    ctx = mp.get_context("fork")
+    ranks that failed (and their tracebacks) otherwise. With env (a dict),
+    the ranks are fresh interpreters started with it in their environment
+    (libccl reads its variables once a process, and a forked rank would
+    keep this process's); fn must then be a module-level function."""
+    ctx = mp.get_context("spawn" if env else "fork")
     q = ctx.Queue()
     uid = ccl.get_unique_id()
     procs = [ctx.Process(target=_rank_main, args=(n, r, uid, fn, args, q, timeout, algo)) for r in range(n)]
-    for p in procs:
-        p.start()
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     results = {}
     try:
         for _ in range(n):
